@@ -28,17 +28,24 @@ if [ ! -x "$VENV/bin/python" ]; then
   say "creating virtual environment $VENV"
   "$PY" -m venv "$VENV" || fail "python -m venv $VENV" "install python3-venv (apt-get install python3-venv) or set PYTHON=/path/to/python3.11"
 fi
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+PIP=(pip_quiet)
+# pip, minus the warnings this machine's pip.conf prints for absent local index folders
+pip_quiet() {
+  "$VENV/bin/python" -m pip --disable-pip-version-check "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+}
+# Every install carries these pins: torch's own requirements would otherwise upgrade
+# setuptools past 81 (no pkg_resources) or numpy to 2.x (mmcv/mmdet break).
+PINS=('setuptools<82' 'numpy<2')
 
 say "installing build tools (setuptools<82 keeps pkg_resources, which mmcv and mmengine need)"
-"${PIP[@]}" install -q 'setuptools<82' wheel 'numpy<2' ninja \
+"${PIP[@]}" install -q "${PINS[@]}" wheel ninja \
   || fail "installing setuptools/wheel/numpy" "check that PyPI is reachable (pip index versions setuptools)"
 
 if "$VENV/bin/python" -c "import torch, torchvision" 2>/dev/null; then
   say "torch already present: $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
 else
   say "installing $TORCH_SPEC (about 1.5 min, ~5.5 GB)"
-  "${PIP[@]}" install -q $TORCH_SPEC \
+  "${PIP[@]}" install -q $TORCH_SPEC "${PINS[@]}" \
     || fail "installing $TORCH_SPEC" "pip install $TORCH_SPEC inside $VENV and read pip's message"
 fi
 
@@ -78,7 +85,7 @@ print('c++20' if v >= (2, 10) else 'c++17')")"
 fi
 
 say "installing mmengine, mmdet, mmsegmentation, mmpretrain and mmcirc (editable)"
-"${PIP[@]}" install -q -r "$ROOT/requirements.txt" \
+"${PIP[@]}" install -q -r "$ROOT/requirements.txt" "${PINS[@]}" \
   || fail "pip install -r requirements.txt" "read pip's resolver message above"
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT" \
   || fail "pip install -e ." "check pyproject.toml"

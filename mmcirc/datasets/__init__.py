@@ -1,0 +1,1 @@
+"""Dataset utilities for mmcirc (toy data generation lives in ``toy_data``)."""

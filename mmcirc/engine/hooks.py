@@ -1,0 +1,86 @@
+"""Training hooks."""
+import random
+
+from mmengine.dist import broadcast_object_list, get_rank
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
+
+
+def core_count_choices(max_cores):
+    """{1, 2, 4, ...} up to ``max_cores``, plus ``max_cores`` itself."""
+    choices, n = [], 1
+    while n < max_cores:
+        choices.append(n)
+        n *= 2
+    return choices + [max_cores]
+
+
+@HOOKS.register_module()  # mmengine's root: mmdet/mmseg/mmpretrain HOOKS find it there
+class NestedCoreHook(Hook):
+    """Nested core training (METHOD.md, section 2): a new active core count per iteration.
+
+    Before each training iteration C' is drawn as ``max_cores`` with probability
+    ``p_max``, otherwise uniformly from {1, 2, 4, ...} up to ``max_cores``, and set on
+    every module of the model that has ``set_num_cores``. Rank 0 draws and broadcasts,
+    so all ranks of a distributed run use the same C'. Validation and testing run with
+    ``eval_num_cores`` (default ``max_cores``).
+
+    Args:
+        max_cores (int): C_max, the size of the core banks.
+        p_max (float): probability of using all cores. Defaults to 0.5.
+        eval_num_cores (int, optional): C' for validation/test.
+        seed (int, optional): seed of the sampler (rank 0).
+    """
+
+    priority = 'NORMAL'
+
+    def __init__(self, max_cores, p_max=0.5, eval_num_cores=None, seed=None):
+        if not isinstance(max_cores, int) or max_cores < 1:
+            raise ValueError(f'NestedCoreHook: max_cores must be an int >= 1, got {max_cores!r}')
+        if not 0.0 <= p_max <= 1.0:
+            raise ValueError(f'NestedCoreHook: p_max must be in [0, 1], got {p_max!r}')
+        eval_num_cores = max_cores if eval_num_cores is None else eval_num_cores
+        if not 1 <= eval_num_cores <= max_cores:
+            raise ValueError(f'NestedCoreHook: eval_num_cores must be in [1, {max_cores}], '
+                             f'got {eval_num_cores!r}')
+        self.max_cores, self.p_max, self.eval_num_cores = max_cores, p_max, eval_num_cores
+        self.choices = core_count_choices(max_cores)
+        self.rng = random.Random(seed)
+        self.current = max_cores
+
+    def sample(self):
+        """Draw C' (on this process; use :meth:`sample_synced` in a run)."""
+        if self.rng.random() < self.p_max:
+            return self.max_cores
+        return self.rng.choice(self.choices)
+
+    def sample_synced(self):
+        """Draw C' on rank 0 and give every rank the same value."""
+        value = [self.sample() if get_rank() == 0 else None]
+        broadcast_object_list(value, src=0)
+        return value[0]
+
+    @staticmethod
+    def set_num_cores(model, num_cores):
+        model = model.module if is_model_wrapper(model) else model
+        targets = [m for m in model.modules() if hasattr(m, 'set_num_cores')]
+        if not targets:
+            raise RuntimeError('NestedCoreHook: the model has no module with set_num_cores; '
+                               'use it with a core-attention backbone (CorePVT, CoreSwin)')
+        for module in targets:
+            module.set_num_cores(num_cores)
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self.current = self.sample_synced()
+        self.set_num_cores(runner.model, self.current)
+
+    def before_val(self, runner):
+        self.set_num_cores(runner.model, self.eval_num_cores)
+
+    def before_test(self, runner):
+        self.set_num_cores(runner.model, self.eval_num_cores)
+
+    def after_val(self, runner):
+        self.set_num_cores(runner.model, self.current)
+

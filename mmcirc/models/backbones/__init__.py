@@ -1,0 +1,8 @@
+"""Circulant- and core-attention PVT and Swin pyramids (registered into the MODELS
+registries of mmdet, mmseg and mmpretrain)."""
+from .ca_pvt import CAPVT, CorePVT
+from .ca_swin import CASwin, CoreSwin
+from .pyramid import CORE_PRESETS, CirculantBlock, CoreBlock, PyramidBackbone, PyramidStage
+
+__all__ = ['CAPVT', 'CorePVT', 'CASwin', 'CoreSwin', 'CORE_PRESETS', 'CirculantBlock', 'CoreBlock',
+           'PyramidBackbone', 'PyramidStage']

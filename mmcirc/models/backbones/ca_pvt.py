@@ -1,0 +1,177 @@
+"""CA-PVT and Core-PVT: PVT v1 with circulant / core attention in chosen stages.
+
+Layout (PVT v1, Wang et al. 2021): each stage starts with a non-overlapping patch
+embedding (kernel = stride = 4, 2, 2, 2, padded at the bottom/right when the map is
+not a multiple) and an absolute position embedding (bilinearly resized to the input),
+then its blocks. ``'sra'`` stages use mmdet's ``PVTEncoderLayer`` unchanged
+(spatial-reduction attention, sr ratios 8-4-2-1); ``'circulant'`` and ``'core'`` stages
+use :class:`CirculantBlock` / :class:`CoreBlock` with PVT's MLP (mmdet ``MixFFN``
+without conv, MLP ratios 8-8-4-4).
+
+Parameter names follow mmdet's ``PyramidVisionTransformer``; a converter maps an
+mmdet-format state dict with these renames (``MMDET_PVT_KEY_MAP``)::
+
+    mmdet                                ours
+    layers.{i}.0.*                       layers.{i}.patch_embed.*
+    layers.{i}.1.0.pos_embed             layers.{i}.pos_embed.pos_embed
+    layers.{i}.1.{j+1}.*                 layers.{i}.blocks.{j}.*      (same inner keys:
+                                         norm1, attn.attn.in_proj_*, attn.sr, attn.norm,
+                                         norm2, ffn.layers.{0,3})
+    layers.{i}.2.*  (norm_after_stage)   layers.{i}.norm.*
+
+Circulant blocks have ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2`` and
+``ffn.layers.{0,3}``; core stages also hold the bank ``layers.{i}.cores``.
+"""
+import re
+
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.transformer import PatchEmbed
+from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, PVTEncoderLayer
+from mmengine.model import ModuleList
+
+from mmcirc.registry import register_model
+from .pyramid import PyramidBackbone, PyramidStage
+
+__all__ = ['CAPVT', 'CorePVT', 'MMDET_PVT_KEY_MAP', 'convert_mmdet_pvt_keys']
+
+#: (regex, replacement) pairs turning mmdet PyramidVisionTransformer keys into ours.
+MMDET_PVT_KEY_MAP = (
+    (r'^layers\.(\d+)\.0\.', r'layers.\1.patch_embed.'),
+    (r'^layers\.(\d+)\.1\.0\.pos_embed$', r'layers.\1.pos_embed.pos_embed'),
+    (r'^layers\.(\d+)\.2\.', r'layers.\1.norm.'),
+)
+_BLOCK_KEY = re.compile(r'^layers\.(\d+)\.1\.(\d+)\.')
+
+
+def convert_mmdet_pvt_keys(state_dict, use_abs_pos_embed=True):
+    """Rename the keys of an mmdet ``PyramidVisionTransformer`` state dict (no
+    ``backbone.`` prefix) to :class:`CAPVT` keys; values are untouched."""
+    out = {}
+    for key, value in state_dict.items():
+        new = key
+        for pattern, repl in MMDET_PVT_KEY_MAP:
+            new = re.sub(pattern, repl, new)
+        m = _BLOCK_KEY.match(new)
+        if m:
+            j = int(m.group(2)) - int(bool(use_abs_pos_embed))
+            new = f'layers.{m.group(1)}.blocks.{j}.' + new[m.end():]
+        out[new] = value
+    return out
+
+
+@register_model()
+class CAPVT(PyramidBackbone):
+    """PVT v1 pyramid with circulant attention in stages 1-2 (CA-PVT, METHOD.md).
+
+    Args:
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'medium'``, ``'large'`` or a dict
+            with ``embed_dims`` (one width per stage), ``depths``, ``num_heads``.
+        attention (str): attention of the replaced stages 1-2 in the paper's layout:
+            ``'circulant'`` (default here) or ``'core'`` (or ``'sra'``: plain PVT).
+        stage_attentions (str | Sequence[str], optional): per-stage attention, each of
+            ``'circulant'``, ``'core'``, ``'sra'``; a str applies to all stages. None:
+            ``(attention, attention, 'sra', 'sra')``.
+        pretrain_img_size (int): size the position embeddings are stored for (224).
+        in_channels (int): image channels.
+        patch_sizes (Sequence[int]): kernel = stride of each stage's patch embedding.
+        sr_ratios (Sequence[int]): spatial reduction of the ``'sra'`` stages.
+        mlp_ratios (Sequence[float]): MLP ratio per stage.
+        qkv_bias (bool): q/k/v bias of the sra and core attentions.
+        out_indices (int | Sequence[int]): stages to output (0-3, negative allowed).
+        drop_rate, attn_drop_rate (float): dropouts.
+        drop_path_rate (float): stochastic depth, linear from 0 over all blocks.
+        use_abs_pos_embed (bool): PVT's absolute position embeddings (on).
+        norm_after_stage (bool): LN at the end of every stage (mmdet PVTv2 style; off).
+        circulant_heads (int | None | Sequence): heads of circulant stages; None: one
+            head per channel (d=1, the paper's setting).
+        boundary (str): circulant boundary, ``'circular'`` or ``'zero'``.
+        scale (str | float): circulant scale, ``'sqrt_n'`` (official), ``'n'`` (paper
+            Eq. 15, resolution invariant) or a positive float.
+        num_cores (int | str, optional): active cores C' of core stages, int in
+            [1, num_cores_max] or ``'mobile'`` (8), ``'edge'`` (32), ``'server'`` (64);
+            None: num_cores_max. Change later with :meth:`set_num_cores`.
+        num_cores_max (int): size of the learnable core bank of each core stage.
+        core_chunk_size (int, optional): patches per chunk of the core gather.
+        core_cpe (bool): 3x3 depthwise CPE in core blocks (off: PVT has position
+            embeddings).
+        act_cfg, norm_cfg (dict): activation and norm (LN, eps 1e-6).
+        frozen_stages (int): -1 none; 0 the stage-1 patch/position embedding; k >= 1
+            stages 1..k entirely (requires_grad False, eval mode).
+        norm_eval (bool): keep normalisation layers in eval mode while training.
+        with_cp (bool): gradient checkpointing per block.
+        init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...,
+            prefix='backbone.')``.
+    """
+
+    arch_zoo = {
+        'tiny': dict(embed_dims=(64, 128, 320, 512), depths=(2, 2, 2, 2), num_heads=(1, 2, 5, 8)),
+        'small': dict(embed_dims=(64, 128, 320, 512), depths=(3, 4, 6, 3), num_heads=(1, 2, 5, 8)),
+        'medium': dict(embed_dims=(64, 128, 320, 512), depths=(3, 4, 18, 3), num_heads=(1, 2, 5, 8)),
+        'large': dict(embed_dims=(64, 128, 320, 512), depths=(3, 8, 27, 3), num_heads=(1, 2, 5, 8)),
+    }
+    original_attention = 'sra'
+    stages_attr = 'layers'
+    conv_init = 'fan_out'
+
+    def __init__(self, arch='tiny', attention='circulant', stage_attentions=None, pretrain_img_size=224,
+                 in_channels=3, patch_sizes=(4, 2, 2, 2), sr_ratios=(8, 4, 2, 1), mlp_ratios=(8, 8, 4, 4),
+                 qkv_bias=True, out_indices=(0, 1, 2, 3), drop_rate=0., attn_drop_rate=0.,
+                 drop_path_rate=0.1, use_abs_pos_embed=True, norm_after_stage=False, circulant_heads=None,
+                 boundary='circular', scale='sqrt_n', num_cores=None, num_cores_max=64,
+                 core_chunk_size=None, core_cpe=False, act_cfg=dict(type='GELU'),
+                 norm_cfg=dict(type='LN', eps=1e-6), frozen_stages=-1, norm_eval=False, with_cp=False,
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self._setup(arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
+                    boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp)
+        n = self.num_stages
+        is_pos = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0  # noqa: E731
+        patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, is_pos)
+        sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, is_pos)
+        mlp_ratios = self._per_stage('mlp_ratios', mlp_ratios, n, is_pos)
+        if not isinstance(pretrain_img_size, int) or pretrain_img_size < 1:
+            raise ValueError(f'CAPVT: pretrain_img_size must be a positive int, got {pretrain_img_size!r}')
+        self.use_abs_pos_embed = use_abs_pos_embed
+        common = dict(drop_rate=drop_rate, attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias,
+                      act_cfg=act_cfg, norm_cfg=norm_cfg)
+
+        self.layers = ModuleList()
+        stride = 1
+        for i, kind in enumerate(self.stage_attentions):
+            dims = self.embed_dims[i]
+            stride *= patch_sizes[i]
+            patch_embed = PatchEmbed(in_channels=in_channels if i == 0 else self.embed_dims[i - 1],
+                                     embed_dims=dims, kernel_size=patch_sizes[i], stride=patch_sizes[i],
+                                     padding='corner', bias=True, norm_cfg=norm_cfg)
+            pos_embed = AbsolutePositionEmbedding(pos_shape=pretrain_img_size // stride, pos_dim=dims,
+                                                  drop_rate=drop_rate) if use_abs_pos_embed else None
+            blocks = []
+            for j in range(self.depths[i]):
+                if kind == 'circulant':
+                    blocks.append(self._circulant_block(i, j, mlp_ratios[i], 'mixffn', common))
+                elif kind == 'core':
+                    blocks.append(self._core_block(i, j, mlp_ratios[i], 'mixffn', core_cpe,
+                                                   core_chunk_size, common))
+                else:  # 'sra': mmdet's own PVT layer
+                    blocks.append(PVTEncoderLayer(
+                        embed_dims=dims, num_heads=self.num_heads[i],
+                        feedforward_channels=int(mlp_ratios[i] * dims), drop_rate=drop_rate,
+                        attn_drop_rate=attn_drop_rate, drop_path_rate=self.drop_path_rates[i][j],
+                        qkv_bias=qkv_bias, act_cfg=act_cfg, norm_cfg=norm_cfg, sr_ratio=sr_ratios[i]))
+            norm = build_norm_layer(norm_cfg, dims)[1] if norm_after_stage else None
+            self.layers.append(PyramidStage(kind, blocks, dims, patch_embed=patch_embed, pos_embed=pos_embed,
+                                            norm=norm, num_cores_max=self.num_cores_max,
+                                            num_cores=self.num_cores, with_cp=self.with_cp))
+        self._freeze_stages()
+
+    def _stem_modules(self):
+        first = self.layers[0]
+        return [m for m in (first.patch_embed, first.pos_embed) if m is not None]
+
+
+@register_model()
+class CorePVT(CAPVT):
+    """:class:`CAPVT` with core attention in stages 1-2 by default (``attention='core'``)."""
+
+    def __init__(self, arch='tiny', attention='core', **kwargs):
+        super().__init__(arch=arch, attention=attention, **kwargs)

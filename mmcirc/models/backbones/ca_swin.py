@@ -1,0 +1,138 @@
+"""CA-Swin and Core-Swin: Swin with circulant / core attention in chosen stages.
+
+Layout (Swin, Liu et al. 2021): a 4x4 patch embedding (padded at the bottom/right when
+needed), then four stages, each ending with a 2x2 patch merging except the last, and
+an LN on each output. ``'window'`` stages use mmdet's ``SwinBlock`` unchanged (window
+7, shifted every second block, relative position bias); ``'circulant'`` and ``'core'``
+stages use :class:`CirculantBlock` / :class:`CoreBlock` (with the 3x3 depthwise CPE;
+no windows, no relative position table) with Swin's MLP (mmcv ``FFN``, ratio 4).
+
+Parameter names are those of mmdet's ``SwinTransformer`` (one-to-one for the parts
+kept from it): ``patch_embed.{projection,norm}``, ``stages.{i}.blocks.{j}.{norm1,
+attn.w_msa.*, norm2, ffn.layers.0.0, ffn.layers.1}``, ``stages.{i}.downsample.
+{reduction,norm}``, ``norm{i}``. Circulant blocks: ``cpe``, ``norm1``,
+``attn.{gate.0,qkv,proj}``, ``norm2``, ``ffn.*``; core stages also hold
+``stages.{i}.cores``.
+"""
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
+from mmdet.models.backbones.swin import SwinBlock
+from mmengine.model import ModuleList
+from torch import nn
+
+from mmcirc.registry import register_model
+from .pyramid import PyramidBackbone, PyramidStage, _is_int
+
+__all__ = ['CASwin', 'CoreSwin']
+
+
+@register_model()
+class CASwin(PyramidBackbone):
+    """Swin pyramid with circulant attention in stages 1-2 (CA-Swin, METHOD.md).
+
+    Args:
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` or a dict with
+            ``embed_dims`` (an int C, giving C-2C-4C-8C, or one width per stage),
+            ``depths`` and ``num_heads``.
+        attention (str): attention of stages 1-2 in the paper's layout:
+            ``'circulant'`` (default here) or ``'core'`` (or ``'window'``: plain Swin).
+        stage_attentions (str | Sequence[str], optional): per-stage attention, each of
+            ``'circulant'``, ``'core'``, ``'window'``; a str applies to all stages.
+            None: ``(attention, attention, 'window', 'window')``.
+        in_channels (int): image channels.
+        strides (Sequence[int]): patch embedding stride (= kernel) then the patch
+            merging strides.
+        window_size (int): window of the ``'window'`` stages (7).
+        mlp_ratio (float): MLP ratio (4).
+        qkv_bias (bool), qk_scale (float, optional): of window and core attention.
+        patch_norm (bool): LN after patch embedding / merging.
+        out_indices (int | Sequence[int]): stages to output (0-3, negative allowed);
+            each gets an LN ``norm{i}``.
+        drop_rate, attn_drop_rate (float): dropouts.
+        drop_path_rate (float): stochastic depth, linear from 0 over all blocks.
+        circulant_heads, boundary, scale, num_cores, num_cores_max, core_chunk_size:
+            as in :class:`CAPVT`.
+        core_cpe (bool): CPE in core blocks (on: Swin has no position embedding).
+        act_cfg, norm_cfg (dict): activation and norm (LN).
+        frozen_stages (int): -1 none; 0 the patch embedding; k >= 1 also stages 1..k
+            (with their patch merging and output norms), as mmdet's Swin.
+        norm_eval (bool), with_cp (bool), init_cfg: as in :class:`CAPVT`.
+    """
+
+    arch_zoo = {
+        'tiny': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
+        'small': dict(embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)),
+        'base': dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
+    }
+    original_attention = 'window'
+    stages_attr = 'stages'
+    conv_init = None
+
+    def __init__(self, arch='tiny', attention='circulant', stage_attentions=None, in_channels=3,
+                 strides=(4, 2, 2, 2), window_size=7, mlp_ratio=4, qkv_bias=True, qk_scale=None,
+                 patch_norm=True, out_indices=(0, 1, 2, 3), drop_rate=0., attn_drop_rate=0.,
+                 drop_path_rate=0.1, circulant_heads=None, boundary='circular', scale='sqrt_n',
+                 num_cores=None, num_cores_max=64, core_chunk_size=None, core_cpe=True,
+                 act_cfg=dict(type='GELU'), norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
+                 with_cp=False, init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self._setup(arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
+                    boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp)
+        n = self.num_stages
+        strides = self._per_stage('strides', strides, n, lambda v: _is_int(v) and v >= 1)
+        if not _is_int(window_size) or window_size < 1:
+            raise ValueError(f'CASwin: window_size must be a positive int, got {window_size!r}')
+        patch_norm_cfg = norm_cfg if patch_norm else None
+        common = dict(drop_rate=drop_rate, attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias,
+                      act_cfg=act_cfg, norm_cfg=norm_cfg)
+
+        self.patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=self.embed_dims[0],
+                                      conv_type='Conv2d', kernel_size=strides[0], stride=strides[0],
+                                      padding='corner', norm_cfg=patch_norm_cfg)
+        self.drop_after_pos = nn.Dropout(p=drop_rate)
+
+        self.stages = ModuleList()
+        for i, kind in enumerate(self.stage_attentions):
+            dims = self.embed_dims[i]
+            blocks = []
+            for j in range(self.depths[i]):
+                if kind == 'circulant':
+                    blocks.append(self._circulant_block(i, j, mlp_ratio, 'ffn', common))
+                elif kind == 'core':
+                    blocks.append(self._core_block(i, j, mlp_ratio, 'ffn', core_cpe, core_chunk_size, common))
+                else:  # 'window': mmdet's own Swin block, shifted every second block
+                    blocks.append(SwinBlock(
+                        embed_dims=dims, num_heads=self.num_heads[i],
+                        feedforward_channels=int(mlp_ratio * dims), window_size=window_size, shift=j % 2 == 1,
+                        qkv_bias=qkv_bias, qk_scale=qk_scale, drop_rate=drop_rate,
+                        attn_drop_rate=attn_drop_rate, drop_path_rate=self.drop_path_rates[i][j],
+                        act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=False))
+            downsample = PatchMerging(in_channels=dims, out_channels=self.embed_dims[i + 1],
+                                      stride=strides[i + 1], norm_cfg=patch_norm_cfg) if i < n - 1 else None
+            self.stages.append(PyramidStage(kind, blocks, dims, downsample=downsample,
+                                            num_cores_max=self.num_cores_max, num_cores=self.num_cores,
+                                            with_cp=self.with_cp))
+        for i in self.out_indices:  # an LN per output, as mmdet's Swin
+            self.add_module(f'norm{i}', build_norm_layer(norm_cfg, self.embed_dims[i])[1])
+        self._freeze_stages()
+
+    @classmethod
+    def _stage_widths(cls, embed_dims, num_stages):
+        if _is_int(embed_dims):
+            return tuple(embed_dims * 2**i for i in range(num_stages))
+        return tuple(embed_dims)
+
+    def _stem(self, x):
+        x, hw_shape = self.patch_embed(x)
+        return self.drop_after_pos(x), hw_shape
+
+    def _stem_modules(self):
+        return [self.patch_embed, self.drop_after_pos]
+
+
+@register_model()
+class CoreSwin(CASwin):
+    """:class:`CASwin` with core attention in stages 1-2 by default (``attention='core'``)."""
+
+    def __init__(self, arch='tiny', attention='core', **kwargs):
+        super().__init__(arch=arch, attention=attention, **kwargs)

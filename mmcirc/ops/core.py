@@ -1,0 +1,307 @@
+"""Core attention (METHOD.md section 2; VECA, Song et al., arXiv 2605.12491).
+
+C' active core tokens c (B, C', C) are the only channel between the N patches
+x (B, N, C); patches never attend to each other. Sequential form::
+
+    gather:    g  = MHA(query = c W_qc, key = x W_kp, value = x W_vp)   O(C' N)
+               c' = c + W_oc g                 (cores are a residual stream)
+    broadcast: x' = MHA(query = x W_qp, key = c' W_kc, value = c' W_vc) O(N C')
+    output:    y  = W_o x' + b_o,  and c' goes on to the next layer
+
+Both MHAs are ordinary scaled dot-product attention, scale 1/sqrt(head width).
+Key projections carry no bias: a key bias adds q . b_k to every score of a query,
+which the softmax cancels, so it would be a parameter without gradient.
+
+Two exact evaluation orders (``fold_projections``):
+
+* unfolded: project the patches (``x W_kp``, ``x W_vp``, ``x W_qp``) and attend,
+  cost ~ N C^2 (projections) + N C' C (attention).
+* folded: move the patch-side projections onto the C' cores, which are few:
+  ``(c W_qc)_h . (W_kp x)_h = ((c W_qc)_h W_kp,h) . x`` and
+  ``sum_n p_n (W_vp x_n + b) = W_vp (sum_n p_n x_n) + b sum_n p_n`` in the gather;
+  ``(W_qp x + b)_h . k_h = x . (W_qp,h^T k_h) + b_h . k_h`` and
+  ``W_o concat_h(P_h v_h) = sum_h P_h (v_h W_o,h^T)`` in the broadcast.
+  The patches are then never projected: cost ~ N C' C * heads, all of it
+  proportional to C' (elastic inference really pays off).
+
+Auto choice: fold when ``heads * C' < C + C'`` (fewer multiply-adds).
+
+Bounded memory: for N > ``chunk_threshold`` (or any N when ``chunk_size`` is set)
+the gather streams over chunks of patches with an online (log-sum-exp) softmax
+(running max, running denominator, running weighted sum), projecting each
+chunk's keys/values inside the loop; the broadcast runs per chunk of queries.
+The result equals the unchunked one; with autograd on, each chunk is
+checkpointed so the chunk's scores are not kept for backward.
+
+This file depends on torch only.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ['CoreAttention', 'select_cores']
+
+DEFAULT_CHUNK_THRESHOLD = 1 << 17  # 131072 tokens, e.g. 362 x 362
+DEFAULT_CHUNK_SIZE = 1 << 14  # patches per chunk once chunking is on
+
+
+def _positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f'{name} must be a positive int'
+                         f'{" or None" if allow_none else ""}, got {value!r}')
+
+
+def select_cores(bank, num_cores, batch_size=None):
+    """Active prefix of a core bank (elastic inference: the first C' cores).
+
+    Args:
+        bank (Tensor): (C_max, C) learnable bank.
+        num_cores (int): C', 1 <= C' <= C_max.
+        batch_size (int, optional): expand to (B, C', C); None returns (C', C).
+
+    Returns:
+        Tensor: ``bank[:num_cores]`` (a view, expanded over the batch).
+    """
+    if not isinstance(bank, torch.Tensor) or bank.dim() != 2:
+        raise ValueError(f'bank must be a 2-D tensor (C_max, C), got '
+                         f'{getattr(bank, "shape", type(bank))}')
+    if (isinstance(num_cores, bool) or not isinstance(num_cores, int)
+            or not 1 <= num_cores <= bank.shape[0]):
+        raise ValueError(f'num_cores must be an int in [1, {bank.shape[0]}] '
+                         f'(the bank size), got {num_cores!r}')
+    _positive_int('batch_size', batch_size, allow_none=True)
+    cores = bank[:num_cores]
+    if batch_size is None:
+        return cores
+    return cores.unsqueeze(0).expand(batch_size, -1, -1)
+
+
+class CoreAttention(nn.Module):
+    """Core attention: gather into C' cores, broadcast back to the patches.
+
+    Args:
+        dim (int): channels C of patches and cores.
+        num_heads (int): heads of both MHAs (head width C / num_heads).
+        qkv_bias (bool): bias of the query and value projections (keys have
+            none, see the module docstring).
+        attn_drop (float): dropout on the attention probabilities.
+        proj_drop (float): dropout after the patch output projection.
+        chunk_size (int, optional): patches per chunk; set it to always chunk.
+        chunk_threshold (int): with ``chunk_size=None``, chunk only when N
+            exceeds this, in chunks of min(``DEFAULT_CHUNK_SIZE``, threshold).
+        fold_projections (bool, optional): evaluation order (both exact);
+            None picks the cheaper one for the given C'.
+
+    ``forward(x, cores)`` with x (B, N, C) and cores (B, C', C), any C' >= 1,
+    returns ``(y, new_cores)``: (B, N, C) and (B, C', C).
+    """
+
+    def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.,
+                 proj_drop=0., chunk_size=None,
+                 chunk_threshold=DEFAULT_CHUNK_THRESHOLD,
+                 fold_projections=None):
+        super().__init__()
+        _positive_int('dim', dim)
+        _positive_int('num_heads', num_heads)
+        if dim % num_heads:
+            raise ValueError(f'num_heads must divide dim={dim}, got {num_heads}')
+        _positive_int('chunk_size', chunk_size, allow_none=True)
+        _positive_int('chunk_threshold', chunk_threshold)
+        if not 0 <= attn_drop < 1:
+            raise ValueError(f'attn_drop must be in [0, 1), got {attn_drop!r}')
+        if fold_projections not in (None, True, False):
+            raise ValueError(f'fold_projections must be None, True or False, '
+                             f'got {fold_projections!r}')
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.attn_drop = attn_drop
+        self.chunk_size = chunk_size
+        self.chunk_threshold = chunk_threshold
+        self.fold_projections = fold_projections
+        # gather: cores query the patches
+        self.q_core = nn.Linear(dim, dim, bias=qkv_bias)
+        self.k_patch = nn.Linear(dim, dim, bias=False)
+        self.v_patch = nn.Linear(dim, dim, bias=qkv_bias)
+        self.core_proj = nn.Linear(dim, dim)
+        # broadcast: patches query the updated cores
+        self.q_patch = nn.Linear(dim, dim, bias=qkv_bias)
+        self.k_core = nn.Linear(dim, dim, bias=False)
+        self.v_core = nn.Linear(dim, dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def extra_repr(self):
+        return (f'dim={self.dim}, num_heads={self.num_heads}, '
+                f'chunk_size={self.chunk_size}, '
+                f'chunk_threshold={self.chunk_threshold}')
+
+    # ------------------------------------------------------------ helpers
+    def _chunk_len(self, n):
+        if self.chunk_size is not None:
+            return min(self.chunk_size, n)
+        if n <= self.chunk_threshold:
+            return n
+        return min(DEFAULT_CHUNK_SIZE, self.chunk_threshold)
+
+    def _fold(self, num_cores):
+        if self.fold_projections is not None:
+            return self.fold_projections
+        return self.num_heads * num_cores < self.dim + num_cores
+
+    def _drop(self, p):
+        if self.training and self.attn_drop > 0:
+            return F.dropout(p, self.attn_drop)
+        return p
+
+    def _heads(self, t):
+        """(B, L, C) -> (B, heads, L, head_dim)."""
+        b, n, _ = t.shape
+        return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _run(self, fn, *args):
+        """fn(*args) on one chunk; checkpointed under autograd, so that the
+        chunk's scores are recomputed in backward instead of stored."""
+        if torch.is_grad_enabled() and any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
+    # ------------------------------------------------------------ gather
+    def _patch_kv(self, xc, fold):
+        """Keys and values of the patches xc (B, n, C) for the gather."""
+        if fold:  # the raw patches serve every head: (B, n, C)
+            return xc, xc
+        # this chunk's projections only: (B, heads, n, head_dim)
+        return self._heads(self.k_patch(xc)), self._heads(self.v_patch(xc))
+
+    def _gather_step(self, q, xc, fold, track_mass, m, den, acc, mass):
+        """One chunk of the online softmax of ``q`` over the patches ``xc``.
+
+        q: (B, heads*C', C) folded or (B, heads, C', head_dim); xc (B, n, C).
+        State (None before the first chunk): running max m, denominator den,
+        weighted sum acc and, for the folded value bias under attention
+        dropout, the running sum of the dropped weights (mass).
+        """
+        k, v = self._patch_kv(xc, fold)
+        s = q @ k.transpose(-1, -2)  # (..., rows, n) scaled scores
+        m_new = s.detach().amax(-1, keepdim=True)  # (..., rows, 1)
+        if m is not None:
+            m_new = torch.maximum(m, m_new)
+        e = torch.exp(s - m_new)  # (..., rows, n)
+        de = self._drop(e)
+        new = [e.sum(-1, keepdim=True), de @ v,  # den, acc (..., rows, dv)
+               de.sum(-1, keepdim=True) if track_mass else None]
+        if m is not None:  # rescale the old state to the new max and add
+            corr = torch.exp(m - m_new)
+            new = [None if t is None else old * corr + t
+                   for old, t in zip((den, acc, mass), new)]
+        return (m_new, *new)
+
+    def _gather(self, cores, x, chunk, fold):
+        """g = MHA(c W_qc, x W_kp, x W_vp), heads concatenated: (B, C', C)."""
+        b, nc, c = cores.shape
+        h, dh = self.num_heads, self.head_dim
+        q = self._heads(self.q_core(cores)) * self.scale  # (B, h, C', dh)
+        if fold:  # (q W_k,h) . x : (B, h, C', dh) @ (h, dh, C) -> (B, h*C', C)
+            q = (q @ self.k_patch.weight.view(h, dh, c)).view(b, h * nc, c)
+        track = fold and self.training and self.attn_drop > 0
+        if chunk >= x.shape[1] and not track:  # all patches at once: fused SDPA
+            k, v = self._patch_kv(x, fold)
+            q, k, v = (q, k, v) if not fold else (
+                q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
+            out = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.attn_drop if self.training else 0.,
+                scale=1.0)  # (B, h, C', dh) or (B, 1, h*C', C)
+            out, mass = out.squeeze(1) if fold else out, None
+        else:  # stream over chunks of patches with an online softmax
+            state = (None, ) * 4  # m, den, acc, mass
+            for xc in x.split(chunk, dim=1):
+                state = self._run(self._gather_step, q, xc, fold, track, *state)
+            _, den, acc, mass = state
+            out = acc / den  # sum_n p_n v_n: (B, h, C', dh) or (B, h*C', C)
+        if fold:  # W_vp,h (sum_n p_n x_n) + b_h sum_n p_n: (B, h, C', dh)
+            out = out.view(b, h, nc, c) @ self.v_patch.weight.view(
+                h, dh, c).transpose(-1, -2)
+            if self.v_patch.bias is not None:
+                bias = self.v_patch.bias.view(h, 1, dh)
+                out = out + (bias if mass is None else
+                             bias * (mass / den).view(b, h, nc, 1))
+        return out.transpose(1, 2).reshape(b, nc, c)  # (B, C', C)
+
+    # ------------------------------------------------------------ broadcast
+    def _broadcast_folded(self, xc, k_t, beta, v_t):
+        """proj(MHA) of chunk xc (B, n, C) against folded cores: (B, n, C)."""
+        b, n, _ = xc.shape
+        s = torch.baddbmm(beta, xc, k_t.transpose(1, 2))  # (B, n, h*C')
+        p = torch.softmax(s.view(b, n, self.num_heads, -1), dim=-1)
+        p = self._drop(p).view(b, n, -1)  # (B, n, h*C')
+        return torch.baddbmm(self.proj.bias.expand(b, 1, -1), p, v_t) \
+            if self.proj.bias is not None else p @ v_t  # sum over heads
+
+    def _broadcast_plain(self, xc, k, v):
+        """proj(MHA(x W_qp, k, v)) of chunk xc (B, n, C): (B, n, C)."""
+        b, n, c = xc.shape
+        q = self._heads(self.q_patch(xc))  # (B, h, n, dh)
+        o = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+        return self.proj(o.transpose(1, 2).reshape(b, n, c))
+
+    def _broadcast(self, x, cores, chunk, fold):
+        """y = proj(MHA(x W_qp, c' W_kc, c' W_vc)): (B, N, C)."""
+        b, nc, c = cores.shape
+        h, dh = self.num_heads, self.head_dim
+        k = self._heads(self.k_core(cores))  # (B, h, C', dh)
+        v = self._heads(self.v_core(cores))  # (B, h, C', dh)
+        if fold:
+            wq = self.q_patch.weight.view(h, dh, c)
+            k_t = (k @ wq).view(b, h * nc, c) * self.scale  # W_qp,h^T k_h
+            beta = (k @ self.q_patch.bias.view(h, dh, 1)).view(b, 1, h * nc) \
+                * self.scale if self.q_patch.bias is not None else \
+                k.new_zeros(b, 1, h * nc)  # b_qp,h . k_h
+            v_t = (v @ self.proj.weight.view(c, h, dh).permute(1, 2, 0)
+                   ).reshape(b, h * nc, c)  # v_h W_o,h^T
+            fn, args = self._broadcast_folded, (k_t, beta, v_t)
+        else:
+            fn, args = self._broadcast_plain, (k, v)
+        if chunk >= x.shape[1]:
+            return fn(x, *args)
+        y = x.new_empty(x.shape[:2] + (c, ))
+        start = 0
+        for xc in x.split(chunk, dim=1):
+            y[:, start:start + xc.shape[1]] = self._run(fn, xc, *args)
+            start += xc.shape[1]
+        return y
+
+    def forward(self, x, cores):
+        """x (B, N, C) patches, cores (B, C', C) active cores (C' >= 1).
+
+        Returns (y (B, N, C), new_cores (B, C', C)).
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            raise ValueError(f'x must be a 3-D tensor (B, N, C), got '
+                             f'{getattr(x, "shape", type(x))}')
+        if not isinstance(cores, torch.Tensor) or cores.dim() != 3:
+            raise ValueError(f'cores must be a 3-D tensor (B, C\', C), got '
+                             f'{getattr(cores, "shape", type(cores))}')
+        if x.shape[-1] != self.dim or cores.shape[-1] != self.dim:
+            raise ValueError(f'x and cores must have dim={self.dim} channels, '
+                             f'got {x.shape[-1]} and {cores.shape[-1]}')
+        if cores.shape[0] != x.shape[0]:
+            raise ValueError(f'cores batch {cores.shape[0]} must equal x batch '
+                             f'{x.shape[0]} (use select_cores to expand a bank)')
+        if cores.shape[1] < 1 or x.shape[1] < 1:
+            raise ValueError(f'x needs N >= 1 patches and cores C\' >= 1, got '
+                             f'N={x.shape[1]}, C\'={cores.shape[1]}')
+        chunk = self._chunk_len(x.shape[1])
+        fold = self._fold(cores.shape[1])
+        g = self._gather(cores, x, chunk, fold)  # (B, C', C)
+        new_cores = cores + self.core_proj(g)  # (B, C', C)
+        y = self._broadcast(x, new_cores, chunk, fold)  # (B, N, C)
+        return self.proj_drop(y), new_cores

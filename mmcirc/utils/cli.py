@@ -1,0 +1,91 @@
+"""Config loading and CLI conventions shared by ``tools/train.py`` and ``tools/test.py``.
+
+The tools follow mmdet's command line for every library; which library runs a config
+is read from its ``default_scope`` (``mmdet``, ``mmseg`` or ``mmpretrain``).
+"""
+import functools
+import os
+import os.path as osp
+import pickle
+import sys
+
+LIBRARIES = ('mmdet', 'mmseg', 'mmpretrain')
+
+
+class CLIError(Exception):
+    """An error the tools report as one line (what and where), without a traceback."""
+
+
+def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
+    """Load ``path`` with mmengine, merge overrides and settle ``work_dir``.
+
+    Raises :class:`CLIError` for a missing file or a ``default_scope`` that is not one
+    of :data:`LIBRARIES`.
+    """
+    from mmengine.config import Config
+
+    if not osp.isfile(path):
+        raise CLIError(f'config file not found: {path}')
+    import mmcirc  # noqa: F401  (registers models, hooks and the safe checkpoint loader)
+    cfg = Config.fromfile(path)
+    cfg.launcher = launcher
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in LIBRARIES:
+        raise CLIError(f'{path}: default_scope={scope!r}; expected one of {LIBRARIES} '
+                       "(inherit an mmdet::, mmseg:: or mmpretrain:: base config)")
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    return cfg
+
+
+def apply_common_args(parser):
+    """Arguments every tool takes: ``--work-dir``, ``--cfg-options``, ``--launcher``."""
+    from mmengine.config import DictAction
+
+    parser.add_argument('--work-dir', help='directory for logs, checkpoints and results')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override config settings, key=value (e.g. train_cfg.max_iters=10)')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    return parser
+
+
+def set_local_rank(args):
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+
+
+def build_runner(cfg):
+    """Build the Runner the way mmdet/mmseg/mmpretrain tools do."""
+    import torch
+    import torch.distributed as dist
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+    if (cfg.get('launcher', 'none') == 'pytorch' and not torch.cuda.is_available()
+            and not dist.is_initialized()):
+        # mmengine's init_dist always calls torch.cuda.set_device; on a machine without
+        # GPUs join the torchrun group over gloo here, and the Runner reuses it.
+        dist.init_process_group(backend='gloo')
+    if 'runner_type' in cfg:
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)
+
+
+def main_guard(func):
+    """Run ``func``; print expected failures as one line and exit 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (CLIError, FileNotFoundError, pickle.UnpicklingError) as err:
+            print(f'error: {err}', file=sys.stderr)
+            sys.exit(1)
+
+    return wrapper

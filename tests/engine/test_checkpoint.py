@@ -1,0 +1,75 @@
+"""Safe checkpoint loading: mmengine's own types load, anything else is refused."""
+import collections
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from mmengine.logging import HistoryBuffer
+from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint
+
+from mmcirc.engine import UnsafeCheckpointError, load_checkpoint_safely, trust_checkpoint
+
+
+class Payload:
+    """Stands for an arbitrary pickled object a downloaded checkpoint could carry."""
+
+    def __init__(self):
+        self.value = 3
+
+
+def _runner_like_checkpoint():
+    buf = HistoryBuffer()
+    buf.update(0.5)
+    buf.update(0.25)
+    return {
+        'meta': {'epoch': 1, 'iter': 2, 'seed': np.int64(7), 'dtype': np.dtype('float32'),
+                 'hist': np.arange(4, dtype=np.int64)},
+        'state_dict': collections.OrderedDict(w=torch.ones(2)),
+        'message_hub': {'log_scalars': {'train/loss': buf},
+                        'runtime_info': {'lr': np.float64(0.1)}},
+    }
+
+
+def test_mmengine_types_load(tmp_path):
+    path = tmp_path / 'ok.pth'
+    torch.save(_runner_like_checkpoint(), path)
+    ckpt = load_checkpoint_safely(str(path))
+    assert ckpt['meta']['seed'] == 7 and ckpt['meta']['dtype'] == np.dtype('float32')
+    assert ckpt['message_hub']['log_scalars']['train/loss'].mean() == pytest.approx(0.375)
+    assert torch.equal(ckpt['state_dict']['w'], torch.ones(2))
+
+
+def test_mmengine_uses_the_safe_loader(tmp_path):
+    import mmcirc  # noqa: F401  installs the loader
+    assert CheckpointLoader._get_checkpoint_loader('/any/local.pth') is load_checkpoint_safely
+    path = tmp_path / 'ok.pth'
+    torch.save(_runner_like_checkpoint(), path)
+    assert _load_checkpoint(str(path))['meta']['iter'] == 2
+
+
+def test_foreign_object_is_refused(tmp_path):
+    path = tmp_path / 'evil.pth'
+    torch.save({'state_dict': {}, 'payload': Payload()}, path)
+    with pytest.raises(UnsafeCheckpointError, match='Payload'):
+        load_checkpoint_safely(str(path))
+
+
+def test_trusted_file_loads_with_warning(tmp_path):
+    path = tmp_path / 'trusted.pth'
+    torch.save({'payload': Payload()}, path)
+    trust_checkpoint(str(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        ckpt = load_checkpoint_safely(str(path))
+    assert ckpt['payload'].value == 3
+    assert any('trusted' in str(w.message) for w in caught)
+
+
+def test_trust_is_per_file(tmp_path):
+    trusted, other = tmp_path / 'a.pth', tmp_path / 'b.pth'
+    torch.save({'payload': Payload()}, trusted)
+    torch.save({'payload': Payload()}, other)
+    trust_checkpoint(str(trusted))
+    with pytest.raises(UnsafeCheckpointError):
+        load_checkpoint_safely(str(other))

@@ -1,0 +1,356 @@
+"""Benchmark global softmax attention vs circulant and core attention.
+
+Every measurement (method x map size x forward / forward+backward) runs in a
+fresh subprocess: first one pass whose peak memory is recorded (CPU: peak RSS
+above the RSS after setup, via /proc/self/clear_refs + VmHWM, falling back to
+ru_maxrss; CUDA: torch.cuda.max_memory_allocated above the allocation after
+setup), then warm-up and the median of ``--repeat`` timed passes.
+
+Methods (C = 64 channels, batch 1, float32):
+  sdpa         qkv Linear + torch SDPA (1 head of 64, PVT stage-1 style) + proj
+  circ-circ    CirculantAttention, boundary='circular' (d = 1: 64 heads)
+  circ-zero    CirculantAttention, boundary='zero'
+  circ-linears the gate + qkv + proj Linears of CirculantAttention alone
+  core-K       CoreAttention (1 head of 64) with C' = K active cores
+
+Usage:
+  python tools/analysis/benchmark_attention.py [--sizes 32 64 128 256 512]
+      [--repeat 5] [--device cpu|cuda] [--out-dir work_dirs/benchmark_attention]
+      [--no-backward]
+"""
+import argparse
+import importlib.util
+import json
+import os
+import os.path as osp
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+DIM = 64
+SDPA_HEADS = 1
+CORE_HEADS = 1
+CORE_COUNTS = (8, 16, 64)
+METHODS = ('sdpa', 'circ-circ', 'circ-zero', 'circ-linears') + tuple(
+    f'core-{k}' for k in CORE_COUNTS)
+SDPA_N2_CAP = 4 << 30  # skip SDPA once one fp32 N x N score map exceeds 4 GiB
+MAX_SECONDS_PER_MEASUREMENT = 60.0
+
+
+# ------------------------------------------------------------------ worker
+def _load_ops():
+    """mmcirc.ops loaded on its own (torch only; skips mmcirc/__init__)."""
+    path = osp.join(ROOT, 'mmcirc', 'ops', '__init__.py')
+    spec = importlib.util.spec_from_file_location(
+        'mmcirc_ops_bench', path,
+        submodule_search_locations=[osp.dirname(path)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _build(method, size, device):
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+    ops = _load_ops()
+    n = size * size
+    torch.manual_seed(0)
+    x = torch.randn(1, n, DIM, device=device)
+
+    if method == 'sdpa':
+        qkv, proj = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
+        model = nn.ModuleList([qkv, proj])
+
+        def run(x):
+            q, k, v = qkv(x).view(1, n, 3, SDPA_HEADS, -1).permute(2, 0, 3, 1, 4)
+            o = F.scaled_dot_product_attention(q, k, v)
+            return proj(o.transpose(1, 2).reshape(1, n, DIM))
+    elif method.startswith('circ-') and method != 'circ-linears':
+        model = ops.CirculantAttention(
+            DIM, boundary='circular' if method == 'circ-circ' else 'zero')
+
+        def run(x):
+            return model(x, (size, size))
+    elif method == 'circ-linears':
+        model = ops.CirculantAttention(DIM)
+
+        def run(x):
+            return model.proj(model.gate(x)), model.qkv(x)
+    elif method.startswith('core-'):
+        model = ops.CoreAttention(DIM, CORE_HEADS)
+        bank = nn.Parameter(torch.randn(max(CORE_COUNTS), DIM) * 0.02)
+        model.register_parameter('bank', bank)
+        num_cores = int(method.split('-')[1])
+
+        def run(x):
+            return model(x, ops.select_cores(model.bank, num_cores, 1))
+    else:
+        raise ValueError(method)
+    return model.to(device), run, x
+
+
+def _rss_reset():
+    """Reset the peak-RSS mark; return the current RSS in bytes."""
+    try:
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')
+        reset = True
+    except OSError:
+        reset = False
+    with open('/proc/self/status') as f:
+        rss = next(int(line.split()[1]) for line in f
+                   if line.startswith('VmRSS'))
+    return rss * 1024, reset
+
+
+def _rss_peak(reset):
+    if reset:
+        with open('/proc/self/status') as f:
+            return next(int(line.split()[1]) for line in f
+                        if line.startswith('VmHWM')) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def worker(spec):
+    import torch
+    device = torch.device(spec['device'])
+    backward = spec['mode'] == 'fwd+bwd'
+    model, run, x = _build(spec['method'], spec['size'], device)
+    if backward:
+        x.requires_grad_()
+    else:
+        model.eval()
+
+    def step():
+        if backward:
+            out = run(x)
+            out = out if isinstance(out, tuple) else (out, )
+            sum(o.sum() for o in out).backward()
+            model.zero_grad(set_to_none=True)
+            x.grad = None
+        else:
+            with torch.no_grad():
+                run(x)
+        if device.type == 'cuda':
+            torch.cuda.synchronize()
+
+    # peak memory of the very first pass (nothing cached yet besides setup)
+    if device.type == 'cuda':
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        import gc
+        gc.collect()
+        base, reset = _rss_reset()
+        step()
+        peak = max(_rss_peak(reset) - base, 0)
+    # timing: warm-up, then the median of `repeat` passes (time-capped)
+    t0 = time.perf_counter()
+    step()
+    warm = time.perf_counter() - t0
+    times = []
+    budget = MAX_SECONDS_PER_MEASUREMENT
+    for _ in range(spec['repeat'] if warm < budget / 4 else 1):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+        budget -= times[-1]
+        if budget < 0 and len(times) >= 2:
+            break
+    return {'time_ms': 1e3 * statistics.median(times), 'runs': len(times),
+            'peak_mb': peak / 2**20}
+
+
+# ------------------------------------------------------------------ driver
+def measure(method, size, mode, args):
+    spec = dict(method=method, size=size, mode=mode, device=args.device,
+                repeat=args.repeat)
+    proc = subprocess.run(
+        [sys.executable, osp.abspath(__file__), '--worker', json.dumps(spec)],
+        capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+        return {'error': tail[0] if tail else f'exit {proc.returncode}'}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _fmt(r, key, fmt='{:.1f}'):
+    if r is None:
+        return '-'
+    if 'skipped' in r:
+        return r['skipped']
+    if 'error' in r:
+        return 'error'
+    return fmt.format(r[key])
+
+
+def _get(results, method, size, mode, key='time_ms'):
+    r = results.get(f'{method}|{size}|{mode}')
+    return None if r is None or key not in r else r[key]
+
+
+def targets(results):
+    """The acceptance targets, as (description, value, ok) rows."""
+    rows = []
+
+    def ratio(a, b):
+        return None if a is None or b is None else a / b
+
+    f = 'fwd'
+    checks = [
+        ('128^2: SDPA / circulant (circular) forward time >= 25',
+         ratio(_get(results, 'sdpa', 128, f), _get(results, 'circ-circ', 128, f)),
+         lambda v: v >= 25),
+        ('128^2: SDPA / circulant (zero) forward time (info)',
+         ratio(_get(results, 'sdpa', 128, f), _get(results, 'circ-zero', 128, f)),
+         None),
+        ('128^2: circulant (circular) / its linears forward time <= 3',
+         ratio(_get(results, 'circ-circ', 128, f),
+               _get(results, 'circ-linears', 128, f)), lambda v: v <= 3),
+        ('128^2: circulant (zero) / its linears forward time (info)',
+         ratio(_get(results, 'circ-zero', 128, f),
+               _get(results, 'circ-linears', 128, f)), None),
+        ("128^2: SDPA / core (C'=64) forward time >= 20",
+         ratio(_get(results, 'sdpa', 128, f), _get(results, 'core-64', 128, f)),
+         lambda v: v >= 20),
+        ("256^2: core C'=64 / C'=8 forward time >= 3",
+         ratio(_get(results, 'core-64', 256, f), _get(results, 'core-8', 256, f)),
+         lambda v: v >= 3),
+    ]
+    for m in ('circ-circ', 'circ-zero', 'core-8', 'core-64'):
+        for mode in ('fwd', 'fwd+bwd'):
+            checks.append((
+                f'{m} {mode}: peak memory 256^2 / 128^2 <= 4.5',
+                ratio(_get(results, m, 256, mode, 'peak_mb'),
+                      _get(results, m, 128, mode, 'peak_mb')),
+                lambda v: v <= 4.5))
+    for desc, value, ok in checks:
+        if value is None:
+            rows.append((desc, 'n/a', 'not measured'))
+        else:
+            rows.append((desc, f'{value:.2f}',
+                         'info' if ok is None else ('PASS' if ok(value)
+                                                    else 'FAIL')))
+    return rows
+
+
+def markdown(results, args, modes):
+    lines = [f'Device: {args.device}, C={DIM}, batch 1, float32, '
+             f'torch threads={args.threads}. SDPA: {SDPA_HEADS} head of '
+             f'{DIM // SDPA_HEADS} (+ qkv/proj Linears); circulant: d=1 '
+             f'(64 heads); core: {CORE_HEADS} head. Times in ms (median), '
+             'peak memory in MiB above the setup baseline.', '']
+    head = ['method', 'map', 'N']
+    for mode in modes:
+        head += [f'{mode} ms', f'{mode} MiB']
+    head.append('fwd speed-up vs SDPA')
+    lines.append('| ' + ' | '.join(head) + ' |')
+    lines.append('|' + '---|' * len(head))
+    for size in args.sizes:
+        for m in METHODS:
+            row = [m, f'{size}x{size}', str(size * size)]
+            for mode in modes:
+                r = results.get(f'{m}|{size}|{mode}')
+                row += [_fmt(r, 'time_ms'), _fmt(r, 'peak_mb')]
+            s, t = _get(results, 'sdpa', size, 'fwd'), _get(results, m, size,
+                                                            'fwd')
+            row.append(f'{s / t:.1f}x' if s and t and m != 'sdpa' else '-')
+            lines.append('| ' + ' | '.join(row) + ' |')
+    lines += ['', '| target | value | result |', '|---|---|---|']
+    lines += [f'| {d} | {v} | {ok} |' for d, v, ok in targets(results)]
+    return '\n'.join(lines) + '\n'
+
+
+def plot(results, args, modes, path):
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print('matplotlib not installed: no PNG written')
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for m in METHODS:
+        for mode, style in zip(modes, ('-o', '--x')):
+            for ax, key in zip(axes, ('time_ms', 'peak_mb')):
+                pts = [(s * s, _get(results, m, s, mode, key))
+                       for s in args.sizes]
+                pts = [(n, v) for n, v in pts if v]
+                if pts:
+                    ax.plot(*zip(*pts), style, label=f'{m} {mode}')
+    for ax, label in zip(axes, ('time [ms]', 'peak memory [MiB]')):
+        ax.set_xscale('log')
+        ax.set_yscale('log')
+        ax.set_xlabel('N = H*W tokens')
+        ax.set_ylabel(label)
+        ax.grid(True, which='both', alpha=0.3)
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle(f'Attention cost, C={DIM}, batch 1, fp32, {args.device}')
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--sizes', type=int, nargs='+',
+                   default=[32, 64, 128, 256, 512], help='map sides H = W')
+    p.add_argument('--repeat', type=int, default=5, help='timed runs')
+    p.add_argument('--device', default='cpu', help="'cpu' or 'cuda'")
+    p.add_argument('--out-dir', default=osp.join(ROOT, 'work_dirs',
+                                                 'benchmark_attention'))
+    p.add_argument('--no-backward', action='store_true',
+                   help='forward only')
+    p.add_argument('--methods', nargs='+', default=list(METHODS),
+                   choices=METHODS, help='subset of methods')
+    p.add_argument('--worker', help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    import torch
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        sys.exit('--device cuda: CUDA is not available')
+    args.threads = torch.get_num_threads()
+    modes = ['fwd'] if args.no_backward else ['fwd', 'fwd+bwd']
+    os.makedirs(args.out_dir, exist_ok=True)
+    results = {}
+    for size in args.sizes:
+        n = size * size
+        for m in args.methods:
+            for mode in modes:
+                key = f'{m}|{size}|{mode}'
+                if m == 'sdpa' and n * n * 4 * SDPA_HEADS > SDPA_N2_CAP:
+                    results[key] = {'skipped': 'skipped (N^2 memory)'}
+                else:
+                    results[key] = measure(m, size, mode, args)
+                r = results[key]
+                print(f'{m:>13s} {size:4d}x{size:<4d} {mode:8s} '
+                      + (r.get('skipped') or r.get('error') or
+                         f"{r['time_ms']:10.1f} ms {r['peak_mb']:9.1f} MiB"),
+                      flush=True)
+    table = markdown(results, args, modes)
+    with open(osp.join(args.out_dir, 'results.json'), 'w') as f:
+        json.dump({'device': args.device, 'dim': DIM, 'threads': args.threads,
+                   'sizes': args.sizes, 'results': results,
+                   'targets': targets(results)}, f, indent=1)
+    with open(osp.join(args.out_dir, 'table.md'), 'w') as f:
+        f.write(table)
+    plot(results, args, modes, osp.join(args.out_dir, 'benchmark.png'))
+    print()
+    print(table)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,255 @@
+"""Parameters and FLOPs of a config's model, per backbone stage, with the share of
+attention, counted with mmengine's FlopAnalyzer plus mmcirc's FFT / softmax / SDPA
+handles (mmcirc/analysis/flops.py states the convention: multiply-adds).
+
+    python tools/analysis/get_flops.py CONFIG [--shape H [W]] [--cfg-options k=v ...]
+        [--mode auto|full|backbone] [--num-cores N] [--device cpu|cuda|meta]
+        [--out-json FILE]
+
+The library is picked from the config's ``default_scope`` (mmdet, mmseg,
+mmpretrain). Pretrained weights / ``init_cfg`` are switched off and weights are
+not initialised (FLOPs do not depend on them). What is counted, as in mmdet's
+``tools/analysis_tools/get_flops.py``: the ``mode='tensor'`` forward (detectors:
+backbone + neck + heads without post-processing; segmentors: backbone + neck +
+decode head, no auxiliary head; classifiers: backbone + neck + head), on one
+(1, 3, H, W) input padded to the preprocessor's size divisor. ``--mode backbone``
+counts ``extract_feat`` (backbone + neck); ``auto`` falls back to it when the full
+forward cannot be traced. ``--device meta`` traces shapes only (no compute; for
+very large inputs; backbone mode only for detectors).
+"""
+import argparse
+import json
+import os.path as osp
+import sys
+from functools import partial
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+DEFAULT_SHAPES = {'mmdet': (800, 1333), 'mmseg': (512, 512), 'mmpretrain': (224, 224)}
+
+
+def parse_args(argv=None):
+    from mmengine.config import DictAction
+    parser = argparse.ArgumentParser(description='Params and FLOPs (MACs) of a model')
+    parser.add_argument('config', help='config file (mmdet, mmseg or mmpretrain)')
+    parser.add_argument('--shape', type=int, nargs='+', default=None,
+                        help='input H [W] (default: 800 1333 det, 512 512 seg, 224 224 cls)')
+    parser.add_argument('--mode', choices=['auto', 'full', 'backbone'], default='auto',
+                        help="'full': tensor-mode forward; 'backbone': extract_feat "
+                        "(backbone + neck); 'auto': full, else backbone")
+    parser.add_argument('--num-cores', default=None,
+                        help="active cores C' of core stages (int or mobile/edge/server)")
+    parser.add_argument('--device', default='cpu', help="cpu, cuda or meta (shapes only)")
+    parser.add_argument('--out-json', default=None, help='also write the results here')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    args = parser.parse_args(argv)
+    if args.shape is not None and len(args.shape) not in (1, 2):
+        parser.error('--shape takes H or H W')
+    return args
+
+
+# ----------------------------------------------------------------------------- building
+def strip_pretrained(node):
+    """Switch off every ``init_cfg`` and ``pretrained`` in a (nested) model config."""
+    if isinstance(node, dict):
+        for key in list(node.keys()):
+            if key in ('init_cfg', 'pretrained'):
+                node[key] = None
+            else:
+                strip_pretrained(node[key])
+    elif isinstance(node, (list, tuple)):
+        for item in node:
+            strip_pretrained(item)
+    return node
+
+
+def build_model(cfg):
+    """Build ``cfg.model`` in its library's scope, pretrained loading off, eval mode."""
+    import importlib
+
+    from mmengine.registry import init_default_scope
+    scope = cfg.get('default_scope')
+    importlib.import_module(f'{scope}.utils').register_all_modules(init_default_scope=False)
+    init_default_scope(scope)
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    import mmcirc  # noqa: F401  (our backbones)
+    model = registry.build(strip_pretrained(cfg.model))
+    return model.eval()
+
+
+def padded_shape(cfg, shape):
+    """(H, W) rounded up to the data preprocessor's pad / size divisor."""
+    h, w = shape
+    pre = cfg.model.get('data_preprocessor') or cfg.get('data_preprocessor') or {}
+    div = pre.get('pad_size_divisor') or pre.get('size_divisor') or 1
+    return -(-h // div) * div, -(-w // div) * div
+
+
+def forward_fn(model, scope, mode, shape):
+    """The function to count: full tensor-mode forward or backbone + neck."""
+    if mode == 'backbone':
+        return model.extract_feat if hasattr(model, 'extract_feat') else model.forward
+    if scope == 'mmdet':
+        from mmdet.structures import DetDataSample
+        h, w = shape
+        sample = DetDataSample(metainfo=dict(img_id=0, img_shape=(h, w), ori_shape=(h, w),
+                                             pad_shape=(h, w), batch_input_shape=(h, w),
+                                             scale_factor=(1., 1.)))
+        return partial(model.forward, data_samples=[sample], mode='tensor')
+    if scope in ('mmseg', 'mmpretrain'):
+        return partial(model.forward, mode='tensor')
+    return model.forward
+
+
+def count(model, fn, inputs):
+    """FlopCounter of ``fn(inputs)`` with module names of ``model``."""
+    from mmcirc.analysis import flop_counter
+    had = 'forward' in model.__dict__
+    saved = model.__dict__.get('forward')
+    model.forward = fn
+    try:
+        return flop_counter(model, inputs)
+    finally:
+        if had:
+            model.forward = saved
+        else:
+            del model.forward
+
+
+# ----------------------------------------------------------------------------- reporting
+def stage_list(backbone):
+    """(attribute, ModuleList) of the backbone's stages: ``layers`` (PVT) or
+    ``stages`` (Swin), else None."""
+    import torch.nn as nn
+    for attr in ('layers', 'stages'):
+        stages = getattr(backbone, attr, None)
+        if isinstance(stages, nn.ModuleList) and len(stages) > 1:
+            return attr, stages
+    return None, None
+
+
+def attention_kind(stage):
+    from mmcirc.analysis import attention_modules
+    kind = getattr(stage, 'attention', None)
+    if isinstance(kind, str):
+        return kind
+    names = attention_modules(stage)
+    if not names:
+        return '-'
+    return type(stage.get_submodule(names[0])).__name__
+
+
+def report(model, fc):
+    """Rows (dicts) per backbone stage and top-level part, and the summary."""
+    from mmcirc.analysis import attention_modules, count_params
+    by_module = fc.by_module()
+    total = fc.total()
+    rows = []
+    has_backbone = hasattr(model, 'backbone')
+    backbone = model.backbone if has_backbone else model
+    prefix = 'backbone.' if has_backbone else ''
+    attr, stages = stage_list(backbone)
+    staged = 0
+    if stages is not None:
+        for i, stage in enumerate(stages):
+            name = f'{prefix}{attr}.{i}'
+            flops = by_module.get(name, 0)
+            attn = sum(by_module.get(f'{name}.{a}', 0) for a in attention_modules(stage))
+            rows.append(dict(part=f'stage {i + 1}', module=name, attention=attention_kind(stage),
+                             flops=flops, attn_flops=attn, params=count_params(stage)))
+            staged += flops
+        bb_total = by_module.get(prefix.rstrip('.'), total)
+        bb_params = count_params(backbone) - sum(r['params'] for r in rows)
+        rows.append(dict(part='backbone other', module=prefix + '*', attention='-',
+                         flops=bb_total - staged, attn_flops=0, params=bb_params))
+    elif has_backbone:
+        rows.append(dict(part='backbone', module='backbone', attention='-',
+                         flops=by_module.get('backbone', 0),
+                         attn_flops=sum(by_module.get(f'backbone.{a}', 0)
+                                        for a in attention_modules(backbone)),
+                         params=count_params(backbone)))
+    if has_backbone:
+        for name, child in model.named_children():
+            if name in ('backbone', 'data_preprocessor'):
+                continue
+            rows.append(dict(part=name, module=name, attention='-', flops=by_module.get(name, 0),
+                             attn_flops=sum(by_module.get(f'{name}.{a}', 0)
+                                            for a in attention_modules(child)),
+                             params=count_params(child)))
+    attn_total = sum(by_module.get(a, 0) for a in attention_modules(model))
+    summary = dict(flops=total, params=count_params(model), attn_flops=attn_total,
+                   by_operator=dict(fc.by_operator()),
+                   unsupported_ops=dict(fc.unsupported_ops()))
+    return rows, summary
+
+
+def fmt_flops(x):
+    return f'{x / 1e9:.3f} G' if x >= 1e7 else f'{x / 1e6:.3f} M'
+
+
+def print_table(rows, summary, title):
+    print(f'\n{title}\n')
+    print('| part | attention | FLOPs | attn FLOPs | attn share | params |')
+    print('|---|---|---:|---:|---:|---:|')
+    for r in rows + [dict(part='**total**', attention='', flops=summary['flops'],
+                          attn_flops=summary['attn_flops'], params=summary['params'])]:
+        share = f"{100 * r['attn_flops'] / r['flops']:.1f} %" if r['flops'] else '-'
+        print(f"| {r['part']} | {r['attention']} | {fmt_flops(r['flops'])} | "
+              f"{fmt_flops(r['attn_flops'])} | {share} | {r['params'] / 1e6:.2f} M |")
+    ops = sorted(summary['by_operator'].items(), key=lambda kv: -kv[1])
+    print('\nby operator: ' + ', '.join(
+        f'{k} {fmt_flops(v)} ({100 * v / max(summary["flops"], 1):.1f} %)' for k, v in ops))
+    if summary['unsupported_ops']:
+        print('not counted (no handle): ' + ', '.join(
+            f'{k} x{v}' for k, v in sorted(summary['unsupported_ops'].items())))
+
+
+def main(argv=None):
+    import torch
+
+    from mmcirc.utils.cli import load_config
+    args = parse_args(argv)
+    cfg = load_config(args.config, args.cfg_options)
+    scope = cfg.default_scope
+    shape = tuple(args.shape) if args.shape else DEFAULT_SHAPES[scope]
+    shape = (shape[0], shape[-1])
+    shape = padded_shape(cfg, shape)
+    model = build_model(cfg)
+    if args.num_cores is not None:
+        backbone = getattr(model, 'backbone', model)
+        n = int(args.num_cores) if str(args.num_cores).isdigit() else args.num_cores
+        backbone.set_num_cores(n)
+    device = torch.device(args.device)
+    model = model.to(device)
+    inputs = torch.randn(1, 3, *shape, device=device)
+    modes = ['full', 'backbone'] if args.mode == 'auto' else [args.mode]
+    if device.type == 'meta' and scope == 'mmdet' and args.mode == 'auto':
+        modes = ['backbone']
+    fc, used, err = None, None, None
+    for mode in modes:
+        try:
+            fc = count(model, forward_fn(model, scope, mode, shape), inputs)
+            used = mode
+            break
+        except Exception as e:  # noqa: BLE001 (report and fall back)
+            err = e
+            print(f'note: counting the {mode} forward failed ({type(e).__name__}: '
+                  f'{str(e).splitlines()[0][:200] if str(e) else ""})', file=sys.stderr)
+    if fc is None:
+        raise SystemExit(f'error: could not trace the model: {err}')
+    rows, summary = report(model, fc)
+    what = 'tensor-mode forward' if used == 'full' else 'backbone + neck (extract_feat)'
+    print_table(rows, summary, f'{osp.basename(args.config)}: input 1x3x{shape[0]}x{shape[1]}, '
+                f'{what}; FLOPs = multiply-adds')
+    if args.out_json:
+        with open(args.out_json, 'w') as f:
+            json.dump(dict(config=args.config, shape=shape, mode=used, rows=rows, **summary),
+                      f, indent=1, default=float)
+    return rows, summary
+
+
+if __name__ == '__main__':
+    main()

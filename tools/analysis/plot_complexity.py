@@ -1,0 +1,191 @@
+"""Complexity vs resolution from MEASURED FLOPs (mmcirc's counter on the traced
+graph, not N^2 formulas): one attention block and whole backbones.
+
+    python tools/analysis/plot_complexity.py [--dims 64] [--block-sides 14 28 ... 512]
+        [--models pvt_s circ_pvt_s ...] [--sizes 224 512 1024 2048] [--out-dir DIR]
+
+Block: self-attention (qkv linear + SDPA + proj, one head: PVT stage 1), plain
+multi-head attention (``nn.MultiheadAttention``, unfused), circulant attention
+(``CirculantAttention``, d = 1) and core attention with C' = 8, 16, 64, on an
+H x H map of ``--dims`` channels. Backbones: the ZOO of
+``tools/analysis/benchmark_backbone.py`` at square input sizes. Everything is
+traced on meta tensors (shapes only), so 2048 px costs no compute.
+
+Writes ``DIR/complexity.json``, ``DIR/block.png``, ``DIR/backbones.png`` and prints
+markdown tables (GMACs; FLOPs = multiply-adds).
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HERE = osp.dirname(osp.abspath(__file__))
+REPO = osp.dirname(osp.dirname(HERE))
+for p in (REPO, HERE):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+
+class SDPASelfAttention(nn.Module):
+    """qkv projection, ``F.scaled_dot_product_attention``, output projection."""
+
+    def __init__(self, dim, num_heads=1):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(o.transpose(1, 2).reshape(b, n, c))
+
+
+class MHASelfAttention(nn.Module):
+    """``nn.MultiheadAttention`` self-attention."""
+
+    def __init__(self, dim, num_heads=1):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, num_heads, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+class CoreWithBank(nn.Module):
+    """CoreAttention fed with the first C' cores of a bank (what a core block does)."""
+
+    def __init__(self, dim, num_heads, num_cores):
+        super().__init__()
+        from mmcirc.ops import CoreAttention
+        self.attn = CoreAttention(dim, num_heads)
+        self.cores = nn.Parameter(torch.zeros(64, dim))
+        self.num_cores = num_cores
+
+    def forward(self, x):
+        from mmcirc.ops import select_cores
+        # int(): the tracer hands out sizes as 0-dim tensors
+        return self.attn(x, select_cores(self.cores, self.num_cores, int(x.shape[0])))[0]
+
+
+def block_variants(dim):
+    from mmcirc.ops import CirculantAttention
+    return {
+        'self-attention (SDPA)': lambda: SDPASelfAttention(dim),
+        'self-attention (nn.MultiheadAttention)': lambda: MHASelfAttention(dim),
+        'circulant': lambda: CirculantAttention(dim),
+        "core C'=8": lambda: CoreWithBank(dim, 1, 8),
+        "core C'=16": lambda: CoreWithBank(dim, 1, 16),
+        "core C'=64": lambda: CoreWithBank(dim, 1, 64),
+    }
+
+
+def block_flops(name, make, side, dim):
+    from mmcirc.analysis import count_flops
+    with torch.device('meta'):
+        m = make().eval()
+        x = torch.randn(1, side * side, dim)
+    kwargs = dict(hw_shape=(side, side)) if name == 'circulant' else {}
+    return count_flops(m, x, **kwargs)
+
+
+def parse_args(argv=None):
+    from benchmark_backbone import ZOO
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--dims', type=int, default=64, help='channels of the block')
+    parser.add_argument('--block-sides', type=int, nargs='+',
+                        default=[7, 14, 28, 56, 64, 112, 128, 256, 512],
+                        help='H = W of the token map of the block')
+    parser.add_argument('--models', nargs='+', choices=sorted(ZOO), metavar='MODEL',
+                        default=['pvt_s', 'ca_pvt_s', 'circ_pvt_s', 'core_pvt_s', 'core_pvt_s_c8',
+                                 'swin_t', 'ca_swin_t'])
+    parser.add_argument('--sizes', type=int, nargs='+',
+                        default=[224, 320, 512, 768, 1024, 1536, 2048])
+    parser.add_argument('--no-backbones', action='store_true')
+    parser.add_argument('--out-dir', default=osp.join('work_dirs', 'complexity'))
+    return parser.parse_args(argv)
+
+
+def _plot(series, xlabel, title, path, xs_label=None):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for i, (name, pts) in enumerate(series.items()):
+        pts = [(x, y) for x, y in pts if y]
+        if pts:  # alternate styles: equal curves (SDPA vs MHA) stay visible
+            ax.plot(*zip(*pts), ls='-' if i % 2 == 0 else '--', marker='os^vDx'[i % 6],
+                    label=name)
+    ax.set_xscale('log', base=2)
+    ax.set_yscale('log')
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel('GMACs (counted)')
+    ax.set_title(title)
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _md(series, xs, xname):
+    names = list(series)
+    lines = [f'| {xname} | ' + ' | '.join(names) + ' |', '|---:|' + '---:|' * len(names)]
+    for x in xs:
+        vals = [dict(series[n]).get(x) for n in names]
+        lines.append(f'| {x} | ' + ' | '.join('-' if v is None else f'{v:.3g}' for v in vals)
+                     + ' |')
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.makedirs(args.out_dir, exist_ok=True)
+    out = dict(unit='GMACs (multiply-adds), counted by mmcirc.analysis on the traced graph',
+               block=dict(dims=args.dims, series={}), backbones=dict(series={}, errors={}))
+
+    # -------------------------------------------------------------- one block
+    block = {}
+    for name, make in block_variants(args.dims).items():
+        block[name] = [(s * s, block_flops(name, make, s, args.dims) / 1e9)
+                       for s in args.block_sides]
+    out['block']['series'] = {k: [dict(tokens=n, side=int(round(n ** .5)), gmacs=g) for n, g in v]
+                              for k, v in block.items()}
+    _plot(block, 'tokens N = H x W', f'one attention layer, C = {args.dims}',
+          osp.join(args.out_dir, 'block.png'))
+    print(f'\nOne attention layer, C = {args.dims}, GMACs vs tokens N:\n')
+    print(_md(block, [s * s for s in args.block_sides], 'N'))
+
+    # -------------------------------------------------------------- backbones
+    if not args.no_backbones:
+        from benchmark_backbone import ZOO, backbone_flops
+        nets = {}
+        for m in args.models:
+            pts = []
+            for size in args.sizes:
+                try:
+                    pts.append((size, backbone_flops(m, size) / 1e9))
+                except Exception as e:  # noqa: BLE001
+                    out['backbones']['errors'][f'{m}@{size}'] = f'{type(e).__name__}: {e}'[:300]
+                    print(f'{m} at {size}: {type(e).__name__}: {e}'[:300], file=sys.stderr)
+            nets[ZOO[m][3]] = pts
+        out['backbones']['series'] = {k: [dict(size=s, gmacs=g) for s, g in v]
+                                      for k, v in nets.items()}
+        _plot(nets, 'input size (px, square)', 'backbones, batch 1',
+              osp.join(args.out_dir, 'backbones.png'))
+        print('\nBackbones, GMACs vs input size:\n')
+        print(_md(nets, args.sizes, 'size'))
+    path = osp.join(args.out_dir, 'complexity.json')
+    with open(path, 'w') as f:
+        json.dump(out, f, indent=1)
+    print('\nwrote', path, 'and the PNGs in', args.out_dir)
+
+
+if __name__ == '__main__':
+    main()

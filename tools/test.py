@@ -1,0 +1,81 @@
+"""Evaluate a checkpoint on an mmdet, mmseg or mmpretrain config's test set.
+
+    python tools/test.py CONFIG CHECKPOINT [--out results.pkl] [--show-dir DIR]
+"""
+import argparse
+import os.path as osp
+
+from mmcirc.utils.cli import (CLIError, apply_common_args, build_runner, load_config,
+                              main_guard, set_local_rank)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Test (and evaluate) a model')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--out', help='dump predictions to this file (.pkl for mmdet and '
+                        'mmpretrain; a directory of label PNGs for mmseg)')
+    parser.add_argument('--show-dir', help='save painted predictions under '
+                        'work_dir/<timestamp>/<show_dir> (mmdet) or this directory')
+    parser.add_argument('--trust-checkpoint', action='store_true',
+                        help='allow full unpickling of CHECKPOINT (only for files you trust)')
+    apply_common_args(parser)
+    args = parser.parse_args(argv)
+    set_local_rank(args)
+    return args
+
+
+def _mmdet_outputs(cfg, args):
+    from mmdet.engine.hooks.utils import trigger_visualization_hook
+    from mmdet.utils import add_dump_metric
+    if args.show_dir:
+        args.show, args.wait_time = False, 0
+        cfg = trigger_visualization_hook(cfg, args)
+    if args.out:
+        if not args.out.endswith(('.pkl', '.pickle')):
+            raise CLIError(f'--out {args.out}: mmdet results are dumped to a .pkl file')
+        add_dump_metric(args, cfg)
+    return cfg
+
+
+def _mmseg_outputs(cfg, args):
+    if args.show_dir:
+        cfg.default_hooks.visualization.draw = True
+        cfg.visualizer.save_dir = args.show_dir
+    if args.out:
+        cfg.test_evaluator.output_dir = args.out
+        cfg.test_evaluator.keep_results = True
+    return cfg
+
+
+def _mmpretrain_outputs(cfg, args):
+    if args.show_dir:
+        cfg.default_hooks.visualization.enable = True
+        cfg.default_hooks.visualization.out_dir = args.show_dir
+    if args.out:
+        dump = dict(type='DumpResults', out_file_path=args.out)
+        evaluator = cfg.test_evaluator
+        cfg.test_evaluator = (list(evaluator) if isinstance(evaluator, (list, tuple))
+                              else [evaluator]) + [dump]
+    return cfg
+
+
+OUTPUTS = dict(mmdet=_mmdet_outputs, mmseg=_mmseg_outputs, mmpretrain=_mmpretrain_outputs)
+
+
+@main_guard
+def main(argv=None):
+    args = parse_args(argv)
+    if not osp.isfile(args.checkpoint):
+        raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
+    if args.trust_checkpoint:
+        from mmcirc.engine.checkpoint import trust_checkpoint
+        trust_checkpoint(args.checkpoint)
+    cfg.load_from = args.checkpoint
+    cfg = OUTPUTS[cfg.default_scope](cfg, args)
+    return build_runner(cfg).test()
+
+
+if __name__ == '__main__':
+    main()

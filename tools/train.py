@@ -1,0 +1,59 @@
+"""Train an mmdet, mmseg or mmpretrain config (the library comes from default_scope).
+
+    python tools/train.py configs/ca_pvt_s_retinanet_coco.py [--amp] [--resume [CKPT]]
+"""
+import argparse
+import logging
+
+from mmengine.logging import print_log
+
+from mmcirc.utils.cli import (CLIError, apply_common_args, build_runner, load_config,
+                              main_guard, set_local_rank)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a model with mmcirc backbones')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the LR by the actual batch size (auto_scale_lr)')
+    parser.add_argument(
+        '--resume', nargs='?', type=str, const='auto',
+        help='resume from CKPT, or from the latest checkpoint in work_dir if no path')
+    apply_common_args(parser)
+    args = parser.parse_args(argv)
+    set_local_rank(args)
+    return args
+
+
+def enable_amp(cfg):
+    wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
+    if wrapper == 'AmpOptimWrapper':
+        print_log('AMP training is already enabled in the config.', logger='current',
+                  level=logging.WARNING)
+        return
+    if wrapper != 'OptimWrapper':
+        raise CLIError(f'--amp needs optim_wrapper.type=OptimWrapper, got {wrapper!r}')
+    cfg.optim_wrapper.type = 'AmpOptimWrapper'
+    cfg.optim_wrapper.loss_scale = 'dynamic'
+
+
+@main_guard
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
+    if args.amp:
+        enable_amp(cfg)
+    if args.auto_scale_lr:
+        if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
+            raise CLIError(f'{args.config}: --auto-scale-lr needs auto_scale_lr.base_batch_size')
+        cfg.auto_scale_lr.enable = True
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        cfg.resume, cfg.load_from = True, args.resume
+    build_runner(cfg).train()
+
+
+if __name__ == '__main__':
+    main()
