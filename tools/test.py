@@ -27,14 +27,9 @@ def parse_args(argv=None):
 
 def _mmdet_outputs(cfg, args):
     from mmdet.engine.hooks.utils import trigger_visualization_hook
-    from mmdet.utils import add_dump_metric
     if args.show_dir:
         args.show, args.wait_time = False, 0
         cfg = trigger_visualization_hook(cfg, args)
-    if args.out:
-        if not args.out.endswith(('.pkl', '.pickle')):
-            raise CLIError(f'--out {args.out}: mmdet results are dumped to a .pkl file')
-        add_dump_metric(args, cfg)
     return cfg
 
 
@@ -52,12 +47,16 @@ def _mmpretrain_outputs(cfg, args):
     if args.show_dir:
         cfg.default_hooks.visualization.enable = True
         cfg.default_hooks.visualization.out_dir = args.show_dir
-    if args.out:
-        dump = dict(type='DumpResults', out_file_path=args.out)
-        evaluator = cfg.test_evaluator
-        cfg.test_evaluator = (list(evaluator) if isinstance(evaluator, (list, tuple))
-                              else [evaluator]) + [dump]
     return cfg
+
+
+def _dump_metric(scope, out):
+    """The metric that pickles raw predictions (mmseg writes PNGs via output_dir)."""
+    if scope == 'mmdet':
+        from mmdet.evaluation import DumpDetResults
+        return DumpDetResults(out_file_path=out)
+    from mmengine.evaluator import DumpResults
+    return DumpResults(out_file_path=out)
 
 
 OUTPUTS = dict(mmdet=_mmdet_outputs, mmseg=_mmseg_outputs, mmpretrain=_mmpretrain_outputs)
@@ -72,9 +71,14 @@ def main(argv=None):
     if args.trust_checkpoint:
         from mmcirc.engine.checkpoint import trust_checkpoint
         trust_checkpoint(args.checkpoint)
+    scope = cfg.default_scope
+    if args.out and scope != 'mmseg' and not args.out.endswith(('.pkl', '.pickle')):
+        raise CLIError(f'--out {args.out}: {scope} predictions are dumped to a .pkl file')
     cfg.load_from = args.checkpoint
-    cfg = OUTPUTS[cfg.default_scope](cfg, args)
-    return build_runner(cfg).test()
+    runner = build_runner(OUTPUTS[scope](cfg, args))
+    if args.out and scope != 'mmseg':
+        runner.test_evaluator.metrics.append(_dump_metric(scope, args.out))
+    return runner.test()
 
 
 if __name__ == '__main__':

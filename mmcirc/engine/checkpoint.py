@@ -10,6 +10,7 @@ user marked that very file as trusted with :func:`trust_checkpoint`.
 """
 import os.path as osp
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -29,9 +30,26 @@ def _numpy_globals():
     return [_reconstruct, scalar, np.ndarray, np.dtype, *dtype_classes]
 
 
+def _history_buffer_getattr(obj, name):
+    """Stand-in for ``builtins.getattr`` while unpickling.
+
+    A pickled HistoryBuffer refers to its statistics methods as
+    ``getattr(HistoryBuffer, 'mean')``; a general getattr would open the way from any
+    allowed class to arbitrary code, so only that lookup is served.
+    """
+    if (obj is HistoryBuffer and not name.startswith('_')
+            and callable(vars(HistoryBuffer).get(name))):
+        return getattr(obj, name)
+    raise pickle.UnpicklingError(
+        f'checkpoint asks for getattr({obj!r}, {name!r}); only HistoryBuffer statistics '
+        'methods may be looked up')
+
+
 #: What mmengine puts into a checkpoint besides tensors and plain containers: the
-#: message hub's metric buffers and numpy arrays, scalars and dtypes inside them.
-MMENGINE_CHECKPOINT_GLOBALS = [HistoryBuffer, *_numpy_globals()]
+#: message hub's metric buffers (and the lookup of their statistics methods) and numpy
+#: arrays, scalars and dtypes.
+MMENGINE_CHECKPOINT_GLOBALS = [HistoryBuffer, (_history_buffer_getattr, 'builtins.getattr'),
+                               *_numpy_globals()]
 
 _trusted = set()
 
@@ -45,7 +63,7 @@ def trust_checkpoint(path):
     _trusted.add(osp.realpath(osp.expanduser(path)))
 
 
-def load_checkpoint_safely(filename, map_location=None):
+def load_from_local_safely(filename, map_location=None):
     """Load a local checkpoint with torch's safe unpickler plus mmengine's types.
 
     Raises :class:`UnsafeCheckpointError` naming the offending globals if the file needs
@@ -67,16 +85,24 @@ def load_checkpoint_safely(filename, map_location=None):
             extra = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
         except Exception:  # pragma: no cover - unreadable file: report torch's error
             extra = []
-        allowed = {f'{g.__module__}.{g.__qualname__}' for g in MMENGINE_CHECKPOINT_GLOBALS}
+        allowed = {g[1] if isinstance(g, tuple) else f'{g.__module__}.{g.__qualname__}'
+                   for g in MMENGINE_CHECKPOINT_GLOBALS}
         extra = [g for g in extra if g not in allowed] or ['(see torch message)']
         raise UnsafeCheckpointError(
             f'refusing to load {filename}: it contains pickled objects outside the types '
             f'mmengine checkpoints use: {", ".join(extra)}. Loading it could run arbitrary '
             'code. If you trust this file, pass --trust-checkpoint to tools/test.py or call '
-            f'mmcirc.engine.trust_checkpoint(path) first. (torch: {str(err).splitlines()[0]})'
+            f'mmcirc.engine.trust_checkpoint(path) first. ({_unpickler_reason(err)})'
         ) from None
 
 
+def _unpickler_reason(err):
+    """The unpickler's own sentence out of torch's long 'Weights only load failed'."""
+    match = re.search(r'WeightsUnpickler error:\s*(.*?)\s*(?:\n\nCheck the documentation|$)',
+                      str(err), re.S)
+    return ' '.join((match.group(1) if match else str(err).splitlines()[0]).split())
+
+
 def install_safe_loader():
-    """Make mmengine load local checkpoints through :func:`load_checkpoint_safely`."""
-    CheckpointLoader.register_scheme(prefixes='', loader=load_checkpoint_safely, force=True)
+    """Make mmengine load local checkpoints through :func:`load_from_local_safely`."""
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local_safely, force=True)

@@ -175,7 +175,7 @@ def _row_mass(p, hw):
     return (c[..., w:] - c[..., :w]).flip(-1)  # (..., H, W)
 
 
-BLOCK_BYTES = 1 << 22  # spectra of one block of heads: ~4 MiB (cache-sized)
+BLOCK_BYTES = 1 << 23  # spectra of one block of heads: ~8 MiB (cache-sized)
 
 
 def _head_blocks(channels, num_heads, grid):
@@ -199,12 +199,14 @@ def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
     # Eq. 15: FFT(a) = s * sum_{c in head} conj(Q_c) K_c   (B, heads, Ph, Pw//2+1)
     a = q.conj() * k  # (B, C, Ph, Pw//2+1)
     a = a if d == 1 else a.view(b, num_heads, d, *f).sum(2)
-    a = torch.fft.irfft2(a, s=grid) * s  # (B, heads, Ph, Pw)
+    a = torch.fft.irfft2(a, s=grid)  # (B, heads, Ph, Pw)
+    a = a if s == 1 else a * s
     if boundary == 'zero':  # softmax only over the (2H-1)(2W-1) true offsets
         a = a.masked_fill(~_valid_offsets(hw, grid, a.device), float('-inf'))
     p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, Ph, Pw)
-    # Eq. 16: FFT(o) = conj(P) V, per channel of the head
-    pf = torch.fft.rfft2(p).conj()  # (B, heads, Ph, Pw//2+1)
+    # Eq. 16: FFT(o) = conj(P) V, per channel of the head; for a real p,
+    # conj(rfft2(p)) = ihfft2(p, norm='forward') (no conjugation pass)
+    pf = torch.fft.ihfft2(p, norm='forward')  # (B, heads, Ph, Pw//2+1)
     o = pf.unsqueeze(2) * v.view(b, num_heads, d, *f)  # (B, heads, d, Ph, Pw//2+1)
     o = _irfft2(o, grid, hw)  # (B, heads, d, H, W)
     if boundary == 'zero':  # renormalise rows of A over in-map tokens
@@ -357,7 +359,7 @@ class CirculantAttention(nn.Module):
         t = self.gate[1](_linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
         with _fp32_region(x):
             x = x.to(cdt).reshape(b, c, h, w)  # (B, C, H, W), contiguous
-            w_qkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
+            wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
             # FFT(x W) = FFT(x) W: a real weight commutes with the FFT
             if self.boundary == 'circular':
                 x = torch.fft.rfft2(x)  # (B, C, H, W//2+1)
@@ -366,13 +368,15 @@ class CirculantAttention(nn.Module):
                 x = torch.fft.rfft(x, n=grid[1], dim=-1)  # (B, C, H, Pw//2+1)
             o = []
             for sl in _head_blocks(c, self.num_heads, grid):
-                qkv = _linear_spectrum(w_qkv[:, sl].reshape(-1, c), x)
+                # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
+                wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
+                qkv = _linear_spectrum(wb, x)  # (B, 3Cb, H, Pw//2+1), Cb=|sl|
                 if self.boundary == 'zero':  # column transform, padded to Ph
                     qkv = torch.fft.fft(qkv, n=grid[0], dim=-2)
                 q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, Pw//2+1) each
                 o.append(_attend_spectra(  # Eqs. 15-16, (B, Cb, H, W)
                     q, k, v, (h, w), grid, q.shape[1] * self.num_heads // c,
-                    s, self.boundary))
+                    1.0, self.boundary))
             o = torch.cat(o, dim=1)  # (B, C, H, W)
         o = o.flatten(2).to(odt) * t  # (B, C, N)
         return self.proj_drop(_linear_cf(self.proj, o, channels_last=True))

@@ -67,14 +67,20 @@ def build_runner(cfg):
     import torch.distributed as dist
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
-    if (cfg.get('launcher', 'none') == 'pytorch' and not torch.cuda.is_available()
-            and not dist.is_initialized()):
-        # mmengine's init_dist always calls torch.cuda.set_device; on a machine without
-        # GPUs join the torchrun group over gloo here, and the Runner reuses it.
-        dist.init_process_group(backend='gloo')
-    if 'runner_type' in cfg:
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+    if cfg.get('launcher', 'none') != 'none' and not torch.cuda.is_available():
+        # mmengine assumes GPUs in distributed runs: init_dist calls cuda.set_device and
+        # the default DDP wrapper passes device_ids. Without GPUs, join the torchrun group
+        # over gloo here (the Runner reuses it) and wrap with DDP on the CPU.
+        if cfg.launcher == 'pytorch' and not dist.is_initialized():
+            dist.init_process_group(backend='gloo')
+        cfg.setdefault('model_wrapper_cfg', dict(
+            type='MMDistributedDataParallel', device_ids=None, broadcast_buffers=False,
+            find_unused_parameters=cfg.get('find_unused_parameters', False)))
+    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    if dist.is_initialized():
+        print(f'[mmcirc] process rank {dist.get_rank()} of world size {dist.get_world_size()} '
+              f'({dist.get_backend()})', flush=True)
+    return runner
 
 
 def main_guard(func):

@@ -1,5 +1,6 @@
 """Safe checkpoint loading: mmengine's own types load, anything else is refused."""
 import collections
+import pickle
 import warnings
 
 import numpy as np
@@ -8,7 +9,7 @@ import torch
 from mmengine.logging import HistoryBuffer
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint
 
-from mmcirc.engine import UnsafeCheckpointError, load_checkpoint_safely, trust_checkpoint
+from mmcirc.engine import UnsafeCheckpointError, load_from_local_safely, trust_checkpoint
 
 
 class Payload:
@@ -34,7 +35,7 @@ def _runner_like_checkpoint():
 def test_mmengine_types_load(tmp_path):
     path = tmp_path / 'ok.pth'
     torch.save(_runner_like_checkpoint(), path)
-    ckpt = load_checkpoint_safely(str(path))
+    ckpt = load_from_local_safely(str(path))
     assert ckpt['meta']['seed'] == 7 and ckpt['meta']['dtype'] == np.dtype('float32')
     assert ckpt['message_hub']['log_scalars']['train/loss'].mean() == pytest.approx(0.375)
     assert torch.equal(ckpt['state_dict']['w'], torch.ones(2))
@@ -42,7 +43,7 @@ def test_mmengine_types_load(tmp_path):
 
 def test_mmengine_uses_the_safe_loader(tmp_path):
     import mmcirc  # noqa: F401  installs the loader
-    assert CheckpointLoader._get_checkpoint_loader('/any/local.pth') is load_checkpoint_safely
+    assert CheckpointLoader._get_checkpoint_loader('/any/local.pth') is load_from_local_safely
     path = tmp_path / 'ok.pth'
     torch.save(_runner_like_checkpoint(), path)
     assert _load_checkpoint(str(path))['meta']['iter'] == 2
@@ -52,7 +53,7 @@ def test_foreign_object_is_refused(tmp_path):
     path = tmp_path / 'evil.pth'
     torch.save({'state_dict': {}, 'payload': Payload()}, path)
     with pytest.raises(UnsafeCheckpointError, match='Payload'):
-        load_checkpoint_safely(str(path))
+        load_from_local_safely(str(path))
 
 
 def test_trusted_file_loads_with_warning(tmp_path):
@@ -61,7 +62,7 @@ def test_trusted_file_loads_with_warning(tmp_path):
     trust_checkpoint(str(path))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        ckpt = load_checkpoint_safely(str(path))
+        ckpt = load_from_local_safely(str(path))
     assert ckpt['payload'].value == 3
     assert any('trusted' in str(w.message) for w in caught)
 
@@ -72,4 +73,24 @@ def test_trust_is_per_file(tmp_path):
     torch.save({'payload': Payload()}, other)
     trust_checkpoint(str(trusted))
     with pytest.raises(UnsafeCheckpointError):
-        load_checkpoint_safely(str(other))
+        load_from_local_safely(str(other))
+
+
+class _GetattrPayload:
+    """Pickles as getattr(HistoryBuffer, '__init__'): a lookup a checkpoint must not do."""
+
+    def __reduce__(self):
+        return getattr, (HistoryBuffer, '__init__')
+
+
+def test_statistics_method_lookup_loads(tmp_path):
+    path = tmp_path / 'stat.pth'
+    torch.save({'f': HistoryBuffer.mean}, path)
+    assert load_from_local_safely(str(path))['f'] is HistoryBuffer.mean
+
+
+def test_getattr_is_limited_to_history_buffer_methods(tmp_path):
+    path = tmp_path / 'getattr.pth'
+    torch.save({'f': _GetattrPayload()}, path)
+    with pytest.raises(pickle.UnpicklingError, match='__init__'):
+        load_from_local_safely(str(path))

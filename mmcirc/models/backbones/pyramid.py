@@ -238,6 +238,10 @@ class PyramidStage(BaseModule):
                 x = self._call(block, x, hw_shape)
         else:
             cores = select_cores(self.cores, self.num_cores, x.shape[0]).to(x.dtype)
+            if not torch.is_grad_enabled():
+                # a view of the bank made under no_grad still reports requires_grad
+                # without a grad_fn, which trips torch's ModuleTracker (FlopCounterMode)
+                cores = cores.detach()
             for block in self.blocks:
                 x, cores = self._call(block, x, hw_shape, cores)
         if self.norm is not None:
@@ -408,7 +412,7 @@ class PyramidBackbone(BaseModule):
         if not (isinstance(drop_path_rate, Real) and 0 <= drop_path_rate < 1):
             raise ValueError(f'{cls_name}: drop_path_rate must be in [0, 1), got {drop_path_rate!r}')
         total = sum(self.depths)
-        dpr = torch.linspace(0, drop_path_rate, total).tolist()  # linear over all blocks
+        dpr = [drop_path_rate * k / max(total - 1, 1) for k in range(total)]  # linear over all blocks
         self.drop_path_rates = [dpr[sum(self.depths[:i]):sum(self.depths[:i + 1])]
                                 for i in range(self.num_stages)]
         if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.num_stages:
