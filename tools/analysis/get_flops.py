@@ -235,6 +235,7 @@ def main(argv=None):
             used = mode
             break
         except Exception as e:  # noqa: BLE001 (report and fall back)
+            import traceback; traceback.print_exc()
             err = e
             print(f'note: counting the {mode} forward failed ({type(e).__name__}: '
                   f'{str(e).splitlines()[0][:200] if str(e) else ""})', file=sys.stderr)

@@ -23,6 +23,7 @@ Circulant blocks have ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2`` 
 ``ffn.layers.{0,3}``; core stages also hold the bank ``layers.{i}.cores``.
 """
 import re
+from numbers import Real
 
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
@@ -30,11 +31,13 @@ from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, PVTEncoderLaye
 from mmengine.model import ModuleList
 
 from mmcirc.registry import register_model
-from .pyramid import PyramidBackbone, PyramidStage
+from .pyramid import PyramidBackbone, PyramidStage, _is_int
 
 __all__ = ['CAPVT', 'CorePVT', 'MMDET_PVT_KEY_MAP', 'convert_mmdet_pvt_keys']
 
-#: (regex, replacement) pairs turning mmdet PyramidVisionTransformer keys into ours.
+#: (regex, replacement) pairs for the non-block keys of mmdet's PyramidVisionTransformer;
+#: block keys ``layers.{i}.1.{j+1}.`` become ``layers.{i}.blocks.{j}.`` (see
+#: :func:`convert_mmdet_pvt_keys`).
 MMDET_PVT_KEY_MAP = (
     (r'^layers\.(\d+)\.0\.', r'layers.\1.patch_embed.'),
     (r'^layers\.(\d+)\.1\.0\.pos_embed$', r'layers.\1.pos_embed.pos_embed'),
@@ -71,7 +74,8 @@ class CAPVT(PyramidBackbone):
         stage_attentions (str | Sequence[str], optional): per-stage attention, each of
             ``'circulant'``, ``'core'``, ``'sra'``; a str applies to all stages. None:
             ``(attention, attention, 'sra', 'sra')``.
-        pretrain_img_size (int): size the position embeddings are stored for (224).
+        pretrain_img_size (int | tuple[int]): image size the position embeddings are
+            stored for (224: 56x56, 28x28, 14x14, 7x7 tables, resized to any input).
         in_channels (int): image channels.
         patch_sizes (Sequence[int]): kernel = stride of each stage's patch embedding.
         sr_ratios (Sequence[int]): spatial reduction of the ``'sra'`` stages.
@@ -125,12 +129,16 @@ class CAPVT(PyramidBackbone):
         self._setup(arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
                     boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp)
         n = self.num_stages
-        is_pos = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0  # noqa: E731
-        patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, is_pos)
-        sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, is_pos)
-        mlp_ratios = self._per_stage('mlp_ratios', mlp_ratios, n, is_pos)
-        if not isinstance(pretrain_img_size, int) or pretrain_img_size < 1:
-            raise ValueError(f'CAPVT: pretrain_img_size must be a positive int, got {pretrain_img_size!r}')
+        patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, lambda v: _is_int(v) and v >= 1)
+        sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, lambda v: _is_int(v) and v >= 1)
+        mlp_ratios = self._per_stage('mlp_ratios', mlp_ratios, n,
+                                     lambda v: isinstance(v, Real) and not isinstance(v, bool) and v > 0)
+        if _is_int(pretrain_img_size):
+            pretrain_img_size = (pretrain_img_size, pretrain_img_size)
+        if (not isinstance(pretrain_img_size, (tuple, list)) or len(pretrain_img_size) != 2
+                or not all(_is_int(v) and v >= 1 for v in pretrain_img_size)):
+            raise ValueError(f'CAPVT: pretrain_img_size must be a positive int or (H, W), '
+                             f'got {pretrain_img_size!r}')
         self.use_abs_pos_embed = use_abs_pos_embed
         common = dict(drop_rate=drop_rate, attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias,
                       act_cfg=act_cfg, norm_cfg=norm_cfg)
@@ -143,7 +151,8 @@ class CAPVT(PyramidBackbone):
             patch_embed = PatchEmbed(in_channels=in_channels if i == 0 else self.embed_dims[i - 1],
                                      embed_dims=dims, kernel_size=patch_sizes[i], stride=patch_sizes[i],
                                      padding='corner', bias=True, norm_cfg=norm_cfg)
-            pos_embed = AbsolutePositionEmbedding(pos_shape=pretrain_img_size // stride, pos_dim=dims,
+            pos_shape = (max(pretrain_img_size[0] // stride, 1), max(pretrain_img_size[1] // stride, 1))
+            pos_embed = AbsolutePositionEmbedding(pos_shape=pos_shape, pos_dim=dims,
                                                   drop_rate=drop_rate) if use_abs_pos_embed else None
             blocks = []
             for j in range(self.depths[i]):

@@ -53,6 +53,13 @@ def test_scope_prefixed_type(name, scope):
     assert type(model).__name__ == name
 
 
+@pytest.mark.parametrize('lib,scope', [('mmdet', 'mmseg'), ('mmseg', 'mmpretrain'), ('mmpretrain', 'mmdet')])
+def test_scope_prefixed_type_from_another_library(lib, scope):
+    with torch.device('meta'):
+        model = registries()[lib].build(dict(type=f'{scope}.CAPVT', arch='small'))
+    assert type(model) is CAPVT
+
+
 def test_names_do_not_shadow_the_libraries_own_backbones():
     for reg in registries().values():
         assert reg.get('SwinTransformer') is not CASwin
