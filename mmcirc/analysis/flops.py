@@ -282,7 +282,10 @@ FREE_OPS = (
     'aten::lift_fresh', 'aten::alias', 'aten::rand', 'aten::randn',
     'aten::bernoulli_', 'aten::floor_divide_', 'aten::meshgrid',
     'aten::linspace', 'aten::embedding', 'aten::view_as',
-    'aten::feature_dropout', 'aten::layer_norm_',
+    'aten::feature_dropout', 'aten::fill_', 'aten::zero_', 'aten::im2col',
+    'aten::col2im', 'aten::unfold', 'aten::tril', 'aten::triu',
+    'aten::index_select', 'aten::where', 'aten::softplus', 'aten::erf',
+    'aten::log', 'aten::reciprocal', 'aten::square', 'aten::argmax',
 )
 
 

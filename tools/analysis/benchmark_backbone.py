@@ -70,7 +70,8 @@ def build_backbone(name, device='cpu', init=True):
         model = registry.build(dict(cfg, init_cfg=None))
     if init and device != 'meta':
         model.init_weights()
-    return model.eval()
+    model.eval()  # (mmdet Swin's train() returns None)
+    return model
 
 
 def backbone_flops(name, size):

@@ -77,7 +77,8 @@ def build_model(cfg):
     registry = importlib.import_module(f'{scope}.registry').MODELS
     import mmcirc  # noqa: F401  (our backbones)
     model = registry.build(strip_pretrained(cfg.model))
-    return model.eval()
+    model.eval()  # (some train() overrides, e.g. mmdet Swin's, return None)
+    return model
 
 
 def padded_shape(cfg, shape):
@@ -90,8 +91,10 @@ def padded_shape(cfg, shape):
 
 def forward_fn(model, scope, mode, shape):
     """The function to count: full tensor-mode forward or backbone + neck."""
+    if not hasattr(model, 'extract_feat'):  # a bare backbone (model=dict(type=...))
+        return model.forward
     if mode == 'backbone':
-        return model.extract_feat if hasattr(model, 'extract_feat') else model.forward
+        return model.extract_feat
     if scope == 'mmdet':
         from mmdet.structures import DetDataSample
         h, w = shape
@@ -235,7 +238,6 @@ def main(argv=None):
             used = mode
             break
         except Exception as e:  # noqa: BLE001 (report and fall back)
-            import traceback; traceback.print_exc()
             err = e
             print(f'note: counting the {mode} forward failed ({type(e).__name__}: '
                   f'{str(e).splitlines()[0][:200] if str(e) else ""})', file=sys.stderr)

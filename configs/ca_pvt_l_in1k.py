@@ -1,0 +1,3 @@
+# CA-PVT-L on ImageNet-1k (DeiT/PVT recipe).
+_base_ = './ca_pvt_t_in1k.py'
+model = dict(backbone=dict(arch='large', drop_path_rate=0.3))

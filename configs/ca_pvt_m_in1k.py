@@ -1,0 +1,3 @@
+# CA-PVT-M on ImageNet-1k (DeiT/PVT recipe).
+_base_ = './ca_pvt_t_in1k.py'
+model = dict(backbone=dict(arch='medium', drop_path_rate=0.3))
