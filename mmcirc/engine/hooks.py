@@ -24,12 +24,15 @@ class NestedCoreHook(Hook):
     ``p_max``, otherwise uniformly from {1, 2, 4, ...} up to ``max_cores``, and set on
     every module of the model that has ``set_num_cores``. Rank 0 draws and broadcasts,
     so all ranks of a distributed run use the same C'. Validation and testing run with
-    ``eval_num_cores`` (default ``max_cores``).
+    ``eval_num_cores`` if given, else with the count the model was built with (its
+    ``num_cores`` argument, so ``--cfg-options model.backbone.num_cores=8`` picks the
+    test-time C' without retraining).
 
     Args:
         max_cores (int): C_max, the size of the core banks.
         p_max (float): probability of using all cores. Defaults to 0.5.
-        eval_num_cores (int, optional): C' for validation/test.
+        eval_num_cores (int, optional): C' for validation/test; None keeps the
+            model's configured count.
         seed (int, optional): seed of the sampler (rank 0).
     """
 
@@ -40,14 +43,14 @@ class NestedCoreHook(Hook):
             raise ValueError(f'NestedCoreHook: max_cores must be an int >= 1, got {max_cores!r}')
         if not 0.0 <= p_max <= 1.0:
             raise ValueError(f'NestedCoreHook: p_max must be in [0, 1], got {p_max!r}')
-        eval_num_cores = max_cores if eval_num_cores is None else eval_num_cores
-        if not 1 <= eval_num_cores <= max_cores:
+        if eval_num_cores is not None and not 1 <= eval_num_cores <= max_cores:
             raise ValueError(f'NestedCoreHook: eval_num_cores must be in [1, {max_cores}], '
                              f'got {eval_num_cores!r}')
         self.max_cores, self.p_max, self.eval_num_cores = max_cores, p_max, eval_num_cores
         self.choices = core_count_choices(max_cores)
         self.rng = random.Random(seed)
         self.current = max_cores
+        self.configured = None  # the model's own count, read before training starts
 
     def sample(self):
         """Draw C' (on this process; use :meth:`sample_synced` in a run)."""
@@ -62,24 +65,38 @@ class NestedCoreHook(Hook):
         return value[0]
 
     @staticmethod
-    def set_num_cores(model, num_cores):
+    def elastic_modules(model):
+        """The modules of ``model`` that take a core count (``set_num_cores``)."""
         model = model.module if is_model_wrapper(model) else model
         targets = [m for m in model.modules() if hasattr(m, 'set_num_cores')]
         if not targets:
             raise RuntimeError('NestedCoreHook: the model has no module with set_num_cores; '
                                'use it with a core-attention backbone (CorePVT, CoreSwin)')
-        for module in targets:
+        return targets
+
+    def set_num_cores(self, model, num_cores):
+        for module in self.elastic_modules(model):
             module.set_num_cores(num_cores)
+
+    def before_train(self, runner):
+        self.configured = getattr(self.elastic_modules(runner.model)[0], 'num_cores', None)
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         self.current = self.sample_synced()
         self.set_num_cores(runner.model, self.current)
 
+    def _evaluate_with(self, runner, mode):
+        num_cores = self.eval_num_cores or self.configured
+        if num_cores is not None:
+            self.set_num_cores(runner.model, num_cores)
+        active = getattr(self.elastic_modules(runner.model)[0], 'num_cores', num_cores)
+        runner.logger.info(f'NestedCoreHook: {mode} with {active} active cores')
+
     def before_val(self, runner):
-        self.set_num_cores(runner.model, self.eval_num_cores)
+        self._evaluate_with(runner, 'validating')
 
     def before_test(self, runner):
-        self.set_num_cores(runner.model, self.eval_num_cores)
+        self._evaluate_with(runner, 'testing')
 
     def after_val(self, runner):
         self.set_num_cores(runner.model, self.current)

@@ -6,19 +6,21 @@ Per head (``d`` channels sharing one score map), with ``s`` the scale::
     p    = softmax over the offsets m of a
     o[i] = sum_m p[m] v[i (+) m]                             (Eq. 16)
 
-The attention matrix ``A[i, j] = p[j (-) i]`` is block-circulant (BCCB), so both
-sums are 2-D cross-correlations and cost O(N log N) with FFTs:
+The attention matrix ``A[i, j] = p[j (-) i]`` is block-circulant (BCCB), so
+both sums are 2-D cross-correlations and cost O(N log N) with FFTs:
 ``FFT(a) = s * sum_c conj(Q_c) K_c`` and ``FFT(o) = conj(P) V``.
 
 Two boundary modes:
 
-* ``'circular'`` (the paper): ``(+)`` wraps around the H x W map; FFTs on H x W.
+* ``'circular'`` (the paper): ``(+)`` wraps around the H x W map; FFTs on
+  H x W.
 * ``'zero'``: no wrap-around. Offsets m lie in [-(H-1), H-1] x [-(W-1), W-1],
   ``a[m]`` sums only pairs inside the map, the softmax runs over these
-  (2H-1)(2W-1) offsets, ``o[i]`` sums only over ``i + m`` inside the map and is
-  divided by ``Z[i] = sum_m p[m] [i + m inside]``. The FFTs run on a zero-padded
-  grid of at least (2H-1) x (2W-1) (rounded up to a 5-smooth length), on which
-  the circular correlation of the padded maps has no aliasing.
+  (2H-1)(2W-1) offsets, ``o[i]`` sums only over ``i + m`` inside the map and
+  is divided by ``Z[i] = sum_m p[m] [i + m inside]``. The FFTs run on a
+  zero-padded grid of at least (2H-1) x (2W-1) (rounded up to a 5-smooth
+  length), on which the circular correlation of the padded maps does not
+  alias.
 
 Every FFT and the softmax run in float32 (float64 for float64 inputs) with
 autocast disabled; the result is cast back to the autocast / input dtype.
@@ -58,9 +60,9 @@ def next_fast_len(n):
 def fft_grid(h, w, boundary='circular'):
     """FFT grid (Ph, Pw) used for an ``h x w`` map with the given boundary.
 
-    ``'circular'``: the map itself. ``'zero'``: at least (2h-1) x (2w-1), so that
-    offsets in [-(h-1), h-1] x [-(w-1), w-1] do not alias, rounded up to a fast
-    FFT length.
+    ``'circular'``: the map itself. ``'zero'``: at least (2h-1) x (2w-1), so
+    that offsets in [-(h-1), h-1] x [-(w-1), w-1] do not alias, rounded up to
+    a fast FFT length.
     """
     _check_choice('boundary', boundary, BOUNDARIES)
     if boundary == 'circular':
@@ -187,7 +189,8 @@ def _head_blocks(channels, num_heads, grid):
     d = channels // num_heads
     per_head = 3 * d * grid[0] * (grid[1] // 2 + 1) * 8  # complex64 q, k, v
     step = d * max(1, min(num_heads, BLOCK_BYTES // per_head))
-    return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
+    return [slice(i, min(i + step, channels))
+            for i in range(0, channels, step)]
 
 
 def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
@@ -196,7 +199,7 @@ def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
     b, c = q.shape[:2]
     d = c // num_heads
     f = q.shape[-2:]
-    # Eq. 15: FFT(a) = s * sum_{c in head} conj(Q_c) K_c   (B, heads, Ph, Pw//2+1)
+    # Eq. 15: FFT(a) = s sum_{c in head} conj(Q_c) K_c (B, heads, Ph, Pw//2+1)
     a = q.conj() * k  # (B, C, Ph, Pw//2+1)
     a = a if d == 1 else a.view(b, num_heads, d, *f).sum(2)
     a = torch.fft.irfft2(a, s=grid)  # (B, heads, Ph, Pw)
@@ -207,7 +210,7 @@ def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
     # Eq. 16: FFT(o) = conj(P) V, per channel of the head; for a real p,
     # conj(rfft2(p)) = ihfft2(p, norm='forward') (no conjugation pass)
     pf = torch.fft.ihfft2(p, norm='forward')  # (B, heads, Ph, Pw//2+1)
-    o = pf.unsqueeze(2) * v.view(b, num_heads, d, *f)  # (B, heads, d, Ph, Pw//2+1)
+    o = pf.unsqueeze(2) * v.view(b, num_heads, d, *f)  # (B, heads, d, Ph, ..)
     o = _irfft2(o, grid, hw)  # (B, heads, d, H, W)
     if boundary == 'zero':  # renormalise rows of A over in-map tokens
         o = o / _row_mass(p, hw).unsqueeze(2)
@@ -223,8 +226,9 @@ def _check_maps(q, k, v):
         if not t.is_floating_point():
             raise ValueError(f'{name} must be floating point, got {t.dtype}')
     if not q.shape == k.shape == v.shape:
-        raise ValueError(f'q, k, v must have the same shape (B, H, W, C), got '
-                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+        raise ValueError(f'q, k, v must have the same shape (B, H, W, C), '
+                         f'got {tuple(q.shape)}, {tuple(k.shape)}, '
+                         f'{tuple(v.shape)}')
     if min(q.shape[1:]) < 1:
         raise ValueError(f'q, k, v need H, W, C >= 1, got {tuple(q.shape)}')
 
@@ -297,8 +301,8 @@ class CirculantAttention(nn.Module):
 
     ``y = proj(CA(x W_q, x W_k, x W_v) * SiLU(gate(x)))`` where the bias-free
     qkv projection is applied to the spectrum of x (one FFT instead of three:
-    FFT(x W) = FFT(x) W for a real W; with ``boundary='zero'`` this holds on the
-    zero-padded grid too, because padding commutes with the projection).
+    FFT(x W) = FFT(x) W for a real W; with ``boundary='zero'`` this holds on
+    the zero-padded grid too, because padding commutes with the projection).
     Parameter names match the official code (``gate.0``, ``qkv``, ``proj``);
     gate and output projection run channels-first (batched matmuls on the
     layer weights) so that the tokens are transposed only once.
@@ -344,13 +348,13 @@ class CirculantAttention(nn.Module):
         if (not isinstance(hw_shape, (tuple, list)) or len(hw_shape) != 2
                 or not all(isinstance(n, int) and not isinstance(n, bool)
                            and n >= 1 for n in hw_shape)):
-            raise ValueError(f'hw_shape must be (H, W) with positive ints, got '
-                             f'{hw_shape!r}')
+            raise ValueError(f'hw_shape must be (H, W) with positive ints, '
+                             f'got {hw_shape!r}')
         b, n, c = x.shape
         h, w = hw_shape
         if n != h * w:
-            raise ValueError(f'x has N={n} tokens but hw_shape={tuple(hw_shape)}'
-                             f' gives H*W={h * w}')
+            raise ValueError(f'x has N={n} tokens but hw_shape='
+                             f'{tuple(hw_shape)} gives H*W={h * w}')
         grid = fft_grid(h, w, self.boundary)
         s = _scale_value(self.scale, n, c // self.num_heads)
         cdt, odt = _dtypes(x)

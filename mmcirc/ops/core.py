@@ -8,17 +8,21 @@ x (B, N, C); patches never attend to each other. Sequential form::
     broadcast: x' = MHA(query = x W_qp, key = c' W_kc, value = c' W_vc) O(N C')
     output:    y  = W_o x' + b_o,  and c' goes on to the next layer
 
-Both MHAs are ordinary scaled dot-product attention, scale 1/sqrt(head width).
-Key projections carry no bias: a key bias adds q . b_k to every score of a query,
-which the softmax cancels, so it would be a parameter without gradient.
+Both MHAs are ordinary scaled dot-product attention, scale 1/sqrt(head
+width). The gather has its own output projection W_oc, and the cores are a
+residual stream (c' = c + ...), so a core keeps its identity across layers
+(the block decides about norms). Key projections carry no bias: a key bias adds
+q . b_k to every score of a query, which the softmax cancels, so it would be a
+parameter without gradient.
 
 Two exact evaluation orders (``fold_projections``):
 
-* unfolded: project the patches (``x W_kp``, ``x W_vp``, ``x W_qp``) and attend,
-  cost ~ N C^2 (projections) + N C' C (attention).
+* unfolded: project the patches (``x W_kp``, ``x W_vp``, ``x W_qp``) and
+  attend, cost ~ N C^2 (projections) + N C' C (attention).
 * folded: move the patch-side projections onto the C' cores, which are few:
   ``(c W_qc)_h . (W_kp x)_h = ((c W_qc)_h W_kp,h) . x`` and
-  ``sum_n p_n (W_vp x_n + b) = W_vp (sum_n p_n x_n) + b sum_n p_n`` in the gather;
+  ``sum_n p_n (W_vp x_n + b) = W_vp (sum_n p_n x_n) + b sum_n p_n`` in the
+  gather;
   ``(W_qp x + b)_h . k_h = x . (W_qp,h^T k_h) + b_h . k_h`` and
   ``W_o concat_h(P_h v_h) = sum_h P_h (v_h W_o,h^T)`` in the broadcast.
   The patches are then never projected: cost ~ N C' C * heads, all of it
@@ -26,16 +30,17 @@ Two exact evaluation orders (``fold_projections``):
 
 Auto choice: fold when ``heads * C' < C + C'`` (fewer multiply-adds).
 
-Bounded memory: for N > ``chunk_threshold`` (or any N when ``chunk_size`` is set)
-the gather streams over chunks of patches with an online (log-sum-exp) softmax
-(running max, running denominator, running weighted sum), projecting each
-chunk's keys/values inside the loop; the broadcast runs per chunk of queries.
+Unchunked, the gather is one fused ``scaled_dot_product_attention`` call
+(no (heads, C', N) score map is stored). Bounded memory: for
+N > ``chunk_threshold`` (or any N when ``chunk_size`` is set) the gather
+streams over chunks of patches with an online (log-sum-exp) softmax (running
+max, running denominator, running weighted sum), projecting each chunk's
+keys/values inside the loop, and the broadcast runs per chunk of queries.
 The result equals the unchunked one; with autograd on, each chunk is
-checkpointed so the chunk's scores are not kept for backward.
+checkpointed so that its scores are recomputed in backward, not stored.
 
 This file depends on torch only.
 """
-import math
 
 import torch
 import torch.nn.functional as F
@@ -109,7 +114,8 @@ class CoreAttention(nn.Module):
         _positive_int('dim', dim)
         _positive_int('num_heads', num_heads)
         if dim % num_heads:
-            raise ValueError(f'num_heads must divide dim={dim}, got {num_heads}')
+            raise ValueError(f'num_heads must divide dim={dim}, '
+                             f'got {num_heads}')
         _positive_int('chunk_size', chunk_size, allow_none=True)
         _positive_int('chunk_threshold', chunk_threshold)
         if not 0 <= attn_drop < 1:
@@ -212,7 +218,7 @@ class CoreAttention(nn.Module):
         if fold:  # (q W_k,h) . x : (B, h, C', dh) @ (h, dh, C) -> (B, h*C', C)
             q = (q @ self.k_patch.weight.view(h, dh, c)).view(b, h * nc, c)
         track = fold and self.training and self.attn_drop > 0
-        if chunk >= x.shape[1] and not track:  # all patches at once: fused SDPA
+        if chunk >= x.shape[1] and not track:  # all patches at once (fused)
             k, v = self._patch_kv(x, fold)
             q, k, v = (q, k, v) if not fold else (
                 q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
@@ -223,7 +229,8 @@ class CoreAttention(nn.Module):
         else:  # stream over chunks of patches with an online softmax
             state = (None, ) * 4  # m, den, acc, mass
             for xc in x.split(chunk, dim=1):
-                state = self._run(self._gather_step, q, xc, fold, track, *state)
+                state = self._run(self._gather_step, q, xc, fold, track,
+                                  *state)
             _, den, acc, mass = state
             out = acc / den  # sum_n p_n v_n: (B, h, C', dh) or (B, h*C', C)
         if fold:  # W_vp,h (sum_n p_n x_n) + b_h sum_n p_n: (B, h, C', dh)
@@ -236,14 +243,14 @@ class CoreAttention(nn.Module):
         return out.transpose(1, 2).reshape(b, nc, c)  # (B, C', C)
 
     # ------------------------------------------------------------ broadcast
-    def _broadcast_folded(self, xc, k_t, beta, v_t):
+    def _broadcast_folded(self, xc, k_t, beta, v_t, bias):
         """proj(MHA) of chunk xc (B, n, C) against folded cores: (B, n, C)."""
         b, n, _ = xc.shape
         s = torch.baddbmm(beta, xc, k_t.transpose(1, 2))  # (B, n, h*C')
         p = torch.softmax(s.view(b, n, self.num_heads, -1), dim=-1)
         p = self._drop(p).view(b, n, -1)  # (B, n, h*C')
-        return torch.baddbmm(self.proj.bias.expand(b, 1, -1), p, v_t) \
-            if self.proj.bias is not None else p @ v_t  # sum over heads
+        y = p @ v_t  # (B, n, C): the sum over heads is part of the product
+        return y if bias is None else y + bias
 
     def _broadcast_plain(self, xc, k, v):
         """proj(MHA(x W_qp, k, v)) of chunk xc (B, n, C): (B, n, C)."""
@@ -267,7 +274,11 @@ class CoreAttention(nn.Module):
                 k.new_zeros(b, 1, h * nc)  # b_qp,h . k_h
             v_t = (v @ self.proj.weight.view(c, h, dh).permute(1, 2, 0)
                    ).reshape(b, h * nc, c)  # v_h W_o,h^T
-            fn, args = self._broadcast_folded, (k_t, beta, v_t)
+            bias = self.proj.bias
+            if bias is not None and not (self.training and self.attn_drop):
+                # each head's weights sum to 1: b_o = sum_h P_h (b_o / h)
+                v_t, bias = v_t + bias / h, None
+            fn, args = self._broadcast_folded, (k_t, beta, v_t, bias)
         else:
             fn, args = self._broadcast_plain, (k, v)
         if chunk >= x.shape[1]:
@@ -294,8 +305,9 @@ class CoreAttention(nn.Module):
             raise ValueError(f'x and cores must have dim={self.dim} channels, '
                              f'got {x.shape[-1]} and {cores.shape[-1]}')
         if cores.shape[0] != x.shape[0]:
-            raise ValueError(f'cores batch {cores.shape[0]} must equal x batch '
-                             f'{x.shape[0]} (use select_cores to expand a bank)')
+            raise ValueError(f'cores batch {cores.shape[0]} must equal x '
+                             f'batch {x.shape[0]} (select_cores expands a '
+                             f'bank)')
         if cores.shape[1] < 1 or x.shape[1] < 1:
             raise ValueError(f'x needs N >= 1 patches and cores C\' >= 1, got '
                              f'N={x.shape[1]}, C\'={cores.shape[1]}')

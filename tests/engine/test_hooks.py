@@ -1,5 +1,6 @@
 """NestedCoreHook: the C' distribution of nested core training, and rank agreement."""
 import collections
+import logging
 import os
 import socket
 
@@ -15,17 +16,19 @@ from mmcirc.engine import NestedCoreHook, core_count_choices
 class Elastic(nn.Module):
     """Records every core count it is given."""
 
-    def __init__(self):
+    def __init__(self, num_cores=16):
         super().__init__()
-        self.seen = []
+        self.seen, self.num_cores = [], num_cores
 
     def set_num_cores(self, n):
         self.seen.append(n)
+        self.num_cores = n
 
 
 class FakeRunner:
-    def __init__(self):
-        self.model = nn.Sequential(Elastic(), nn.Sequential(Elastic()))
+    def __init__(self, num_cores=16):
+        self.model = nn.Sequential(Elastic(num_cores), nn.Sequential(Elastic(num_cores)))
+        self.logger = logging.getLogger('fake-runner')
 
 
 def test_choices_are_powers_of_two_up_to_max():
@@ -47,6 +50,7 @@ def test_sampled_distribution():
 
 def test_sets_every_elastic_module_and_eval_count():
     runner, hook = FakeRunner(), NestedCoreHook(max_cores=16, eval_num_cores=8, seed=1)
+    hook.before_train(runner)
     hook.before_train_iter(runner, 0)
     a, b = runner.model[0], runner.model[1][0]
     assert a.seen == b.seen == [hook.current] and hook.current in {1, 2, 4, 8, 16}
@@ -56,6 +60,19 @@ def test_sets_every_elastic_module_and_eval_count():
     assert a.seen[-1] == hook.current
     hook.before_test(runner)
     assert b.seen[-1] == 8
+
+
+def test_evaluates_with_the_configured_count_by_default():
+    runner, hook = FakeRunner(num_cores=4), NestedCoreHook(max_cores=16, seed=3)
+    hook.before_train(runner)
+    for i in range(5):
+        hook.before_train_iter(runner, i)
+    hook.before_val(runner)
+    assert runner.model[0].num_cores == 4
+    test_only = FakeRunner(num_cores=2)  # tools/test.py: no training before the test
+    hook = NestedCoreHook(max_cores=16)
+    hook.before_test(test_only)
+    assert test_only.model[0].num_cores == 2 and test_only.model[0].seen == []
 
 
 def test_model_without_elastic_module_is_an_error():

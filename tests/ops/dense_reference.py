@@ -23,7 +23,8 @@ def offset_index(h, w, boundary):
     if boundary == 'circular':
         return (dr % h) * w + (dc % w), h * w
     if boundary == 'zero':
-        return (dr + h - 1) * (2 * w - 1) + (dc + w - 1), (2 * h - 1) * (2 * w - 1)
+        n_off = (2 * h - 1) * (2 * w - 1)
+        return (dr + h - 1) * (2 * w - 1) + (dc + w - 1), n_off
     raise ValueError(boundary)
 
 
@@ -68,8 +69,8 @@ def circulant_attention_dense(q, k, v, boundary='circular', num_heads=None,
 
 
 def circulant_module_dense(module, x, hw_shape):
-    """Dense reference of CirculantAttention.forward, using its parameters:
-    project q, k, v in token space, dense attention, gate, output projection."""
+    """Dense reference of CirculantAttention.forward with its parameters:
+    project q, k, v in token space, dense attention, gate, projection."""
     b, n, c = x.shape
     h, w = hw_shape
     gate = torch.nn.functional.silu(x @ module.gate[0].weight.T
@@ -112,7 +113,8 @@ def core_attention_dense(module, x, cores):
     broadcast: x' = MHA(x W_qp, c' W_kc, c' W_vc);    y  = proj(x')
     """
     h = module.num_heads
-    g = mha_dense(cores, x, x, module.q_core, module.k_patch, module.v_patch, h)
+    g = mha_dense(cores, x, x, module.q_core, module.k_patch, module.v_patch,
+                  h)
     new_cores = cores + _linear(g, module.core_proj)
     xb = mha_dense(x, new_cores, new_cores, module.q_patch, module.k_core,
                    module.v_core, h)

@@ -16,7 +16,8 @@ SIZES = [(4, 4), (5, 7), (3, 3), (7, 11), (13, 1), (1, 6), (1, 1)]
 
 def _maps(b, h, w, c, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, h, w, c, generator=g, dtype=dtype) for _ in range(3)]
+    return [torch.randn(b, h, w, c, generator=g, dtype=dtype)
+            for _ in range(3)]
 
 
 # ------------------------------------------------------------ exactness
@@ -120,8 +121,9 @@ def test_next_fast_len_is_minimal_5_smooth():
         assert not any(smooth(j) for j in range(n, m))
 
 
-@pytest.mark.parametrize('hw, grid', [((4, 4), (8, 8)), ((5, 7), (9, 15)),
-                                      ((1, 1), (1, 1)), ((97, 131), (200, 270))])
+@pytest.mark.parametrize('hw, grid', [
+    ((4, 4), (8, 8)), ((5, 7), (9, 15)), ((1, 1), (1, 1)),
+    ((97, 131), (200, 270))])
 def test_zero_grid_covers_all_offsets(hw, grid):
     assert fft_grid(*hw, 'zero') == grid
     assert fft_grid(*hw, 'circular') == hw

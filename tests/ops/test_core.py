@@ -1,4 +1,4 @@
-"""Core attention against a dense multi-head attention reference (tests/ops)."""
+"""Core attention against a dense multi-head attention reference."""
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -283,7 +283,8 @@ def test_attention_dropout_is_unbiased(fold):
     with torch.no_grad():
         c = m.eval()(x, cores)[1]
         torch.manual_seed(0)
-        c_drop = m.train()(x.expand(2000, -1, -1), cores.expand(2000, -1, -1))[1]
+        c_drop = m.train()(x.expand(2000, -1, -1),
+                           cores.expand(2000, -1, -1))[1]
     assert not torch.allclose(c_drop[0], c[0])
     torch.testing.assert_close(c_drop.mean(0), c[0], rtol=0.03, atol=0.03)
 

@@ -15,8 +15,8 @@ Methods (C = 64 channels, batch 1, float32):
 
 Usage:
   python tools/analysis/benchmark_attention.py [--sizes 32 64 128 256 512]
-      [--repeat 5] [--device cpu|cuda] [--out-dir work_dirs/benchmark_attention]
-      [--no-backward]
+      [--repeat 5] [--device cpu|cuda] [--no-backward]
+      [--out-dir work_dirs/benchmark_attention]
 """
 import argparse
 import importlib.util
@@ -67,7 +67,8 @@ def _build(method, size, device):
         model = nn.ModuleList([qkv, proj])
 
         def run(x):
-            q, k, v = qkv(x).view(1, n, 3, SDPA_HEADS, -1).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv(x).view(1, n, 3, SDPA_HEADS, -1).permute(
+                2, 0, 3, 1, 4)
             o = F.scaled_dot_product_attention(q, k, v)
             return proj(o.transpose(1, 2).reshape(1, n, DIM))
     elif method.startswith('circ-') and method != 'circ-linears':
@@ -118,6 +119,8 @@ def _rss_peak(reset):
 
 def worker(spec):
     import torch
+    if spec.get('threads'):
+        torch.set_num_threads(spec['threads'])
     device = torch.device(spec['device'])
     backward = spec['mode'] == 'fwd+bwd'
     model, run, x = _build(spec['method'], spec['size'], device)
@@ -165,14 +168,15 @@ def worker(spec):
         budget -= times[-1]
         if budget < 0 and len(times) >= 2:
             break
-    return {'time_ms': 1e3 * statistics.median(times), 'runs': len(times),
-            'peak_mb': peak / 2**20}
+    return {'time_ms': 1e3 * statistics.median(times),
+            'min_ms': 1e3 * min(times), 'runs': len(times),
+            'peak_mb': peak / 2**20, 'threads': torch.get_num_threads()}
 
 
 # ------------------------------------------------------------------ driver
 def measure(method, size, mode, args):
     spec = dict(method=method, size=size, mode=mode, device=args.device,
-                repeat=args.repeat)
+                repeat=args.repeat, threads=args.threads)
     proc = subprocess.run(
         [sys.executable, osp.abspath(__file__), '--worker', json.dumps(spec)],
         capture_output=True, text=True, cwd=ROOT)
@@ -198,47 +202,42 @@ def _get(results, method, size, mode, key='time_ms'):
 
 
 def targets(results):
-    """The acceptance targets, as (description, value, ok) rows."""
-    rows = []
+    """The acceptance targets, as (description, value, verdict) rows."""
 
-    def ratio(a, b):
+    def ratio(m1, s1, m2, s2, mode='fwd', key='time_ms'):
+        a = _get(results, m1, s1, mode, key)
+        b = _get(results, m2, s2, mode, key)
         return None if a is None or b is None else a / b
 
-    f = 'fwd'
+    at_least = (lambda x: lambda v: v >= x)
+    at_most = (lambda x: lambda v: v <= x)
     checks = [
-        ('128^2: SDPA / circulant (circular) forward time >= 25',
-         ratio(_get(results, 'sdpa', 128, f), _get(results, 'circ-circ', 128, f)),
-         lambda v: v >= 25),
-        ('128^2: SDPA / circulant (zero) forward time (info)',
-         ratio(_get(results, 'sdpa', 128, f), _get(results, 'circ-zero', 128, f)),
-         None),
-        ('128^2: circulant (circular) / its linears forward time <= 3',
-         ratio(_get(results, 'circ-circ', 128, f),
-               _get(results, 'circ-linears', 128, f)), lambda v: v <= 3),
-        ('128^2: circulant (zero) / its linears forward time (info)',
-         ratio(_get(results, 'circ-zero', 128, f),
-               _get(results, 'circ-linears', 128, f)), None),
-        ("128^2: SDPA / core (C'=64) forward time >= 20",
-         ratio(_get(results, 'sdpa', 128, f), _get(results, 'core-64', 128, f)),
-         lambda v: v >= 20),
-        ("256^2: core C'=64 / C'=8 forward time >= 3",
-         ratio(_get(results, 'core-64', 256, f), _get(results, 'core-8', 256, f)),
-         lambda v: v >= 3),
+        ('128^2 fwd time: SDPA / circulant (circular) >= 25',
+         ratio('sdpa', 128, 'circ-circ', 128), at_least(25)),
+        ('128^2 fwd time: SDPA / circulant (zero)',
+         ratio('sdpa', 128, 'circ-zero', 128), None),
+        ('128^2 fwd time: circulant (circular) / its linears <= 3',
+         ratio('circ-circ', 128, 'circ-linears', 128), at_most(3)),
+        ('128^2 fwd time: circulant (zero) / its linears',
+         ratio('circ-zero', 128, 'circ-linears', 128), None),
+        ("128^2 fwd time: SDPA / core (C'=64) >= 20",
+         ratio('sdpa', 128, 'core-64', 128), at_least(20)),
+        ("256^2 fwd time: core C'=64 / C'=8 >= 3",
+         ratio('core-64', 256, 'core-8', 256), at_least(3)),
     ]
     for m in ('circ-circ', 'circ-zero', 'core-8', 'core-64'):
         for mode in ('fwd', 'fwd+bwd'):
-            checks.append((
-                f'{m} {mode}: peak memory 256^2 / 128^2 <= 4.5',
-                ratio(_get(results, m, 256, mode, 'peak_mb'),
-                      _get(results, m, 128, mode, 'peak_mb')),
-                lambda v: v <= 4.5))
+            checks.append((f'{m} {mode}: peak memory 256^2 / 128^2 <= 4.5',
+                           ratio(m, 256, m, 128, mode, 'peak_mb'),
+                           at_most(4.5)))
+    rows = []
     for desc, value, ok in checks:
         if value is None:
             rows.append((desc, 'n/a', 'not measured'))
         else:
-            rows.append((desc, f'{value:.2f}',
-                         'info' if ok is None else ('PASS' if ok(value)
-                                                    else 'FAIL')))
+            verdict = 'info' if ok is None else ('PASS' if ok(value)
+                                                 else 'FAIL')
+            rows.append((desc, f'{value:.2f}', verdict))
     return rows
 
 
@@ -308,6 +307,8 @@ def parse_args(argv=None):
                                                  'benchmark_attention'))
     p.add_argument('--no-backward', action='store_true',
                    help='forward only')
+    p.add_argument('--threads', type=int, default=None,
+                   help='torch threads of the workers (default: torch)')
     p.add_argument('--methods', nargs='+', default=list(METHODS),
                    choices=METHODS, help='subset of methods')
     p.add_argument('--worker', help=argparse.SUPPRESS)
@@ -322,7 +323,7 @@ def main(argv=None):
     import torch
     if args.device == 'cuda' and not torch.cuda.is_available():
         sys.exit('--device cuda: CUDA is not available')
-    args.threads = torch.get_num_threads()
+    args.threads = args.threads or torch.get_num_threads()
     modes = ['fwd'] if args.no_backward else ['fwd', 'fwd+bwd']
     os.makedirs(args.out_dir, exist_ok=True)
     results = {}

@@ -19,8 +19,8 @@ that measurement's alone:
 
 Results: ``DIR/results_<device>.json`` (merged with earlier runs of other models /
 sizes), ``DIR/time_<device>.png``, ``DIR/memory_<device>.png`` and a markdown table
-with the ratios against each model's baseline. FLOPs (multiply-adds, mmcirc's
-counter on meta tensors) are added unless ``--no-flops``.
+with the ratios against each model's baseline. ``--flops`` adds the counted
+FLOPs (multiply-adds, mmcirc.analysis) of each measurement.
 """
 import argparse
 import json
@@ -58,7 +58,7 @@ DEFAULT_SIZES = [224, 512, 1024, 1536, 2048]
 
 
 def build_backbone(name, device='cpu', init=True):
-    """Build a ZOO backbone (eval mode) on ``device`` ('meta': shapes only)."""
+    """Build a ZOO backbone (eval mode) on ``device``."""
     import importlib
 
     import torch
@@ -66,21 +66,22 @@ def build_backbone(name, device='cpu', init=True):
     importlib.import_module(f'{scope}.utils').register_all_modules(init_default_scope=False)
     registry = importlib.import_module(f'{scope}.registry').MODELS
     import mmcirc  # noqa: F401  (registers CAPVT & co. into mmdet/mmseg/mmpretrain)
-    with torch.device(device):
-        model = registry.build(dict(cfg, init_cfg=None))
-    if init and device != 'meta':
+    model = registry.build(dict(cfg, init_cfg=None))  # on CPU (mmdet calls .item())
+    if init:
         model.init_weights()
+    model = model.to(device)
     model.eval()  # (mmdet Swin's train() returns None)
     return model
 
 
-def backbone_flops(name, size):
-    """Counted MACs of one forward at size x size (meta tensors: no compute)."""
+def backbone_flops(name, size, model=None, device='cpu'):
+    """Counted MACs of one forward at size x size (runs that forward once: the
+    tracer executes the model; meta tensors fail on the patch-embedding convs)."""
     import torch
 
     from mmcirc.analysis import count_flops
-    model = build_backbone(name, 'meta', init=False)
-    return count_flops(model, torch.randn(1, 3, size, size, device='meta'))
+    model = build_backbone(name, device, init=False) if model is None else model
+    return count_flops(model, torch.randn(1, 3, size, size, device=device))
 
 
 # ----------------------------------------------------------------------------- worker
@@ -131,11 +132,21 @@ def worker(args):
             mem = (torch.cuda.max_memory_allocated() - base) / 2**20
         else:
             mem = _rss_mb() - base
+    flops = None
+    if args.flops:  # after the memory reading: tracing runs one more forward
+        try:
+            flops = backbone_flops(args.model, args.size, model, args.device)
+        except Exception as e:  # noqa: BLE001
+            flops = f'{type(e).__name__}: {e}'[:200]
     res = dict(model=args.model, size=args.size, device=args.device,
                threads=torch.get_num_threads(), time_s=statistics.median(times or [warm]),
                warmup_s=warm, runs=len(times) or 1, times_s=times or [warm],
                mem_mb=mem, base_mb=base if not cuda else base / 2**20, build_s=build_s,
                status='ok')
+    if isinstance(flops, str):
+        res['flops_error'] = flops
+    elif flops is not None:
+        res['flops'] = flops
     print('RESULT ' + json.dumps(res), flush=True)
 
 
@@ -147,6 +158,8 @@ def measure(model, size, args):
            '--single-run-above', str(args.single_run_above)]
     if args.threads:
         cmd += ['--threads', str(args.threads)]
+    if args.flops:
+        cmd += ['--flops']
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
     t = time.perf_counter()
     try:
@@ -237,7 +250,9 @@ def parse_args(argv=None):
     parser.add_argument('--single-run-above', type=float, default=30.,
                         help='warm-up seconds above which the warm-up is the measurement')
     parser.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_backbone'))
-    parser.add_argument('--no-flops', action='store_true', help='skip the FLOP count')
+    parser.add_argument('--flops', action='store_true',
+                        help='also count FLOPs (one more forward per measurement, after '
+                        'the memory reading; counts within --timeout)')
     parser.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
     parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     parser.add_argument('--model', help=argparse.SUPPRESS)
@@ -269,11 +284,6 @@ def main(argv=None):
                                     note='smaller size did not finish'))
                 continue
             r = measure(m, size, args)
-            if not args.no_flops:
-                try:
-                    r['flops'] = backbone_flops(m, size)
-                except Exception as e:  # noqa: BLE001
-                    r['flops_error'] = f'{type(e).__name__}: {e}'[:200]
             results.append(r)
             msg = (f"{r['time_s']:.3f} s ({r['runs']} runs), {r['mem_mb']:.0f} MB"
                    if r['status'] == 'ok' else f"{r['status']} {r.get('note', '')}")

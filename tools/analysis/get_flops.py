@@ -3,7 +3,7 @@ attention, counted with mmengine's FlopAnalyzer plus mmcirc's FFT / softmax / SD
 handles (mmcirc/analysis/flops.py states the convention: multiply-adds).
 
     python tools/analysis/get_flops.py CONFIG [--shape H [W]] [--cfg-options k=v ...]
-        [--mode auto|full|backbone] [--num-cores N] [--device cpu|cuda|meta]
+        [--mode auto|full|backbone] [--num-cores N] [--device cpu|cuda]
         [--out-json FILE]
 
 The library is picked from the config's ``default_scope`` (mmdet, mmseg,
@@ -14,8 +14,8 @@ backbone + neck + heads without post-processing; segmentors: backbone + neck +
 decode head, no auxiliary head; classifiers: backbone + neck + head), on one
 (1, 3, H, W) input padded to the preprocessor's size divisor. ``--mode backbone``
 counts ``extract_feat`` (backbone + neck); ``auto`` falls back to it when the full
-forward cannot be traced. ``--device meta`` traces shapes only (no compute; for
-very large inputs; backbone mode only for detectors).
+forward cannot be traced. The tracer runs the forward once
+on ``--device`` (cpu by default).
 """
 import argparse
 import json
@@ -41,7 +41,7 @@ def parse_args(argv=None):
                         "(backbone + neck); 'auto': full, else backbone")
     parser.add_argument('--num-cores', default=None,
                         help="active cores C' of core stages (int or mobile/edge/server)")
-    parser.add_argument('--device', default='cpu', help="cpu, cuda or meta (shapes only)")
+    parser.add_argument('--device', default='cpu', help='cpu or cuda')
     parser.add_argument('--out-json', default=None, help='also write the results here')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
@@ -229,8 +229,6 @@ def main(argv=None):
     model = model.to(device)
     inputs = torch.randn(1, 3, *shape, device=device)
     modes = ['full', 'backbone'] if args.mode == 'auto' else [args.mode]
-    if device.type == 'meta' and scope == 'mmdet' and args.mode == 'auto':
-        modes = ['backbone']
     fc, used, err = None, None, None
     for mode in modes:
         try:

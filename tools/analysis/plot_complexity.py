@@ -7,9 +7,12 @@ graph, not N^2 formulas): one attention block and whole backbones.
 Block: self-attention (qkv linear + SDPA + proj, one head: PVT stage 1), plain
 multi-head attention (``nn.MultiheadAttention``, unfused), circulant attention
 (``CirculantAttention``, d = 1) and core attention with C' = 8, 16, 64, on an
-H x H map of ``--dims`` channels. Backbones: the ZOO of
-``tools/analysis/benchmark_backbone.py`` at square input sizes. Everything is
-traced on meta tensors (shapes only), so 2048 px costs no compute.
+H x H map of ``--dims`` channels, traced on meta tensors (shapes only: no compute,
+so 512 x 512 tokens of self-attention cost nothing). Backbones: the ZOO of
+``tools/analysis/benchmark_backbone.py`` at square input sizes, traced on CPU
+(the tracer runs each forward once: PVT-S at 2048 px takes about a minute; the
+patch-embedding convolutions cannot be traced on meta tensors). A model whose
+count at one size took longer than ``--max-seconds`` is not run at larger sizes.
 
 Writes ``DIR/complexity.json``, ``DIR/block.png``, ``DIR/backbones.png`` and prints
 markdown tables (GMACs; FLOPs = multiply-adds).
@@ -108,6 +111,9 @@ def parse_args(argv=None):
     parser.add_argument('--sizes', type=int, nargs='+',
                         default=[224, 320, 512, 768, 1024, 1536, 2048])
     parser.add_argument('--no-backbones', action='store_true')
+    parser.add_argument('--device', default='cpu', help='device of the backbone traces')
+    parser.add_argument('--max-seconds', type=float, default=120.,
+                        help='skip larger sizes of a model once one count took longer')
     parser.add_argument('--out-dir', default=osp.join('work_dirs', 'complexity'))
     return parser.parse_args(argv)
 
@@ -164,16 +170,26 @@ def main(argv=None):
 
     # -------------------------------------------------------------- backbones
     if not args.no_backbones:
-        from benchmark_backbone import ZOO, backbone_flops
+        import time
+
+        from benchmark_backbone import ZOO, backbone_flops, build_backbone
         nets = {}
         for m in args.models:
             pts = []
-            for size in args.sizes:
+            model = build_backbone(m, args.device, init=False)
+            for size in sorted(args.sizes):
+                t = time.perf_counter()
                 try:
-                    pts.append((size, backbone_flops(m, size) / 1e9))
+                    pts.append((size, backbone_flops(m, size, model, args.device) / 1e9))
                 except Exception as e:  # noqa: BLE001
                     out['backbones']['errors'][f'{m}@{size}'] = f'{type(e).__name__}: {e}'[:300]
                     print(f'{m} at {size}: {type(e).__name__}: {e}'[:300], file=sys.stderr)
+                took = time.perf_counter() - t
+                print(f'{m} at {size}: {pts[-1][1] if pts and pts[-1][0] == size else "-"} '
+                      f'GMACs ({took:.1f} s)', file=sys.stderr)
+                if took > args.max_seconds:
+                    out['backbones']['errors'][f'{m}>{size}'] = f'skipped: {took:.0f} s at {size}'
+                    break
             nets[ZOO[m][3]] = pts
         out['backbones']['series'] = {k: [dict(size=s, gmacs=g) for s, g in v]
                                       for k, v in nets.items()}

@@ -1,0 +1,47 @@
+# The README's main job: configs/ca_pvt_t_retinanet_coco.py on the generated shapes
+# (tools/dataset_converters/make_toy_data.py). Only data, image size and schedule
+# differ: no ImageNet weights exist offline, so it trains from scratch, briefly.
+_base_ = '../ca_pvt_t_retinanet_coco.py'
+
+data_root = 'data/toy_coco/'
+metainfo = dict(classes=('circle', 'square', 'triangle'),
+                palette=[(220, 40, 40), (40, 190, 60), (50, 60, 225)])
+img_scale = (160, 128)
+
+model = dict(backbone=dict(init_cfg=None), bbox_head=dict(num_classes=3))
+
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='Resize', scale=img_scale, keep_ratio=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=img_scale, keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+]
+train_dataloader = dict(
+    batch_size=8, num_workers=2,
+    dataset=dict(data_root=data_root, metainfo=metainfo, pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=8, num_workers=2,
+    dataset=dict(data_root=data_root, metainfo=metainfo, pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+
+max_iters = 600
+train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=max_iters,
+                 val_interval=max_iters)
+optim_wrapper = dict(optimizer=dict(lr=1e-3), clip_grad=dict(max_norm=10.0))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
+    dict(type='CosineAnnealingLR', by_epoch=False, begin=50, end=max_iters, eta_min=1e-5),
+]
+default_hooks = dict(checkpoint=dict(by_epoch=False, interval=max_iters),
+                     logger=dict(interval=20))
+log_processor = dict(by_epoch=False)

@@ -1,0 +1,202 @@
+"""Whole-image semantic segmentation at high resolution (e.g. 4096 x 4096) with an
+mmseg config, timing it and measuring its peak memory.
+
+    python tools/infer_highres.py CONFIG [CHECKPOINT] (--img PATH [PATH ...] | --demo astronaut)
+        [--size S | --size HxW] [--num-cores N|mobile|edge|server] [--boundary circular|zero]
+        [--scale sqrt_n|n] [--stage-attentions KIND[,KIND...]] [--out-dir work_dirs/highres]
+        [--device cpu] [--opacity 0.5] [--upsample banded|mmseg] [--cfg-options k=v ...]
+        [--dense-baseline | --baseline-only] [--mem-cap-gb 20] [--baseline-timeout 1800]
+
+The segmentor is built with ``mmseg.apis.init_model`` after the backbone overrides are
+written into the config, and runs mmseg's whole inference (``test_cfg=dict(mode='whole')``
+forced, never sliding windows) on the image at the given size; see
+:mod:`mmcirc.apis.highres`. Without CHECKPOINT the weights are random: only the time and
+memory figures mean anything.
+
+Per image, under --out-dir (written atomically; the JSON last):
+``<name>_<H>x<W>_<config>[_<overrides>]_{labels,mask,overlay}.png`` (class ids; the mask
+coloured with the dataset palette; the mask blended over the image) and ``.json``
+(time, peak RSS and its increase over the pre-inference baseline, sizes, config,
+overrides, backbone). ``--dense-baseline`` also runs the dense-attention equivalent (the
+same config with ``stage_attentions`` = 'sra': the original PVT) in a child process
+capped with RLIMIT_AS and records whether it ran or ran out of memory, and after how long
+(``--baseline-only``: only that).
+
+A config whose backbone keeps quadratic 'sra' stages (the paper layout) gets a WARNING
+when those would not fit at the requested size: use the all-circulant / all-core configs
+``configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py`` / ``configs/core_pvt_t-allcore_fpn_80k_ade20k.py``.
+"""
+import argparse
+import json
+import os.path as osp
+import sys
+import warnings
+
+from mmcirc.utils.cli import CLIError, main_guard
+
+
+def parse_args(argv=None):
+    from mmengine.config import DictAction
+    parser = argparse.ArgumentParser(
+        description='High-resolution whole-image segmentation: masks, overlays, time and memory')
+    parser.add_argument('config', help='mmseg config file')
+    parser.add_argument('checkpoint', nargs='?', help='checkpoint (omit: random weights)')
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument('--img', nargs='+', metavar='PATH', help='image file(s)')
+    src.add_argument('--demo', metavar='NAME', help="scikit-image sample: 'astronaut' "
+                     "(also 'chelsea', 'coffee'), bicubic-resized to --size")
+    parser.add_argument('--size', help='S: resize the longer side to S (aspect kept); HxW: exact '
+                        'size; omitted: the image as it is')
+    parser.add_argument('--num-cores', help="active cores C' of core stages: int or "
+                        "mobile (8) / edge (32) / server (64)")
+    parser.add_argument('--boundary', help="circulant boundary: 'circular' or 'zero'")
+    parser.add_argument('--scale', help="circulant scale: 'sqrt_n' (official) or 'n' (paper, "
+                        'resolution invariant)')
+    parser.add_argument('--stage-attentions', help="attention of every stage ('circulant', "
+                        "'core', 'sra', 'window') or one per stage, comma separated")
+    parser.add_argument('--out-dir', default='work_dirs/highres', help='output folder')
+    parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
+    parser.add_argument('--opacity', type=float, default=0.5, help='mask opacity in the overlay')
+    parser.add_argument('--upsample', default='banded', help="'banded' (default: mmseg's resize "
+                        "+ argmax over bands of classes, same labels, bounded memory) or 'mmseg' "
+                        "(the segmentor's own test_step, full-resolution logits)")
+    base = parser.add_mutually_exclusive_group()
+    base.add_argument('--dense-baseline', action='store_true', help='also run the dense-attention '
+                      "equivalent (stage_attentions='sra') in a memory-capped child process")
+    base.add_argument('--baseline-only', action='store_true', help='run only the dense baseline')
+    parser.add_argument('--mem-cap-gb', type=float, default=20.0,
+                        help='RLIMIT_AS of the dense-baseline child in GiB (20)')
+    parser.add_argument('--baseline-timeout', type=float, default=1800,
+                        help='seconds before the dense-baseline child is killed (1800)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    return parser.parse_args(argv)
+
+
+def _one_line_warnings():
+    """Print warnings as one line (``WARNING: message``), without library noise."""
+    warnings.filterwarnings('ignore', category=DeprecationWarning)
+    warnings.filterwarnings('ignore', message='.*pkg_resources.*')
+    for noise in ('Checkpoint is not loaded', 'build_loss', 'avg_non_ignore'):
+        warnings.filterwarnings('ignore', message=f'.*{noise}.*')
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f'WARNING: {message}', file=sys.stderr, flush=True)
+
+    warnings.showwarning = show
+
+
+def _load_images(args, size):
+    """[(name, image BGR uint8 at the target size, source (H, W), source)] ; every
+    image is read before anything runs, so a bad path fails with no output."""
+    from mmcirc.apis.highres import demo_image, read_image, resize_image
+    if args.demo is not None:
+        src = [(args.demo, demo_image(args.demo), f'skimage.data.{args.demo}()')]
+    else:
+        src = [(osp.splitext(osp.basename(p))[0], read_image(p), p) for p in args.img]
+    return [(name, resize_image(img, size), img.shape[:2], where) for name, img, where in src]
+
+
+def _suffix(overrides):
+    parts = []
+    if 'stage_attentions' in overrides:
+        sa = overrides['stage_attentions']
+        parts.append('sa-' + (sa if isinstance(sa, str) else '-'.join(sa)))
+    if 'num_cores' in overrides:
+        parts.append(f"nc{overrides['num_cores']}")
+    if 'boundary' in overrides:
+        parts.append(overrides['boundary'])
+    if 'scale' in overrides:
+        parts.append(f"scale-{overrides['scale']}")
+    return ''.join('_' + p for p in parts)
+
+
+def _dense_line(name, hw, d):
+    kinds = '-'.join(d.get('stage_attentions') or ['?'])
+    head = f"{name} {hw[0]}x{hw[1]} | dense baseline {kinds}, RLIMIT_AS {d['mem_cap_gb']:g} GB |"
+    if d['status'] == 'ok':
+        return f"{head} ran in {d['time_s']:.2f} s | peak RSS {d['peak_rss_mb'] / 1024:.2f} GB"
+    t = d.get('time_s')
+    when = f"after {t:.2f} s of inference" if t is not None else f"during setup ({d['wall_s']:.1f} s)"
+    return f"{head} FAILED ({d['status']}) {when} | {(d.get('error') or '')[:200]}"
+
+
+@main_guard
+def main(argv=None):
+    _one_line_warnings()
+    args = parse_args(argv)
+    from mmcirc.apis import highres as hr
+
+    overrides = hr.validate_overrides(num_cores=args.num_cores, boundary=args.boundary,
+                                      scale=args.scale, stage_attentions=args.stage_attentions)
+    if args.upsample not in hr.UPSAMPLE_MODES:
+        raise CLIError(f'--upsample must be one of {hr.UPSAMPLE_MODES}, got {args.upsample!r}')
+    if not 0 <= args.opacity <= 1:
+        raise CLIError(f'--opacity must be in [0, 1], got {args.opacity}')
+    if args.mem_cap_gb <= 0:
+        raise CLIError(f'--mem-cap-gb must be positive, got {args.mem_cap_gb}')
+    size = hr.parse_size(args.size)
+    if args.device.startswith('cuda'):
+        import torch
+        if not torch.cuda.is_available():
+            raise CLIError(f'--device {args.device}: CUDA is not available here')
+    elif args.device != 'cpu':
+        raise CLIError(f"--device must be 'cpu' or 'cuda[:N]', got {args.device!r}")
+    if args.checkpoint is not None and not osp.isfile(args.checkpoint):
+        raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    images = _load_images(args, size)
+    cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
+    cfg_name = osp.splitext(osp.basename(args.config))[0]
+    suffix = _suffix(overrides)
+
+    # the dense baselines first, while this process is still small
+    dense = {}
+    if args.dense_baseline or args.baseline_only:
+        for name, img, _, _ in images:
+            d = hr.run_dense_baseline(
+                args.config, img, checkpoint=args.checkpoint, cfg_options=args.cfg_options,
+                stage_attentions=overrides.get('stage_attentions') if args.baseline_only else None,
+                mem_cap_gb=args.mem_cap_gb, device=args.device, timeout=args.baseline_timeout,
+                upsample=args.upsample)
+            d.update(image=name, config=args.config, checkpoint=args.checkpoint)
+            dense[name] = d
+            print(_dense_line(name, img.shape[:2], d), flush=True)
+            if args.baseline_only:
+                h, w = img.shape[:2]
+                kinds = '-'.join(sorted(set(d.get('stage_attentions') or ['dense'])))
+                path = osp.join(args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}_dense-{kinds}.json')
+                hr.write_atomic({path: json.dumps(d, indent=2).encode()})
+    if args.baseline_only:
+        return 0
+
+    model = hr.build_segmentor(cfg, args.checkpoint, device=args.device)
+    palette = model.dataset_meta['palette']
+    for name, img, source_size, where in images:
+        h, w = img.shape[:2]
+        labels, rec = hr.run_image(model, img, name=where, source_size=source_size,
+                                   config=args.config, checkpoint=args.checkpoint,
+                                   overrides=overrides, device=args.device, upsample=args.upsample)
+        rec.dense_baseline = dense.get(name)
+        if cfg.get('highres_replaced_test_cfg'):
+            rec.test_cfg = dict(mode='whole', replaced=cfg.highres_replaced_test_cfg)
+        base = osp.join(args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}')
+        color = hr.colorize(labels, palette)
+        files = {
+            f'{base}_labels.png': hr.encode_png(labels.astype('uint8' if len(palette) <= 256 else 'uint16')),
+            f'{base}_mask.png': hr.encode_png(color[..., ::-1]),
+            f'{base}_overlay.png': hr.encode_png(hr.overlay(img, color, args.opacity)),
+        }
+        rec.outputs = {k: osp.basename(p) for k, p in zip(('labels', 'mask', 'overlay', 'json'),
+                                                          [*files, f'{base}.json'])}
+        files[f'{base}.json'] = json.dumps(rec.to_dict(), indent=2).encode()
+        hr.write_atomic(files)
+        b = rec.backbone
+        print(f"{name} {h}x{w} | {b['type']} {'-'.join(b.get('stage_attentions', []))}"
+              f"{' C=' + str(b['num_cores']) if 'num_cores' in b else ''} | {rec.time_s:.2f} s | "
+              f"peak RSS {rec.peak_rss_mb / 1024:.2f} GB (+{rec.peak_increase_mb / 1024:.2f} GB over "
+              f"{rec.baseline_rss_mb / 1024:.2f} GB) | {base}_overlay.png", flush=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

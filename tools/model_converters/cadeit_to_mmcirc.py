@@ -1,0 +1,61 @@
+"""Initialise the circulant blocks of CA-Swin / CA-PVT from a CA-DeiT checkpoint
+(github.com/LeapLabTHU/Circulant-Attention, ``models/ca_deit.py``; mmcirc.models.convert).
+
+CA-DeiT is isotropic (width 192 / 384 / 768 for T / S / B): its blocks (CPE, norms,
+gate, bias-free qkv, proj, MLP) fit only circulant blocks of the same width, which
+are filled in order from CA-DeiT block 0 (or ``--source-blocks``). With the paper's
+layout only CA-Swin-T/S stage 2 (width 192) fits, from CA-DeiT-T; CA-DeiT-S (384) and
+-B (768) fit Swin-T/S stages 3 / 4 once they are circulant; no PVT or Swin-B stage
+has a DeiT width. ``--base`` starts from a checkpoint in mmcirc's layout (e.g. the
+output of swin_to_mmcirc.py) so that the rest of the backbone is initialised too.
+
+    python tools/model_converters/swin_to_mmcirc.py swin_tiny.pth base.pth
+    python tools/model_converters/cadeit_to_mmcirc.py ca_deit_tiny.pth \\
+        work_dirs/pretrained/ca_swin_t_in1k.pth --base base.pth
+    python tools/model_converters/cadeit_to_mmcirc.py ca_deit_small.pth --arch tiny \\
+        --stage-attentions circulant circulant circulant window
+        # -> work_dirs/pretrained/swin_t_circulant-circulant-circulant-window_ca-deit-s.pth
+"""
+import argparse
+import os.path as osp
+import pickle
+import sys
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='CA-DeiT checkpoint -> circulant blocks of CA-Swin / CA-PVT')
+    parser.add_argument('src', help='CA-DeiT checkpoint (timm layout, optionally under "model")')
+    parser.add_argument('out', nargs='?',
+                        help='output path (default work_dirs/pretrained/<variant>_ca-deit-<t|s|b>.pth)')
+    parser.add_argument('--family', default='swin', choices=['swin', 'pvt'], help='target pyramid')
+    parser.add_argument('--arch', default='tiny', help='target arch name or dict literal')
+    parser.add_argument('--attention', default='circulant', choices=['circulant', 'core'],
+                        help='attention of stages 1-2 (the paper layout)')
+    parser.add_argument('--stage-attentions', nargs='+', metavar='KIND', help='per-stage attention')
+    parser.add_argument('--source-blocks', nargs='+', type=int, metavar='K',
+                        help='CA-DeiT blocks to use, in order (default 0 1 2 ...)')
+    parser.add_argument('--base', help='checkpoint in mmcirc layout that supplies everything else')
+    parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE', help='extra target arguments')
+    parser.add_argument('--trust-checkpoint', action='store_true',
+                        help='allow full unpickling of the sources (only for files you trust)')
+    parser.add_argument('--verbose', action='store_true', help='list every key')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    for path in (args.src, args.base):
+        if path is not None and not osp.isfile(path):
+            print(f'error: checkpoint not found: {path}', file=sys.stderr)
+            return 1
+    from mmcirc.models.convert import ConversionError, run_cli
+    try:
+        run_cli(args.family, args, cadeit=True)
+    except (ConversionError, FileNotFoundError, pickle.UnpicklingError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Convert a PVT v1 checkpoint to CA-PVT / Core-PVT (mmcirc.models.convert).
+
+Reads the official release (github.com/whai362/PVT: ``patch_embed1.proj``,
+``pos_embed1``, ``block1.0.attn.q/kv/sr``, ``norm``, ``head``) or an mmdet
+``PyramidVisionTransformer`` checkpoint (e.g. a whole detector, ``backbone.`` keys),
+detected automatically. Loads patch/position embeddings, norms, every stage's MLP and
+the spatial-reduction attention of the stages that keep it; reports the circulant /
+core attention left new and what of the source went unused; writes
+``{'state_dict', 'meta'}`` atomically.
+
+    python tools/model_converters/pvt_to_mmcirc.py pvt_small.pth --arch small
+        # -> work_dirs/pretrained/ca_pvt_s_in1k.pth
+    python tools/model_converters/pvt_to_mmcirc.py pvt_tiny.pth out.pth --attention core
+    python tools/model_converters/pvt_to_mmcirc.py pvt_small.pth --arch small \\
+        --stage-attentions circulant circulant circulant sra --pos-embed-size 512
+"""
+import argparse
+import os.path as osp
+import pickle
+import sys
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='PVT v1 checkpoint -> CA-PVT / Core-PVT')
+    parser.add_argument('src', help='source checkpoint (official PVT v1 or mmdet layout)')
+    parser.add_argument('out', nargs='?',
+                        help='output path (default work_dirs/pretrained/<variant>_in1k.pth)')
+    parser.add_argument('--arch', default='tiny',
+                        help="tiny, small, medium, large, or a dict literal "
+                             "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"")
+    parser.add_argument('--attention', default='circulant', choices=['circulant', 'core'],
+                        help='attention of stages 1-2 (the paper layout)')
+    parser.add_argument('--stage-attentions', nargs='+', metavar='KIND',
+                        help='per-stage attention instead: circulant, core or sra for each stage')
+    parser.add_argument('--src-layout', default='auto', choices=['auto', 'official', 'mmdet', 'mmcirc'])
+    parser.add_argument('--pos-embed-size', type=int, metavar='PX',
+                        help='image size the target position tables are stored for; source '
+                             'tables of another size are resized (bilinear)')
+    parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE',
+                        help='extra target arguments, e.g. num_cores_max=32 norm_after_stage=True')
+    parser.add_argument('--trust-checkpoint', action='store_true',
+                        help='allow full unpickling of the source (only for files you trust)')
+    parser.add_argument('--verbose', action='store_true', help='list every key')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not osp.isfile(args.src):
+        print(f'error: checkpoint not found: {args.src}', file=sys.stderr)
+        return 1
+    from mmcirc.models.convert import ConversionError, run_cli
+    try:
+        run_cli('pvt', args)
+    except (ConversionError, FileNotFoundError, pickle.UnpicklingError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

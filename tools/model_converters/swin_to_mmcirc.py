@@ -1,0 +1,59 @@
+"""Convert a Swin checkpoint to CA-Swin / Core-Swin (mmcirc.models.convert).
+
+Reads the official release (github.com/microsoft/Swin-Transformer: ``patch_embed.proj``,
+``layers.{i}.blocks.{j}.attn.*``, ``layers.{i}.downsample``, ``norm``, ``head``,
+converted with mmdet's ``swin_converter``) or an mmdet / mmseg / mmpretrain Swin
+checkpoint (same keys as mmcirc), detected automatically. Loads the patch embedding,
+patch merging, norms, every stage's MLP and the window attention of the stages that
+keep it; reports the circulant / core attention (and CPE) left new and what of the
+source went unused (stage 1-2 window attention, head, attention masks); writes
+``{'state_dict', 'meta'}`` atomically.
+
+    python tools/model_converters/swin_to_mmcirc.py swin_tiny_patch4_window7_224.pth
+        # -> work_dirs/pretrained/ca_swin_t_in1k.pth
+    python tools/model_converters/swin_to_mmcirc.py swin_small.pth --arch small --attention core
+"""
+import argparse
+import os.path as osp
+import pickle
+import sys
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Swin checkpoint -> CA-Swin / Core-Swin')
+    parser.add_argument('src', help='source checkpoint (official Swin, mmdet/mmseg/mmpretrain layout)')
+    parser.add_argument('out', nargs='?',
+                        help='output path (default work_dirs/pretrained/<variant>_in1k.pth)')
+    parser.add_argument('--arch', default='tiny',
+                        help="tiny, small, base, or a dict literal "
+                             "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"")
+    parser.add_argument('--attention', default='circulant', choices=['circulant', 'core'],
+                        help='attention of stages 1-2 (the paper layout)')
+    parser.add_argument('--stage-attentions', nargs='+', metavar='KIND',
+                        help='per-stage attention instead: circulant, core or window for each stage')
+    parser.add_argument('--src-layout', default='auto',
+                        choices=['auto', 'official', 'mmdet', 'mmseg', 'mmpretrain', 'mmcirc'])
+    parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE',
+                        help='extra target arguments, e.g. window_size=12 num_cores_max=32')
+    parser.add_argument('--trust-checkpoint', action='store_true',
+                        help='allow full unpickling of the source (only for files you trust)')
+    parser.add_argument('--verbose', action='store_true', help='list every key')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not osp.isfile(args.src):
+        print(f'error: checkpoint not found: {args.src}', file=sys.stderr)
+        return 1
+    from mmcirc.models.convert import ConversionError, run_cli
+    try:
+        run_cli('swin', args)
+    except (ConversionError, FileNotFoundError, pickle.UnpicklingError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
