@@ -180,14 +180,14 @@ def _row_mass(p, hw):
 BLOCK_BYTES = 1 << 23  # spectra of one block of heads: ~8 MiB (cache-sized)
 
 
-def _head_blocks(channels, num_heads, grid):
+def _head_blocks(channels, num_heads, grid, batch=1):
     """Channel slices of whole heads, each block's q/k/v spectra ~BLOCK_BYTES.
 
     Heads are independent; processing them in blocks keeps every FFT and
     product in cache (one large batch of FFTs runs several times slower).
     """
     d = channels // num_heads
-    per_head = 3 * d * grid[0] * (grid[1] // 2 + 1) * 8  # complex64 q, k, v
+    per_head = 3 * batch * d * grid[0] * (grid[1] // 2 + 1) * 8  # q, k, v
     step = d * max(1, min(num_heads, BLOCK_BYTES // per_head))
     return [slice(i, min(i + step, channels))
             for i in range(0, channels, step)]
@@ -205,6 +205,8 @@ def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
     a = torch.fft.irfft2(a, s=grid)  # (B, heads, Ph, Pw)
     a = a if s == 1 else a * s
     if boundary == 'zero':  # softmax only over the (2H-1)(2W-1) true offsets
+        # (Z would cancel the padding offsets' share anyway; the mask keeps
+        # the softmax max over real offsets, so their p cannot underflow)
         a = a.masked_fill(~_valid_offsets(hw, grid, a.device), float('-inf'))
     p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, Ph, Pw)
     # Eq. 16: FFT(o) = conj(P) V, per channel of the head; for a real p,
@@ -263,7 +265,7 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None,
         # (B, H, W, C) -> (B, C, H, W) views; FFTs over contiguous last axes
         q, k, v = (t.to(cdt).permute(0, 3, 1, 2) for t in (q, k, v))
         o = []
-        for sl in _head_blocks(c, heads, grid):  # independent blocks of heads
+        for sl in _head_blocks(c, heads, grid, b):  # independent heads
             qb, kb, vb = (_rfft2(t[:, sl].contiguous(), grid)
                           for t in (q, k, v))  # (B, Cb, Ph, Pw//2+1) each
             o.append(_attend_spectra(qb, kb, vb, (h, w), grid,
@@ -370,17 +372,16 @@ class CirculantAttention(nn.Module):
             else:  # padding commutes with W too; project after the row
                 # transform (H x Pw/2 values, ~2N) rather than after both (~4N)
                 x = torch.fft.rfft(x, n=grid[1], dim=-1)  # (B, C, H, Pw//2+1)
-            o = []
-            for sl in _head_blocks(c, self.num_heads, grid):
+            y = t.new_empty(t.shape)  # gated output o * t, (B, C, N)
+            for sl in _head_blocks(c, self.num_heads, grid, b):
                 # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
                 qkv = _linear_spectrum(wb, x)  # (B, 3Cb, H, Pw//2+1), Cb=|sl|
                 if self.boundary == 'zero':  # column transform, padded to Ph
                     qkv = torch.fft.fft(qkv, n=grid[0], dim=-2)
                 q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, Pw//2+1) each
-                o.append(_attend_spectra(  # Eqs. 15-16, (B, Cb, H, W)
+                o = _attend_spectra(  # Eqs. 15-16, (B, Cb, H, W)
                     q, k, v, (h, w), grid, q.shape[1] * self.num_heads // c,
-                    1.0, self.boundary))
-            o = torch.cat(o, dim=1)  # (B, C, H, W)
-        o = o.flatten(2).to(odt) * t  # (B, C, N)
-        return self.proj_drop(_linear_cf(self.proj, o, channels_last=True))
+                    1.0, self.boundary)
+                y[:, sl] = o.flatten(2).to(odt) * t[:, sl]  # gate, (B, Cb, N)
+        return self.proj_drop(_linear_cf(self.proj, y, channels_last=True))

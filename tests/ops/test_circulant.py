@@ -7,8 +7,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dense_reference import (circulant_attention_dense, circulant_module_dense,
                              offset_index)
-from mmcirc.ops import (CirculantAttention, circulant_attention, fft_grid,
-                        next_fast_len)
+from mmcirc.ops import (CirculantAttention, circulant, circulant_attention,
+                        fft_grid, next_fast_len)
 
 BOUNDARIES = ['circular', 'zero']
 SIZES = [(4, 4), (5, 7), (3, 3), (7, 11), (13, 1), (1, 6), (1, 1)]
@@ -105,6 +105,31 @@ def test_gradcheck(boundary, num_heads):
         lambda q, k, v: circulant_attention(q, k, v, boundary=boundary,
                                             num_heads=num_heads),
         (q, k, v), fast_mode=True)
+
+
+@pytest.mark.parametrize('boundary', BOUNDARIES)
+@pytest.mark.parametrize('num_heads', [None, 2])
+def test_blocks_of_heads_give_the_same_result(boundary, num_heads,
+                                              monkeypatch):
+    """Processing heads in cache-sized blocks (here: one head per block) is
+    exact, forward and backward, for the functional and the module."""
+    torch.manual_seed(0)
+    m = CirculantAttention(6, num_heads=num_heads, boundary=boundary).double()
+    x = torch.randn(2, 20, 6, dtype=torch.float64, requires_grad=True)
+    q, k, v = _maps(2, 4, 5, 6)
+
+    def run():
+        y = m(x, (4, 5))
+        gx, = torch.autograd.grad(y.square().sum(), x)
+        return y, gx, circulant_attention(q, k, v, boundary=boundary,
+                                          num_heads=num_heads)
+
+    whole = run()
+    assert len(circulant._head_blocks(6, 6, (8, 9), 2)) == 1
+    monkeypatch.setattr(circulant, 'BLOCK_BYTES', 1)
+    assert len(circulant._head_blocks(6, 6, (8, 9), 2)) == 6
+    for a, b in zip(run(), whole):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
 # ------------------------------------------------------------ helpers
