@@ -173,9 +173,15 @@ def main(argv=None):
     palette = model.dataset_meta['palette']
     for name, img, source_size, where in images:
         h, w = img.shape[:2]
-        labels, rec = hr.run_image(model, img, name=where, source_size=source_size,
-                                   config=args.config, checkpoint=args.checkpoint,
-                                   overrides=overrides, device=args.device, upsample=args.upsample)
+        try:
+            labels, rec = hr.run_image(model, img, name=where, source_size=source_size,
+                                       config=args.config, checkpoint=args.checkpoint,
+                                       overrides=overrides, device=args.device, upsample=args.upsample)
+        except (RuntimeError, MemoryError) as err:
+            if not hr.is_out_of_memory(err):
+                raise
+            msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            raise CLIError(f'out of memory at {h}x{w} ({name}): {hr.short_error(msg)}') from None
         rec.dense_baseline = dense.get(name)
         if cfg.get('highres_replaced_test_cfg'):
             rec.test_cfg = dict(mode='whole', replaced=cfg.highres_replaced_test_cfg)

@@ -6,7 +6,7 @@ _base_ = '../ca_pvt_t_retinanet_coco.py'
 data_root = 'data/toy_coco/'
 metainfo = dict(classes=('circle', 'square', 'triangle'),
                 palette=[(220, 40, 40), (40, 190, 60), (50, 60, 225)])
-img_scale = (160, 128)
+img_scale = (128, 96)  # the generated images are 160 x 128; 2 CPU cores
 
 model = dict(backbone=dict(init_cfg=None), bbox_head=dict(num_classes=3))
 
@@ -25,7 +25,7 @@ test_pipeline = [
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
 train_dataloader = dict(
-    batch_size=8, num_workers=2,
+    batch_size=4, num_workers=2,
     dataset=dict(data_root=data_root, metainfo=metainfo, pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=8, num_workers=2,
@@ -34,7 +34,7 @@ test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
 test_evaluator = val_evaluator
 
-max_iters = 600
+max_iters = 500
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=max_iters,
                  val_interval=max_iters)
 optim_wrapper = dict(optimizer=dict(lr=1e-3), clip_grad=dict(max_norm=10.0))

@@ -600,6 +600,8 @@ def write_atomic(files: Dict[str, bytes]) -> None:
     place (in the given order: put the JSON last). On any failure every temporary
     file is removed and no target is left half written."""
     tmps = []
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         for path, payload in files.items():
             d = osp.dirname(osp.abspath(path))
@@ -610,6 +612,7 @@ def write_atomic(files: Dict[str, bytes]) -> None:
                 f.write(payload)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give what open() would
         for tmp, path in tmps:
             os.replace(tmp, path)
     except BaseException:
@@ -690,7 +693,7 @@ _OOM_MARKERS = ("can't allocate memory", 'cannot allocate memory', 'not enough m
                 'out of memory', 'unable to allocate', 'std::bad_alloc')
 
 
-def _is_oom(err: BaseException) -> bool:
+def is_out_of_memory(err: BaseException) -> bool:
     if isinstance(err, MemoryError):
         return True
     text = str(err).lower()
@@ -753,7 +756,7 @@ def run_dense_baseline(config: str, img: np.ndarray, *, checkpoint: Optional[str
             lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
             result['error'] = (f'killed by signal {-rc}' if rc is not None and rc < 0
                                else (lines[-1] if lines else f'exit code {rc}'))
-            if status == 'error' and _is_oom(Exception(result['error'])):
+            if status == 'error' and is_out_of_memory(Exception(result['error'])):
                 status = 'out_of_memory'
         result.update(status=status, returncode=rc, wall_s=round(wall, 2), mem_cap_gb=mem_cap_gb,
                       input_size=list(img.shape[:2]))
@@ -791,17 +794,20 @@ def _child_main(argv: Optional[List[str]] = None) -> None:
         warn = quadratic_warning(model.backbone, hw)
         if warn:
             print(warn, flush=True)
-        _reset_peak_rss()
+        base = _rss() if _reset_peak_rss() else _peak_rss()
+        out['baseline_rss_mb'] = round(base / MB, 1)
         t0 = time.perf_counter()
         labels, times = predict_labels(model, img, upsample=spec['upsample'])
         out.update(status='ok', time_s=round(times['time_s'], 3), labels_present=int(len(np.unique(labels))))
     except BaseException as err:  # noqa: BLE001  (report, whatever it is)
         if t0 is not None:
             out['time_s'] = round(time.perf_counter() - t0, 3)
-        out['status'] = 'out_of_memory' if _is_oom(err) else 'error'
+        out['status'] = 'out_of_memory' if is_out_of_memory(err) else 'error'
         out['error'] = f'{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ""}'
         out['failed_during'] = 'inference' if t0 is not None else 'setup'
     out['peak_rss_mb'] = round(_peak_rss() / MB, 1)
+    if out.get('baseline_rss_mb') is not None:
+        out['peak_increase_mb'] = round(out['peak_rss_mb'] - out['baseline_rss_mb'], 1)
     with open(spec['result'] + '.tmp', 'w') as f:
         json.dump(out, f)
     os.replace(spec['result'] + '.tmp', spec['result'])
@@ -809,6 +815,15 @@ def _child_main(argv: Optional[List[str]] = None) -> None:
 
 
 # --------------------------------------------------------------------------- figures
+def short_error(error: str) -> str:
+    """torch's allocator message -> 'cannot allocate 64.0 GiB'; else the first 90 chars."""
+    import re
+    m = re.search(r'tried to allocate (\d+) bytes', error)
+    if m:
+        return f'cannot allocate {int(m.group(1)) / GB:.1f} GiB'
+    return error[:90]
+
+
 def figures_markdown(records: Sequence[dict]) -> str:
     """A markdown table of JSON records (as written by ``tools/infer_highres.py``):
     the efficient runs, and each record's dense baseline as its own row."""
@@ -816,7 +831,8 @@ def figures_markdown(records: Sequence[dict]) -> str:
             'increase over baseline (GB) |',
             '|---|---|---|---|---|---|---|']
     for r in records:
-        if 'time_s' in r and r.get('backbone'):
+        is_run = bool(r.get('backbone'))  # an efficient run (else a --baseline-only record)
+        if is_run:
             b = r['backbone']
             kinds = '-'.join(b.get('stage_attentions', []))
             extra = []
@@ -828,14 +844,16 @@ def figures_markdown(records: Sequence[dict]) -> str:
             rows.append(f"| {name} ({'; '.join(extra)}) | {kinds} | {r['input_size'][0]}x{r['input_size'][1]} | "
                         f"ran | {r['time_s']:.1f} | {r['peak_rss_mb'] / 1024:.2f} | "
                         f"{r['peak_increase_mb'] / 1024:.2f} |")
-        d = r.get('dense_baseline') if 'time_s' in r else r
+        d = r.get('dense_baseline') if is_run else r
         if d and 'status' in d:
             kinds = '-'.join(d.get('stage_attentions') or [])
             t = d.get('time_s')
             status = 'ran' if d['status'] == 'ok' else (
-                f"FAILED ({d['status']}{', ' + d['error'][:90] if d.get('error') else ''})")
+                f"FAILED ({d['status']}{': ' + short_error(d['error']) if d.get('error') else ''})")
             when = '' if d['status'] == 'ok' else ' until failure'
+            inc = d.get('peak_increase_mb')
             rows.append(f"| dense baseline, RLIMIT_AS {d['mem_cap_gb']:g} GB | {kinds} | "
                         f"{d['input_size'][0]}x{d['input_size'][1]} | {status} | "
-                        f"{'-' if t is None else f'{t:.1f}'}{when} | {d.get('peak_rss_mb', 0) / 1024:.2f} | - |")
+                        f"{'-' if t is None else f'{t:.1f}'}{when} | {d.get('peak_rss_mb', 0) / 1024:.2f} | "
+                        f"{'-' if inc is None else f'{inc / 1024:.2f}'} |")
     return '\n'.join(rows) + '\n'

@@ -209,9 +209,8 @@ def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
         # the softmax max over real offsets, so their p cannot underflow)
         a = a.masked_fill(~_valid_offsets(hw, grid, a.device), float('-inf'))
     p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, Ph, Pw)
-    # Eq. 16: FFT(o) = conj(P) V, per channel of the head; for a real p,
-    # conj(rfft2(p)) = ihfft2(p, norm='forward') (no conjugation pass)
-    pf = torch.fft.ihfft2(p, norm='forward')  # (B, heads, Ph, Pw//2+1)
+    # Eq. 16: FFT(o) = conj(P) V, per channel of the head
+    pf = torch.fft.rfft2(p).conj()  # (B, heads, Ph, Pw//2+1), lazy conj
     o = pf.unsqueeze(2) * v.view(b, num_heads, d, *f)  # (B, heads, d, Ph, ..)
     o = _irfft2(o, grid, hw)  # (B, heads, d, H, W)
     if boundary == 'zero':  # renormalise rows of A over in-map tokens

@@ -336,3 +336,54 @@ def test_meta_device_counts_like_cpu(boundary):
         x = torch.randn(1, 60, c)
     assert count_flops(attn, x, hw_shape=hw) == pytest.approx(cpu)
     assert cpu > 0
+
+
+class TinyNet(nn.Module):
+    def __init__(self, c=8, hw=(4, 6)):
+        super().__init__()
+        self.hw = hw
+        self.embed = nn.Conv2d(3, c, 1)
+        self.attn = CirculantAttention(c)
+        self.head = nn.Linear(c, 5)
+
+    def forward(self, img):
+        x = self.embed(img).flatten(2).transpose(1, 2)
+        return self.head(self.attn(x, self.hw))
+
+
+def test_get_complexity():
+    from mmcirc.analysis import attention_modules, get_complexity
+    net = TinyNet().eval()
+    res = get_complexity(net, (3, 4, 6))
+    n, c = 24, 8
+    assert attention_modules(net) == ['attn']
+    assert res['params'] == sum(p.numel() for p in net.parameters())
+    assert res['by_module']['embed'] == n * 3 * c
+    assert res['by_module']['head'] == n * c * 5
+    assert res['attention_flops'] == res['by_module']['attn'] > 0
+    assert res['flops'] == pytest.approx(n * 3 * c + n * c * 5
+                                         + res['attention_flops'])
+
+
+def test_get_flops_tool(tmp_path):
+    """tools/analysis/get_flops.py on a bare CA-PVT backbone config: one row per
+    stage, circulant stages carry FFT work, totals add up."""
+    import json
+
+    from helpers import run_tool
+    cfg = tmp_path / 'capvt.py'
+    cfg.write_text("default_scope = 'mmdet'\n"
+                   "custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)\n"
+                   "model = dict(type='CAPVT', arch=dict(embed_dims=[16, 32, 40, 64], "
+                   "depths=[1, 1, 1, 1], num_heads=[1, 2, 5, 8]))\n")
+    out = tmp_path / 'flops.json'
+    proc = run_tool(['tools/analysis/get_flops.py', str(cfg), '--shape', '64', '96',
+                     '--out-json', str(out)], cwd=tmp_path, timeout=300)
+    assert '| stage 1 | circulant |' in proc.stdout
+    res = json.loads(out.read_text())
+    assert res['shape'] == [64, 96] and res['mode'] == 'full'
+    stages = [r for r in res['rows'] if r['part'].startswith('stage')]
+    assert [r['attention'] for r in stages] == ['circulant', 'circulant', 'sra', 'sra']
+    assert sum(r['flops'] for r in res['rows']) == pytest.approx(res['flops'])
+    assert res['by_operator']['fft'] > 0 and res['by_operator']['complex_mul'] > 0
+    assert 0 < res['attn_flops'] < res['flops']

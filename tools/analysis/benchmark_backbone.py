@@ -141,6 +141,7 @@ def worker(args):
     res = dict(model=args.model, size=args.size, device=args.device,
                threads=torch.get_num_threads(), time_s=statistics.median(times or [warm]),
                warmup_s=warm, runs=len(times) or 1, times_s=times or [warm],
+               warmup_only=not times,
                mem_mb=mem, base_mb=base if not cuda else base / 2**20, build_s=build_s,
                status='ok')
     if isinstance(flops, str):
@@ -161,6 +162,7 @@ def measure(model, size, args):
     if args.flops:
         cmd += ['--flops']
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    load = os.getloadavg()[0]  # other jobs on the machine distort CPU timings
     t = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
@@ -171,7 +173,7 @@ def measure(model, size, args):
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith('RESULT '):
             res = json.loads(line[len('RESULT '):])
-            res['wall_s'] = wall
+            res.update(wall_s=wall, load_before=load, load_after=os.getloadavg()[0])
             return res
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     oom = proc.returncode in (-9, 137) or any('out of memory' in s.lower() for s in tail)
@@ -184,7 +186,7 @@ def table(results, models, sizes):
     """Markdown table: time, memory, FLOPs and ratios vs each model's baseline."""
     by = {(r['model'], r['size']): r for r in results}
     lines = ['| size | model | time (s) | peak mem (MB) | GMACs | speed-up vs baseline | '
-             'mem / baseline |', '|---:|---|---:|---:|---:|---:|---:|']
+             'mem / baseline | load |', '|---:|---|---:|---:|---:|---:|---:|---:|']
     for size in sizes:
         for m in models:
             r = by.get((m, size))
@@ -195,15 +197,19 @@ def table(results, models, sizes):
             if r['status'] != 'ok':
                 t, mem = r['status'], '-'
             else:
-                t = f"{r['time_s']:.3f}" + ('' if r.get('runs', 1) > 1 else '*')
+                t = f"{r['time_s']:.3f}" + ('*' if r.get('warmup_only') else '')
                 mem = f"{r['mem_mb']:.0f}"
             fl = f"{r['flops'] / 1e9:.1f}" if r.get('flops') else '-'
             ok = r['status'] == 'ok' and b is not None and b['status'] == 'ok'
             speed = f"{b['time_s'] / r['time_s']:.2f}x" if ok else \
                 (f"> {b['note']}" if b is not None and b['status'] == 'timeout' else '-')
             memr = f"{r['mem_mb'] / b['mem_mb']:.2f}" if ok and b['mem_mb'] > 0 else '-'
-            lines.append(f"| {size} | {ZOO[m][3]} | {t} | {mem} | {fl} | {speed} | {memr} |")
-    lines.append('\n`*` one run (its warm-up), the measurement was too slow to repeat.')
+            load = f"{r['load_before']:.1f}" if 'load_before' in r else '-'
+            lines.append(f"| {size} | {ZOO[m][3]} | {t} | {mem} | {fl} | {speed} | {memr} | "
+                         f"{load} |")
+    lines.append('\n`*` one run (its warm-up), the measurement was too slow to repeat. '
+                 'load: 1-min load average before the measurement (CPU timings are only '
+                 'clean near 0 on an otherwise idle machine).')
     return '\n'.join(lines)
 
 
