@@ -130,18 +130,6 @@ def _fp32_region(t):
     return torch.autocast(device_type=t.device.type, enabled=False)
 
 
-def _rfft2(x, grid):
-    """rfft2 of real (..., H, W) zero-padded to ``grid``: (..., Ph, Pw//2+1).
-
-    With padding, the row transform runs on the H real rows only, and the
-    column transform pads to Ph (same result as rfft2(x, s=grid), less work).
-    """
-    if tuple(x.shape[-2:]) == tuple(grid):
-        return torch.fft.rfft2(x)
-    x = torch.fft.rfft(x, n=grid[1], dim=-1)  # (..., H, Pw//2+1)
-    return torch.fft.fft(x, n=grid[0], dim=-2)  # (..., Ph, Pw//2+1)
-
-
 def _irfft2(x, grid, hw):
     """irfft2 of (..., Ph, Pw//2+1) on ``grid``, cropped to (..., H, W)."""
     if tuple(grid) == tuple(hw):
@@ -211,11 +199,13 @@ def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
     p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, Ph, Pw)
     # Eq. 16: FFT(o) = conj(P) V, per channel of the head
     pf = torch.fft.rfft2(p).conj()  # (B, heads, Ph, Pw//2+1), lazy conj
-    o = pf.unsqueeze(2) * v.view(b, num_heads, d, *f)  # (B, heads, d, Ph, ..)
-    o = _irfft2(o, grid, hw)  # (B, heads, d, H, W)
+    o = pf * v if d == 1 else (pf.unsqueeze(2) * v.view(
+        b, num_heads, d, *f)).view(b, c, *f)  # (B, C, Ph, Pw//2+1)
+    o = _irfft2(o, grid, hw)  # (B, C, H, W)
     if boundary == 'zero':  # renormalise rows of A over in-map tokens
-        o = o / _row_mass(p, hw).unsqueeze(2)
-    return o.reshape(b, c, *hw)  # (B, C, H, W)
+        z = _row_mass(p, hw).unsqueeze(2)  # (B, heads, 1, H, W)
+        o = (o.view(b, num_heads, d, *hw) / z).view(b, c, *hw)
+    return o  # (B, C, H, W)
 
 
 # ----------------------------------------------------------------- functional
@@ -265,7 +255,7 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None,
         q, k, v = (t.to(cdt).permute(0, 3, 1, 2) for t in (q, k, v))
         o = []
         for sl in _head_blocks(c, heads, grid, b):  # independent heads
-            qb, kb, vb = (_rfft2(t[:, sl].contiguous(), grid)
+            qb, kb, vb = (torch.fft.rfft2(t[:, sl].contiguous(), s=grid)
                           for t in (q, k, v))  # (B, Cb, Ph, Pw//2+1) each
             o.append(_attend_spectra(qb, kb, vb, (h, w), grid,
                                      qb.shape[1] // d, s, boundary))
@@ -303,7 +293,8 @@ class CirculantAttention(nn.Module):
     ``y = proj(CA(x W_q, x W_k, x W_v) * SiLU(gate(x)))`` where the bias-free
     qkv projection is applied to the spectrum of x (one FFT instead of three:
     FFT(x W) = FFT(x) W for a real W; with ``boundary='zero'`` this holds on
-    the zero-padded grid too, because padding commutes with the projection).
+    the zero-padded grid too, because padding commutes with the projection),
+    so it equals projecting q, k, v and calling :func:`circulant_attention`.
     Parameter names match the official code (``gate.0``, ``qkv``, ``proj``);
     gate and output projection run channels-first (batched matmuls on the
     layer weights) so that the tokens are transposed only once.
@@ -365,19 +356,14 @@ class CirculantAttention(nn.Module):
         with _fp32_region(x):
             x = x.to(cdt).reshape(b, c, h, w)  # (B, C, H, W), contiguous
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
-            # FFT(x W) = FFT(x) W: a real weight commutes with the FFT
-            if self.boundary == 'circular':
-                x = torch.fft.rfft2(x)  # (B, C, H, W//2+1)
-            else:  # padding commutes with W too; project after the row
-                # transform (H x Pw/2 values, ~2N) rather than after both (~4N)
-                x = torch.fft.rfft(x, n=grid[1], dim=-1)  # (B, C, H, Pw//2+1)
+            # FFT(x W) = FFT(x) W: a real weight commutes with the FFT, and
+            # with the zero padding of boundary='zero' (grid > H x W)
+            x = torch.fft.rfft2(x, s=grid)  # (B, C, Ph, Pw//2+1)
             y = t.new_empty(t.shape)  # gated output o * t, (B, C, N)
             for sl in _head_blocks(c, self.num_heads, grid, b):
                 # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
-                qkv = _linear_spectrum(wb, x)  # (B, 3Cb, H, Pw//2+1), Cb=|sl|
-                if self.boundary == 'zero':  # column transform, padded to Ph
-                    qkv = torch.fft.fft(qkv, n=grid[0], dim=-2)
+                qkv = _linear_spectrum(wb, x)  # (B, 3Cb, Ph, Pw//2+1)
                 q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, Pw//2+1) each
                 o = _attend_spectra(  # Eqs. 15-16, (B, Cb, H, W)
                     q, k, v, (h, w), grid, q.shape[1] * self.num_heads // c,

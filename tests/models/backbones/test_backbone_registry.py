@@ -77,7 +77,7 @@ def test_real_variant_runs_at_64():
 def test_mmpretrain_image_classifier(backbone):
     from mmpretrain.registry import MODELS
     model = MODELS.build(dict(
-        type='ImageClassifier',
+        type='ImageClassifier', _scope_='mmpretrain',  # whatever scope a previous test left
         backbone=dict(type=backbone, arch=TINY, out_indices=(3, )),
         neck=dict(type='GlobalAveragePooling'),
         head=dict(type='LinearClsHead', num_classes=10, in_channels=32,
@@ -95,7 +95,7 @@ def test_mmpretrain_image_classifier(backbone):
 def test_mmseg_encoder_decoder():
     from mmseg.registry import MODELS
     model = MODELS.build(dict(
-        type='EncoderDecoder',
+        type='EncoderDecoder', _scope_='mmseg',
         backbone=dict(type='CASwin', arch=TINY),
         neck=dict(type='FPN', in_channels=[8, 16, 24, 32], out_channels=16, num_outs=4),
         decode_head=dict(type='FPNHead', in_channels=[16, 16, 16, 16], in_index=[0, 1, 2, 3],
