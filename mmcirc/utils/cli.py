@@ -93,5 +93,11 @@ def main_guard(func):
         except (CLIError, FileNotFoundError, pickle.UnpicklingError) as err:
             print(f'error: {err}', file=sys.stderr)
             sys.exit(1)
+        except KeyError as err:  # mmengine: "X is not in the mmdet::model registry ..."
+            message = str(err.args[0]) if err.args else ''
+            if ' registry' not in message:
+                raise
+            print(f'error: {message.split(". Please check")[0]}', file=sys.stderr)
+            sys.exit(1)
 
     return wrapper

@@ -58,3 +58,14 @@ def test_missing_config_is_one_line_error(tmp_path):
     proc = run_tool(['tools/train.py', str(tmp_path / 'nope.py')], cwd=tmp_path, check=False)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [f'error: config file not found: {tmp_path / "nope.py"}']
+
+
+def test_unknown_backbone_is_one_line_error(toy_root, tmp_path):
+    cfg = tmp_path / 'bad.py'
+    cfg.write_text(f"_base_ = '{CONFIG}'\nmodel = dict(backbone=dict(_delete_=True, type='NoSuchNet'))\n")
+    proc = run_tool(['tools/train.py', str(cfg), '--work-dir', str(tmp_path / 'w')],
+                    cwd=toy_root, check=False)
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith('error:')]
+    assert len(lines) == 1 and 'NoSuchNet is not in the mmdet::model registry' in lines[0]
+    assert 'Traceback' not in proc.stderr

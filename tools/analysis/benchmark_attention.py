@@ -1,10 +1,14 @@
 """Benchmark global softmax attention vs circulant and core attention.
 
-Every measurement (method x map size x forward / forward+backward) runs in a
-fresh subprocess: first one pass whose peak memory is recorded (CPU: peak RSS
-above the RSS after setup, via /proc/self/clear_refs + VmHWM, falling back to
-ru_maxrss; CUDA: torch.cuda.max_memory_allocated above the allocation after
-setup), then warm-up and the median of ``--repeat`` timed passes.
+Peak memory: every (method, map size, forward / forward+backward) runs one
+pass in a fresh subprocess (CPU: peak RSS above the RSS after setup, via
+/proc/self/clear_refs + VmHWM, falling back to ru_maxrss; CUDA:
+torch.cuda.max_memory_allocated above the allocation after setup).
+
+Time: one subprocess per (map size, mode) builds all methods, warms each up,
+then times them round-robin (``--repeat`` rounds; slow ones are capped) and
+reports the median per method, so that a changing machine load hits all
+methods alike and the ratios between them stay meaningful.
 
 Methods (C = 64 channels, batch 1, float32):
   sdpa         qkv Linear + torch SDPA (1 head of 64, PVT stage-1 style) + proj
@@ -117,13 +121,8 @@ def _rss_peak(reset):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def worker(spec):
+def _step_fn(model, run, x, backward, device):
     import torch
-    if spec.get('threads'):
-        torch.set_num_threads(spec['threads'])
-    device = torch.device(spec['device'])
-    backward = spec['mode'] == 'fwd+bwd'
-    model, run, x = _build(spec['method'], spec['size'], device)
     if backward:
         x.requires_grad_()
     else:
@@ -141,8 +140,17 @@ def worker(spec):
                 run(x)
         if device.type == 'cuda':
             torch.cuda.synchronize()
+    return step
 
-    # peak memory of the very first pass (nothing cached yet besides setup)
+
+def memory_worker(spec):
+    """Peak memory of one pass of one method, in a fresh process."""
+    import torch
+    if spec.get('threads'):
+        torch.set_num_threads(spec['threads'])
+    device = torch.device(spec['device'])
+    step = _step_fn(*_build(spec['method'], spec['size'], device),
+                    spec['mode'] == 'fwd+bwd', device)
     if device.type == 'cuda':
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -155,35 +163,64 @@ def worker(spec):
         base, reset = _rss_reset()
         step()
         peak = max(_rss_peak(reset) - base, 0)
-    # timing: warm-up, then the median of `repeat` passes (time-capped)
-    t0 = time.perf_counter()
-    step()
-    warm = time.perf_counter() - t0
-    times = []
-    budget = MAX_SECONDS_PER_MEASUREMENT
-    for _ in range(spec['repeat'] if warm < budget / 4 else 1):
+    return {'peak_mb': peak / 2**20}
+
+
+def timing_worker(spec):
+    """Round-robin timing of several methods on one map size."""
+    import torch
+    if spec.get('threads'):
+        torch.set_num_threads(spec['threads'])
+    device = torch.device(spec['device'])
+    steps, times, budget = {}, {}, {}
+    for m in spec['methods']:
+        steps[m] = _step_fn(*_build(m, spec['size'], device),
+                            spec['mode'] == 'fwd+bwd', device)
         t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-        budget -= times[-1]
-        if budget < 0 and len(times) >= 2:
-            break
-    return {'time_ms': 1e3 * statistics.median(times),
-            'min_ms': 1e3 * min(times), 'runs': len(times),
-            'peak_mb': peak / 2**20, 'threads': torch.get_num_threads()}
+        steps[m]()  # warm-up
+        warm = time.perf_counter() - t0
+        times[m] = []
+        # slow methods get fewer rounds (at least 2)
+        budget[m] = MAX_SECONDS_PER_MEASUREMENT if warm * 2 < \
+            MAX_SECONDS_PER_MEASUREMENT else 2 * warm
+    for _ in range(spec['repeat']):
+        for m, step in steps.items():
+            if budget[m] <= 0 and len(times[m]) >= 2:
+                continue
+            t0 = time.perf_counter()
+            step()
+            times[m].append(time.perf_counter() - t0)
+            budget[m] -= times[m][-1]
+    return {m: {'time_ms': 1e3 * statistics.median(t),
+                'min_ms': 1e3 * min(t), 'runs': len(t),
+                'threads': torch.get_num_threads()}
+            for m, t in times.items()}
 
 
 # ------------------------------------------------------------------ driver
-def measure(method, size, mode, args):
-    spec = dict(method=method, size=size, mode=mode, device=args.device,
-                repeat=args.repeat, threads=args.threads)
+def _subprocess(kind, spec):
     proc = subprocess.run(
-        [sys.executable, osp.abspath(__file__), '--worker', json.dumps(spec)],
+        [sys.executable, osp.abspath(__file__), '--worker',
+         json.dumps(dict(spec, kind=kind))],
         capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
         return {'error': tail[0] if tail else f'exit {proc.returncode}'}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(methods, size, mode, args):
+    """{method: {'time_ms', 'min_ms', 'runs', 'peak_mb'}} for one size."""
+    base = dict(size=size, mode=mode, device=args.device, threads=args.threads)
+    out = {m: _subprocess('memory', dict(base, method=m)) for m in methods}
+    timing = _subprocess('timing', dict(base, methods=list(methods),
+                                        repeat=args.repeat))
+    for m in methods:
+        if 'error' in timing:
+            out[m] = timing
+        elif 'error' not in out[m]:
+            out[m].update(timing[m])
+    return out
 
 
 def _fmt(r, key, fmt='{:.1f}'):
@@ -245,8 +282,9 @@ def markdown(results, args, modes):
     lines = [f'Device: {args.device}, C={DIM}, batch 1, float32, '
              f'torch threads={args.threads}. SDPA: {SDPA_HEADS} head of '
              f'{DIM // SDPA_HEADS} (+ qkv/proj Linears); circulant: d=1 '
-             f'(64 heads); core: {CORE_HEADS} head. Times in ms (median), '
-             'peak memory in MiB above the setup baseline.', '']
+             f'(64 heads); core: {CORE_HEADS} head. Times in ms: median of '
+             'round-robin runs; peak memory in MiB above the setup '
+             'baseline (fresh process per entry).', '']
     head = ['method', 'map', 'N']
     for mode in modes:
         head += [f'{mode} ms', f'{mode} MiB']
@@ -318,7 +356,9 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
+        spec = json.loads(args.worker)
+        fn = memory_worker if spec['kind'] == 'memory' else timing_worker
+        print(json.dumps(fn(spec)))
         return
     import torch
     if args.device == 'cuda' and not torch.cuda.is_available():
@@ -329,14 +369,16 @@ def main(argv=None):
     results = {}
     for size in args.sizes:
         n = size * size
-        for m in args.methods:
-            for mode in modes:
-                key = f'{m}|{size}|{mode}'
-                if m == 'sdpa' and n * n * 4 * SDPA_HEADS > SDPA_N2_CAP:
-                    results[key] = {'skipped': 'skipped (N^2 memory)'}
-                else:
-                    results[key] = measure(m, size, mode, args)
-                r = results[key]
+        for mode in modes:
+            methods = list(args.methods)
+            if 'sdpa' in methods and n * n * 4 * SDPA_HEADS > SDPA_N2_CAP:
+                methods.remove('sdpa')
+                results[f'sdpa|{size}|{mode}'] = {
+                    'skipped': 'skipped (N^2 memory)'}
+            for m, r in measure(methods, size, mode, args).items():
+                results[f'{m}|{size}|{mode}'] = r
+            for m in args.methods:
+                r = results[f'{m}|{size}|{mode}']
                 print(f'{m:>13s} {size:4d}x{size:<4d} {mode:8s} '
                       + (r.get('skipped') or r.get('error') or
                          f"{r['time_ms']:10.1f} ms {r['peak_mb']:9.1f} MiB"),

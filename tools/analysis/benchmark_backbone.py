@@ -68,7 +68,14 @@ def build_backbone(name, device='cpu', init=True):
     import mmcirc  # noqa: F401  (registers CAPVT & co. into mmdet/mmseg/mmpretrain)
     model = registry.build(dict(cfg, init_cfg=None))  # on CPU (mmdet calls .item())
     if init:
-        model.init_weights()
+        from mmengine.logging import MMLogger
+        logger = MMLogger.get_current_instance()
+        level = logger.level
+        logger.setLevel('WARNING')  # init_weights logs every parameter at INFO
+        try:
+            model.init_weights()
+        finally:
+            logger.setLevel(level)
     model = model.to(device)
     model.eval()  # (mmdet Swin's train() returns None)
     return model
