@@ -222,22 +222,21 @@ def test_circulant_attention_circular(hw, num_heads):
 
 def test_circulant_attention_zero_boundary():
     """Zero boundary: FFTs on the padded 5-smooth grid (2H-1, 2W-1 rounded up).
-    The module transforms x along W (padded to Pw) on the H real rows,
-    projects that half-spectrum with W_qkv, then transforms q, k, v along H
-    (padded to Ph); the output inverse runs along H, crops, then along W."""
+    The module transforms x zero-padded to the grid (rfft2(x, s=grid)),
+    projects that spectrum (Ph x Fw) with W_qkv, and crops the inverse of the
+    output (a column transform on the grid, then rows of length Pw)."""
     b, c, h, w = 1, 8, 7, 5
     ph, pw = 15, 9  # next 5-smooth >= 13, >= 9
     fw = pw // 2 + 1
     attn = CirculantAttention(c, boundary='zero').eval()
     fc = flop_counter(attn, torch.randn(b, h * w, c), hw_shape=(h, w))
-    fft = (b * c * h * rfft(pw)  # rows of x
-           + 3 * b * c * fw * cfft(ph)  # columns of q, k, v
+    fft = (b * c * rfft(ph * pw)  # rfft2(x, s=grid)
            + b * c * rfft(ph * pw)  # irfft2 -> a on the grid
            + b * c * rfft(ph * pw)  # rfft2(p)
            + b * c * fw * cfft(ph) + b * c * h * rfft(pw))  # cropped inverse
     assert_groups(fc.by_operator(), dict(
         products=2 * b * h * w * c * c  # gate, proj
-        + b * 3 * c * c * 2 * h * fw,  # qkv on the row spectrum (H x Fw)
+        + b * 3 * c * c * 2 * ph * fw,  # qkv on the padded spectrum
         fft=fft, softmax=b * c * ph * pw, complex_mul=2 * 4 * b * c * ph * fw))
 
 

@@ -237,7 +237,7 @@ class PyramidStage(BaseModule):
             for block in self.blocks:
                 x = self._call(block, x, hw_shape)
         else:
-            cores = select_cores(self.cores, self.num_cores, x.shape[0]).to(x.dtype)
+            cores = select_cores(self.cores, self.num_cores, int(x.shape[0])).to(x.dtype)
             if not torch.is_grad_enabled():
                 # a view of the bank made under no_grad still reports requires_grad
                 # without a grad_fn, which trips torch's ModuleTracker (FlopCounterMode)
