@@ -315,14 +315,15 @@ def plot(results, args, modes, path):
         print('matplotlib not installed: no PNG written')
         return
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for m in METHODS:
+    for i, m in enumerate(METHODS):  # one colour per method
         for mode, style in zip(modes, ('-o', '--x')):
             for ax, key in zip(axes, ('time_ms', 'peak_mb')):
                 pts = [(s * s, _get(results, m, s, mode, key))
                        for s in args.sizes]
                 pts = [(n, v) for n, v in pts if v]
                 if pts:
-                    ax.plot(*zip(*pts), style, label=f'{m} {mode}')
+                    ax.plot(*zip(*pts), style, color=f'C{i}',
+                            label=f'{m} {mode}')
     for ax, label in zip(axes, ('time [ms]', 'peak memory [MiB]')):
         ax.set_xscale('log')
         ax.set_yscale('log')
