@@ -17,9 +17,9 @@ output of swin_to_mmcirc.py) so that the rest of the backbone is initialised too
         # -> work_dirs/pretrained/swin_t_circulant-circulant-circulant-window_ca-deit-s.pth
 """
 import argparse
-import os.path as osp
-import pickle
 import sys
+
+import _cli  # sibling module: tools/model_converters/_cli.py
 
 
 def parse_args(argv=None):
@@ -44,17 +44,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    for path in (args.src, args.base):
-        if path is not None and not osp.isfile(path):
-            print(f'error: checkpoint not found: {path}', file=sys.stderr)
-            return 1
-    from mmcirc.models.convert import ConversionError, run_cli
-    try:
-        run_cli(args.family, args, cadeit=True)
-    except (ConversionError, FileNotFoundError, pickle.UnpicklingError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 1
-    return 0
+    return _cli.run(args.family, args, [args.src, args.base], cadeit=True)
 
 
 if __name__ == '__main__':

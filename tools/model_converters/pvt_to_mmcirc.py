@@ -15,9 +15,9 @@ core attention left new and what of the source went unused; writes
         --stage-attentions circulant circulant circulant sra --pos-embed-size 512
 """
 import argparse
-import os.path as osp
-import pickle
 import sys
+
+import _cli  # sibling module: tools/model_converters/_cli.py
 
 
 def parse_args(argv=None):
@@ -46,16 +46,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if not osp.isfile(args.src):
-        print(f'error: checkpoint not found: {args.src}', file=sys.stderr)
-        return 1
-    from mmcirc.models.convert import ConversionError, run_cli
-    try:
-        run_cli('pvt', args)
-    except (ConversionError, FileNotFoundError, pickle.UnpicklingError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 1
-    return 0
+    return _cli.run('pvt', args, [args.src])
 
 
 if __name__ == '__main__':

@@ -14,9 +14,9 @@ source went unused (stage 1-2 window attention, head, attention masks); writes
     python tools/model_converters/swin_to_mmcirc.py swin_small.pth --arch small --attention core
 """
 import argparse
-import os.path as osp
-import pickle
 import sys
+
+import _cli  # sibling module: tools/model_converters/_cli.py
 
 
 def parse_args(argv=None):
@@ -43,16 +43,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if not osp.isfile(args.src):
-        print(f'error: checkpoint not found: {args.src}', file=sys.stderr)
-        return 1
-    from mmcirc.models.convert import ConversionError, run_cli
-    try:
-        run_cli('swin', args)
-    except (ConversionError, FileNotFoundError, pickle.UnpicklingError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 1
-    return 0
+    return _cli.run('swin', args, [args.src])
 
 
 if __name__ == '__main__':
