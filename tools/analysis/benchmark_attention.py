@@ -1,16 +1,19 @@
 """Benchmark global softmax attention vs circulant and core attention.
 
-Peak memory: every (method, map size, forward / forward+backward) runs one
-pass in a fresh subprocess (CPU: peak RSS above the RSS after setup, via
-/proc/self/clear_refs + VmHWM, falling back to ru_maxrss; CUDA:
-torch.cuda.max_memory_allocated above the allocation after setup).
+Peak memory: CPU: every (method, map size, forward / forward+backward) runs
+one pass in a fresh subprocess (peak RSS above the RSS after setup, via
+/proc/self/clear_refs + VmHWM, falling back to ru_maxrss); CUDA: in the timing
+process, torch.cuda.max_memory_allocated of one pass above the allocation
+before it (exact per method without a fresh process).
 
 Time: one subprocess per (map size, mode) builds all methods, warms each up,
 then times them round-robin (``--repeat`` rounds; slow ones are capped) and
 reports the median per method, so that a changing machine load hits all
 methods alike and the ratios between them stay meaningful.
 
-Methods (C = 64 channels, batch 1, float32):
+Methods (C = 64 channels, batch 1, float32; ``--amp bf16``: under
+torch.autocast with bfloat16, where circulant attention keeps its FFTs and
+softmax in float32):
   sdpa         qkv Linear + torch SDPA (1 head of 64, PVT stage-1 style) + proj
   circ-circ    CirculantAttention, boundary='circular' (d = 1: 64 heads)
   circ-zero    CirculantAttention, boundary='zero'
@@ -19,8 +22,11 @@ Methods (C = 64 channels, batch 1, float32):
 
 Usage:
   python tools/analysis/benchmark_attention.py [--sizes 32 64 128 256 512]
-      [--repeat 5] [--device cpu|cuda] [--no-backward]
+      [--repeat 5] [--device cpu|cuda] [--amp bf16] [--no-backward]
       [--out-dir work_dirs/benchmark_attention]
+
+The acceptance targets (bottom of the table) are CPU targets; on CUDA the same
+ratios are printed as information.
 """
 import argparse
 import importlib.util
@@ -121,26 +127,45 @@ def _rss_peak(reset):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _step_fn(model, run, x, backward, device):
+def _step_fn(model, run, x, backward, device, amp=None):
+    import contextlib
+
     import torch
     if backward:
         x.requires_grad_()
     else:
         model.eval()
 
+    def autocast():
+        if amp is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=getattr(torch, amp))
+
     def step():
         if backward:
-            out = run(x)
+            with autocast():
+                out = run(x)
             out = out if isinstance(out, tuple) else (out, )
-            sum(o.sum() for o in out).backward()
+            sum(o.float().sum() for o in out).backward()
             model.zero_grad(set_to_none=True)
             x.grad = None
         else:
-            with torch.no_grad():
-                run(x)
+            with torch.no_grad(), autocast():
+                out = run(x)
         if device.type == 'cuda':
             torch.cuda.synchronize()
+        return out
     return step
+
+
+def _cuda_peak_mb(step):
+    """Peak CUDA memory of one pass above the allocation before it."""
+    import torch
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def memory_worker(spec):
@@ -150,20 +175,14 @@ def memory_worker(spec):
         torch.set_num_threads(spec['threads'])
     device = torch.device(spec['device'])
     step = _step_fn(*_build(spec['method'], spec['size'], device),
-                    spec['mode'] == 'fwd+bwd', device)
+                    spec['mode'] == 'fwd+bwd', device, spec.get('amp'))
     if device.type == 'cuda':
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        step()
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        import gc
-        gc.collect()
-        base, reset = _rss_reset()
-        step()
-        peak = max(_rss_peak(reset) - base, 0)
-    return {'peak_mb': peak / 2**20}
+        return {'peak_mb': _cuda_peak_mb(step)}
+    import gc
+    gc.collect()
+    base, reset = _rss_reset()
+    step()
+    return {'peak_mb': max(_rss_peak(reset) - base, 0) / 2**20}
 
 
 def timing_worker(spec):
@@ -172,17 +191,21 @@ def timing_worker(spec):
     if spec.get('threads'):
         torch.set_num_threads(spec['threads'])
     device = torch.device(spec['device'])
-    steps, times, budget = {}, {}, {}
+    steps, times, budget, extra = {}, {}, {}, {}
     for m in spec['methods']:
         steps[m] = _step_fn(*_build(m, spec['size'], device),
-                            spec['mode'] == 'fwd+bwd', device)
+                            spec['mode'] == 'fwd+bwd', device, spec.get('amp'))
         t0 = time.perf_counter()
-        steps[m]()  # warm-up
+        out = steps[m]()  # warm-up
         warm = time.perf_counter() - t0
+        out = out if isinstance(out, tuple) else (out, )
+        extra[m] = {'finite': all(bool(o.isfinite().all()) for o in out)}
+        if device.type == 'cuda':  # allocator stats are per method already
+            extra[m]['peak_mb'] = _cuda_peak_mb(steps[m])
         times[m] = []
         # slow methods get fewer rounds (at least 2)
-        budget[m] = MAX_SECONDS_PER_MEASUREMENT if warm * 2 < \
-            MAX_SECONDS_PER_MEASUREMENT else 2 * warm
+        cap = spec.get('max_seconds', MAX_SECONDS_PER_MEASUREMENT)
+        budget[m] = cap if warm * 2 < cap else 2 * warm
     for _ in range(spec['repeat']):
         for m, step in steps.items():
             if budget[m] <= 0 and len(times[m]) >= 2:
@@ -191,13 +214,20 @@ def timing_worker(spec):
             step()
             times[m].append(time.perf_counter() - t0)
             budget[m] -= times[m][-1]
-    return {m: {'time_ms': 1e3 * statistics.median(t),
-                'min_ms': 1e3 * min(t), 'runs': len(t),
-                'threads': torch.get_num_threads()}
+    return {m: dict(extra[m], time_ms=1e3 * statistics.median(t),
+                    min_ms=1e3 * min(t), runs=len(t),
+                    threads=torch.get_num_threads())
             for m, t in times.items()}
 
 
 # ------------------------------------------------------------------ driver
+def _device_name(device):
+    import torch
+    if device == 'cuda' and torch.cuda.is_available():
+        return f'cuda ({torch.cuda.get_device_name()}, torch {torch.__version__})'
+    return device
+
+
 def _subprocess(kind, spec):
     proc = subprocess.run(
         [sys.executable, osp.abspath(__file__), '--worker',
@@ -211,8 +241,12 @@ def _subprocess(kind, spec):
 
 def measure(methods, size, mode, args):
     """{method: {'time_ms', 'min_ms', 'runs', 'peak_mb'}} for one size."""
-    base = dict(size=size, mode=mode, device=args.device, threads=args.threads)
-    out = {m: _subprocess('memory', dict(base, method=m)) for m in methods}
+    base = dict(size=size, mode=mode, device=args.device, threads=args.threads,
+                amp=args.amp, max_seconds=args.max_seconds)
+    if args.device == 'cuda':  # the timing process reads the peak per method
+        out = {m: {} for m in methods}
+    else:
+        out = {m: _subprocess('memory', dict(base, method=m)) for m in methods}
     timing = _subprocess('timing', dict(base, methods=list(methods),
                                         repeat=args.repeat))
     for m in methods:
@@ -238,8 +272,9 @@ def _get(results, method, size, mode, key='time_ms'):
     return None if r is None or key not in r else r[key]
 
 
-def targets(results):
-    """The acceptance targets, as (description, value, verdict) rows."""
+def targets(results, device='cpu'):
+    """The acceptance targets, as (description, value, verdict) rows (verdicts
+    on CPU, where the targets are set; information on other devices)."""
 
     def ratio(m1, s1, m2, s2, mode='fwd', key='time_ms'):
         a = _get(results, m1, s1, mode, key)
@@ -272,14 +307,15 @@ def targets(results):
         if value is None:
             rows.append((desc, 'n/a', 'not measured'))
         else:
-            verdict = 'info' if ok is None else ('PASS' if ok(value)
-                                                 else 'FAIL')
+            verdict = 'info' if ok is None or device != 'cpu' else (
+                'PASS' if ok(value) else 'FAIL')
             rows.append((desc, f'{value:.2f}', verdict))
     return rows
 
 
 def markdown(results, args, modes):
-    lines = [f'Device: {args.device}, C={DIM}, batch 1, float32, '
+    lines = [f'Device: {_device_name(args.device)}, C={DIM}, batch 1, '
+             f'{"float32" if args.amp is None else args.amp + " autocast"}, '
              f'torch threads={args.threads}. SDPA: {SDPA_HEADS} head of '
              f'{DIM // SDPA_HEADS} (+ qkv/proj Linears); circulant: d=1 '
              f'(64 heads); core: {CORE_HEADS} head. Times in ms: median of '
@@ -302,7 +338,8 @@ def markdown(results, args, modes):
             row.append(f'{s / t:.1f}x' if s and t and m != 'sdpa' else '-')
             lines.append('| ' + ' | '.join(row) + ' |')
     lines += ['', '| target | value | result |', '|---|---|---|']
-    lines += [f'| {d} | {v} | {ok} |' for d, v, ok in targets(results)]
+    lines += [f'| {d} | {v} | {ok} |'
+              for d, v, ok in targets(results, args.device)]
     return '\n'.join(lines) + '\n'
 
 
@@ -331,7 +368,8 @@ def plot(results, args, modes, path):
         ax.set_ylabel(label)
         ax.grid(True, which='both', alpha=0.3)
     axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(f'Attention cost, C={DIM}, batch 1, fp32, {args.device}')
+    fig.suptitle(f'Attention cost, C={DIM}, batch 1, '
+                 f'{args.amp or "fp32"}, {_device_name(args.device)}')
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -344,6 +382,12 @@ def parse_args(argv=None):
     p.add_argument('--device', default='cpu', help="'cpu' or 'cuda'")
     p.add_argument('--out-dir', default=osp.join(ROOT, 'work_dirs',
                                                  'benchmark_attention'))
+    p.add_argument('--max-seconds', type=float,
+                   default=MAX_SECONDS_PER_MEASUREMENT,
+                   help='timed seconds per method and size before its rounds '
+                        'stop (at least 2 runs)')
+    p.add_argument('--amp', choices=['bf16', 'fp16'], default=None,
+                   help='run under torch.autocast with this dtype')
     p.add_argument('--no-backward', action='store_true',
                    help='forward only')
     p.add_argument('--threads', type=int, default=None,
@@ -365,6 +409,7 @@ def main(argv=None):
     if args.device == 'cuda' and not torch.cuda.is_available():
         sys.exit('--device cuda: CUDA is not available')
     args.threads = args.threads or torch.get_num_threads()
+    args.amp = {'bf16': 'bfloat16', 'fp16': 'float16', None: None}[args.amp]
     modes = ['fwd'] if args.no_backward else ['fwd', 'fwd+bwd']
     os.makedirs(args.out_dir, exist_ok=True)
     results = {}
@@ -372,7 +417,9 @@ def main(argv=None):
         n = size * size
         for mode in modes:
             methods = list(args.methods)
-            if 'sdpa' in methods and n * n * 4 * SDPA_HEADS > SDPA_N2_CAP:
+            # CPU SDPA materialises the N x N scores; CUDA's kernels do not
+            if ('sdpa' in methods and args.device == 'cpu'
+                    and n * n * 4 * SDPA_HEADS > SDPA_N2_CAP):
                 methods.remove('sdpa')
                 results[f'sdpa|{size}|{mode}'] = {
                     'skipped': 'skipped (N^2 memory)'}
@@ -382,13 +429,16 @@ def main(argv=None):
                 r = results[f'{m}|{size}|{mode}']
                 print(f'{m:>13s} {size:4d}x{size:<4d} {mode:8s} '
                       + (r.get('skipped') or r.get('error') or
-                         f"{r['time_ms']:10.1f} ms {r['peak_mb']:9.1f} MiB"),
+                         f"{r['time_ms']:10.1f} ms {r['peak_mb']:9.1f} MiB"
+                         + ('' if r.get('finite', True) else
+                            '  NON-FINITE OUTPUT')),
                       flush=True)
     table = markdown(results, args, modes)
     with open(osp.join(args.out_dir, 'results.json'), 'w') as f:
         json.dump({'device': args.device, 'dim': DIM, 'threads': args.threads,
                    'sizes': args.sizes, 'results': results,
-                   'targets': targets(results)}, f, indent=1)
+                   'amp': args.amp, 'device_name': _device_name(args.device),
+                   'targets': targets(results, args.device)}, f, indent=1)
     with open(osp.join(args.out_dir, 'table.md'), 'w') as f:
         f.write(table)
     plot(results, args, modes, osp.join(args.out_dir, 'benchmark.png'))
