@@ -165,18 +165,23 @@ def _row_mass(p, hw):
     return (c[..., w:] - c[..., :w]).flip(-1)  # (..., H, W)
 
 
-BLOCK_BYTES = 1 << 23  # spectra of one block of heads: ~8 MiB (cache-sized)
+BLOCK_BYTES = 1 << 23  # CPU: spectra of one block of heads ~8 MiB (cache)
+CUDA_BLOCK_BYTES = 1 << 26  # CUDA: ~64 MiB (few launches, bounded memory)
 
 
-def _head_blocks(channels, num_heads, grid, batch=1):
-    """Channel slices of whole heads, each block's q/k/v spectra ~BLOCK_BYTES.
+def _head_blocks(channels, num_heads, grid, batch=1, device_type='cpu'):
+    """Channel slices of whole heads, each block's q/k/v spectra about
+    BLOCK_BYTES (CUDA: CUDA_BLOCK_BYTES).
 
-    Heads are independent; processing them in blocks keeps every FFT and
-    product in cache (one large batch of FFTs runs several times slower).
+    Heads are independent. On the CPU, blocks keep every FFT and product in
+    cache (one large batch of FFTs runs several times slower); on a GPU,
+    small blocks only multiply kernel launches, so blocks there are large and
+    only bound the temporary memory.
     """
     d = channels // num_heads
     per_head = 3 * batch * d * grid[0] * (grid[1] // 2 + 1) * 8  # q, k, v
-    step = d * max(1, min(num_heads, BLOCK_BYTES // per_head))
+    budget = CUDA_BLOCK_BYTES if device_type == 'cuda' else BLOCK_BYTES
+    step = d * max(1, min(num_heads, budget // per_head))
     return [slice(i, min(i + step, channels))
             for i in range(0, channels, step)]
 
@@ -254,7 +259,7 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None,
         # (B, H, W, C) -> (B, C, H, W) views; FFTs over contiguous last axes
         q, k, v = (t.to(cdt).permute(0, 3, 1, 2) for t in (q, k, v))
         o = []
-        for sl in _head_blocks(c, heads, grid, b):  # independent heads
+        for sl in _head_blocks(c, heads, grid, b, q.device.type):  # heads
             qb, kb, vb = (torch.fft.rfft2(t[:, sl].contiguous(), s=grid)
                           for t in (q, k, v))  # (B, Cb, Ph, Pw//2+1) each
             o.append(_attend_spectra(qb, kb, vb, (h, w), grid,
@@ -360,7 +365,8 @@ class CirculantAttention(nn.Module):
             # with the zero padding of boundary='zero' (grid > H x W)
             x = torch.fft.rfft2(x, s=grid)  # (B, C, Ph, Pw//2+1)
             y = t.new_empty(t.shape)  # gated output o * t, (B, C, N)
-            for sl in _head_blocks(c, self.num_heads, grid, b):
+            for sl in _head_blocks(c, self.num_heads, grid, b,
+                                   x.device.type):
                 # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
                 qkv = _linear_spectrum(wb, x)  # (B, 3Cb, Ph, Pw//2+1)

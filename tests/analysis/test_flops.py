@@ -386,3 +386,33 @@ def test_get_flops_tool(tmp_path):
     assert sum(r['flops'] for r in res['rows']) == pytest.approx(res['flops'])
     assert res['by_operator']['fft'] > 0 and res['by_operator']['complex_mul'] > 0
     assert 0 < res['attn_flops'] < res['flops']
+
+
+def test_backbone_difference_is_the_attention_alone():
+    """CA-PVT (stages 1-2 circulant) against its all-SRA twin, same weights shapes
+    elsewhere: the whole-backbone counts differ by exactly what the attention
+    predicts: per circulant block the analytic CirculantAttention (above) plus its
+    depthwise 3x3 CPE, minus the SRA module the twin counts in that place. A
+    counter that lost an op inside the traced backbone (the FFTs, say) fails."""
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+    arch = dict(embed_dims=[16, 32, 40, 64], depths=[1, 2, 1, 1], num_heads=[1, 2, 5, 8])
+    ca = MODELS.build(dict(type='CAPVT', arch=arch)).eval()
+    twin = MODELS.build(dict(type='CAPVT', arch=arch, stage_attentions='sra')).eval()
+    img = torch.randn(1, 3, 64, 96)
+    fc_ca, fc_twin = flop_counter(ca, (img, )), flop_counter(twin, (img, ))
+    sra = fc_twin.by_module()
+    expected = 0.
+    for stage, (h, w), c in ((0, (16, 24), 16), (1, (8, 12), 32)):
+        n, fw = h * w, w // 2 + 1
+        circulant = (2 * n * c * c  # gate + proj
+                     + 3 * c * c * 2 * h * fw  # qkv on the spectrum
+                     + 4 * c * rfft(n)  # rfft2 x, irfft2 a, rfft2 p, irfft2 o (d = 1)
+                     + 2 * 4 * c * h * fw  # conj(Q) K, conj(P) V
+                     + c * n)  # softmax
+        cpe = 9 * n * c  # depthwise 3x3 (bias not counted, as mmengine's convs)
+        for blk in range(arch['depths'][stage]):
+            expected += circulant + cpe - sra[f'layers.{stage}.blocks.{blk}.attn']
+    assert fc_ca.total() - fc_twin.total() == pytest.approx(expected, rel=1e-9)
+    assert fc_ca.by_operator()['fft'] > 0

@@ -132,6 +132,13 @@ def test_blocks_of_heads_give_the_same_result(boundary, num_heads,
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+def test_head_blocks_budget_per_device(monkeypatch):
+    monkeypatch.setattr(circulant, 'BLOCK_BYTES', 1)
+    monkeypatch.setattr(circulant, 'CUDA_BLOCK_BYTES', 1 << 40)
+    assert len(circulant._head_blocks(6, 6, (8, 9), 2, 'cpu')) == 6
+    assert len(circulant._head_blocks(6, 6, (8, 9), 2, 'cuda')) == 1
+
+
 # ------------------------------------------------------------ helpers
 def test_next_fast_len_is_minimal_5_smooth():
     def smooth(m):
