@@ -320,7 +320,8 @@ def markdown(results, args, modes):
              f'{DIM // SDPA_HEADS} (+ qkv/proj Linears); circulant: d=1 '
              f'(64 heads); core: {CORE_HEADS} head. Times in ms: median of '
              'round-robin runs; peak memory in MiB above the setup '
-             'baseline (fresh process per entry).', '']
+             + ('baseline (fresh process per entry).' if args.device == 'cpu'
+                else 'allocation (CUDA allocator, per method).'), '']
     head = ['method', 'map', 'N']
     for mode in modes:
         head += [f'{mode} ms', f'{mode} MiB']
