@@ -46,6 +46,8 @@ ZOO = {
     'core_pvt_s_c8': ('mmdet', dict(type='CorePVT', arch='small', stage_attentions='core',
                                     num_cores=8), 'pvt_s', "all-core PVT-S C'=8"),
     'ca_pvt_s': ('mmdet', dict(type='CAPVT', arch='small'), 'pvt_s', 'CA-PVT-S (paper layout)'),
+    'core_pvt_s_paper': ('mmdet', dict(type='CorePVT', arch='small', num_cores=64), 'pvt_s',
+                         "Core-PVT-S (paper layout) C'=64"),
     'swin_t': ('mmdet', dict(type='SwinTransformer'), None, 'Swin-T (mmdet)'),
     'swin_t_mmseg': ('mmseg', dict(type='SwinTransformer'), None, 'Swin-T (mmseg)'),
     'ca_swin_t': ('mmdet', dict(type='CASwin', arch='tiny'), 'swin_t', 'CA-Swin-T (paper layout)'),
