@@ -17,23 +17,21 @@ if [ ! -f data/toy_coco/annotations/instances_val2017.json ] || [ ! -d data/toy_
   $PY tools/dataset_converters/make_toy_data.py coco ade
 fi
 
-if [ "$JOBS" = all ] || [ "$JOBS" = det ]; then
-  CFG=configs/toy/ca_pvt_t_retinanet_toy.py
-  WORK=work_dirs/demo_det
-  echo "[demo] training $CFG (progress every 20 iterations) -> $WORK"
-  $PY tools/train.py "$CFG" --work-dir "$WORK"
-  CKPT="$WORK/$(cat "$WORK/last_checkpoint" | xargs basename)"
-  echo "[demo] evaluating $CKPT (COCO bbox mAP); painted detections -> $WORK/test/*/vis"
-  $PY tools/test.py "$CFG" "$CKPT" --work-dir "$WORK/test" --show-dir vis
-fi
+# train_then_test CONFIG WORK_DIR METRIC SHOW_DIR (mmdet reads --show-dir below the
+# test run's timestamped folder, mmseg takes it as a path)
+train_then_test() {
+  local cfg=$1 work=$2 metric=$3 show=$4
+  echo "[demo] training $cfg -> $work"
+  $PY tools/train.py "$cfg" --work-dir "$work"
+  local ckpt="$work/$(xargs basename < "$work/last_checkpoint")"
+  echo "[demo] evaluating $ckpt ($metric); painted predictions under $work/test"
+  $PY tools/test.py "$cfg" "$ckpt" --work-dir "$work/test" --show-dir "$show"
+}
 
+if [ "$JOBS" = all ] || [ "$JOBS" = det ]; then
+  train_then_test configs/toy/ca_pvt_t_retinanet_toy.py work_dirs/demo_det 'COCO bbox mAP' vis
+fi
 if [ "$JOBS" = all ] || [ "$JOBS" = seg ]; then
-  CFG=configs/toy/ca_pvt_t_fpn_toy_ade.py
-  WORK=work_dirs/demo_seg
-  echo "[demo] training $CFG -> $WORK"
-  $PY tools/train.py "$CFG" --work-dir "$WORK"
-  CKPT="$WORK/$(cat "$WORK/last_checkpoint" | xargs basename)"
-  echo "[demo] evaluating $CKPT (mIoU); painted predictions -> $WORK/test/vis"
-  $PY tools/test.py "$CFG" "$CKPT" --work-dir "$WORK/test" --show-dir "$WORK/test/vis"
+  train_then_test configs/toy/ca_pvt_t_fpn_toy_ade.py work_dirs/demo_seg mIoU work_dirs/demo_seg/test/vis
 fi
 echo "[demo] done: metrics in work_dirs/demo_*/test/*/*.json"

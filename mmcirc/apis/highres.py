@@ -436,7 +436,7 @@ def memory_budget() -> Tuple[int, str]:
         pass
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
-        left = soft - _vm_size()
+        left = soft - _statm_bytes(0)
         if avail is None or left < avail:
             avail, what = left, 'RLIMIT_AS headroom'
     return (avail if avail is not None else 1 << 62), what
@@ -459,19 +459,12 @@ def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
             f"'circulant' or 'core', e.g. configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py)")
 
 
-def _vm_size() -> int:
+def _statm_bytes(field: int) -> int:
+    """Field of ``/proc/self/statm`` in bytes (0: virtual size, 1: RSS); 0 if unknown."""
     try:
         with open('/proc/self/statm') as f:
-            return int(f.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
-    except (OSError, ValueError):
-        return 0
-
-
-def _rss() -> int:
-    try:
-        with open('/proc/self/statm') as f:
-            return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
-    except (OSError, ValueError):
+            return int(f.read().split()[field]) * os.sysconf('SC_PAGE_SIZE')
+    except (OSError, ValueError, IndexError):
         return 0
 
 
@@ -668,7 +661,7 @@ def run_image(model, img: np.ndarray, *, name: str, source_size, config: str,
     if warn:
         print(warn, file=sys.stderr, flush=True)
     per_image = _reset_peak_rss()
-    base_rss = _rss() if per_image else _peak_rss()
+    base_rss = _statm_bytes(1) if per_image else _peak_rss()
     cuda = str(device).startswith('cuda')
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -794,7 +787,7 @@ def _child_main(argv: Optional[List[str]] = None) -> None:
         warn = quadratic_warning(model.backbone, hw)
         if warn:
             print(warn, flush=True)
-        base = _rss() if _reset_peak_rss() else _peak_rss()
+        base = _statm_bytes(1) if _reset_peak_rss() else _peak_rss()
         out['baseline_rss_mb'] = round(base / MB, 1)
         t0 = time.perf_counter()
         labels, times = predict_labels(model, img, upsample=spec['upsample'])

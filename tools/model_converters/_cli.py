@@ -1,8 +1,22 @@
-"""What the converter CLIs share: check the inputs exist before the slow imports, run
-the conversion, print failures as one ``error:`` line (exit 1)."""
+"""What the converter CLIs share: the target-model options, a check that the inputs
+exist before the slow imports, the conversion, failures as one ``error:`` line (exit 1)."""
 import os.path as osp
 import pickle
 import sys
+
+
+def add_target_args(parser, stage_kinds):
+    """Options every converter takes: the target's attention layout, extra target
+    arguments, trust and verbosity. ``stage_kinds``: the per-stage attentions allowed."""
+    parser.add_argument('--attention', default='circulant', choices=['circulant', 'core'],
+                        help='attention of stages 1-2 (the paper layout)')
+    parser.add_argument('--stage-attentions', nargs='+', metavar='KIND',
+                        help=f'per-stage attention instead: {stage_kinds} for each stage')
+    parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE',
+                        help='extra target arguments, e.g. num_cores_max=32')
+    parser.add_argument('--trust-checkpoint', action='store_true',
+                        help='allow full unpickling of the sources (only for files you trust)')
+    parser.add_argument('--verbose', action='store_true', help='list every key')
 
 
 def run(family, args, paths, cadeit=False):

@@ -29,16 +29,10 @@ def parse_args(argv=None):
                         help='output path (default work_dirs/pretrained/<variant>_ca-deit-<t|s|b>.pth)')
     parser.add_argument('--family', default='swin', choices=['swin', 'pvt'], help='target pyramid')
     parser.add_argument('--arch', default='tiny', help='target arch name or dict literal')
-    parser.add_argument('--attention', default='circulant', choices=['circulant', 'core'],
-                        help='attention of stages 1-2 (the paper layout)')
-    parser.add_argument('--stage-attentions', nargs='+', metavar='KIND', help='per-stage attention')
+    _cli.add_target_args(parser, 'circulant, core, sra (PVT) or window (Swin)')
     parser.add_argument('--source-blocks', nargs='+', type=int, metavar='K',
                         help='CA-DeiT blocks to use, in order (default 0 1 2 ...)')
     parser.add_argument('--base', help='checkpoint in mmcirc layout that supplies everything else')
-    parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE', help='extra target arguments')
-    parser.add_argument('--trust-checkpoint', action='store_true',
-                        help='allow full unpickling of the sources (only for files you trust)')
-    parser.add_argument('--verbose', action='store_true', help='list every key')
     return parser.parse_args(argv)
 
 

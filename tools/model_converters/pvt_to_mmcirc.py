@@ -28,19 +28,11 @@ def parse_args(argv=None):
     parser.add_argument('--arch', default='tiny',
                         help="tiny, small, medium, large, or a dict literal "
                              "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"")
-    parser.add_argument('--attention', default='circulant', choices=['circulant', 'core'],
-                        help='attention of stages 1-2 (the paper layout)')
-    parser.add_argument('--stage-attentions', nargs='+', metavar='KIND',
-                        help='per-stage attention instead: circulant, core or sra for each stage')
+    _cli.add_target_args(parser, 'circulant, core or sra')
     parser.add_argument('--src-layout', default='auto', choices=['auto', 'official', 'mmdet', 'mmcirc'])
     parser.add_argument('--pos-embed-size', type=int, metavar='PX',
                         help='image size the target position tables are stored for; source '
                              'tables of another size are resized (bilinear)')
-    parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE',
-                        help='extra target arguments, e.g. num_cores_max=32 norm_after_stage=True')
-    parser.add_argument('--trust-checkpoint', action='store_true',
-                        help='allow full unpickling of the source (only for files you trust)')
-    parser.add_argument('--verbose', action='store_true', help='list every key')
     return parser.parse_args(argv)
 
 

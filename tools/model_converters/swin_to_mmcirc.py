@@ -27,17 +27,9 @@ def parse_args(argv=None):
     parser.add_argument('--arch', default='tiny',
                         help="tiny, small, base, or a dict literal "
                              "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"")
-    parser.add_argument('--attention', default='circulant', choices=['circulant', 'core'],
-                        help='attention of stages 1-2 (the paper layout)')
-    parser.add_argument('--stage-attentions', nargs='+', metavar='KIND',
-                        help='per-stage attention instead: circulant, core or window for each stage')
+    _cli.add_target_args(parser, 'circulant, core or window')
     parser.add_argument('--src-layout', default='auto',
                         choices=['auto', 'official', 'mmdet', 'mmseg', 'mmpretrain', 'mmcirc'])
-    parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE',
-                        help='extra target arguments, e.g. window_size=12 num_cores_max=32')
-    parser.add_argument('--trust-checkpoint', action='store_true',
-                        help='allow full unpickling of the source (only for files you trust)')
-    parser.add_argument('--verbose', action='store_true', help='list every key')
     return parser.parse_args(argv)
 
 
