@@ -32,3 +32,20 @@ def run(family, args, paths, cadeit=False):
         print(f'error: {err}', file=sys.stderr)
         return 1
     return 0
+
+
+def run_isotropic(kind, args, paths):
+    """Convert an official CA-DeiT (``kind='deit'``) or VECA (``'veca'``) checkpoint with
+    :func:`mmcirc.models.convert_isotropic.run_isotropic_cli`; return the exit code."""
+    for path in paths:
+        if path is not None and not osp.isfile(path):
+            print(f'error: checkpoint not found: {path}', file=sys.stderr)
+            return 1
+    from mmcirc.models.convert import ConversionError
+    from mmcirc.models.convert_isotropic import run_isotropic_cli
+    try:
+        run_isotropic_cli(kind, args)
+    except (ConversionError, FileNotFoundError, pickle.UnpicklingError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 1
+    return 0

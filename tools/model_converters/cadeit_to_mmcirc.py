@@ -15,6 +15,14 @@ output of swin_to_mmcirc.py) so that the rest of the backbone is initialised too
     python tools/model_converters/cadeit_to_mmcirc.py ca_deit_small.pth --arch tiny \\
         --stage-attentions circulant circulant circulant window
         # -> work_dirs/pretrained/swin_t_circulant-circulant-circulant-window_ca-deit-s.pth
+
+``--family deit`` converts the released CA-DeiT file itself (``{'model': state_dict}``)
+for mmcirc's :class:`CADeiT` plus mmpretrain's ``LinearClsHead`` (keys ``backbone.*``,
+``head.fc.*``; arch read from the tensors, ``--arch`` only checks it); every tensor is
+loaded, nothing is new or unused (mmcirc.models.convert_isotropic):
+
+    python tools/model_converters/cadeit_to_mmcirc.py ca_deit_small.pth --family deit
+        # -> work_dirs/pretrained/ca_deit_s_official.pth
 """
 import argparse
 import sys
@@ -27,8 +35,10 @@ def parse_args(argv=None):
     parser.add_argument('src', help='CA-DeiT checkpoint (timm layout, optionally under "model")')
     parser.add_argument('out', nargs='?',
                         help='output path (default work_dirs/pretrained/<variant>_ca-deit-<t|s|b>.pth)')
-    parser.add_argument('--family', default='swin', choices=['swin', 'pvt'], help='target pyramid')
-    parser.add_argument('--arch', default='tiny', help='target arch name or dict literal')
+    parser.add_argument('--family', default='swin', choices=['swin', 'pvt', 'deit'],
+                        help='target pyramid, or deit: the CA-DeiT model itself (CADeiT)')
+    parser.add_argument('--arch', default=None,
+                        help='target arch name or dict literal (default tiny; deit: read from the checkpoint)')
     _cli.add_target_args(parser, 'circulant, core, sra (PVT) or window (Swin)')
     parser.add_argument('--source-blocks', nargs='+', type=int, metavar='K',
                         help='CA-DeiT blocks to use, in order (default 0 1 2 ...)')
@@ -38,6 +48,15 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.family == 'deit':
+        extra = [f'--{k.replace("_", "-")}' for k in ('stage_attentions', 'backbone_options', 'source_blocks', 'base')
+                 if getattr(args, k) is not None] + (['--attention'] if args.attention != 'circulant' else [])
+        if extra:
+            print(f'error: {", ".join(extra)} do not apply to --family deit (the whole CA-DeiT is converted)',
+                  file=sys.stderr)
+            return 1
+        return _cli.run_isotropic('deit', args, [args.src])
+    args.arch = args.arch or 'tiny'
     return _cli.run(args.family, args, [args.src, args.base], cadeit=True)
 
 

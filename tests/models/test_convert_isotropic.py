@@ -1,0 +1,113 @@
+"""Converters of the released isotropic models (mmcirc.models.convert_isotropic) on the
+official-code fixtures (tests/fixtures/official, see make_official_fixtures.py): what
+is loaded, new and unused is compared with the official state dicts' own keys."""
+import os.path as osp
+
+import pytest
+import torch
+
+from helpers import REPO
+from mmcirc.models.convert import ConversionError
+from mmcirc.models.convert_isotropic import convert_cadeit_official, convert_veca_official, veca_settings_of
+
+FIXTURES = osp.join(REPO, 'tests', 'fixtures', 'official')
+
+
+def _fix(name):
+    return torch.load(osp.join(FIXTURES, name), weights_only=True)
+
+
+def test_cadeit_everything_loaded():
+    fix = _fix('ca_deit_official.pth')
+    src = fix['checkpoint']['model']
+    result, model = convert_cadeit_official(fix['checkpoint'])
+    assert result.new == [] and result.unused == []
+    assert len(result.loaded) == len(src)
+    for key, value in src.items():  # every official tensor, unchanged, under its new name
+        new = 'head.fc.' + key[5:] if key.startswith('head.') else 'backbone.' + key
+        assert torch.equal(result.state_dict[new], value), key
+        assert result.sources[new] == [key]
+    assert result.meta['arch'] == dict(embed_dims=48, depth=2, mlp_ratio=4.0)
+
+
+def test_cadeit_named_arch_detected():
+    from mmcirc.models.backbones import CADeiT
+    with torch.device('meta'):
+        sd = CADeiT(arch='small').state_dict()
+    sd = {k: torch.zeros(v.shape) for k, v in sd.items() if 'blocks.' not in k or k.startswith('blocks.0.')}
+    for k in list(sd):  # 12 blocks, but tiny tensors are enough for the detection: copy block 0
+        if k.startswith('blocks.0.'):
+            for i in range(1, 12):
+                sd[k.replace('blocks.0.', f'blocks.{i}.')] = sd[k]
+    result, model = convert_cadeit_official({'model': sd}, arch='small')
+    assert result.meta['arch'] == 'small' and model.embed_dims == 384
+    with pytest.raises(ConversionError, match="--arch 'tiny' .* use --arch small"):
+        convert_cadeit_official({'model': sd}, arch='tiny')
+
+
+def test_cadeit_converter_refuses_veca():
+    with pytest.raises(ConversionError, match='this is a VECA checkpoint.*veca_to_mmcirc.py'):
+        convert_cadeit_official(_fix('veca_official.pth')['checkpoint'])
+
+
+def test_cadeit_missing_tensor():
+    ckpt = _fix('ca_deit_official.pth')['checkpoint']
+    del ckpt['model']['blocks.1.attn.proj.weight']
+    with pytest.raises(ConversionError, match=r'lacks 1 tensor\(s\).*blocks.1.attn.proj.weight'):
+        convert_cadeit_official(ckpt)
+
+
+def test_veca_everything_loaded():
+    fix = _fix('veca_official.pth')
+    src = fix['checkpoint']['student']
+    result, model = convert_veca_official(fix['checkpoint'], arch=fix['arch'])
+    assert result.new == [] and result.unused == []
+    names = {k[len('module.'):]: v for k, v in src.items()}
+    chunks = sorted(k for k in names if k.startswith('query_token_chunks.'))
+    coords = sorted(k for k in names if k.startswith('qcoord_chunks.'))
+    assert len(chunks) == 3
+    torch.testing.assert_close(result.state_dict['backbone.cores'],
+                               torch.cat([names[k][0] for k in chunks]), rtol=0, atol=0)
+    torch.testing.assert_close(result.state_dict['backbone.core_coords'],
+                               torch.cat([names[k][0] for k in coords]), rtol=0, atol=0)
+    assert result.sources['backbone.cores'] == chunks
+    for key, value in names.items():
+        if 'chunks' not in key:
+            assert torch.equal(result.state_dict['backbone.' + key], value), key
+    assert result.meta['backbone']['patch_size'] == 8 and result.meta['backbone']['out_channels'] == 40
+
+
+def test_veca_arch_from_config():
+    fix = _fix('veca_official.pth')
+    family, kwargs = veca_settings_of(fix['checkpoint']['config'])
+    assert family == 'small' and kwargs['core_chunk'] == 8 and kwargs['rope_p_zero_freqs'] == 0.125
+    # without the override the config's family (small: 384 wide) does not fit the 48-wide tensors
+    with pytest.raises(ConversionError, match="model_family 'small'"):
+        convert_veca_official(fix['checkpoint'])
+
+
+def test_veca_student_prefix():
+    fix = _fix('veca_official.pth')
+    ckpt = fix['checkpoint']
+    ckpt['student'] = {'module.student.' + k[len('module.'):]: v for k, v in ckpt['student'].items()}
+    result, _ = convert_veca_official(ckpt, arch=fix['arch'])
+    assert result.new == [] and result.unused == []
+
+
+def test_veca_converter_refuses_cadeit():
+    with pytest.raises(ConversionError, match='this is a CA-DeiT checkpoint.*--family deit'):
+        convert_veca_official(_fix('ca_deit_official.pth')['checkpoint'])
+
+
+def test_veca_incomplete_bank():
+    fix = _fix('veca_official.pth')
+    del fix['checkpoint']['student']['module.qcoord_chunks.1']
+    with pytest.raises(ConversionError, match='core bank chunks'):
+        convert_veca_official(fix['checkpoint'], arch=fix['arch'])
+
+
+def test_veca_unknown_family():
+    fix = _fix('veca_official.pth')
+    fix['checkpoint']['config']['model_family'] = 'giant'
+    with pytest.raises(ConversionError, match="model_family must be one of .* got 'giant'"):
+        convert_veca_official(fix['checkpoint'])
