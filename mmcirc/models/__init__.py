@@ -1,2 +1,3 @@
-"""Backbones registered into mmdet, mmseg and mmpretrain."""
+"""Backbones (and necks) registered into mmdet, mmseg and mmpretrain."""
 from .backbones import *  # noqa: F401,F403
+from .necks import *  # noqa: F401,F403

@@ -32,7 +32,7 @@ def test_config_builds_model(path):
     assert cfg.custom_imports['imports'] == ['mmcirc']
     init_default_scope(scope)
     backbone = cfg.model.backbone
-    assert backbone.type in ('CAPVT', 'CorePVT', 'CASwin', 'CoreSwin')
+    assert backbone.type in ('CAPVT', 'CorePVT', 'CASwin', 'CoreSwin', 'CADeiT', 'VECAViT')
     if 'toy' not in path:
         # real recipes read the standard dataset folders
         assert cfg.train_dataloader.dataset.get('data_root', '').rstrip('/') == \
