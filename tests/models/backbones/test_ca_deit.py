@@ -147,3 +147,12 @@ def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError) as err:
         CADeiT(**kwargs)
     assert message in str(err.value) and '\n' not in str(err.value)
+
+
+def test_flops_at_224_match_the_official_table():
+    """CA-DeiT-T at 224: the official README reports 1.2 GFLOPs (MACs, FFTs included);
+    mmcirc's counter (FFT 2.5 n log2 n per complex transform) must land there."""
+    from mmcirc.analysis import count_flops
+    model = CADeiT(arch='tiny', out_type='avg_featmap').eval()
+    gmacs = count_flops(model, torch.randn(1, 3, 224, 224)) / 1e9 + 192 * 1000 / 1e9  # + the linear head
+    assert round(gmacs, 1) == 1.2, gmacs
