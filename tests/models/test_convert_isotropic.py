@@ -111,3 +111,20 @@ def test_veca_unknown_family():
     fix['checkpoint']['config']['model_family'] = 'giant'
     with pytest.raises(ConversionError, match="model_family must be one of .* got 'giant'"):
         convert_veca_official(fix['checkpoint'])
+
+
+def test_veca_output_loads_through_init_cfg(tmp_path):
+    """What the dense configs do: init_cfg=Pretrained(prefix='backbone.') on the
+    converter's output file reproduces the official outputs."""
+    from mmcirc.models.backbones import VECAViT
+    from mmcirc.models.convert import save_checkpoint
+    fix = _fix('veca_official.pth')
+    result, _ = convert_veca_official(fix['checkpoint'], arch=fix['arch'])
+    path = save_checkpoint(result, str(tmp_path / 'veca.pth'))
+    model = VECAViT(arch=fix['arch'], patch_size=8, out_channels=40, num_cores=16, out_type='global_token',
+                    init_cfg=dict(type='Pretrained', checkpoint=path, prefix='backbone.'))
+    model.init_weights()
+    model.eval()
+    with torch.no_grad():
+        token = model(fix['input'])[0]
+    torch.testing.assert_close(token, fix['global_16'], rtol=1e-5, atol=1e-5 * float(fix['global_16'].abs().max()))
