@@ -133,10 +133,9 @@ class CorePeripheryAttention(nn.Module):
         def heads(y):  # (B, T, D) -> (B, heads, T, d)
             return y.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
-        cos, sin = cos.to(x.dtype).unsqueeze(1), sin.to(x.dtype).unsqueeze(1)  # (B, 1, T, d)
-        q = Rotary2D.rotate(heads(self.q_proj(x)), cos, sin)
-        k = Rotary2D.rotate(heads(self.k_proj(x)), cos, sin)
-        v = heads(self.v_proj(x))
+        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+        cos, sin = cos.to(q.dtype).unsqueeze(1), sin.to(q.dtype).unsqueeze(1)  # (B, 1, T, d), autocast dtype
+        q, k = Rotary2D.rotate(q, cos, sin), Rotary2D.rotate(k, cos, sin)
         p = self.dropout if self.training else 0.
         c = num_cores
         cores = F.scaled_dot_product_attention(q[:, :, :c], k, v, dropout_p=p)  # (B, h, C', d)

@@ -156,3 +156,12 @@ def test_flops_at_224_match_the_official_table():
     model = CADeiT(arch='tiny', out_type='avg_featmap').eval()
     gmacs = count_flops(model, torch.randn(1, 3, 224, 224)) / 1e9 + 192 * 1000 / 1e9  # + the linear head
     assert round(gmacs, 1) == 1.2, gmacs
+
+
+def test_bf16_autocast_close_to_fp32():
+    fix = _fixture()
+    model, head = _loaded(fix, out_type='avg_featmap')
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        feat = model(fix['input'])[-1]
+    logits = torch.nn.functional.linear(feat.float(), head['weight'], head['bias'])
+    assert _rel(logits, fix['logits']) < 3e-2

@@ -186,3 +186,11 @@ def test_set_num_cores_refuses_other_counts():
     with pytest.raises(ValueError, match=r'num_cores must be a multiple of 8 in \[8, 16, 24\]'):
         model.set_num_cores(4)
     assert model.num_cores == 24
+
+
+def test_bf16_autocast_close_to_fp32():
+    fix, model = _loaded(out_type='raw', num_cores=16)
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        cores, patches = model(fix['input'])[-1]
+    ref = fix['patches_16']
+    assert float((patches.float() - ref).norm() / ref.norm()) < 3e-2
