@@ -58,7 +58,7 @@ def test_featmap_and_token_outputs():
     _close(f1.flatten(2).transpose(1, 2), fix['patches_16'])  # row-major map of the patches
 
 
-def test_set_num_cores_changes_result_and_cost():
+def test_set_num_cores_and_presets():
     fix, model = _loaded(out_type='global_token')
     outs = {}
     for c in (8, 16):
@@ -194,3 +194,15 @@ def test_bf16_autocast_close_to_fp32():
         cores, patches = model(fix['input'])[-1]
     ref = fix['patches_16']
     assert float((patches.float() - ref).norm() / ref.norm()) < 3e-2
+
+
+@pytest.mark.parametrize('num_cores', [8, 24])
+def test_attention_cost_follows_active_cores(num_cores):
+    """Truncation really drops compute: the counted attention MACs equal the analytic
+    count of the block-sparse pattern with C' cores (cores x (C' + N), patches x C')."""
+    from mmcirc.analysis.flops import flop_counter
+    model = VECAViT(arch=SMALL, patch_size=8, num_cores=num_cores).eval()
+    n, d = 5 * 6, 8  # a 5 x 6 patch map, head width 16 / 2
+    fc = flop_counter(model, torch.randn(1, 3, 40, 48))
+    expected = SMALL['num_layers'] * 2 * 2 * d * (num_cores * (num_cores + n) + n * num_cores)
+    assert fc.by_operator()['sdpa'] == expected
