@@ -2,7 +2,8 @@
 
 ``import mmcirc`` (what ``custom_imports`` in the configs does) registers the backbones
 and hooks into the MODELS/HOOKS registries of the three libraries and makes mmengine
-load checkpoints safely on torch >= 2.6. ``mmcirc.ops`` (the attention operators)
+load checkpoints safely on torch >= 2.6 and save them atomically (a kill during a save
+never leaves a truncated checkpoint for ``--resume``). ``mmcirc.ops`` (the attention operators)
 needs torch alone: without mmengine installed, only that part is available.
 """
 import importlib.util
@@ -10,7 +11,8 @@ import importlib.util
 __version__ = '0.1.0'
 
 if importlib.util.find_spec('mmengine') is not None:
-    from .engine import install_safe_loader
+    from .engine import install_atomic_saving, install_safe_loader
 
     install_safe_loader()
+    install_atomic_saving()
     from . import engine, models  # noqa: F401,E402  (registration)

@@ -148,6 +148,11 @@ def main(argv=None):
     cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
     cfg_name = osp.splitext(osp.basename(args.config))[0]
     suffix = _suffix(overrides)
+    minimum = hr.min_input_size(cfg)
+    for name, img, _, _ in images:
+        if min(img.shape[:2]) < minimum:
+            raise CLIError(f'image {name} is {img.shape[0]}x{img.shape[1]}: {cfg_name} needs at '
+                           f'least {minimum}x{minimum} (use --size)')
 
     # the dense baselines first, while this process is still small
     dense = {}

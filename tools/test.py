@@ -6,7 +6,7 @@ import argparse
 import os.path as osp
 
 from mmcirc.utils.cli import (CLIError, apply_common_args, build_runner, load_config,
-                              main_guard, set_local_rank)
+                              main_guard, run_and_release, set_local_rank)
 
 
 def parse_args(argv=None):
@@ -78,7 +78,7 @@ def main(argv=None):
     runner = build_runner(OUTPUTS[scope](cfg, args))
     if args.out and scope != 'mmseg':
         runner.test_evaluator.metrics.append(_dump_metric(scope, args.out))
-    return runner.test()
+    return run_and_release(runner, 'test')
 
 
 if __name__ == '__main__':

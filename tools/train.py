@@ -4,11 +4,12 @@
 """
 import argparse
 import logging
+import sys
 
 from mmengine.logging import print_log
 
 from mmcirc.utils.cli import (CLIError, apply_common_args, build_runner, load_config,
-                              main_guard, set_local_rank)
+                              main_guard, run_and_release, set_local_rank)
 
 
 def parse_args(argv=None):
@@ -48,11 +49,23 @@ def main(argv=None):
         if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
             raise CLIError(f'{args.config}: --auto-scale-lr needs auto_scale_lr.base_batch_size')
         cfg.auto_scale_lr.enable = True
-    if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
-    elif args.resume is not None:
-        cfg.resume, cfg.load_from = True, args.resume
-    build_runner(cfg).train()
+    if args.resume is not None:
+        cfg.resume, cfg.load_from = True, resume_from(cfg.work_dir, args.resume)
+    run_and_release(build_runner(cfg), 'train')
+
+
+def resume_from(work_dir, resume):
+    """The checkpoint ``--resume`` continues from: the given one, or the newest in
+    ``work_dir``; one that does not load is skipped, with a warning naming both."""
+    from mmcirc.engine import find_resumable_checkpoint
+    try:
+        path, skipped = find_resumable_checkpoint(work_dir, None if resume == 'auto' else resume)
+    except FileNotFoundError as err:
+        raise CLIError(f'--resume: {err}') from None
+    for bad, why in skipped:
+        print(f'warning: --resume: cannot load {bad} ({why}); resuming from {path} instead',
+              file=sys.stderr, flush=True)
+    return path
 
 
 if __name__ == '__main__':

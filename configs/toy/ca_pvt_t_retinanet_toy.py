@@ -25,7 +25,7 @@ test_pipeline = [
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
 train_dataloader = dict(
-    batch_size=4, num_workers=2,
+    batch_size=4, num_workers=2, sampler=dict(type='InfiniteSampler', shuffle=True),
     dataset=dict(data_root=data_root, metainfo=metainfo, pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=8, num_workers=2,
@@ -45,3 +45,5 @@ param_scheduler = [
 default_hooks = dict(checkpoint=dict(by_epoch=False, interval=max_iters),
                      logger=dict(interval=20))
 log_processor = dict(by_epoch=False)
+# seeded: the same command gives the same metrics on the same machine
+randomness = dict(seed=0, deterministic=True)

@@ -50,7 +50,8 @@ from mmcirc.utils.cli import CLIError
 
 __all__ = [
     'BACKBONE_OVERRIDES', 'DEMO_IMAGES', 'HighResResult', 'apply_backbone_overrides',
-    'build_segmentor', 'demo_image', 'figures_markdown', 'load_highres_config', 'parse_size',
+    'build_segmentor', 'demo_image', 'figures_markdown', 'load_highres_config', 'min_input_size',
+    'parse_size',
     'predict_labels', 'quadratic_attention_estimates', 'read_image', 'resize_image',
     'run_dense_baseline', 'upsample_argmax', 'validate_overrides'
 ]
@@ -275,6 +276,15 @@ def load_highres_config(config: str, cfg_options: Optional[dict] = None,
         cfg.highres_replaced_test_cfg = dict(old)
     cfg.model.test_cfg = dict(mode='whole')
     return cfg
+
+
+def min_input_size(cfg) -> int:
+    """The smallest image side the config's backbone accepts (its
+    ``min_input_size``; 1 for backbones that do not state one). Builds the backbone
+    alone, without weights: cheap next to the segmentor."""
+    from mmseg.registry import MODELS
+    backbone = MODELS.build(cfg.model.backbone)
+    return int(getattr(backbone, 'min_input_size', 1))
 
 
 # --------------------------------------------------------------------------- model

@@ -7,16 +7,30 @@ checkpoint run code. Instead mmcirc replaces mmengine's local-file loader with o
 keeps torch's safe unpickler and allows exactly the extra types mmengine writes
 (:data:`MMENGINE_CHECKPOINT_GLOBALS`). A file outside that set is refused, unless the
 user marked that very file as trusted with :func:`trust_checkpoint`.
+
+Saving is made atomic the same way (:func:`install_atomic_saving`): mmengine writes
+``iter_N.pth`` in place and then ``last_checkpoint`` with a plain ``open``, so a kill or
+a full disk during either leaves a truncated file that ``--resume`` picks up. mmcirc
+makes mmengine's local file backend write through :func:`mmcirc.utils.fileio.atomic_open`
+(temporary file, fsync, rename) and routes the checkpoint hook's ``last_checkpoint``
+write through it too, so the pointer moves only after the checkpoint is complete.
+:func:`find_resumable_checkpoint` picks the newest checkpoint that actually loads.
 """
+import builtins
+import os
 import os.path as osp
 import pickle
 import re
 import warnings
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
+from mmengine.fileio.backends import LocalBackend, register_backend
 from mmengine.runner.checkpoint import CheckpointLoader
+
+from mmcirc.utils.fileio import atomic_open, atomic_write
 
 
 def _numpy_globals():
@@ -83,8 +97,10 @@ def load_from_local_safely(filename, map_location=None):
     except pickle.UnpicklingError as err:
         try:
             extra = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
-        except Exception:  # pragma: no cover - unreadable file: report torch's error
-            extra = []
+        except Exception:  # not a zip checkpoint at all (random bytes, other formats)
+            raise pickle.UnpicklingError(
+                f'cannot read {filename}: not a torch checkpoint or damaged '
+                f'({_unpickler_reason(err)})') from None
         allowed = {g[1] if isinstance(g, tuple) else f'{g.__module__}.{g.__qualname__}'
                    for g in MMENGINE_CHECKPOINT_GLOBALS}
         extra = [g for g in extra if g not in allowed] or ['(see torch message)']
@@ -106,3 +122,106 @@ def _unpickler_reason(err):
 def install_safe_loader():
     """Make mmengine load local checkpoints through :func:`load_from_local_safely`."""
     CheckpointLoader.register_scheme(prefixes='', loader=load_from_local_safely, force=True)
+
+
+# --------------------------------------------------------------------------- saving
+class AtomicLocalBackend(LocalBackend):
+    """mmengine's local file backend whose writes are atomic (:mod:`mmcirc.utils.fileio`)."""
+
+    def put(self, obj: bytes, filepath) -> None:
+        atomic_write(filepath, obj)
+
+    def put_text(self, obj: str, filepath, encoding: str = 'utf-8') -> None:
+        atomic_write(filepath, obj, encoding=encoding)
+
+
+def _open_for_checkpoint_hook(file, mode='r', *args, **kwargs):
+    """``open`` as seen by mmengine's CheckpointHook: writes are atomic, reads unchanged."""
+    if mode in ('w', 'wb') and not args:
+        return atomic_open(file, mode, encoding=kwargs.get('encoding'))
+    return builtins.open(file, mode, *args, **kwargs)
+
+
+def install_atomic_saving():
+    """Make every checkpoint mmengine saves to a local path atomic, and the
+    ``last_checkpoint`` pointer move only after the checkpoint is in place."""
+    from mmengine.fileio import io as mmengine_io
+    from mmengine.hooks import checkpoint_hook
+
+    register_backend('local', AtomicLocalBackend, force=True, prefixes='')
+    for key, backend in list(mmengine_io.backend_instances.items()):
+        if type(backend) is LocalBackend:  # cached before the swap
+            del mmengine_io.backend_instances[key]
+    checkpoint_hook.open = _open_for_checkpoint_hook
+
+
+# --------------------------------------------------------------------------- resuming
+_STEP_FILE = re.compile(r'^(epoch|iter)_(\d+)\.pth$')
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f'{type(err).__name__}: {text[0] if text else ""}'.rstrip(': ')
+
+
+def _step_checkpoints(folder: str) -> List[str]:
+    """``epoch_N.pth`` / ``iter_N.pth`` in ``folder``, newest (largest N) first."""
+    if not osp.isdir(folder):
+        return []
+    found = [(m.group(1), int(m.group(2)), name) for name in os.listdir(folder)
+             for m in [_STEP_FILE.match(name)] if m]
+    return [osp.join(folder, name) for _, _, name in sorted(found, key=lambda t: (t[1], t[0]), reverse=True)]
+
+
+def _pointer_target(work_dir: str) -> Optional[str]:
+    pointer = osp.join(work_dir, 'last_checkpoint')
+    try:
+        with open(pointer) as f:
+            target = f.read().strip()
+    except OSError:
+        return None
+    if not target:
+        return None
+    return target if osp.isabs(target) else osp.join(work_dir, target)
+
+
+def find_resumable_checkpoint(work_dir: str, checkpoint: Optional[str] = None
+                              ) -> Tuple[Optional[str], List[Tuple[str, str]]]:
+    """The checkpoint to resume from, and the newer ones that did not load.
+
+    Candidates, first to last: ``checkpoint`` if given, else the file ``last_checkpoint``
+    in ``work_dir`` points to; then every ``epoch_N.pth``/``iter_N.pth`` beside it, largest
+    N first. Each is loaded (safely, :func:`load_from_local_safely`) until one works.
+
+    Returns:
+        (path or None, [(skipped path, one-line reason), ...]). ``(None, [])`` when there
+        is nothing to resume from (mmengine then starts from scratch).
+
+    Raises:
+        FileNotFoundError: candidates exist but none loads (the message names each and
+            why).
+        UnsafeCheckpointError: a candidate holds foreign pickled objects (not a broken
+            file: the user decides whether to trust it).
+    """
+    first = osp.abspath(checkpoint) if checkpoint else _pointer_target(work_dir)
+    folder = osp.dirname(first) if first else work_dir
+    candidates = [first] if first else []
+    candidates += [p for p in _step_checkpoints(folder)
+                   if not first or osp.abspath(p) != osp.abspath(first)]
+    skipped = []
+    for path in candidates:
+        if not osp.isfile(path):
+            skipped.append((path, 'file not found'))
+            continue
+        try:
+            load_from_local_safely(path, map_location='cpu')
+        except UnsafeCheckpointError:
+            raise
+        except Exception as err:  # truncated, empty, random bytes: torch says why
+            skipped.append((path, _first_line(err)))
+            continue
+        return path, skipped
+    if skipped:
+        raise FileNotFoundError('no intact checkpoint to resume from: ' + '; '.join(
+            f'{p} ({why})' for p, why in skipped))
+    return None, []

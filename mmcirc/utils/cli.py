@@ -83,6 +83,31 @@ def build_runner(cfg):
     return runner
 
 
+def run_and_release(runner, method: str):
+    """``runner.train()`` / ``runner.test()`` / ``runner.val()``, then leave the
+    distributed group cleanly.
+
+    mmengine never destroys the process group it (or :func:`build_runner`) joined; the
+    gloo group's threads are then still running when the interpreter tears down, and
+    a process that did all its work can die with ``terminate called without an
+    active exception`` (SIGABRT), which torchrun reports as a failed job. After a
+    successful run every rank waits for the others (so none tears down a group a peer
+    still uses), the dataloader workers are shut down, and the group is destroyed.
+    After a failure the group is destroyed without waiting (the peers may be gone).
+    """
+    import torch.distributed as dist
+    try:
+        result = getattr(runner, method)()
+    except BaseException:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return result
+
+
 def main_guard(func):
     """Run ``func``; print expected failures as one line and exit 1."""
 

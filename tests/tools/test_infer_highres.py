@@ -116,3 +116,16 @@ def test_unknown_override_is_one_line_error(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: --boundary must be one of ('circular', 'zero'), got 'wrap'"]
     assert not (tmp_path / 'out').exists()
+
+
+def test_image_below_the_minimum_size_is_one_line_error(tmp_path):
+    img = tmp_path / 'dot.png'
+    cv2.imwrite(str(img), np.zeros((1, 1, 3), np.uint8))
+    # CA-PVT-T's paper layout keeps SRA (sr_ratio 2) in stage 3, at stride 16: 17 px at least
+    cfg = osp.join(REPO, 'configs', 'ca_pvt_t_fpn_80k_ade20k.py')
+    proc = run_tool(['tools/infer_highres.py', cfg, '--img', str(img), '--out-dir', str(tmp_path / 'out')],
+                    cwd=tmp_path, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        'error: image dot is 1x1: ca_pvt_t_fpn_80k_ade20k needs at least 17x17 (use --size)']
+    assert not (tmp_path / 'out').exists()

@@ -69,6 +69,16 @@ def _apply_ffn(ffn: nn.Module, x_norm: torch.Tensor, hw_shape, identity: torch.T
     return ffn(x_norm, identity=identity)
 
 
+def _stride_of(module: Optional[nn.Module]) -> int:
+    """Downsampling factor of an mmcv ``PatchEmbed`` (conv ``projection``) or
+    ``PatchMerging`` (``sampler`` unfold); 1 for None."""
+    if module is None:
+        return 1
+    inner = getattr(module, 'projection', None) or getattr(module, 'sampler', None)
+    stride = getattr(inner, 'stride', 1)
+    return int(stride[0] if isinstance(stride, (tuple, list)) else stride)
+
+
 def _is_int(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
@@ -510,9 +520,39 @@ class PyramidBackbone(BaseModule):
                     normal_init(m, mean=0, std=math.sqrt(2.0 / fan_out), bias=0.)
         super().init_weights()
 
+    @property
+    def min_input_size(self) -> int:
+        """The smallest H (and W) this backbone accepts.
+
+        Patch embeddings and merges pad the bottom/right, so a stage at total stride s
+        sees a ceil(H / s)-row map, and circulant, core and window attention take any
+        map, down to 1 x 1. PVT's spatial-reduction attention does not: its keys come
+        from a stride-r, kernel-r convolution (``attn.sr_ratio`` = r), which needs an
+        r x r map, i.e. H >= s * (r - 1) + 1.
+        """
+        size, stride = 1, _stride_of(getattr(self, 'patch_embed', None))
+        for stage in self._stages():
+            stride *= _stride_of(stage.patch_embed)
+            ratio = max((getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks),
+                        default=1)
+            size = max(size, stride * (ratio - 1) + 1)
+            stride *= _stride_of(stage.downsample)
+        return size
+
+    def _check_input_size(self, x: torch.Tensor) -> None:
+        if torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export():
+            return  # symbolic shapes: the check would specialise the graph
+        h, w = int(x.shape[-2]), int(x.shape[-1])
+        minimum = self.min_input_size
+        if min(h, w) < minimum:
+            raise ValueError(f'{type(self).__name__}: input size {h}x{w} is below the minimum '
+                             f'{minimum}x{minimum} (spatial-reduction attention needs a map of '
+                             'at least sr_ratio x sr_ratio in its stage)')
+
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """x (B, in_channels, H, W), any H and W; returns one (B, C_i, H_i, W_i) map per
-        index in ``out_indices`` (stage order)."""
+        """x (B, in_channels, H, W), H and W >= :attr:`min_input_size`; returns one
+        (B, C_i, H_i, W_i) map per index in ``out_indices`` (stage order)."""
+        self._check_input_size(x)
         x, hw_shape = self._stem(x)
         outs = []
         for i, stage in enumerate(self._stages()):

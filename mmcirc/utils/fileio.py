@@ -1,0 +1,108 @@
+"""Atomic file writes: the one helper mmcirc uses whenever it writes a result file.
+
+A file written in place can be left half written by a kill, a crash or a full disk,
+and a reader (``--resume``, a metric parser) then picks up garbage. Everything here
+writes to a temporary file in the target's folder, flushes and fsyncs it, and renames
+it over the target (``os.replace``: atomic on POSIX within one file system), then
+fsyncs the folder so the rename itself survives a power cut. A reader sees the old
+file or the new one, never a mix; on failure the temporary file is removed.
+"""
+import contextlib
+import os
+import os.path as osp
+import tempfile
+from typing import Dict, Union
+
+__all__ = ['atomic_open', 'atomic_write', 'atomic_write_many']
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - folders that cannot be opened (some FUSE mounts)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _discard(tmp: str) -> None:
+    try:
+        os.remove(tmp)
+    except OSError:
+        pass
+
+
+@contextlib.contextmanager
+def atomic_open(path: Union[str, os.PathLike], mode: str = 'wb', encoding=None):
+    """``with atomic_open(path, 'w') as f: ...`` writes ``path`` all at once or not at all.
+
+    ``mode`` is ``'w'`` or ``'wb'``. The file appears at ``path`` (with the permissions
+    ``open`` would give) only when the block ends without an exception.
+    """
+    if mode not in ('w', 'wb'):
+        raise ValueError(f"atomic_open: mode must be 'w' or 'wb', got {mode!r}")
+    path = osp.abspath(osp.expanduser(os.fspath(path)))
+    folder = osp.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=folder)
+    try:
+        with os.fdopen(fd, mode, encoding=encoding if mode == 'w' else None) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
+        os.replace(tmp, path)
+    except BaseException:
+        _discard(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def atomic_write(path: Union[str, os.PathLike], data: Union[bytes, str], encoding='utf-8') -> None:
+    """Write ``data`` (bytes, or text in ``encoding``) to ``path`` atomically."""
+    if isinstance(data, str):
+        data = data.encode(encoding)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f'atomic_write: data must be bytes or str, got {type(data).__name__}')
+    with atomic_open(path, 'wb') as f:
+        f.write(data)
+
+
+def atomic_write_many(files: Dict[str, Union[bytes, str]]) -> None:
+    """Write several files, each atomically, all or nothing as far as the file system
+    allows: every payload goes to its temporary file first, then all are renamed in the
+    given order (put an index or JSON file last). On a failure before the renames no
+    target is touched and every temporary file is removed."""
+    staged = []
+    try:
+        for path, data in files.items():
+            if isinstance(data, str):
+                data = data.encode('utf-8')
+            path = osp.abspath(osp.expanduser(os.fspath(path)))
+            os.makedirs(osp.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp',
+                                       dir=osp.dirname(path))
+            staged.append((tmp, path))
+            with os.fdopen(fd, 'wb') as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            _discard(tmp)
+        raise
+    for folder in {osp.dirname(path) for _, path in staged}:
+        _fsync_dir(folder)
