@@ -128,3 +128,15 @@ def test_veca_output_loads_through_init_cfg(tmp_path):
     with torch.no_grad():
         token = model(fix['input'])[0]
     torch.testing.assert_close(token, fix['global_16'], rtol=1e-5, atol=1e-5 * float(fix['global_16'].abs().max()))
+
+
+def test_foreign_checkpoints_refused():
+    """A plain DeiT (no gate, no CPE) and an arbitrary dict are neither CA-DeiT nor VECA."""
+    deit = {'model': {'cls_token': torch.zeros(1, 1, 8), 'pos_embed': torch.zeros(1, 5, 8),
+                      'blocks.0.attn.qkv.weight': torch.zeros(24, 8), 'blocks.0.attn.qkv.bias': torch.zeros(24)}}
+    with pytest.raises(ConversionError, match='not a CA-DeiT checkpoint.*circulant attention'):
+        convert_cadeit_official(deit)
+    with pytest.raises(ConversionError, match=r'not a VECA checkpoint: expected \{"student"'):
+        convert_veca_official(deit)
+    with pytest.raises(ConversionError, match='not a VECA checkpoint'):
+        convert_veca_official([1, 2])
