@@ -3,6 +3,7 @@ vis_cores.py): the command line (CONFIG [CKPT] --img/--demo --size ...), the mod
 with its library's own ``init_*`` helper (random weights: ``init_weights`` under a fixed
 seed), the image run through the config's test pipeline and data preprocessor, atomic
 PNG/JSON output and one-line errors."""
+import copy
 import io
 import json
 import logging
@@ -31,8 +32,9 @@ def add_common_args(parser, tool):
     src.add_argument('--img', metavar='PATH', help='image file')
     src.add_argument('--demo', metavar='NAME', help="scikit-image sample: 'astronaut' "
                      "(also 'chelsea', 'coffee')")
-    parser.add_argument('--size', help='HxW: resize the image to exactly H x W instead of the '
-                        "config's test-pipeline resize (e.g. 512x512); S: longer side to S")
+    parser.add_argument('--size', help='HxW: resize the image to exactly H x W (e.g. 512x512), '
+                        'S: its longer side to S; either replaces the resizes and crops of the '
+                        "config's test pipeline")
     parser.add_argument('--out-dir', default=f'work_dirs/analysis/{tool}', help='output folder')
     parser.add_argument('--seed', type=int, default=0, help='seed of random weights (0)')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
@@ -120,7 +122,7 @@ def build_model(cfg, checkpoint=None, device='cpu', seed=0):
     from mmengine.logging import MMLogger
     from mmengine.model import revert_sync_batchnorm
     scope = cfg.default_scope
-    cfg = cfg.copy()
+    cfg = copy.deepcopy(cfg)  # the init_* helpers edit the config they get
     logger = MMLogger.get_current_instance()
     level = logger.level
     logger.setLevel(logging.WARNING)  # init_weights / load_checkpoint log at INFO
@@ -157,7 +159,7 @@ def _type_name(t):
 
 def test_pipeline(cfg, exact_size):
     """The config's test pipeline without loaders (and without resizes/crops/pads when
-    the image was resized to an exact --size)."""
+    the image was already resized to --size)."""
     loader = cfg.get('test_dataloader') or {}
     pipeline = (loader.get('dataset') or {}).get('pipeline') or cfg.get('test_pipeline')
     if not pipeline:
@@ -238,11 +240,18 @@ def write_outputs(files, record, json_path):
     write_atomic(files)
 
 
+def thumbnail(image, max_side=256):
+    """Every k-th pixel of an (H, W, 3) image so that its longer side is <= max_side (a
+    small panel shows no more; keeps the PNGs small)."""
+    step = max(1, -(-max(image.shape[:2]) // max_side))
+    return image[::step, ::step]
+
+
 def overlay_map(ax, image, values, cmap='jet', alpha=0.55, title=None, vmax=None):
     """Paint a (h, w) map over an RGB image (stretched to the image's extent)."""
     import numpy as np
-    ax.imshow(image)
     h, w = image.shape[:2]
+    ax.imshow(thumbnail(image), extent=(0, w, h, 0))
     ax.imshow(np.asarray(values), cmap=cmap, alpha=alpha, extent=(0, w, h, 0),
               interpolation='bilinear', vmin=0, vmax=vmax)
     ax.set_axis_off()

@@ -200,7 +200,7 @@ def main(argv=None):
                        f'self-attention) in {type(model.backbone).__name__}'
                        + (f' (it has {", ".join(kinds)} attention)' if kinds else ''))
     backbone_type = type(model.backbone).__name__
-    inputs = vc.prepare_inputs(model, cfg, img, exact_size=isinstance(size, tuple)).to(args.device)
+    inputs = vc.prepare_inputs(model, cfg, img, exact_size=size is not None).to(args.device)
     h, w = inputs.shape[-2:]
     passes = 1 if args.checkpoint is None else 2
     print(f'{len(layers)} dense attention layers, input {h}x{w}, {passes} model(s)', flush=True)

@@ -201,7 +201,7 @@ def main(argv=None):
         kinds = sorted({k for _, k, _ in find_attention_layers(model.backbone)})
         raise CLIError(f'{args.config}: no circulant attention layer in {type(model.backbone).__name__}'
                        + (f' (it has {", ".join(kinds)} attention)' if kinds else ''))
-    inputs = vc.prepare_inputs(model, cfg, img, exact_size=isinstance(size, tuple)).to(args.device)
+    inputs = vc.prepare_inputs(model, cfg, img, exact_size=size is not None).to(args.device)
     h, w = inputs.shape[-2:]
     image = vc.display_image(model, inputs)
     n_out = len(getattr(model.backbone, 'out_indices', ()) or ())

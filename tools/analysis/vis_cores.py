@@ -114,8 +114,8 @@ def compare_figure(plt, name, per_count, image, show):
         gather, grid = per_count[k]
         mean_map = gather.mean(0)  # (C', N)
         ax = axes[r][0]
-        ax.imshow(image)
         h, w = image.shape[:2]
+        ax.imshow(vc.thumbnail(image), extent=(0, w, h, 0))
         ax.imshow(_assignment(mean_map, grid), cmap='tab20' if k <= 20 else 'hsv', alpha=0.55,
                   extent=(0, w, h, 0), interpolation='nearest', vmin=0, vmax=max(k - 1, 1))
         ax.set_title(f"C'={k}: strongest core", fontsize=7)
@@ -187,7 +187,7 @@ def main(argv=None):
     if not hasattr(backbone, 'set_num_cores'):
         raise CLIError(f'{type(backbone).__name__} has no set_num_cores(): cannot vary C\'')
     counts = parse_counts(args.num_cores, int(getattr(backbone, 'num_cores_max', 10**9)))
-    inputs = vc.prepare_inputs(model, cfg, img, exact_size=isinstance(size, tuple)).to(args.device)
+    inputs = vc.prepare_inputs(model, cfg, img, exact_size=size is not None).to(args.device)
     h, w = inputs.shape[-2:]
     image = vc.display_image(model, inputs)
     print(f"{len(layers)} core layers, input {h}x{w}, C' in {counts}", flush=True)
