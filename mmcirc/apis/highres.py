@@ -26,7 +26,7 @@ holds the reusable parts of ``tools/infer_highres.py``:
   spatial-reduction attention everywhere) in a child process whose address space is
   capped with ``RLIMIT_AS``; reports whether it ran or ran out of memory, and when.
 
-Memory figures are the process's peak resident set size (``resource.getrusage``);
+Memory figures are the process's peak resident set size (:mod:`mmcirc.utils.memory`);
 before each image the kernel's high-water mark is reset (``/proc/self/clear_refs``,
 Linux) when allowed, so that the peak is this image's.
 """
@@ -47,6 +47,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from mmcirc.utils.cli import CLIError
+from mmcirc.utils.fileio import atomic_write_many
+from mmcirc.utils.memory import address_space_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes
 
 __all__ = [
     'BACKBONE_OVERRIDES', 'DEMO_IMAGES', 'HighResResult', 'apply_backbone_overrides',
@@ -446,7 +448,7 @@ def memory_budget() -> Tuple[int, str]:
         pass
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
-        left = soft - _statm_bytes(0)
+        left = soft - address_space_bytes()
         if avail is None or left < avail:
             avail, what = left, 'RLIMIT_AS headroom'
     return (avail if avail is not None else 1 << 62), what
@@ -467,31 +469,6 @@ def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
             f"the {budget / GB:.1f} GB of {what}; expect an out-of-memory failure. 'sra' stages are "
             f"quadratic in the image area: use an all-circulant or all-core pyramid (stage_attentions="
             f"'circulant' or 'core', e.g. configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py)")
-
-
-def _statm_bytes(field: int) -> int:
-    """Field of ``/proc/self/statm`` in bytes (0: virtual size, 1: RSS); 0 if unknown."""
-    try:
-        with open('/proc/self/statm') as f:
-            return int(f.read().split()[field]) * os.sysconf('SC_PAGE_SIZE')
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _peak_rss() -> int:
-    """Peak RSS of this process in bytes (``getrusage``; ru_maxrss is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the kernel's RSS high-water mark (what ``getrusage`` reports) to the current
-    RSS (Linux ``/proc/self/clear_refs``, value 5). False where not possible."""
-    try:
-        with open('/proc/self/clear_refs', 'w') as f:
-            f.write('5')
-        return True
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------------- inference
@@ -599,32 +576,9 @@ def encode_png(arr: np.ndarray) -> bytes:
 
 
 def write_atomic(files: Dict[str, bytes]) -> None:
-    """Write each path's bytes to a temporary file beside it, then rename all into
-    place (in the given order: put the JSON last). On any failure every temporary
-    file is removed and no target is left half written."""
-    tmps = []
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        for path, payload in files.items():
-            d = osp.dirname(osp.abspath(path))
-            os.makedirs(d, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=d)
-            tmps.append((tmp, path))
-            with os.fdopen(fd, 'wb') as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give what open() would
-        for tmp, path in tmps:
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in tmps:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-        raise
+    """Write the image's files all or nothing (:func:`mmcirc.utils.fileio.atomic_write_many`;
+    in the given order: put the JSON last)."""
+    atomic_write_many(files)
 
 
 @dataclass
@@ -670,13 +624,13 @@ def run_image(model, img: np.ndarray, *, name: str, source_size, config: str,
     warn = quadratic_warning(model.backbone, hw) if hasattr(model.backbone, '_stages') else None
     if warn:
         print(warn, file=sys.stderr, flush=True)
-    per_image = _reset_peak_rss()
-    base_rss = _statm_bytes(1) if per_image else _peak_rss()
+    per_image = reset_peak_rss()
+    base_rss = rss_bytes() if per_image else peak_rss_bytes()
     cuda = str(device).startswith('cuda')
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     labels, times = predict_labels(model, img, upsample=upsample)
-    peak = max(_peak_rss(), base_rss)
+    peak = max(peak_rss_bytes(), base_rss)
     return labels, HighResResult(
         image=name, input_size=list(hw), source_size=list(source_size), config=config,
         checkpoint=checkpoint, random_weights=checkpoint is None, overrides=dict(overrides),
@@ -797,7 +751,7 @@ def _child_main(argv: Optional[List[str]] = None) -> None:
         warn = quadratic_warning(model.backbone, hw)
         if warn:
             print(warn, flush=True)
-        base = _statm_bytes(1) if _reset_peak_rss() else _peak_rss()
+        base = rss_bytes() if reset_peak_rss() else peak_rss_bytes()
         out['baseline_rss_mb'] = round(base / MB, 1)
         t0 = time.perf_counter()
         labels, times = predict_labels(model, img, upsample=spec['upsample'])
@@ -808,7 +762,7 @@ def _child_main(argv: Optional[List[str]] = None) -> None:
         out['status'] = 'out_of_memory' if is_out_of_memory(err) else 'error'
         out['error'] = f'{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ""}'
         out['failed_during'] = 'inference' if t0 is not None else 'setup'
-    out['peak_rss_mb'] = round(_peak_rss() / MB, 1)
+    out['peak_rss_mb'] = round(peak_rss_bytes() / MB, 1)
     if out.get('baseline_rss_mb') is not None:
         out['peak_increase_mb'] = round(out['peak_rss_mb'] - out['baseline_rss_mb'], 1)
     with open(spec['result'] + '.tmp', 'w') as f:

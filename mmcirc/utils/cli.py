@@ -92,7 +92,8 @@ def run_and_release(runner, method: str):
     a process that did all its work can die with ``terminate called without an
     active exception`` (SIGABRT), which torchrun reports as a failed job. After a
     successful run every rank waits for the others (so none tears down a group a peer
-    still uses), the dataloader workers are shut down, and the group is destroyed.
+    still uses) and the group is destroyed, joining its threads while the interpreter
+    is still whole.
     After a failure the group is destroyed without waiting (the peers may be gone).
     """
     import torch.distributed as dist

@@ -1,0 +1,48 @@
+"""Process memory, the one reader mmcirc's tools and benchmarks use (Linux ``/proc``,
+falling back to ``getrusage`` elsewhere)."""
+import os
+import resource
+
+__all__ = ['address_space_bytes', 'peak_rss_bytes', 'reset_peak_rss', 'rss_bytes']
+
+
+def _statm(field: int) -> int:
+    try:
+        with open('/proc/self/statm') as f:
+            return int(f.read().split()[field]) * os.sysconf('SC_PAGE_SIZE')
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def address_space_bytes() -> int:
+    """Virtual size of this process (what ``RLIMIT_AS`` caps); 0 if unknown."""
+    return _statm(0)
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process now; 0 if unknown."""
+    return _statm(1)
+
+
+def peak_rss_bytes() -> int:
+    """The kernel's RSS high-water mark of this process (``VmHWM``, which
+    :func:`reset_peak_rss` lowers), else ``getrusage``'s maximum (KiB on Linux)."""
+    try:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith('VmHWM:'):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Lower the high-water mark to the current RSS (``/proc/self/clear_refs``, 5), so
+    that :func:`peak_rss_bytes` reports what happens next; False where not allowed."""
+    try:
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')
+        return True
+    except OSError:
+        return False
