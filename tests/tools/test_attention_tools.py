@@ -93,6 +93,17 @@ def test_vis_circulant_writes_kernels_and_erf(tmp_path):
     assert (out / 'erf.png').stat().st_size > 1000
 
 
+def test_vis_circulant_zero_boundary_overlay(tmp_path):
+    """boundary='zero': kernels over the (2H-1) x (2W-1) offsets, painted on the image."""
+    assert _tool('vis_circulant').main([CA_PVT, '--demo', 'astronaut', '--size', '64x96', '--channels', '2',
+                                        '--overlay', '--no-erf', '--cfg-options', 'model.backbone.boundary=zero',
+                                        '--out-dir', str(tmp_path)]) == 0
+    out = _only_dir(tmp_path)
+    res = json.loads((out / 'vis_circulant.json').read_text())
+    assert [(e['boundary'], e['kernel_shape']) for e in res['layers']] == [('zero', [31, 47]), ('zero', [15, 23])]
+    assert res['erf'] == [] and not (out / 'erf.png').exists()
+
+
 def test_vis_cores_writes_maps_per_core_count(tmp_path):
     assert _tool('vis_cores').main([CORE_PVT, '--demo', 'astronaut', '--size', '64x96', '--num-cores', '2',
                                     'mobile', '--show', '2', '--out-dir', str(tmp_path)]) == 0

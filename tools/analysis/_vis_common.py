@@ -247,13 +247,14 @@ def thumbnail(image, max_side=256):
     return image[::step, ::step]
 
 
-def overlay_map(ax, image, values, cmap='jet', alpha=0.55, title=None, vmax=None):
-    """Paint a (h, w) map over an RGB image (stretched to the image's extent)."""
+def overlay_map(ax, image, values, cmap='jet', alpha=0.55, title=None, vmin=0, vmax=None):
+    """Paint a (h, w) map over an RGB image (stretched to the image's extent); colours
+    span [vmin, vmax] (None: the map's own minimum / maximum)."""
     import numpy as np
     h, w = image.shape[:2]
     ax.imshow(thumbnail(image), extent=(0, w, h, 0))
     ax.imshow(np.asarray(values), cmap=cmap, alpha=alpha, extent=(0, w, h, 0),
-              interpolation='bilinear', vmin=0, vmax=vmax)
+              interpolation='bilinear', vmin=vmin, vmax=vmax)
     ax.set_axis_off()
     if title:
         ax.set_title(title, fontsize=7)

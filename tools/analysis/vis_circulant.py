@@ -121,13 +121,14 @@ def kernel_figure(plt, name, entry, image, n_show, overlay):
     for ax, (title, m) in zip(axes.flat, maps):
         m = m.numpy()
         if overlay:
-            vc.overlay_map(ax, image, m, title=f'{title}, max {m.max():.3f}', alpha=0.6, vmax=float(m.max()))
+            vc.overlay_map(ax, image, m, title=f'{title}, max {m.max():.4f}', alpha=0.6, vmin=None, vmax=None)
         else:
             ax.imshow(m, cmap='magma', interpolation='nearest')
             cr, cc = _centre(m.shape, boundary)
             ax.plot([cc], [cr], '+', color='cyan', ms=5)
-            ax.set_title(f'{title}, max {m.max():.3f}', fontsize=7)
+            ax.set_title(f'{title}, max {m.max():.4f}', fontsize=7)
     what = "central token's attention" if overlay else 'kernels p, offset 0 at +'
+    what += ', colours min-max per panel'
     fig.suptitle(f'{vc.short_name(name)}: {grid[0]}x{grid[1]} map, {boundary}, {what}', fontsize=8)
     return vc.figure_png(fig)
 

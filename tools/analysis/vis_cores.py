@@ -121,10 +121,12 @@ def compare_figure(plt, name, per_count, image, show):
         ax.set_title(f"C'={k}: strongest core", fontsize=7)
         for c in range(min(show, k)):
             m = mean_map[c].view(*grid).float().numpy()
-            vc.overlay_map(axes[r][1 + c], image, m, cmap='inferno', vmax=float(m.max()) or None,
-                           title=f'core {c}, max {m.max():.3f}')
-    fig.suptitle(f'{vc.short_name(name)}: gather weights (mean over heads) on the '
-                 f'{per_count[counts[0]][1][0]}x{per_count[counts[0]][1][1]} patch grid', fontsize=8)
+            vc.overlay_map(axes[r][1 + c], image, m, cmap='inferno', vmin=None, vmax=None,
+                           title=f'core {c}, max {m.max():.4f}')
+    grid = per_count[counts[0]][1]
+    fig.suptitle(f'{vc.short_name(name)}: gather weights (mean over heads) on the {grid[0]}x{grid[1]} '
+                 f'patch grid, colours min-max per panel (uniform = {1 / (grid[0] * grid[1]):.4f})',
+                 fontsize=8)
     return vc.figure_png(fig)
 
 
@@ -138,10 +140,11 @@ def cores_figure(plt, name, k, gather, grid, image):
         ax.set_axis_off()
     for c in range(n):
         m = mean_map[c].view(*grid).float().numpy()
-        vc.overlay_map(axes.flat[c], image, m, cmap='inferno', vmax=float(m.max()) or None,
-                       title=f'core {c}, max {m.max():.3f}')
+        vc.overlay_map(axes.flat[c], image, m, cmap='inferno', vmin=None, vmax=None,
+                       title=f'core {c}, max {m.max():.4f}')
     more = f' (first {n} of {k})' if n < k else ''
-    fig.suptitle(f"{vc.short_name(name)}, C'={k}{more}", fontsize=8)
+    fig.suptitle(f"{vc.short_name(name)}, C'={k}{more}: gather weights (mean over heads), "
+                 f'colours min-max per panel; uniform = {1 / gather.shape[-1]:.4f}', fontsize=8)
     return vc.figure_png(fig)
 
 
