@@ -33,7 +33,7 @@ import _vis_common as vc  # noqa: E402
 
 from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
 
-ERF_DECADES = 4
+ERF_DECADES = 6
 
 
 def parse_args(argv=None):
