@@ -233,11 +233,11 @@ def pyplot():
 
 def write_outputs(files, record, json_path):
     """Write the PNGs, then the JSON (atomically, the JSON last)."""
-    from mmcirc.apis.highres import write_atomic
+    from mmcirc.utils.fileio import atomic_write_many
     files = dict(files)
     record['outputs'] = sorted(osp.basename(p) for p in files) + [osp.basename(json_path)]
     files[json_path] = json.dumps(record, indent=2).encode()
-    write_atomic(files)
+    atomic_write_many(files)
 
 
 def thumbnail(image, max_side=256):
