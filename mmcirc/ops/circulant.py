@@ -350,6 +350,15 @@ def _attend_dft(q, k, v, hw, grid, num_heads, bases, boundary):
     return o.reshape(b, c, *hw)  # (B, C, H, W)
 
 
+def _fp32_region_if_autocast(t):
+    """:func:`_fp32_region` only under autocast: torch.export turns even a disabled
+    autocast region into a ``wrap_with_autocast`` subgraph, whose symbolic sizes
+    the ONNX translation mixes up."""
+    if _autocast_dtype(t.device.type) is None:
+        return contextlib.nullcontext()
+    return _fp32_region(t)
+
+
 def _circulant_attention_dft(q, k, v, boundary, num_heads, scale):
     """:func:`circulant_attention` with matmul DFTs (see :func:`export_mode`)."""
     b, h, w, c = q.shape
@@ -357,7 +366,7 @@ def _circulant_attention_dft(q, k, v, boundary, num_heads, scale):
     s = _scale_any(scale, h * w, c // heads)
     grid = _dft_grid(h, w, boundary)
     cdt, odt = _dtypes(q)
-    with _fp32_region(q):
+    with _fp32_region_if_autocast(q):
         bases = _dft_bases(grid, cdt, q.device)
         q, k, v = (_dft2(t.to(cdt).permute(0, 3, 1, 2), bases, (h, w))
                    for t in (q, k, v))  # (B, C, Ph, U) pairs
@@ -545,7 +554,7 @@ class CirculantAttention(nn.Module):
 
         x = x.transpose(1, 2)  # (B, C, N)
         t = self.gate[1](_linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
-        with _fp32_region(x):
+        with _fp32_region_if_autocast(x):
             bases = _dft_bases(grid, cdt, x.device)
             xr, xi = _dft2(x.to(cdt).reshape(b, c, *hw), bases, hw)
             f = xr.shape[-2:]  # (Ph, U)

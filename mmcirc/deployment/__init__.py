@@ -1,0 +1,1 @@
+"""Deployment helpers: ONNX export of whole models (:mod:`mmcirc.deployment.onnx`)."""

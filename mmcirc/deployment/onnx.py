@@ -1,0 +1,356 @@
+"""ONNX export of whole mmcirc models (mmdet, mmseg, mmpretrain) and its check.
+
+What is exported is the network, ``model(inputs, mode='tensor')``, on a preprocessed
+batch: ``inputs`` (B, 3, H, W) float32, normalised and channel-ordered as the model's
+``data_preprocessor`` makes it (mmdeploy's convention: preprocessing and
+post-processing stay with the caller). Outputs, flattened depth-first to
+``output.<i>[.<j>]``:
+
+* mmdet single-stage detectors (RetinaNet, ...): the raw head outputs, e.g.
+  ``(cls_scores per level, bbox_preds per level)``; anchors, box decoding and NMS are
+  left to the caller (mmdet's ``bbox_head.predict_by_feat`` does them from these);
+* mmseg segmentors: the decode head's logits (B, K, H/4, W/4) before resizing;
+* mmpretrain classifiers: the head's logits (or the features without a head).
+
+Two-stage detectors (Mask R-CNN) run the RPN's proposal NMS inside ``mode='tensor'``
+and need image metas, so only their backbone + neck (``features=True``) export.
+
+Circulant attention exports through :func:`mmcirc.ops.circulant.export_mode` (real
+matmul DFTs built from the runtime H and W, so a dynamic-shape graph follows the
+input size). The exporter is torch's dynamo-based ``torch.onnx.export(...,
+dynamo=True)`` (``torch.export`` + onnxscript); the TorchScript exporter cannot express
+the data-dependent sizes and is deprecated.
+"""
+import copy
+import importlib
+import logging
+import os
+import os.path as osp
+import tempfile
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+__all__ = ['ExportError', 'build_model', 'TensorModel', 'check_exportable', 'export_onnx',
+           'verify_onnx', 'output_names', 'second_shape']
+
+DEFAULT_OPSET = 18
+DEFAULT_SIZE_DIVISOR = 32  # total stride of the PVT and Swin pyramids
+RTOL = 1e-4
+
+
+class ExportError(ValueError):
+    """A model, option or shape that cannot be exported (message names the cause)."""
+
+
+# --------------------------------------------------------------------------- model
+def _strip_pretrained(node) -> List[str]:
+    """Drop ``init_cfg=dict(type='Pretrained', ...)`` (and ``pretrained=``) anywhere in a
+    model config (in place); returns the checkpoints dropped."""
+    dropped = []
+    if isinstance(node, dict):
+        init = node.get('init_cfg')
+        if isinstance(init, dict) and init.get('type') == 'Pretrained':
+            dropped.append(str(init.get('checkpoint')))
+            node['init_cfg'] = None
+        if node.get('pretrained'):
+            dropped.append(str(node['pretrained']))
+            node['pretrained'] = None
+        for value in node.values():
+            dropped += _strip_pretrained(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            dropped += _strip_pretrained(value)
+    return dropped
+
+
+def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
+    """The config's model on the CPU in eval mode, with SyncBN reverted to BN.
+
+    With ``checkpoint``, its weights are loaded (mmengine's ``load_checkpoint``);
+    without, ``Pretrained`` initialisations are dropped and ``init_weights`` runs
+    (random weights: the graph is right, the outputs mean nothing).
+    """
+    from mmengine.logging import MMLogger
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+    if checkpoint is not None and not osp.isfile(checkpoint):
+        raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
+    scope = cfg.get('default_scope')
+    init_default_scope(scope)
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    model_cfg = copy.deepcopy(cfg.model)
+    if checkpoint is None:
+        _strip_pretrained(model_cfg)
+    model = registry.build(model_cfg)
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # init_weights / load_checkpoint log every tensor
+    try:
+        if checkpoint is None:
+            model.init_weights()
+        else:
+            load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
+    finally:
+        logger.setLevel(level)
+    return revert_sync_batchnorm(model).cpu().eval()
+
+
+def _flatten(out) -> List[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _flatten(o)]
+    raise ExportError(f'model output of type {type(out).__name__} is not a tensor or a '
+                      'nest of tensors')
+
+
+def output_names(out, prefix: str = 'output') -> List[str]:
+    """``output.<i>[.<j>...]`` for the tensors of a nested output, depth-first."""
+    if isinstance(out, torch.Tensor):
+        return [prefix]
+    if isinstance(out, dict):
+        return [n for k, o in out.items() for n in output_names(o, f'{prefix}.{k}')]
+    return [n for i, o in enumerate(out) for n in output_names(o, f'{prefix}.{i}')]
+
+
+def _is_two_stage(model) -> bool:
+    return getattr(model, 'rpn_head', None) is not None or getattr(model, 'roi_head', None) is not None
+
+
+class TensorModel(nn.Module):
+    """``model(inputs, mode='tensor')`` (or ``model.extract_feat`` with ``features``),
+    outputs flattened to a tuple of tensors."""
+
+    def __init__(self, model: nn.Module, features: bool = False):
+        super().__init__()
+        if not features and _is_two_stage(model):
+            raise ExportError(
+                f"{type(model).__name__} is a two-stage detector: its mode='tensor' runs the "
+                "RPN's proposal NMS and needs image metas, which an ONNX graph of the network "
+                'does not take; export its backbone + neck with --features, or a single-stage '
+                'detector (RetinaNet)')
+        self.model = model
+        self.features = features
+
+    def raw(self, inputs: torch.Tensor):
+        if self.features:
+            return self.model.extract_feat(inputs)
+        return self.model(inputs, mode='tensor')
+
+    def forward(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        return tuple(_flatten(self.raw(inputs)))
+
+
+# --------------------------------------------------------------------------- checks
+def min_input_size(model: nn.Module) -> int:
+    """The smallest H and W the model's backbone takes (1 if it does not say)."""
+    backbone = getattr(model, 'backbone', None)
+    size = getattr(backbone, 'min_input_size', None)
+    return int(size) if isinstance(size, int) else 1
+
+
+def check_exportable(model: nn.Module, dynamic: bool) -> None:
+    """Raise :class:`ExportError` naming a layer that cannot be exported, and the option
+    that avoids it."""
+    from mmcirc.ops.core import CoreAttention
+    for name, module in model.named_modules():
+        if isinstance(module, CoreAttention) and dynamic and module.chunk_size is not None:
+            raise ExportError(
+                f'layer {name} (CoreAttention, chunk_size={module.chunk_size}) streams the core '
+                'gather over chunks of patches: a loop whose length follows the input size, '
+                'which a --dynamic graph cannot hold; set the backbone option '
+                'core_chunk_size=None (--cfg-options model.backbone.core_chunk_size=None) or '
+                'export without --dynamic (a fixed size unrolls the loop)')
+
+
+def check_shape(model: nn.Module, shape: Sequence[int]) -> None:
+    """Raise :class:`ExportError` for an input size the model does not take."""
+    h, w = shape
+    minimum = min_input_size(model)
+    if min(h, w) < minimum:
+        raise ExportError(f'shape {h}x{w} is below the minimum input size {minimum}x{minimum} of '
+                          f'{type(getattr(model, "backbone", model)).__name__}')
+
+
+def second_shape(shape: Sequence[int], size_divisor: int = 1) -> Tuple[int, int]:
+    """The second size ``verify`` checks a dynamic graph at: non-square and different
+    from ``shape`` (H and W swapped, or W + ``size_divisor`` for a square shape)."""
+    h, w = shape
+    return (w, h) if h != w else (h, w + size_divisor)
+
+
+# --------------------------------------------------------------------------- export
+class _LayerTracker:
+    """Forward hooks keeping the stack of modules being run, to name the innermost one
+    when tracing fails."""
+
+    def __init__(self, model: nn.Module):
+        self.stack, self.failed = [], None
+        self.handles = []
+        for name, module in model.named_modules():
+            self.handles.append(module.register_forward_pre_hook(self._enter(name)))
+            self.handles.append(module.register_forward_hook(self._leave()))
+
+    def _enter(self, name):
+        def hook(module, args):
+            self.stack.append(f'{name or "model"} ({type(module).__name__})')
+        return hook
+
+    def _leave(self):
+        def hook(module, args, out):
+            if self.stack:
+                self.stack.pop()
+        return hook
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith('['):
+            return f'{type(err).__name__}: {line}'[:400]
+    return type(err).__name__
+
+
+def _dynamic_shapes(dynamic: bool, size_divisor: int):
+    """Batch symbolic; H and W symbolic multiples of ``size_divisor``."""
+    if not dynamic:
+        return None
+    dim = torch.export.Dim
+    return ({0: dim('batch', min=1, max=1024),
+             2: size_divisor * dim('height_blocks', min=1, max=16384 // size_divisor),
+             3: size_divisor * dim('width_blocks', min=1, max=16384 // size_divisor)}, )
+
+
+def _constraint_summary(err: BaseException) -> str:
+    """The bullet lines of a torch.export constraint violation, joined."""
+    lines = [ln.strip(' -') for ln in str(err).splitlines() if ln.strip().startswith('- ')]
+    return '; '.join(lines[:3])[:600] or _first_line(err)
+
+
+def _export(tensor_model, example, names, dynamic, size_divisor, opset):
+    """torch.export (non-strict) in export mode, then the ONNX translation."""
+    from mmcirc.ops.circulant import export_mode
+    tracker = _LayerTracker(tensor_model)
+    try:
+        with export_mode(), torch.no_grad():
+            program = torch.export.export(
+                tensor_model, (example, ), dynamic_shapes=_dynamic_shapes(dynamic, size_divisor),
+                strict=False)
+    except torch._dynamo.exc.UserError as err:  # constraint violations: sizes specialised
+        raise ExportError(
+            'torch.export could not keep batch/H/W symbolic (a layer turns a size into a Python '
+            f'int or branches on it): {_constraint_summary(err)}; export without --dynamic, '
+            'or with --size-divisor matching the model\'s stride') from err
+    except Exception as err:  # noqa: BLE001
+        where = f' in layer {tracker.stack[-1]}' if tracker.stack else ''
+        raise ExportError(f'torch.export failed{where}: {_first_line(err)}') from err
+    finally:
+        tracker.remove()
+    try:
+        with export_mode(), torch.no_grad():
+            return torch.onnx.export(program, (example, ), dynamo=True, input_names=['input'],
+                                     output_names=names, opset_version=opset,
+                                     external_data=False, verbose=False)
+    except Exception as err:  # noqa: BLE001
+        raise ExportError(f'translation to ONNX failed: {_first_line(err)}') from err
+
+
+def export_onnx(tensor_model: TensorModel, shape: Sequence[int], out: str, *, dynamic: bool = False,
+                size_divisor: int = DEFAULT_SIZE_DIVISOR, opset: int = DEFAULT_OPSET,
+                in_channels: int = 3, verify: bool = False, rtol: float = RTOL) -> Dict:
+    """Export ``tensor_model`` at ``shape`` (H, W) to ``out`` atomically.
+
+    The graph is written to a temporary file in ``out``'s folder and renamed over
+    ``out`` only when export (and, with ``verify``, the ONNX Runtime check) succeeded;
+    on any failure nothing is left. ``dynamic``: batch, H and W are symbolic, H and W
+    multiples of ``size_divisor`` (the total stride of the pyramid: the patch
+    embeddings' padding branches are then resolved at export; pad other sizes up, as
+    mmdet's ``pad_size_divisor`` does); the example batch is 2 (torch.export
+    specialises size-1 dimensions).
+
+    Returns a dict with the output names and, with ``verify``, the check per size.
+    """
+    model = tensor_model.model
+    tensor_model.eval()
+    check_shape(model, shape)
+    check_exportable(model, dynamic)
+    h, w = shape
+    if dynamic and (h % size_divisor or w % size_divisor):
+        raise ExportError(f'shape {h}x{w}: a dynamic graph takes H and W that are multiples of '
+                          f'size_divisor={size_divisor} (the total stride); pick such a shape')
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        try:  # eager, default path: does the model run at this size?
+            sample = tensor_model.raw(torch.randn(1, in_channels, h, w, generator=gen))
+        except Exception as err:  # noqa: BLE001  (any failure of the model at this size)
+            raise ExportError(f'the model does not run at shape {h}x{w}: {_first_line(err)}') from err
+    names = output_names(sample)
+    # the traced example: for a dynamic graph, batch 2 and H, W odd, different
+    # multiples of size_divisor, so that no map of the pyramid (RetinaNet's P7 is 1/128)
+    # has size 1 and H != W: torch.export specialises sizes 0/1 and equal sizes
+    example = torch.randn(2, in_channels, 9 * size_divisor, 11 * size_divisor, generator=gen) \
+        if dynamic else torch.randn(1, in_channels, h, w, generator=gen)
+    out = osp.abspath(out)
+    folder = osp.dirname(out)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(out) + '.', suffix='.tmp', dir=folder)
+    os.close(fd)
+    try:
+        program = _export(tensor_model, example, names, dynamic, size_divisor, opset)
+        program.save(tmp)
+        result = dict(outputs=names, dynamic=dynamic, opset=opset)
+        if verify:
+            shapes = [(1, h, w)] + ([(2, ) + second_shape(shape, size_divisor)] if dynamic else [])
+            result['verify'] = verify_onnx(tmp, tensor_model, shapes, in_channels, rtol)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+    return result
+
+
+def verify_onnx(path: str, tensor_model: TensorModel, shapes: Sequence[Tuple[int, int, int]],
+                in_channels: int = 3, rtol: float = RTOL) -> List[dict]:
+    """Run the ONNX file in ONNX Runtime (CPU) and compare with torch (default path).
+
+    ``shapes``: (B, H, W) inputs. The error of an output is max|onnx - torch| over
+    max|torch|; raises :class:`ExportError` when one exceeds ``rtol``. Returns one dict
+    per shape: ``shape``, ``max_rel_err``.
+    """
+    import onnxruntime as ort
+    sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    input_name = sess.get_inputs()[0].name
+    report = []
+    for b, h, w in shapes:
+        x = torch.randn(b, in_channels, h, w, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            ref = tensor_model(x)
+        outs = sess.run(None, {input_name: x.numpy()})
+        if len(outs) != len(ref):
+            raise ExportError(f'ONNX Runtime gave {len(outs)} outputs at {h}x{w}, torch {len(ref)}')
+        worst = 0.0
+        for i, (o, r) in enumerate(zip(outs, ref)):
+            if tuple(o.shape) != tuple(r.shape):
+                raise ExportError(f'output {i} at {b}x{in_channels}x{h}x{w}: ONNX Runtime shape '
+                                  f'{tuple(o.shape)}, torch {tuple(r.shape)}')
+            scale = float(r.abs().max()) or 1.0
+            err = float((torch.from_numpy(o) - r).abs().max()) / scale
+            worst = max(worst, err)
+        report.append(dict(shape=[b, in_channels, h, w], max_rel_err=worst))
+        if not worst <= rtol:
+            raise ExportError(f'ONNX Runtime differs from torch at {h}x{w} (batch {b}): max '
+                              f'relative error {worst:.2e} > {rtol:g}')
+    return report
