@@ -52,8 +52,9 @@ def parse_args(argv=None):
     parser.add_argument('--boundary', help="circulant boundary: 'circular' or 'zero'")
     parser.add_argument('--scale', help="circulant scale: 'sqrt_n' (official) or 'n' (paper, "
                         'resolution invariant)')
-    parser.add_argument('--stage-attentions', help="attention of every stage ('circulant', "
-                        "'core', 'sra', 'window') or one per stage, comma separated")
+    parser.add_argument('--stage-attentions', help='attention kind of every stage (a registered '
+                        "block's kind the backbone's family takes, e.g. circulant, core, sra) or one "
+                        'per stage, comma separated')
     parser.add_argument('--out-dir', default='work_dirs/highres', help='output folder')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
     parser.add_argument('--opacity', type=float, default=0.5, help='mask opacity in the overlay')

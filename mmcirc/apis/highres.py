@@ -19,8 +19,9 @@ holds the reusable parts of ``tools/infer_highres.py``:
   full-resolution logits exists at a time. The labels are identical (bilinear
   interpolation is per channel and the arg-max keeps the first maximum, as
   ``torch.argmax``); the tests check it against ``mmseg.apis.inference_model``;
-* :func:`quadratic_attention_estimates`: the attention-matrix memory of the quadratic
-  (``'sra'``) and windowed (``'window'``) stages of a built backbone at a given size;
+* :func:`quadratic_attention_estimates`: the attention-matrix memory of the stages
+  whose blocks materialise one (``attention_matrix``: quadratic ``'sra'``, windowed
+  ``'window'``) of a built backbone at a given size;
 * :func:`run_dense_baseline`: the dense-attention equivalent (same config,
   ``stage_attentions`` = the family's own attention, i.e. mmdet's PVT-T with
   spatial-reduction attention everywhere) in a child process whose address space is
@@ -46,6 +47,9 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from mmcirc.models.backbones.pyramid import CORE_PRESETS, PyramidBackbone, registered_pyramids
+from mmcirc.models.blocks import attention_kinds, block_classes
+from mmcirc.ops.circulant import BOUNDARIES
 from mmcirc.utils.cli import CLIError
 from mmcirc.utils.fileio import atomic_write_many
 from mmcirc.utils.memory import address_space_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes
@@ -55,19 +59,16 @@ __all__ = [
     'build_segmentor', 'demo_image', 'figures_markdown', 'load_highres_config', 'min_input_size',
     'parse_size',
     'predict_labels', 'quadratic_attention_estimates', 'read_image', 'resize_image',
-    'run_dense_baseline', 'upsample_argmax', 'validate_overrides'
+    'run_dense_baseline', 'upsample_argmax', 'validate_overrides', 'mmcirc_backbones'
 ]
 
-#: Backbone types whose overrides this module knows (mmcirc's pyramids).
-MMCIRC_BACKBONES = ('CAPVT', 'CorePVT', 'CASwin', 'CoreSwin')
-#: Allowed values of the backbone overrides (num_cores: also an int in [1, num_cores_max]).
+#: Allowed values of the backbone overrides (num_cores: also an int in [1, num_cores_max];
+#: stage_attentions: the kinds of the registered blocks, :func:`attention_kinds`).
 BACKBONE_OVERRIDES = {
-    'num_cores': ('mobile', 'edge', 'server'),
-    'boundary': ('circular', 'zero'),
+    'num_cores': tuple(CORE_PRESETS),
+    'boundary': tuple(BOUNDARIES),
     'scale': ('sqrt_n', 'n'),
-    'stage_attentions': ('circulant', 'core', 'sra', 'window'),
 }
-CORE_PRESETS = {'mobile': 8, 'edge': 32, 'server': 64}
 DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
 UPSAMPLE_MODES = ('banded', 'mmseg')
 GB = 1024**3
@@ -180,13 +181,18 @@ def validate_overrides(num_cores=None, boundary=None, scale=None,
         kinds = stage_attentions
         if isinstance(kinds, str):
             kinds = [k.strip() for k in kinds.split(',')] if ',' in kinds else kinds
+        choices = attention_kinds()
         for k in ([kinds] if isinstance(kinds, str) else kinds):
-            if k not in BACKBONE_OVERRIDES['stage_attentions']:
-                raise CLIError(f'--stage-attentions must be one of '
-                               f'{BACKBONE_OVERRIDES["stage_attentions"]} (or one per stage, comma '
+            if k not in choices:
+                raise CLIError(f'--stage-attentions must be one of {choices} (or one per stage, comma '
                                f'separated), got {stage_attentions!r}')
         out['stage_attentions'] = kinds if isinstance(kinds, str) else tuple(kinds)
     return out
+
+
+def mmcirc_backbones() -> Tuple[str, ...]:
+    """Names of the registered backbones the overrides apply to (mmcirc's pyramids)."""
+    return tuple(c.__name__ for classes in registered_pyramids().values() for c in classes)
 
 
 def _backbone_class(type_name):
@@ -207,10 +213,10 @@ def apply_backbone_overrides(cfg, overrides: Dict[str, object]):
         return cfg
     backbone = cfg.model.backbone
     btype = backbone.get('type')
-    if btype not in MMCIRC_BACKBONES:
+    cls = _backbone_class(btype) if isinstance(btype, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, PyramidBackbone)):
         raise CLIError(f'backbone overrides {sorted(overrides)} need an mmcirc backbone '
-                       f'{MMCIRC_BACKBONES}, the config has {btype!r}')
-    cls = _backbone_class(btype)
+                       f'{mmcirc_backbones()}, the config has {btype!r}')
     if 'stage_attentions' in overrides:
         choices = cls.attention_choices()
         kinds = overrides['stage_attentions']
@@ -219,6 +225,7 @@ def apply_backbone_overrides(cfg, overrides: Dict[str, object]):
                 raise CLIError(f'--stage-attentions: {btype} takes {choices}, got {k!r}')
         backbone['stage_attentions'] = kinds if isinstance(kinds, str) else list(kinds)
     kinds = _configured_stage_attentions(backbone, cls)
+    blocks = [block_classes(cls.family)[k] for k in kinds]
     if 'num_cores' in overrides:
         n = overrides['num_cores']
         n_max = backbone.get('num_cores_max', 64)
@@ -228,30 +235,23 @@ def apply_backbone_overrides(cfg, overrides: Dict[str, object]):
         if isinstance(n, str) and CORE_PRESETS[n] > n_max:
             raise CLIError(f'--num-cores {n} = {CORE_PRESETS[n]} exceeds num_cores_max={n_max}')
         backbone['num_cores'] = n
-        if 'core' not in kinds:
+        if not any(b.carries_cores for b in blocks):
             warnings.warn(f'--num-cores has no effect: {btype} has no core stage {tuple(kinds)}')
     for key in ('boundary', 'scale'):
         if key in overrides:
             backbone[key] = overrides[key]
-            if 'circulant' not in kinds:
+            if not any(key in b.options for b in blocks):
                 warnings.warn(f'--{key} has no effect: {btype} has no circulant stage {tuple(kinds)}')
     return cfg
 
 
 def _configured_stage_attentions(backbone_cfg, cls) -> Tuple[str, ...]:
-    """The per-stage attentions a backbone config will build (4 stages assumed when the
-    arch is a named one)."""
-    import inspect
-    arch = backbone_cfg.get('arch', 'tiny')
-    depths = arch.get('depths') if isinstance(arch, dict) else cls.arch_zoo.get(str(arch).lower(), {}).get('depths')
-    n = len(depths) if depths else 4
-    sa = backbone_cfg.get('stage_attentions')
-    if sa is None:
-        attention = backbone_cfg.get(
-            'attention', inspect.signature(cls.__init__).parameters['attention'].default)
-        k = cls.num_replaced_stages
-        return (attention, ) * min(k, n) + (cls.original_attention, ) * max(n - k, 0)
-    return (sa, ) * n if isinstance(sa, str) else tuple(sa)
+    """The per-stage attentions a backbone config will build (the class's own parsing)."""
+    keys = ('attention', 'stage_attentions', 'block_cfgs', 'arch')
+    try:
+        return cls.configured_stage_attentions(**{k: backbone_cfg[k] for k in keys if k in backbone_cfg})
+    except ValueError as err:
+        raise CLIError(str(err)) from None
 
 
 def load_highres_config(config: str, cfg_options: Optional[dict] = None,
@@ -370,10 +370,11 @@ def backbone_summary(backbone) -> dict:
     kinds = getattr(backbone, 'stage_attentions', None)
     if kinds is not None:
         out['stage_attentions'] = list(kinds)
-        if 'circulant' in kinds:
+        blocks = getattr(backbone, 'block_types', ())
+        if any('boundary' in b.options for b in blocks):
             out['boundary'] = backbone.boundary
             out['scale'] = backbone.scale
-        if 'core' in kinds:
+        if any(b.carries_cores for b in blocks):
             out['num_cores'] = backbone.num_cores
             out['num_cores_max'] = backbone.num_cores_max
     return out
@@ -389,7 +390,7 @@ def _stage_grids(backbone, hw: Tuple[int, int]) -> List[Tuple[int, int]]:
     if stem is not None:  # Swin
         s = stem.projection.stride[0]
         h, w = math.ceil(h / s), math.ceil(w / s)
-    for stage in backbone._stages():
+    for stage in backbone.stages:
         if stage.patch_embed is not None:  # PVT
             s = stage.patch_embed.projection.stride[0]
             h, w = math.ceil(h / s), math.ceil(w / s)
@@ -402,36 +403,28 @@ def _stage_grids(backbone, hw: Tuple[int, int]) -> List[Tuple[int, int]]:
 
 
 def quadratic_attention_estimates(backbone, hw: Tuple[int, int]) -> List[dict]:
-    """Attention-matrix memory of each ``'sra'`` / ``'window'`` stage at image size ``hw``.
+    """Attention-matrix memory of each stage whose blocks materialise one, at image size ``hw``.
 
-    ``'sra'`` (mmdet's PVT layer, ``nn.MultiheadAttention`` with ``need_weights``):
-    queries = tokens N, keys = (h // sr) * (w // sr); the scores and their softmax,
-    float32, per head: ``bytes ~= 2 * 4 * heads * N * keys`` (quadratic in the image
-    area). ``'window'`` (Swin): keys = window**2 per query (linear). One dict per such
-    stage: stage (1-based), attention, grid, queries, keys, heads, bytes.
+    Each block says what it materialises (``attention_matrix``): ``'sra'`` (mmdet's PVT
+    layer, ``nn.MultiheadAttention`` with ``need_weights``): queries = tokens N, keys =
+    (h // sr) * (w // sr), quadratic in the image area; ``'window'`` (Swin): keys =
+    window**2 per query (linear). The scores and their softmax, float32, per head:
+    ``bytes ~= 2 * 4 * heads * queries * keys``. One dict per such stage: stage
+    (1-based), attention, grid, queries, keys, heads, bytes.
     """
     out = []
-    kinds = getattr(backbone, 'stage_attentions', ())
-    if not any(k in ('sra', 'window') for k in kinds):
+    stages = list(backbone.stages)
+    if not any(len(s.blocks) and getattr(s.blocks[0], 'attention_matrix', None) for s in stages):
         return out
     grids = _stage_grids(backbone, hw)
-    for i, (kind, stage, (h, w)) in enumerate(zip(kinds, backbone._stages(), grids)):
-        if kind not in ('sra', 'window') or not len(stage.blocks):
+    for i, (stage, grid) in enumerate(zip(stages, grids)):
+        if not len(stage.blocks) or not hasattr(stage.blocks[0], 'attention_matrix'):
             continue
-        blk = stage.blocks[0]
-        n = h * w
-        if kind == 'sra':
-            sr = int(getattr(blk.attn, 'sr_ratio', 1))
-            heads = blk.attn.attn.num_heads
-            keys = (h // sr) * (w // sr) if sr > 1 else n
-        else:
-            ws = blk.attn.w_msa.window_size
-            ws = ws[0] if isinstance(ws, (tuple, list)) else ws
-            heads = blk.attn.w_msa.num_heads
-            keys = ws * ws
-            n = math.ceil(h / ws) * ws * math.ceil(w / ws) * ws
-        out.append(dict(stage=i + 1, attention=kind, grid=[h, w], queries=n, keys=keys, heads=heads,
-                        bytes=2 * 4 * heads * n * keys))
+        m = stage.blocks[0].attention_matrix(grid)
+        if m is None:
+            continue
+        out.append(dict(stage=i + 1, attention=stage.attention, grid=list(grid), queries=m['queries'],
+                        keys=m['keys'], heads=m['heads'], bytes=2 * 4 * m['heads'] * m['queries'] * m['keys']))
     return out
 
 
@@ -464,7 +457,8 @@ def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
         return None
     parts = ', '.join(f"stage {e['stage']} ('{e['attention']}': {e['queries']} queries x {e['keys']} "
                       f"keys x {e['heads']} heads ~ {e['bytes'] / GB:.1f} GB)" for e in bad)
-    quad = all(e['attention'] == 'sra' for e in bad)
+    quadratic = {k for k, b in block_classes().items() if b.quadratic}
+    quad = all(e['attention'] in quadratic for e in bad)
     return (f"WARNING: at {hw[0]}x{hw[1]} the {'quadratic ' if quad else ''}attention of {parts} exceeds "
             f"the {budget / GB:.1f} GB of {what}; expect an out-of-memory failure. 'sra' stages are "
             f"quadratic in the image area: use an all-circulant or all-core pyramid (stage_attentions="
@@ -621,7 +615,7 @@ def run_image(model, img: np.ndarray, *, name: str, source_size, config: str,
     outputs). Peak memory: RSS high-water mark reset before the image when possible."""
     import torch
     hw = tuple(img.shape[:2])
-    warn = quadratic_warning(model.backbone, hw) if hasattr(model.backbone, '_stages') else None
+    warn = quadratic_warning(model.backbone, hw) if isinstance(model.backbone, PyramidBackbone) else None
     if warn:
         print(warn, file=sys.stderr, flush=True)
     per_image = reset_peak_rss()

@@ -90,7 +90,6 @@ CADEIT_BLOCK_KEY_MAP = {
     'mlp.fc2.bias': ('ffn.layers.1.bias', 'ffn.layers.3.bias'),
 }
 
-_FAMILY_CLASSES = {'pvt': ('CAPVT', 'CorePVT'), 'swin': ('CASwin', 'CoreSwin')}
 _ARCH_LETTERS = {'tiny': 't', 'small': 's', 'medium': 'm', 'large': 'l', 'base': 'b'}
 _CADEIT_WIDTHS = {192: 't', 384: 's', 768: 'b'}
 
@@ -230,28 +229,32 @@ def to_mmcirc_keys(family: str, state_dict, layout: str = 'auto') -> tuple:
 
 # --------------------------------------------------------------------------- target
 def family_of(model) -> str:
-    """``'pvt'`` or ``'swin'`` for a built CA/Core pyramid."""
-    from .backbones import CAPVT, CASwin
-    if isinstance(model, CAPVT):
-        return 'pvt'
-    if isinstance(model, CASwin):
-        return 'swin'
-    raise ConversionError(f'not an mmcirc pyramid: {type(model).__name__}')
+    """The family (``'pvt'``, ``'swin'``) of a built CA/Core pyramid."""
+    from .backbones.pyramid import PyramidBackbone
+    if isinstance(model, PyramidBackbone) and model.family in LAYOUTS:
+        return model.family
+    raise ConversionError(f'not an mmcirc pyramid with a converter ({tuple(LAYOUTS)}): '
+                          f'{type(model).__name__}')
 
 
 def build_backbone(family: str, arch='tiny', attention: str = 'circulant',
                    stage_attentions: Optional[Sequence[str]] = None, **kwargs):
-    """Build the target through mmcirc's registered classes (mmdet's MODELS):
-    ``CAPVT`` / ``CASwin``, or ``CorePVT`` / ``CoreSwin`` when the replaced stages are
-    core (``attention='core'``, or ``stage_attentions`` with core and no circulant)."""
+    """Build the target through mmcirc's registered classes (mmdet's MODELS): the
+    family's registered pyramid whose default attention is the one replaced kind
+    (``CorePVT`` / ``CoreSwin`` when the replaced stages are all core), else the
+    family's base class (``CAPVT`` / ``CASwin``)."""
     import mmcirc  # noqa: F401  (registration)
     from mmcirc.registry import model_registries
-    if family not in _FAMILY_CLASSES:
-        raise ConversionError(f'family must be one of {tuple(_FAMILY_CLASSES)}, got {family!r}')
+    from .backbones.pyramid import registered_pyramids
+    families = {f: c for f, c in registered_pyramids().items() if f in LAYOUTS}
+    if family not in families:
+        raise ConversionError(f'family must be one of {tuple(families)}, got {family!r}')
+    classes = families[family]
     kinds = [attention] if stage_attentions is None else list(
         [stage_attentions] if isinstance(stage_attentions, str) else stage_attentions)
-    core = 'core' in kinds and 'circulant' not in kinds
-    cfg = dict(type=_FAMILY_CLASSES[family][int(core)], arch=arch, attention=attention, **kwargs)
+    replaced = {k for k in kinds if k != classes[0].original_attention}
+    cls = next((c for c in classes if replaced == {c.default_attention}), classes[0])
+    cfg = dict(type=cls.__name__, arch=arch, attention=attention, **kwargs)
     if stage_attentions is not None:
         cfg['stage_attentions'] = stage_attentions
     try:
@@ -262,15 +265,18 @@ def build_backbone(family: str, arch='tiny', attention: str = 'circulant',
 
 
 def replaced_attention_keys(model) -> List[str]:
-    """State-dict keys of the replaced attention: in ``'circulant'`` / ``'core'``
-    stages, ``blocks.{j}.attn.*``, ``blocks.{j}.cpe.*`` and the bank ``cores``."""
+    """State-dict keys of the replaced attention, as the blocks declare them
+    (``added_keys``: e.g. circulant / core ``blocks.{j}.attn.*``, ``blocks.{j}.cpe.*``),
+    and the core banks ``cores`` of the stages that carry cores."""
+    from .blocks import PyramidBlock
     attr = model.stages_attr
     keys = []
-    for i, kind in enumerate(model.stage_attentions):
-        if kind not in ('circulant', 'core'):
-            continue
-        pattern = re.compile(rf'^{attr}\.{i}\.(cores$|blocks\.\d+\.(attn|cpe)\.)')
-        keys += [k for k in model.state_dict() if pattern.match(k)]
+    for i, stage in enumerate(model.stages):
+        if stage.cores is not None:
+            keys.append(f'{attr}.{i}.cores')
+        for j, block in enumerate(stage.blocks):
+            if isinstance(block, PyramidBlock):
+                keys += [f'{attr}.{i}.blocks.{j}.{k}' for k in block.added_state_keys()]
     return keys
 
 
@@ -442,7 +448,7 @@ def convert_pyramid(ckpt, model, src_layout: str = 'auto', resize_pos_embed: boo
 
 def _resize_pos_embed(key: str, value: torch.Tensor, model) -> torch.Tensor:
     from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
-    stage = model._stages()[int(key.split('.')[1])]
+    stage = model.stages[int(key.split('.')[1])]
     side = math.isqrt(value.shape[1])
     if side * side != value.shape[1]:
         raise ConversionError(f'{key}: cannot resize a position table of {value.shape[1]} tokens '
@@ -474,10 +480,11 @@ def convert_cadeit(ckpt, model, source_blocks: Optional[Sequence[int]] = None, b
     depth = 1 + max(int(m.group(1)) for m in (re.match(r'^blocks\.(\d+)\.', k) for k in sd) if m)
     target = model.state_dict()
     attr = model.stages_attr
-    slots = [(i, j) for i, kind in enumerate(model.stage_attentions) if kind == 'circulant'
-             for j in range(model.depths[i]) if model.embed_dims[i] == width]
+    from .blocks import CirculantBlock
+    circulant = [i for i, stage in enumerate(model.stages) if stage.attention == CirculantBlock.kind]
+    slots = [(i, j) for i in circulant for j in range(model.depths[i]) if model.embed_dims[i] == width]
     if not slots:
-        circ = {i: model.embed_dims[i] for i, kind in enumerate(model.stage_attentions) if kind == 'circulant'}
+        circ = {i: model.embed_dims[i] for i in circulant}
         raise ConversionError(
             f'no circulant block of width {width} (CA-DeiT-{_CADEIT_WIDTHS.get(width, "?").upper()}) in '
             f'{_describe(model)}: its circulant stages have widths {circ}; CA-DeiT blocks only fit a '

@@ -13,11 +13,15 @@ import argparse
 
 import mmcirc  # noqa: F401  (registers the backbones)
 
-VARIANTS = [('CAPVT', a) for a in ('tiny', 'small', 'medium', 'large')]
-VARIANTS += [('CorePVT', a) for a in ('tiny', 'small', 'medium', 'large')]
-VARIANTS += [('CASwin', a) for a in ('tiny', 'small', 'base')]
-VARIANTS += [('CoreSwin', a) for a in ('tiny', 'small', 'base')]
-ORIGINAL = {'CAPVT': 'sra', 'CASwin': 'window'}
+
+def variants():
+    """(class name, arch) of every registered pyramid and named arch, and (family base
+    class, its original attention kind) per family: read from the registry."""
+    from mmcirc.models.backbones.pyramid import registered_pyramids
+    families = registered_pyramids()
+    rows = [(cls.__name__, arch) for classes in families.values() for cls in classes for arch in cls.arch_zoo]
+    originals = [(classes[0], classes[0].original_attention) for classes in families.values()]
+    return rows, originals
 
 
 def count(backbone_cfg, num_classes=1000):
@@ -38,11 +42,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--baselines', action='store_true', help='also the all-original pyramids')
     args = parser.parse_args()
-    rows = [(name, arch, dict(type=name, arch=arch)) for name, arch in VARIANTS]
+    named, originals = variants()
+    rows = [(name, arch, dict(type=name, arch=arch)) for name, arch in named]
     if args.baselines:
-        rows += [(f'{name} (all {att})', arch, dict(type=name, arch=arch, stage_attentions=att))
-                 for name, att in ORIGINAL.items()
-                 for arch in (('tiny', 'small', 'medium', 'large') if name == 'CAPVT' else ('tiny', 'small', 'base'))]
+        rows += [(f'{cls.__name__} (all {att})', arch, dict(type=cls.__name__, arch=arch, stage_attentions=att))
+                 for cls, att in originals for arch in cls.arch_zoo]
     print('| model | arch | stage attentions | backbone params (M) | classifier params (M) |')
     print('|---|---|---|---:|---:|')
     for name, arch, cfg in rows:

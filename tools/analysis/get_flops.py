@@ -124,9 +124,13 @@ def count(model, fn, inputs):
 
 # ----------------------------------------------------------------------------- reporting
 def stage_list(backbone):
-    """(attribute, ModuleList) of the backbone's stages: ``layers`` (PVT) or
-    ``stages`` (Swin), else None."""
+    """(attribute, ModuleList) of the backbone's stages: an mmcirc pyramid's public
+    ``stages`` (held under ``stages_attr``); for other backbones ``layers`` (mmdet
+    PVT) or ``stages`` (Swin); else None."""
     import torch.nn as nn
+    attr = getattr(backbone, 'stages_attr', None)
+    if isinstance(attr, str) and isinstance(getattr(backbone, 'stages', None), nn.ModuleList):
+        return attr, backbone.stages
     for attr in ('layers', 'stages'):
         stages = getattr(backbone, attr, None)
         if isinstance(stages, nn.ModuleList) and len(stages) > 1:

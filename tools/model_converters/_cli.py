@@ -5,13 +5,17 @@ import pickle
 import sys
 
 
-def add_target_args(parser, stage_kinds):
+def add_target_args(parser):
     """Options every converter takes: the target's attention layout, extra target
-    arguments, trust and verbosity. ``stage_kinds``: the per-stage attentions allowed."""
-    parser.add_argument('--attention', default='circulant', choices=['circulant', 'core'],
-                        help='attention of stages 1-2 (the paper layout)')
+    arguments, trust and verbosity. The attention kinds are those of the registered
+    blocks that fit the target family (checked when the target is built, so that
+    ``--help`` does not import the libraries)."""
+    parser.add_argument('--attention', default='circulant', metavar='KIND',
+                        help='attention of stages 1-2 (the paper layout): circulant (default), core, '
+                             'or any registered block kind of the family')
     parser.add_argument('--stage-attentions', nargs='+', metavar='KIND',
-                        help=f'per-stage attention instead: {stage_kinds} for each stage')
+                        help='per-stage attention instead: one kind for every stage or one per stage '
+                             '(the registered block kinds of the family)')
     parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE',
                         help='extra target arguments, e.g. num_cores_max=32')
     parser.add_argument('--trust-checkpoint', action='store_true',

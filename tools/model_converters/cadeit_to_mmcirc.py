@@ -39,7 +39,7 @@ def parse_args(argv=None):
                         help='target pyramid, or deit: the CA-DeiT model itself (CADeiT)')
     parser.add_argument('--arch', default=None,
                         help='target arch name or dict literal (default tiny; deit: read from the checkpoint)')
-    _cli.add_target_args(parser, 'circulant, core, sra (PVT) or window (Swin)')
+    _cli.add_target_args(parser)
     parser.add_argument('--source-blocks', nargs='+', type=int, metavar='K',
                         help='CA-DeiT blocks to use, in order (default 0 1 2 ...)')
     parser.add_argument('--base', help='checkpoint in mmcirc layout that supplies everything else')

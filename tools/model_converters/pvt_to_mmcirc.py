@@ -28,7 +28,7 @@ def parse_args(argv=None):
     parser.add_argument('--arch', default='tiny',
                         help="tiny, small, medium, large, or a dict literal "
                              "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"")
-    _cli.add_target_args(parser, 'circulant, core or sra')
+    _cli.add_target_args(parser)
     parser.add_argument('--src-layout', default='auto', choices=['auto', 'official', 'mmdet', 'mmcirc'])
     parser.add_argument('--pos-embed-size', type=int, metavar='PX',
                         help='image size the target position tables are stored for; source '

@@ -27,7 +27,7 @@ def parse_args(argv=None):
     parser.add_argument('--arch', default='tiny',
                         help="tiny, small, base, or a dict literal "
                              "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"")
-    _cli.add_target_args(parser, 'circulant, core or window')
+    _cli.add_target_args(parser)
     parser.add_argument('--src-layout', default='auto',
                         choices=['auto', 'official', 'mmdet', 'mmseg', 'mmpretrain', 'mmcirc'])
     return parser.parse_args(argv)

@@ -4,9 +4,10 @@ Layout (PVT v1, Wang et al. 2021): each stage starts with a non-overlapping patc
 embedding (kernel = stride = 4, 2, 2, 2, padded at the bottom/right when the map is
 not a multiple) and an absolute position embedding (bilinearly resized to the input),
 then its blocks. ``'sra'`` stages use mmdet's ``PVTEncoderLayer`` unchanged
-(spatial-reduction attention, sr ratios 8-4-2-1); ``'circulant'`` and ``'core'`` stages
-use :class:`CirculantBlock` / :class:`CoreBlock` with PVT's MLP (mmdet ``MixFFN``
-without conv, MLP ratios 8-8-4-4).
+(``SRABlock``: spatial-reduction attention, sr ratios 8-4-2-1); ``'circulant'`` and
+``'core'`` stages use :class:`CirculantBlock` / :class:`CoreBlock` with PVT's MLP
+(mmdet ``MixFFN`` without conv, MLP ratios 8-8-4-4); any other registered block that
+fits the ``'pvt'`` family may be named in ``stage_attentions`` / ``block_cfgs``.
 
 Parameter names follow mmdet's ``PyramidVisionTransformer``; a converter maps an
 mmdet-format state dict with these renames (``MMDET_PVT_KEY_MAP``)::
@@ -27,7 +28,7 @@ from numbers import Real
 
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
-from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, PVTEncoderLayer
+from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
 from mmengine.model import ModuleList
 
 from mmcirc.registry import register_model
@@ -69,11 +70,16 @@ class CAPVT(PyramidBackbone):
     Args:
         arch (str | dict): ``'tiny'``, ``'small'``, ``'medium'``, ``'large'`` or a dict
             with ``embed_dims`` (one width per stage), ``depths``, ``num_heads``.
-        attention (str): attention of the replaced stages 1-2 in the paper's layout:
-            ``'circulant'`` (default here) or ``'core'`` (or ``'sra'``: plain PVT).
-        stage_attentions (str | Sequence[str], optional): per-stage attention, each of
-            ``'circulant'``, ``'core'``, ``'sra'``; a str applies to all stages. None:
+        attention (str, optional): attention of the replaced stages 1-2 in the paper's layout (None:
+            the class's ``default_attention``):
+            ``'circulant'`` (default here) or ``'core'`` (or ``'sra'``: plain PVT), or
+            any registered block kind that fits ``'pvt'`` (:meth:`attention_choices`).
+        stage_attentions (str | Sequence[str], optional): per-stage attention, each a
+            kind as above; a str applies to all stages. None:
             ``(attention, attention, 'sra', 'sra')``.
+        block_cfgs (dict | Sequence[dict | None], optional): per-stage block configs
+            (``type`` = a registered block, other keys its arguments), see
+            :class:`PyramidBackbone`.
         pretrain_img_size (int | tuple[int]): image size the position embeddings are
             stored for (224: 56x56, 28x28, 14x14, 7x7 tables, resized to any input).
         in_channels (int): image channels.
@@ -113,21 +119,24 @@ class CAPVT(PyramidBackbone):
         'medium': dict(embed_dims=(64, 128, 320, 512), depths=(3, 4, 18, 3), num_heads=(1, 2, 5, 8)),
         'large': dict(embed_dims=(64, 128, 320, 512), depths=(3, 8, 27, 3), num_heads=(1, 2, 5, 8)),
     }
+    family = 'pvt'
     original_attention = 'sra'
+    default_attention = 'circulant'
     stages_attr = 'layers'
     conv_init = 'fan_out'
 
-    def __init__(self, arch='tiny', attention='circulant', stage_attentions=None, pretrain_img_size=224,
+    def __init__(self, arch='tiny', attention=None, stage_attentions=None, pretrain_img_size=224,
                  in_channels=3, patch_sizes=(4, 2, 2, 2), sr_ratios=(8, 4, 2, 1), mlp_ratios=(8, 8, 4, 4),
                  qkv_bias=True, out_indices=(0, 1, 2, 3), drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0.1, use_abs_pos_embed=True, norm_after_stage=False, circulant_heads=None,
                  boundary='circular', scale='sqrt_n', num_cores=None, num_cores_max=64,
                  core_chunk_size=None, core_cpe=False, act_cfg=dict(type='GELU'),
                  norm_cfg=dict(type='LN', eps=1e-6), frozen_stages=-1, norm_eval=False, with_cp=False,
-                 init_cfg=None):
+                 block_cfgs=None, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self._setup(arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
-                    boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp)
+                    boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp,
+                    block_cfgs)
         n = self.num_stages
         patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, lambda v: _is_int(v) and v >= 1)
         sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, lambda v: _is_int(v) and v >= 1)
@@ -141,7 +150,8 @@ class CAPVT(PyramidBackbone):
                              f'got {pretrain_img_size!r}')
         self.use_abs_pos_embed = use_abs_pos_embed
         common = dict(drop_rate=drop_rate, attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias,
-                      act_cfg=act_cfg, norm_cfg=norm_cfg)
+                      act_cfg=act_cfg, norm_cfg=norm_cfg, ffn_type='mixffn', core_cpe=core_cpe,
+                      core_chunk_size=core_chunk_size)
 
         self.layers = ModuleList()
         stride = 1
@@ -154,19 +164,8 @@ class CAPVT(PyramidBackbone):
             pos_shape = (max(pretrain_img_size[0] // stride, 1), max(pretrain_img_size[1] // stride, 1))
             pos_embed = AbsolutePositionEmbedding(pos_shape=pos_shape, pos_dim=dims,
                                                   drop_rate=drop_rate) if use_abs_pos_embed else None
-            blocks = []
-            for j in range(self.depths[i]):
-                if kind == 'circulant':
-                    blocks.append(self._circulant_block(i, j, mlp_ratios[i], 'mixffn', common))
-                elif kind == 'core':
-                    blocks.append(self._core_block(i, j, mlp_ratios[i], 'mixffn', core_cpe,
-                                                   core_chunk_size, common))
-                else:  # 'sra': mmdet's own PVT layer
-                    blocks.append(PVTEncoderLayer(
-                        embed_dims=dims, num_heads=self.num_heads[i],
-                        feedforward_channels=int(mlp_ratios[i] * dims), drop_rate=drop_rate,
-                        attn_drop_rate=attn_drop_rate, drop_path_rate=self.drop_path_rates[i][j],
-                        qkv_bias=qkv_bias, act_cfg=act_cfg, norm_cfg=norm_cfg, sr_ratio=sr_ratios[i]))
+            blocks = self._build_blocks(i, feedforward_channels=int(mlp_ratios[i] * dims),
+                                        sr_ratio=sr_ratios[i], **common)
             norm = build_norm_layer(norm_cfg, dims)[1] if norm_after_stage else None
             self.layers.append(PyramidStage(kind, blocks, dims, patch_embed=patch_embed, pos_embed=pos_embed,
                                             norm=norm, num_cores_max=self.num_cores_max,
@@ -182,5 +181,4 @@ class CAPVT(PyramidBackbone):
 class CorePVT(CAPVT):
     """:class:`CAPVT` with core attention in stages 1-2 by default (``attention='core'``)."""
 
-    def __init__(self, arch='tiny', attention='core', **kwargs):
-        super().__init__(arch=arch, attention=attention, **kwargs)
+    default_attention = 'core'

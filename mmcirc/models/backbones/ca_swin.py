@@ -2,10 +2,12 @@
 
 Layout (Swin, Liu et al. 2021): a 4x4 patch embedding (padded at the bottom/right when
 needed), then four stages, each ending with a 2x2 patch merging except the last, and
-an LN on each output. ``'window'`` stages use mmdet's ``SwinBlock`` unchanged (window
-7, shifted every second block, relative position bias); ``'circulant'`` and ``'core'``
-stages use :class:`CirculantBlock` / :class:`CoreBlock` (with the 3x3 depthwise CPE;
-no windows, no relative position table) with Swin's MLP (mmcv ``FFN``, ratio 4).
+an LN on each output. ``'window'`` stages use mmdet's ``SwinBlock`` unchanged
+(``WindowBlock``: window 7, shifted every second block, relative position bias);
+``'circulant'`` and ``'core'`` stages use :class:`CirculantBlock` / :class:`CoreBlock`
+(with the 3x3 depthwise CPE; no windows, no relative position table) with Swin's MLP
+(mmcv ``FFN``, ratio 4); any other registered block that fits the ``'swin'`` family
+may be named in ``stage_attentions`` / ``block_cfgs``.
 
 Parameter names are those of mmdet's ``SwinTransformer`` (one-to-one for the parts
 kept from it): ``patch_embed.{projection,norm}``, ``stages.{i}.blocks.{j}.{norm1,
@@ -16,7 +18,6 @@ attn.w_msa.*, norm2, ffn.layers.0.0, ffn.layers.1}``, ``stages.{i}.downsample.
 """
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
-from mmdet.models.backbones.swin import SwinBlock
 from mmengine.model import ModuleList
 from torch import nn
 
@@ -34,11 +35,15 @@ class CASwin(PyramidBackbone):
         arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` or a dict with
             ``embed_dims`` (an int C, giving C-2C-4C-8C, or one width per stage),
             ``depths`` and ``num_heads``.
-        attention (str): attention of stages 1-2 in the paper's layout:
-            ``'circulant'`` (default here) or ``'core'`` (or ``'window'``: plain Swin).
-        stage_attentions (str | Sequence[str], optional): per-stage attention, each of
-            ``'circulant'``, ``'core'``, ``'window'``; a str applies to all stages.
+        attention (str, optional): attention of stages 1-2 in the paper's layout (None: the
+            class's ``default_attention``):
+            ``'circulant'`` (default here) or ``'core'`` (or ``'window'``: plain Swin),
+            or any registered block kind that fits ``'swin'`` (:meth:`attention_choices`).
+        stage_attentions (str | Sequence[str], optional): per-stage attention, each a
+            kind as above; a str applies to all stages.
             None: ``(attention, attention, 'window', 'window')``.
+        block_cfgs (dict | Sequence[dict | None], optional): per-stage block configs,
+            see :class:`PyramidBackbone`.
         in_channels (int): image channels.
         strides (Sequence[int]): patch embedding stride (= kernel) then the patch
             merging strides.
@@ -64,27 +69,31 @@ class CASwin(PyramidBackbone):
         'small': dict(embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)),
         'base': dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
     }
+    family = 'swin'
     original_attention = 'window'
+    default_attention = 'circulant'
     stages_attr = 'stages'
     conv_init = None
 
-    def __init__(self, arch='tiny', attention='circulant', stage_attentions=None, in_channels=3,
+    def __init__(self, arch='tiny', attention=None, stage_attentions=None, in_channels=3,
                  strides=(4, 2, 2, 2), window_size=7, mlp_ratio=4, qkv_bias=True, qk_scale=None,
                  patch_norm=True, out_indices=(0, 1, 2, 3), drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0.1, circulant_heads=None, boundary='circular', scale='sqrt_n',
                  num_cores=None, num_cores_max=64, core_chunk_size=None, core_cpe=True,
                  act_cfg=dict(type='GELU'), norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
-                 with_cp=False, init_cfg=None):
+                 with_cp=False, block_cfgs=None, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self._setup(arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
-                    boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp)
+                    boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp,
+                    block_cfgs)
         n = self.num_stages
         strides = self._per_stage('strides', strides, n, lambda v: _is_int(v) and v >= 1)
         if not _is_int(window_size) or window_size < 1:
             raise ValueError(f'CASwin: window_size must be a positive int, got {window_size!r}')
         patch_norm_cfg = norm_cfg if patch_norm else None
         common = dict(drop_rate=drop_rate, attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias,
-                      act_cfg=act_cfg, norm_cfg=norm_cfg)
+                      act_cfg=act_cfg, norm_cfg=norm_cfg, ffn_type='ffn', core_cpe=core_cpe,
+                      core_chunk_size=core_chunk_size, window_size=window_size, qk_scale=qk_scale)
 
         self.patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=self.embed_dims[0],
                                       conv_type='Conv2d', kernel_size=strides[0], stride=strides[0],
@@ -94,19 +103,7 @@ class CASwin(PyramidBackbone):
         self.stages = ModuleList()
         for i, kind in enumerate(self.stage_attentions):
             dims = self.embed_dims[i]
-            blocks = []
-            for j in range(self.depths[i]):
-                if kind == 'circulant':
-                    blocks.append(self._circulant_block(i, j, mlp_ratio, 'ffn', common))
-                elif kind == 'core':
-                    blocks.append(self._core_block(i, j, mlp_ratio, 'ffn', core_cpe, core_chunk_size, common))
-                else:  # 'window': mmdet's own Swin block, shifted every second block
-                    blocks.append(SwinBlock(
-                        embed_dims=dims, num_heads=self.num_heads[i],
-                        feedforward_channels=int(mlp_ratio * dims), window_size=window_size, shift=j % 2 == 1,
-                        qkv_bias=qkv_bias, qk_scale=qk_scale, drop_rate=drop_rate,
-                        attn_drop_rate=attn_drop_rate, drop_path_rate=self.drop_path_rates[i][j],
-                        act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=False))
+            blocks = self._build_blocks(i, feedforward_channels=int(mlp_ratio * dims), **common)
             downsample = PatchMerging(in_channels=dims, out_channels=self.embed_dims[i + 1],
                                       stride=strides[i + 1], norm_cfg=patch_norm_cfg) if i < n - 1 else None
             self.stages.append(PyramidStage(kind, blocks, dims, downsample=downsample,
@@ -134,5 +131,4 @@ class CASwin(PyramidBackbone):
 class CoreSwin(CASwin):
     """:class:`CASwin` with core attention in stages 1-2 by default (``attention='core'``)."""
 
-    def __init__(self, arch='tiny', attention='core', **kwargs):
-        super().__init__(arch=arch, attention=attention, **kwargs)
+    default_attention = 'core'

@@ -4,12 +4,15 @@ METHOD.md, "CA in pyramids": circulant (or core) attention replaces the attentio
 the high-resolution stages of PVT and Swin; everything else of the pyramid stays as
 it was. Hence one skeleton with a per-stage choice of attention:
 
-* blocks: :class:`CirculantBlock` (the official CA block), :class:`CoreBlock` (core
-  attention with cores in and out) and, unchanged and imported from mmdet, the
-  original block of each family (``PVTEncoderLayer`` with spatial-reduction
-  attention, ``SwinBlock`` with shifted windows);
+* blocks: registered modules, one per attention kind (:mod:`mmcirc.models.blocks`):
+  ``CirculantBlock`` (the official CA block), ``CoreBlock`` (core attention with
+  cores in and out) and, unchanged from mmdet, the original block of each family
+  (``SRABlock`` = ``PVTEncoderLayer``, ``WindowBlock`` = ``SwinBlock``). A stage's
+  blocks come from a block config (``block_cfgs``) or the short form
+  ``attention`` / ``stage_attentions`` (kind -> registered block); which kinds a
+  family takes is read from the registry;
 * :class:`PyramidStage`: ``[patch_embed] -> [pos_embed] -> blocks -> [norm] ->
-  [downsample]``, with a learnable core bank when its attention is ``'core'``;
+  [downsample]``, with a learnable core bank when its blocks carry cores;
 * :class:`PyramidBackbone`: argument checking, stochastic depth, the forward loop,
   ``out_indices``, ``frozen_stages``, ``norm_eval``, ``with_cp``, ``init_weights`` and
   elastic core counts. The family subclasses (``ca_pvt.py``, ``ca_swin.py``) only say
@@ -21,9 +24,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks.transformer import FFN, build_dropout
-from mmdet.models.backbones.pvt import MixFFN
 from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_, trunc_normal_init
@@ -31,44 +31,17 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.utils.checkpoint import checkpoint
 
-from mmcirc.ops.circulant import BOUNDARIES, CirculantAttention
-from mmcirc.ops.core import CoreAttention, select_cores
+from mmcirc.ops.circulant import BOUNDARIES
+from mmcirc.ops.core import select_cores
+from ..blocks import CirculantBlock, CoreBlock, block_class, block_classes
 
-__all__ = ['CORE_PRESETS', 'CirculantBlock', 'CoreBlock', 'PyramidStage', 'PyramidBackbone']
+__all__ = ['CORE_PRESETS', 'CirculantBlock', 'CoreBlock', 'PyramidStage', 'PyramidBackbone', 'registered_pyramids']
 
 #: Deployment presets of the active core count C' (METHOD.md, section 2).
 CORE_PRESETS: Dict[str, int] = {'mobile': 8, 'edge': 32, 'server': 64}
-FFN_TYPES = ('ffn', 'mixffn')
 
 
 # --------------------------------------------------------------------------- helpers
-def _cpe(conv: nn.Conv2d, x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
-    """Depthwise 3x3 conv (conditional positional encoding) of tokens (B, N, C)."""
-    return conv(nlc_to_nchw(x, hw_shape)).flatten(2).transpose(1, 2)
-
-
-def _build_ffn(ffn_type: str, embed_dims: int, feedforward_channels: int, drop_rate: float,
-               drop_path_rate: float, act_cfg: dict) -> nn.Module:
-    """The MLP of a block, as the family writes it: mmcv ``FFN`` (Swin, keys
-    ``ffn.layers.0.0`` / ``ffn.layers.1``) or mmdet's ``MixFFN`` without its depthwise
-    conv (PVT, 1x1 convs, keys ``ffn.layers.0`` / ``ffn.layers.3``)."""
-    dropout_layer = dict(type='DropPath', drop_prob=drop_path_rate)
-    if ffn_type == 'ffn':
-        return FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
-                   ffn_drop=drop_rate, dropout_layer=dropout_layer, act_cfg=act_cfg, add_identity=True)
-    if ffn_type == 'mixffn':
-        return MixFFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, act_cfg=act_cfg,
-                      ffn_drop=drop_rate, dropout_layer=dropout_layer, use_conv=False)
-    raise ValueError(f'ffn_type must be one of {FFN_TYPES}, got {ffn_type!r}')
-
-
-def _apply_ffn(ffn: nn.Module, x_norm: torch.Tensor, hw_shape, identity: torch.Tensor) -> torch.Tensor:
-    """``identity + DropPath(MLP(x_norm))`` for either FFN flavour."""
-    if isinstance(ffn, MixFFN):
-        return ffn(x_norm, hw_shape, identity=identity)
-    return ffn(x_norm, identity=identity)
-
-
 def _stride_of(module: Optional[nn.Module]) -> int:
     """Downsampling factor of an mmcv ``PatchEmbed`` (conv ``projection``) or
     ``PatchMerging`` (``sampler`` unfold); 1 for None."""
@@ -83,95 +56,6 @@ def _is_int(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
-# --------------------------------------------------------------------------- blocks
-class CirculantBlock(BaseModule):
-    """The official circulant-attention block (CA-DeiT), for any H x W map.
-
-    ``x = x + CPE(x)`` (3x3 depthwise conv, zero padded, with bias), then
-    ``x = x + DropPath(CA(LN(x)))`` and ``x = x + DropPath(MLP(LN(x)))``.
-
-    Args:
-        embed_dims (int): channels C.
-        feedforward_channels (int): hidden width of the MLP.
-        num_heads (int, optional): circulant heads; None = one head per channel (d=1).
-        boundary (str): ``'circular'`` or ``'zero'`` (see :mod:`mmcirc.ops.circulant`).
-        scale (str | float): ``'sqrt_n'``, ``'n'`` or a positive float.
-        drop_rate (float): dropout after the attention projection and in the MLP.
-        drop_path_rate (float): stochastic depth of both residual branches.
-        ffn_type (str): ``'ffn'`` (mmcv FFN, Swin) or ``'mixffn'`` (mmdet MixFFN, PVT).
-        act_cfg (dict): MLP activation. norm_cfg (dict): the two norms.
-
-    Parameter names: ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2``, ``ffn.*``.
-    """
-
-    def __init__(self, embed_dims: int, feedforward_channels: int, num_heads: Optional[int] = None,
-                 boundary: str = 'circular', scale='sqrt_n', drop_rate: float = 0.,
-                 drop_path_rate: float = 0., ffn_type: str = 'ffn', act_cfg=dict(type='GELU'),
-                 norm_cfg=dict(type='LN'), init_cfg=None):
-        super().__init__(init_cfg=init_cfg)
-        self.cpe = nn.Conv2d(embed_dims, embed_dims, 3, padding=1, groups=embed_dims, bias=True)
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = CirculantAttention(embed_dims, num_heads=num_heads, boundary=boundary, scale=scale,
-                                       proj_drop=drop_rate)
-        self.drop_path = build_dropout(dict(type='DropPath', drop_prob=drop_path_rate))
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = _build_ffn(ffn_type, embed_dims, feedforward_channels, drop_rate, drop_path_rate, act_cfg)
-
-    def forward(self, x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
-        """x (B, N, C) tokens of an H x W map, hw_shape (H, W); returns (B, N, C)."""
-        x = x + _cpe(self.cpe, x, hw_shape)
-        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
-        return _apply_ffn(self.ffn, self.norm2(x), hw_shape, identity=x)
-
-
-class CoreBlock(BaseModule):
-    """A core-attention block: patches talk only through the C' cores.
-
-    ``[x = x + CPE(x)]``, ``y, cores = CoreAttention(LN(x), cores)``,
-    ``x = x + DropPath(y)``, ``x = x + DropPath(MLP(LN(x)))``; the updated cores go on
-    to the next block of the stage.
-
-    Args:
-        embed_dims (int): channels C (of patches and cores).
-        num_heads (int): heads of the gather and broadcast MHAs.
-        feedforward_channels (int): hidden width of the MLP.
-        qkv_bias (bool): bias of the query/value projections.
-        drop_rate, attn_drop_rate, drop_path_rate (float): dropouts / stochastic depth.
-        use_cpe (bool): add the 3x3 depthwise CPE first (Swin: on, PVT has absolute
-            position embeddings: off).
-        chunk_size (int, optional): patches per chunk of the streaming gather.
-        ffn_type (str): ``'ffn'`` (Swin) or ``'mixffn'`` (PVT).
-        act_cfg, norm_cfg (dict): MLP activation and norms.
-
-    Parameter names: ``[cpe]``, ``norm1``, ``attn.*`` (see CoreAttention), ``norm2``, ``ffn.*``.
-    """
-
-    def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int, qkv_bias: bool = True,
-                 drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
-                 use_cpe: bool = True, chunk_size: Optional[int] = None, ffn_type: str = 'ffn',
-                 act_cfg=dict(type='GELU'), norm_cfg=dict(type='LN'), init_cfg=None):
-        super().__init__(init_cfg=init_cfg)
-        if use_cpe:
-            self.cpe = nn.Conv2d(embed_dims, embed_dims, 3, padding=1, groups=embed_dims, bias=True)
-        else:
-            self.cpe = None
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = CoreAttention(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop_rate,
-                                  proj_drop=drop_rate, chunk_size=chunk_size)
-        self.drop_path = build_dropout(dict(type='DropPath', drop_prob=drop_path_rate))
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = _build_ffn(ffn_type, embed_dims, feedforward_channels, drop_rate, drop_path_rate, act_cfg)
-
-    def forward(self, x: torch.Tensor, hw_shape: Sequence[int],
-                cores: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """x (B, N, C), hw_shape (H, W), cores (B, C', C) -> (x (B, N, C), cores (B, C', C))."""
-        if self.cpe is not None:
-            x = x + _cpe(self.cpe, x, hw_shape)
-        y, cores = self.attn(self.norm1(x), cores)
-        x = x + self.drop_path(y)
-        return _apply_ffn(self.ffn, self.norm2(x), hw_shape, identity=x), cores
-
-
 # --------------------------------------------------------------------------- stage
 class PyramidStage(BaseModule):
     """One pyramid stage: ``[patch_embed] -> [pos_embed] -> blocks -> [norm] -> [downsample]``.
@@ -183,14 +67,15 @@ class PyramidStage(BaseModule):
     updated cores for the next one.
 
     Args:
-        attention (str): the attention of the blocks (informative, and ``'core'``
-            makes the bank).
-        blocks (list[nn.Module]): blocks called as ``blk(x, hw_shape)`` or, for
-            ``'core'``, ``blk(x, hw_shape, cores) -> (x, cores)``.
+        attention (str): the attention kind of the blocks (public: ``stage.attention``).
+        blocks (list[nn.Module]): blocks called as ``blk(x, hw_shape)`` or, when they
+            carry cores, ``blk(x, hw_shape, cores) -> (x, cores)``.
         embed_dims (int): channels of the blocks.
         patch_embed, pos_embed, norm, downsample (nn.Module, optional): see above.
-        num_cores_max (int): bank size (``'core'`` only). num_cores (int): active C'.
+        num_cores_max (int): bank size (core-carrying blocks only). num_cores (int): active C'.
         with_cp (bool): torch.utils.checkpoint each block (saves memory in training).
+        carries_cores (bool, optional): whether the stage owns a core bank; None: when
+            its blocks declare ``carries_cores``.
 
     ``forward(x, hw_shape) -> (x_next, hw_next, out, out_hw)``: the input of the next
     stage and this stage's output (before ``downsample``), tokens (B, N, C).
@@ -199,7 +84,8 @@ class PyramidStage(BaseModule):
     def __init__(self, attention: str, blocks: List[nn.Module], embed_dims: int,
                  patch_embed: Optional[nn.Module] = None, pos_embed: Optional[nn.Module] = None,
                  norm: Optional[nn.Module] = None, downsample: Optional[nn.Module] = None,
-                 num_cores_max: int = 64, num_cores: int = 64, with_cp: bool = False, init_cfg=None):
+                 num_cores_max: int = 64, num_cores: int = 64, with_cp: bool = False,
+                 carries_cores: Optional[bool] = None, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.attention = attention
         self.embed_dims = embed_dims
@@ -209,7 +95,9 @@ class PyramidStage(BaseModule):
         self.blocks = ModuleList(blocks)
         self.norm = norm
         self.downsample = downsample
-        if attention == 'core':
+        if carries_cores is None:
+            carries_cores = any(getattr(b, 'carries_cores', False) for b in blocks)
+        if carries_cores:
             self.cores = nn.Parameter(torch.zeros(num_cores_max, embed_dims))
             self.num_cores = num_cores
         else:
@@ -264,22 +152,47 @@ class PyramidStage(BaseModule):
 
 
 # --------------------------------------------------------------------------- backbone
+def registered_pyramids() -> Dict[str, List[type]]:
+    """``{family: [classes]}`` of the registered :class:`PyramidBackbone` subclasses
+    (registration order: the family's base class, e.g. ``CAPVT``, comes first)."""
+    import inspect
+
+    from mmcirc.registry import model_registries
+    out: Dict[str, List[type]] = {}
+    for cls in list(model_registries()[0].module_dict.values()):
+        if inspect.isclass(cls) and issubclass(cls, PyramidBackbone) and cls.family:
+            out.setdefault(cls.family, []).append(cls)
+    return out
+
+
 class PyramidBackbone(BaseModule):
     """Family-independent part of the CA/Core pyramids (abstract; see CAPVT, CASwin).
 
     Subclasses set the class attributes below and build, in their ``__init__``, the
-    stage list named ``stages_attr`` (and any stem) from what :meth:`_setup` parsed.
+    stage list named ``stages_attr`` (and any stem) from what :meth:`_setup` parsed,
+    each stage's blocks with :meth:`_build_blocks`. The stages are public as
+    :attr:`stages` (whatever attribute holds them), each with its ``attention`` kind.
 
     Class attributes:
+        family (str): the family name the blocks declare they fit (``'pvt'``, ``'swin'``).
         arch_zoo (dict): named variants, each a dict of ``embed_dims``, ``depths`` and
             ``num_heads``.
-        original_attention (str): the family's own attention (``'sra'``/``'window'``).
+        original_attention (str): the kind of the family's own block (``'sra'``/``'window'``).
+        default_attention (str): ``attention`` when none is given.
         stages_attr (str): attribute holding the stage ModuleList (mmdet's name).
         conv_init (str | None): ``'fan_out'`` to init convs as mmdet's PVT does.
+
+    Per-stage blocks: ``block_cfgs`` (a dict for every stage, or one dict / None per
+    stage, as mmcv's ``attn_cfgs``) names a registered block with ``type`` and adds or
+    overrides its arguments, e.g. ``[dict(type='CirculantBlock', boundary='zero'),
+    None, None, None]``; without ``type``, the block of the stage's kind from
+    ``attention`` / ``stage_attentions`` (the short form) gets the options.
     """
 
+    family: str = ''
     arch_zoo: Dict[str, dict] = {}
     original_attention: str = ''
+    default_attention: str = 'circulant'
     stages_attr: str = 'stages'
     conv_init: Optional[str] = None
     #: Stages that take circulant/core attention in the paper's layout.
@@ -288,7 +201,8 @@ class PyramidBackbone(BaseModule):
     # ------------------------------------------------------------------ parsing
     @classmethod
     def attention_choices(cls) -> Tuple[str, ...]:
-        return ('circulant', 'core', cls.original_attention)
+        """The attention kinds this family takes: the registered blocks that fit it."""
+        return tuple(block_classes(cls.family))
 
     @classmethod
     def _parse_arch(cls, arch) -> dict:
@@ -339,24 +253,62 @@ class PyramidBackbone(BaseModule):
                     raise ValueError(f'{name}[{i}] is invalid: {v!r}')
         return values
 
-    def _parse_stage_attentions(self, attention, stage_attentions, num_stages: int) -> tuple:
-        choices = self.attention_choices()
+    @classmethod
+    def configured_stage_attentions(cls, attention=None, stage_attentions=None, block_cfgs=None,
+                                    arch='tiny') -> Tuple[str, ...]:
+        """The per-stage attention kinds a backbone built with these arguments has
+        (checked as the constructor checks them), without building it."""
+        num_stages = len(cls._parse_arch(arch)['depths'])
+        return tuple(b.kind for b, _ in cls._parse_blocks(attention, stage_attentions, block_cfgs, num_stages))
+
+    @classmethod
+    def _parse_blocks(cls, attention, stage_attentions, block_cfgs, num_stages: int) -> list:
+        """[(block class, block options)] per stage from the short form and ``block_cfgs``."""
+        name = cls.__name__
+        kinds_of = block_classes(cls.family)
+        choices = tuple(kinds_of)
+        attention = cls.default_attention if attention is None else attention
         if attention not in choices:
-            raise ValueError(f'{type(self).__name__}: attention must be one of {choices}, got {attention!r}')
+            raise ValueError(f'{name}: attention must be one of {choices}, got {attention!r}')
         if stage_attentions is None:
-            k = self.num_replaced_stages
-            return (attention, ) * min(k, num_stages) + (self.original_attention, ) * max(num_stages - k, 0)
-        if isinstance(stage_attentions, str):
-            stage_attentions = (stage_attentions, ) * num_stages
-        stage_attentions = tuple(stage_attentions)
-        if len(stage_attentions) != num_stages:
-            raise ValueError(f'{type(self).__name__}: stage_attentions must have {num_stages} entries '
-                             f'(one per stage), got {len(stage_attentions)}: {stage_attentions!r}')
-        for i, kind in enumerate(stage_attentions):
-            if kind not in choices:
-                raise ValueError(f'{type(self).__name__}: stage_attentions[{i}] must be one of {choices}, '
-                                 f'got {kind!r}')
-        return stage_attentions
+            k = cls.num_replaced_stages
+            kinds = (attention, ) * min(k, num_stages) + (cls.original_attention, ) * max(num_stages - k, 0)
+        else:
+            if isinstance(stage_attentions, str):
+                stage_attentions = (stage_attentions, ) * num_stages
+            kinds = tuple(stage_attentions)
+            if len(kinds) != num_stages:
+                raise ValueError(f'{name}: stage_attentions must have {num_stages} entries '
+                                 f'(one per stage), got {len(kinds)}: {kinds!r}')
+            for i, kind in enumerate(kinds):
+                if kind not in choices:
+                    raise ValueError(f'{name}: stage_attentions[{i}] must be one of {choices}, '
+                                     f'got {kind!r}')
+        if block_cfgs is None or isinstance(block_cfgs, dict):
+            cfgs = (block_cfgs, ) * num_stages
+        elif isinstance(block_cfgs, (list, tuple)) and len(block_cfgs) == num_stages:
+            cfgs = tuple(block_cfgs)
+        else:
+            raise ValueError(f'{name}: block_cfgs must be a dict or a list of {num_stages} dicts / None '
+                             f'(one per stage), got {block_cfgs!r}')
+        out = []
+        for i, (kind, cfg) in enumerate(zip(kinds, cfgs)):
+            if cfg is not None and not isinstance(cfg, dict):
+                raise ValueError(f'{name}: block_cfgs[{i}] must be a dict or None, got {cfg!r}')
+            options = dict(cfg or {})
+            btype = options.pop('type', None)
+            if btype is None:
+                block = kinds_of[kind]
+            else:
+                try:
+                    block = block_class(btype, cls.family)
+                except ValueError as err:
+                    raise ValueError(f'{name}: block_cfgs[{i}]: {err}') from None
+                if stage_attentions is not None and block.kind != kind:
+                    raise ValueError(f'{name}: block_cfgs[{i}] type {btype!r} is {block.kind!r} attention '
+                                     f'but stage_attentions[{i}] is {kind!r}')
+            out.append((block, options))
+        return out
 
     @staticmethod
     def _parse_out_indices(out_indices, num_stages: int) -> tuple:
@@ -386,7 +338,8 @@ class PyramidBackbone(BaseModule):
         return int(num_cores)
 
     def _setup(self, arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
-               boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp):
+               boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp,
+               block_cfgs=None):
         """Parse and check the common arguments (ValueError names the parameter)."""
         cls_name = type(self).__name__
         self.arch_settings = self._parse_arch(arch)
@@ -395,12 +348,11 @@ class PyramidBackbone(BaseModule):
         self.num_heads = self.arch_settings['num_heads']
         self.num_stages = len(self.depths)
         self.num_features = list(self.embed_dims)
-        self.stage_attentions = self._parse_stage_attentions(attention, stage_attentions, self.num_stages)
+        blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, self.num_stages)
+        self.block_types = tuple(b for b, _ in blocks)
+        self.block_options = tuple(o for _, o in blocks)
+        self.stage_attentions = tuple(b.kind for b in self.block_types)
         self.out_indices = self._parse_out_indices(out_indices, self.num_stages)
-        for i, (kind, dims, heads) in enumerate(zip(self.stage_attentions, self.embed_dims, self.num_heads)):
-            if kind != 'circulant' and dims % heads:
-                raise ValueError(f'{cls_name}: num_heads[{i}]={heads} must divide embed_dims[{i}]={dims} '
-                                 f'(stage {i} uses {kind!r} attention)')
         if boundary not in BOUNDARIES:
             raise ValueError(f'{cls_name}: boundary must be one of {BOUNDARIES}, got {boundary!r}')
         if not ((isinstance(scale, str) and scale in ('sqrt_n', 'n')) or
@@ -409,11 +361,9 @@ class PyramidBackbone(BaseModule):
         self.boundary, self.scale = boundary, scale
         self.circulant_heads = self._per_stage('circulant_heads', circulant_heads, self.num_stages,
                                                lambda v: v is None or (_is_int(v) and v >= 1))
-        for i, (kind, dims, heads) in enumerate(zip(self.stage_attentions, self.embed_dims,
-                                                    self.circulant_heads)):
-            if kind == 'circulant' and heads is not None and dims % heads:
-                raise ValueError(f'{cls_name}: circulant_heads[{i}]={heads} must divide '
-                                 f'embed_dims[{i}]={dims}')
+        for i, block in enumerate(self.block_types):
+            block.check_stage(cls_name, i, dict(embed_dims=self.embed_dims[i], num_heads=self.num_heads[i],
+                                                circulant_heads=self.circulant_heads[i]))
         if not _is_int(num_cores_max) or num_cores_max < 1:
             raise ValueError(f'{cls_name}: num_cores_max must be a positive int, got {num_cores_max!r}')
         self.num_cores_max = int(num_cores_max)
@@ -433,23 +383,29 @@ class PyramidBackbone(BaseModule):
         self.with_cp = bool(with_cp)
 
     # ------------------------------------------------------------------ building
-    def _circulant_block(self, i: int, j: int, mlp_ratio: float, ffn_type: str, common: dict) -> nn.Module:
-        dims = self.embed_dims[i]
-        return CirculantBlock(dims, int(mlp_ratio * dims), num_heads=self.circulant_heads[i],
-                              boundary=self.boundary, scale=self.scale, drop_rate=common['drop_rate'],
-                              drop_path_rate=self.drop_path_rates[i][j], ffn_type=ffn_type,
-                              act_cfg=common['act_cfg'], norm_cfg=common['norm_cfg'])
+    def _build_blocks(self, i: int, **family_ctx) -> List[nn.Module]:
+        """The blocks of stage ``i``: its block class built with the arguments it takes
+        from the context (``family_ctx``, e.g. ``feedforward_channels``, ``ffn_type``,
+        ``sr_ratio``, plus the stage's widths, heads, drop path, circulant options),
+        then its block config's options on top."""
+        block, options = self.block_types[i], self.block_options[i]
+        blocks = []
+        for j in range(self.depths[i]):
+            ctx = dict(family_ctx, embed_dims=self.embed_dims[i], num_heads=self.num_heads[i],
+                       drop_path_rate=self.drop_path_rates[i][j], block_index=j,
+                       circulant_heads=self.circulant_heads[i], boundary=self.boundary, scale=self.scale)
+            kwargs = dict(block.stage_kwargs(ctx), **options)
+            try:
+                blocks.append(block(**kwargs))
+            except TypeError as err:
+                raise TypeError(f'{type(self).__name__}: stage {i} block {block.__name__}: {err}') from None
+        return blocks
 
-    def _core_block(self, i: int, j: int, mlp_ratio: float, ffn_type: str, use_cpe: bool,
-                    chunk_size: Optional[int], common: dict) -> nn.Module:
-        dims = self.embed_dims[i]
-        return CoreBlock(dims, self.num_heads[i], int(mlp_ratio * dims), qkv_bias=common['qkv_bias'],
-                         drop_rate=common['drop_rate'], attn_drop_rate=common['attn_drop_rate'],
-                         drop_path_rate=self.drop_path_rates[i][j], use_cpe=use_cpe, chunk_size=chunk_size,
-                         ffn_type=ffn_type, act_cfg=common['act_cfg'], norm_cfg=common['norm_cfg'])
-
-    def _stages(self) -> ModuleList:
-        return getattr(self, self.stages_attr)
+    @property
+    def stages(self) -> ModuleList:
+        """The stages (:class:`PyramidStage`, each with its ``attention`` kind), held
+        under ``stages_attr`` (``layers`` in PVT, ``stages`` in Swin: mmdet's keys)."""
+        return self._modules[self.stages_attr]
 
     def _stem(self, x: torch.Tensor):
         """Before the first stage: (x, hw_shape). Default: nothing (PVT)."""
@@ -461,7 +417,7 @@ class PyramidBackbone(BaseModule):
 
     def _stage_modules(self, i: int) -> List[nn.Module]:
         """Modules frozen with stage ``i`` (0-based) by ``frozen_stages > i``."""
-        modules = [self._stages()[i]]
+        modules = [self.stages[i]]
         norm = getattr(self, f'norm{i}', None)
         if norm is not None:
             modules.append(norm)
@@ -477,7 +433,7 @@ class PyramidBackbone(BaseModule):
         """Set the active core count C' (int in [1, num_cores_max] or a preset name in
         ``CORE_PRESETS``) of every core stage; takes effect from the next forward."""
         self._num_cores = self._parse_num_cores(num_cores, self.num_cores_max)
-        for stage in self._stages():
+        for stage in self.stages:
             if stage.cores is not None:
                 stage.num_cores = self._num_cores
 
@@ -531,7 +487,7 @@ class PyramidBackbone(BaseModule):
         r x r map, i.e. H >= s * (r - 1) + 1.
         """
         size, stride = 1, _stride_of(getattr(self, 'patch_embed', None))
-        for stage in self._stages():
+        for stage in self.stages:
             stride *= _stride_of(stage.patch_embed)
             ratio = max((getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks),
                         default=1)
@@ -555,7 +511,7 @@ class PyramidBackbone(BaseModule):
         self._check_input_size(x)
         x, hw_shape = self._stem(x)
         outs = []
-        for i, stage in enumerate(self._stages()):
+        for i, stage in enumerate(self.stages):
             x, hw_shape, out, out_hw = stage(x, hw_shape)
             if i in self.out_indices:
                 norm = getattr(self, f'norm{i}', None)

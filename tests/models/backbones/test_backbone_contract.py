@@ -58,7 +58,7 @@ def test_train_keeps_frozen_stages_in_eval(cls):
     model.train()
     parts = frozen_parts(model, 2)
     assert all(not m.training for part in parts for m in part.modules())
-    later = model._stages()[3]
+    later = model.stages[3]
     assert later.training
     model.eval()
     model.train(True)
@@ -108,7 +108,7 @@ def test_with_cp_checkpoints_each_block(monkeypatch):
 def test_drop_path_rate_linear_over_all_blocks(cls):
     model = build(cls, drop_path_rate=0.3)
     rates = []
-    for stage in model._stages():
+    for stage in model.stages:
         for block in stage.blocks:
             rates.append(block.ffn.dropout_layer.drop_prob)
     total = sum(TINY['depths'])
@@ -153,7 +153,7 @@ def test_block_types_and_cpe():
     pvt = CAPVT(arch=TINY, stage_attentions=('circulant', 'core', 'sra', 'sra'))
     swin = CASwin(arch=TINY, stage_attentions=('circulant', 'core', 'window', 'window'))
     for model in (pvt, swin):
-        stages = model._stages()
+        stages = model.stages
         assert all(isinstance(b, CirculantBlock) and b.cpe is not None for b in stages[0].blocks)
         assert all(isinstance(b, CoreBlock) for b in stages[1].blocks)
     assert pvt.layers[1].blocks[0].cpe is None  # PVT has absolute position embeddings

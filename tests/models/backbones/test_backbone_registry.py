@@ -29,7 +29,7 @@ def test_named_variant_builds(cls, arch, lib):
     with torch.device('meta'):  # the real constructor, without allocating ~90M floats
         model = registries()[lib].build(dict(type=cls.__name__, arch=arch))
     assert type(model) is cls
-    depths = [len(s.blocks) for s in model._stages()]
+    depths = [len(s.blocks) for s in model.stages]
     if cls in (CAPVT, CorePVT):
         assert depths == list(EXPECTED[arch])
         assert model.embed_dims == (64, 128, 320, 512) and model.num_heads == (1, 2, 5, 8)

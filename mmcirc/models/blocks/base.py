@@ -1,0 +1,140 @@
+"""What every pyramid block declares, and the registry queries built on it.
+
+A block is a module ``blk(x, hw_shape) -> x`` (tokens (B, N, C) of an H x W map) or,
+when it ``carries_cores``, ``blk(x, hw_shape, cores) -> (x, cores)``. It is registered
+in the MODELS registries of mmdet, mmseg and mmpretrain (:func:`mmcirc.registry.
+register_model`) and declares, as class attributes:
+
+* ``kind``: the short name used in a backbone's ``attention`` / ``stage_attentions``;
+* ``carries_cores``: the stage owns a core bank whose cores go through the blocks;
+* ``families``: the pyramid families it fits (None: any, e.g. ``('pvt', )``);
+* ``added_keys``: state-dict key prefixes (relative to the block) that the family's
+  original block does not have, i.e. what a converted checkpoint leaves new;
+* ``options``: the backbone-level options it reads (e.g. ``boundary``), so a tool
+  can tell whether an option has any effect;
+* ``quadratic``: its attention matrix grows with the square of the map area.
+
+A backbone builds its blocks from configs: :meth:`PyramidBlock.stage_kwargs` maps the
+backbone's per-block context (``embed_dims``, ``num_heads``, ``drop_path_rate``, ...)
+to constructor arguments; a block config (``dict(type='CirculantBlock', boundary=
+'zero')``) adds or overrides arguments. Which kinds exist, and which a family takes, is
+read from the registry (:func:`block_classes`), never from a hand-kept list.
+"""
+import inspect
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from mmcv.cnn.bricks.transformer import FFN
+from mmdet.models.backbones.pvt import MixFFN
+from mmdet.models.layers import nlc_to_nchw
+
+__all__ = ['PyramidBlock', 'block_classes', 'block_class', 'attention_kinds', 'FFN_TYPES']
+
+FFN_TYPES = ('ffn', 'mixffn')
+
+
+class PyramidBlock:
+    """Mixin of the declarations above (see the module docstring)."""
+
+    kind: str = ''
+    carries_cores: bool = False
+    families: Optional[Tuple[str, ...]] = None
+    added_keys: Tuple[str, ...] = ()
+    options: Tuple[str, ...] = ()
+    quadratic: bool = False
+    #: the family's ``num_heads`` must divide ``embed_dims`` in a stage of this kind
+    uses_num_heads: bool = True
+
+    @classmethod
+    def fits(cls, family: Optional[str]) -> bool:
+        """Whether this block may be used in a pyramid of ``family``."""
+        return cls.families is None or family in cls.families
+
+    @classmethod
+    def stage_kwargs(cls, ctx: dict) -> dict:
+        """Constructor arguments from the backbone's context of one block (default:
+        the context entries the constructor names)."""
+        params = inspect.signature(cls.__init__).parameters
+        return {k: v for k, v in ctx.items() if k in params and k != 'self'}
+
+    @classmethod
+    def check_stage(cls, owner: str, i: int, ctx: dict) -> None:
+        """Raise ValueError when stage ``i`` of backbone ``owner`` cannot hold this block."""
+        dims, heads = ctx['embed_dims'], ctx['num_heads']
+        if cls.uses_num_heads and dims % heads:
+            raise ValueError(f'{owner}: num_heads[{i}]={heads} must divide embed_dims[{i}]={dims} '
+                             f'(stage {i} uses {cls.kind!r} attention)')
+
+    def added_state_keys(self) -> List[str]:
+        """This block's state-dict keys that the family's original block lacks."""
+        return [k for k in self.state_dict() if k.startswith(tuple(self.added_keys))]
+
+    def attention_matrix(self, hw: Sequence[int]) -> Optional[dict]:
+        """Size of the materialised attention matrix on an (h, w) map:
+        ``dict(queries, keys, heads)``, or None when there is none."""
+        return None
+
+
+def block_classes(family: Optional[str] = None) -> Dict[str, type]:
+    """``{kind: class}`` of the registered blocks (that fit ``family`` if given), in
+    registration order. Raises ValueError if two registered blocks claim one kind."""
+    from mmcirc.registry import model_registries
+    out = {}
+    for cls in list(model_registries()[0].module_dict.values()):
+        if not (inspect.isclass(cls) and issubclass(cls, PyramidBlock) and cls.kind):
+            continue
+        if family is not None and not cls.fits(family):
+            continue
+        if cls.kind in out and out[cls.kind] is not cls:
+            raise ValueError(f'two registered blocks claim attention kind {cls.kind!r}: '
+                             f'{out[cls.kind].__name__} and {cls.__name__}')
+        out[cls.kind] = cls
+    return out
+
+
+def attention_kinds(family: Optional[str] = None) -> Tuple[str, ...]:
+    """The attention kinds of the registered blocks (that fit ``family``)."""
+    return tuple(block_classes(family))
+
+
+def block_class(name: str, family: Optional[str] = None) -> type:
+    """The registered block of kind ``name`` or class name ``name`` (ValueError if
+    none fits ``family``)."""
+    from mmcirc.registry import model_registries
+    kinds = block_classes(family)
+    if name in kinds:
+        return kinds[name]
+    cls = model_registries()[0].module_dict.get(name)
+    if inspect.isclass(cls) and issubclass(cls, PyramidBlock) and cls.kind in kinds:
+        return cls
+    raise ValueError(f'block type must be a registered block (kinds {tuple(kinds)}, classes '
+                     f'{tuple(c.__name__ for c in kinds.values())}), got {name!r}')
+
+
+# --------------------------------------------------------------------------- helpers
+def cpe(conv: nn.Conv2d, x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
+    """Depthwise 3x3 conv (conditional positional encoding) of tokens (B, N, C)."""
+    return conv(nlc_to_nchw(x, hw_shape)).flatten(2).transpose(1, 2)
+
+
+def build_ffn(ffn_type: str, embed_dims: int, feedforward_channels: int, drop_rate: float,
+              drop_path_rate: float, act_cfg: dict) -> nn.Module:
+    """The MLP of a block, as the family writes it: mmcv ``FFN`` (Swin, keys
+    ``ffn.layers.0.0`` / ``ffn.layers.1``) or mmdet's ``MixFFN`` without its depthwise
+    conv (PVT, 1x1 convs, keys ``ffn.layers.0`` / ``ffn.layers.3``)."""
+    dropout_layer = dict(type='DropPath', drop_prob=drop_path_rate)
+    if ffn_type == 'ffn':
+        return FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
+                   ffn_drop=drop_rate, dropout_layer=dropout_layer, act_cfg=act_cfg, add_identity=True)
+    if ffn_type == 'mixffn':
+        return MixFFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, act_cfg=act_cfg,
+                      ffn_drop=drop_rate, dropout_layer=dropout_layer, use_conv=False)
+    raise ValueError(f'ffn_type must be one of {FFN_TYPES}, got {ffn_type!r}')
+
+
+def apply_ffn(ffn: nn.Module, x_norm: torch.Tensor, hw_shape, identity: torch.Tensor) -> torch.Tensor:
+    """``identity + DropPath(MLP(x_norm))`` for either FFN flavour."""
+    if isinstance(ffn, MixFFN):
+        return ffn(x_norm, hw_shape, identity=identity)
+    return ffn(x_norm, identity=identity)
