@@ -1,4 +1,5 @@
 """Helpers shared by the tests: paths of the repo and a runner for its tools."""
+import glob
 import os
 import os.path as osp
 import subprocess
@@ -22,3 +23,45 @@ def run_tool(args, cwd, timeout=900, env=None, check=True):
         raise AssertionError(f'{" ".join(args)} failed ({proc.returncode}):\n'
                              f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')
     return proc
+
+
+def _json_rows(path):
+    """The JSON objects of a file mmengine writes one per line."""
+    import json
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_dirs(work_dir):
+    """The ``WORK_DIR/<timestamp>`` folders of the runs that used ``work_dir``, oldest first."""
+    return sorted(p for p in glob.glob(osp.join(str(work_dir), '[0-9]' * 8 + '_' + '[0-9]' * 6))
+                  if osp.isdir(p))
+
+
+def evaluated_metrics(work_dir):
+    """The metrics tools/test.py wrote: mmengine's ``WORK_DIR/<timestamp>/<timestamp>.json``
+    (the one test run in ``work_dir``)."""
+    (run, ) = run_dirs(work_dir)
+    (metrics, ) = _json_rows(osp.join(run, osp.basename(run) + '.json'))
+    return metrics
+
+
+def train_scalars(work_dir, run=-1):
+    """The rows of ``vis_data/scalars.json`` of one training run in ``work_dir`` (the
+    newest by default): per-iteration losses with their ``iter``, validation metrics."""
+    return _json_rows(osp.join(run_dirs(work_dir)[run], 'vis_data', 'scalars.json'))
+
+
+def train_iters(work_dir, run=-1):
+    """The iterations one training run logged a loss for (newest run by default)."""
+    return [r['iter'] for r in train_scalars(work_dir, run) if 'loss' in r]
+
+
+def assert_metric(metrics, key, high):
+    """``metrics[key]`` is a finite number in [0, high] (1 for COCO mAP, 100 for mIoU and
+    accuracy, which mmseg and mmpretrain report in percent)."""
+    import math
+    assert key in metrics, f'{key} not among the metrics {sorted(metrics)}'
+    value = metrics[key]
+    assert isinstance(value, (int, float)) and not isinstance(value, bool), (key, value)
+    assert math.isfinite(value) and 0 <= value <= high, f'{key} = {value}, expected in [0, {high}]'
