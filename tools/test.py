@@ -17,6 +17,9 @@ def parse_args(argv=None):
                         'mmpretrain; a directory of label PNGs for mmseg)')
     parser.add_argument('--show-dir', help='save painted predictions under '
                         'work_dir/<timestamp>/<show_dir> (mmdet) or this directory')
+    parser.add_argument('--compile', nargs='?', const='inductor', metavar='BACKEND',
+                        help='torch.compile the test step (mmengine compiles only the train '
+                        'step); default backend: inductor')
     parser.add_argument('--trust-checkpoint', action='store_true',
                         help='allow full unpickling of CHECKPOINT (only for files you trust)')
     apply_common_args(parser)
@@ -78,6 +81,9 @@ def main(argv=None):
     runner = build_runner(OUTPUTS[scope](cfg, args))
     if args.out and scope != 'mmseg':
         runner.test_evaluator.metrics.append(_dump_metric(scope, args.out))
+    if args.compile:  # as mmengine does for train_step (Runner._maybe_compile)
+        import torch
+        runner.model.test_step = torch.compile(runner.model.test_step, backend=args.compile)
     return run_and_release(runner, 'test')
 
 

@@ -16,6 +16,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Train a model with mmcirc backbones')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
+    parser.add_argument('--compile', nargs='?', const='inductor', metavar='BACKEND',
+                        help="torch.compile the train step (mmengine's compile=dict(backend=...)); "
+                        "default backend: inductor")
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the LR by the actual batch size (auto_scale_lr)')
     parser.add_argument(
@@ -45,6 +48,8 @@ def main(argv=None):
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
     if args.amp:
         enable_amp(cfg)
+    if args.compile:
+        cfg.compile = dict(backend=args.compile)
     if args.auto_scale_lr:
         if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
             raise CLIError(f'{args.config}: --auto-scale-lr needs auto_scale_lr.base_batch_size')

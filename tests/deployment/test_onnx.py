@@ -126,18 +126,6 @@ def test_export_matches_torch_in_onnxruntime(tmp_path, config, boundary):
                                    atol=1e-4 * float(r.abs().max()))
 
 
-def _pyramid_sizes_stay_symbolic():
-    """PyramidStage.forward turns hw_shape into Python ints (int(s)), which fixes the
-    input size of a torch.export graph."""
-    import inspect
-    from mmcirc.models.backbones.pyramid import PyramidStage
-    return 'int(s) for s in hw_shape' not in inspect.getsource(PyramidStage.forward)
-
-
-@pytest.mark.xfail(not _pyramid_sizes_stay_symbolic(), raises=ExportError, strict=True,
-                   reason='mmcirc/models/backbones/pyramid.py specialises the input size '
-                          '(hw_shape = tuple(int(s) ...), select_cores(..., int(x.shape[0]))); '
-                          'keep torch.SymInt sizes symbolic there')
 def test_dynamic_pyramid_export_matches_torch_at_two_sizes(tmp_path):
     model = _model(DET, 'zero')
     out = tmp_path / 'det.onnx'

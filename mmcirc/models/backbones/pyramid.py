@@ -42,6 +42,12 @@ CORE_PRESETS: Dict[str, int] = {'mobile': 8, 'edge': 32, 'server': 64}
 
 
 # --------------------------------------------------------------------------- helpers
+def _size(s):
+    """``int(s)``, except a symbolic size (``torch.export`` with dynamic shapes), which
+    stays symbolic so that one exported graph serves every input size."""
+    return s if isinstance(s, torch.SymInt) else int(s)
+
+
 def _stride_of(module: Optional[nn.Module]) -> int:
     """Downsampling factor of an mmcv ``PatchEmbed`` (conv ``projection``) or
     ``PatchMerging`` (``sampler`` unfold); 1 for None."""
@@ -128,14 +134,15 @@ class PyramidStage(BaseModule):
             if x.dim() == 3:
                 x = nlc_to_nchw(x, hw_shape)
             x, hw_shape = self.patch_embed(x)
-        hw_shape = tuple(int(s) for s in hw_shape)
+        hw_shape = tuple(_size(s) for s in hw_shape)
         if self.pos_embed is not None:
             x = self.pos_embed(x, hw_shape)
         if self.cores is None:
             for block in self.blocks:
                 x = self._call(block, x, hw_shape)
         else:
-            cores = select_cores(self.cores, self.num_cores, int(x.shape[0])).to(x.dtype)
+            cores = select_cores(self.cores, self.num_cores).unsqueeze(0).expand(
+                x.shape[0], -1, -1).to(x.dtype)  # (B, C', C); B may be symbolic (export)
             if not torch.is_grad_enabled():
                 # a view of the bank made under no_grad still reports requires_grad
                 # without a grad_fn, which trips torch's ModuleTracker (FlopCounterMode)
@@ -147,7 +154,7 @@ class PyramidStage(BaseModule):
         out, out_hw = x, hw_shape
         if self.downsample is not None:
             x, hw_shape = self.downsample(x, hw_shape)
-            hw_shape = tuple(int(s) for s in hw_shape)
+            hw_shape = tuple(_size(s) for s in hw_shape)
         return x, hw_shape, out, out_hw
 
 
