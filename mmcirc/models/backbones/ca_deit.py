@@ -66,6 +66,18 @@ def _is_int(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
+def parse_block_indices(out_indices, depth: int) -> tuple:
+    """``out_indices`` of an isotropic model (an int or ints in [-depth, depth - 1]) ->
+    sorted, non-negative, unique block indices; ValueError naming the range otherwise."""
+    if _is_int(out_indices):
+        out_indices = (out_indices, )
+    if not isinstance(out_indices, (list, tuple)) or not out_indices or \
+            not all(_is_int(i) and -depth <= i < depth for i in out_indices):
+        raise ValueError(f'out_indices must be an int or a non-empty sequence of ints in '
+                         f'[-{depth}, {depth - 1}] (blocks 0..{depth - 1}), got {out_indices!r}')
+    return tuple(sorted({int(i) % depth for i in out_indices}))
+
+
 # --------------------------------------------------------------------------- layers
 class DropPath(nn.Module):
     """Stochastic depth: drop the whole residual branch per sample (training only)."""
@@ -217,7 +229,7 @@ class CADeiT(BaseModule):
                 raise ValueError(f'{name}: {key} must be in [0, 1), got {value!r}')
         if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.depth:
             raise ValueError(f'{name}: frozen_stages must be an int in [-1, {self.depth}], got {frozen_stages!r}')
-        self.out_indices = self._parse_out_indices(out_indices, self.depth)
+        self.out_indices = parse_block_indices(out_indices, self.depth)
         self.out_type = out_type
         self.final_norm = bool(final_norm)
         self.with_cp = bool(with_cp)
@@ -259,16 +271,6 @@ class CADeiT(BaseModule):
         if not (isinstance(out['mlp_ratio'], Real) and out['mlp_ratio'] > 0):
             raise ValueError(f'{cls.__name__}: arch mlp_ratio must be positive, got {out["mlp_ratio"]!r}')
         return out
-
-    @staticmethod
-    def _parse_out_indices(out_indices, depth: int) -> tuple:
-        if _is_int(out_indices):
-            out_indices = (out_indices, )
-        if not isinstance(out_indices, (list, tuple)) or not out_indices or \
-                not all(_is_int(i) and -depth <= i < depth for i in out_indices):
-            raise ValueError(f'out_indices must be an int or a non-empty sequence of ints in '
-                             f'[-{depth}, {depth - 1}] (blocks 0..{depth - 1}), got {out_indices!r}')
-        return tuple(sorted({int(i) % depth for i in out_indices}))
 
     # ------------------------------------------------------------------ mm contract
     def _freeze_stages(self) -> None:

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .ca_deit import _HAS_MMENGINE, BaseModule, _is_int
+from .ca_deit import _HAS_MMENGINE, BaseModule, _is_int, parse_block_indices
 
 __all__ = ['VECAViT', 'VECABlock', 'Rotary2D', 'VECA_PRESETS', 'VECA_OUT_TYPES']
 
@@ -227,7 +227,7 @@ class VECAViT(BaseModule):
                              f'got {frozen_stages!r}')
         self.core_chunk = int(core_chunk)
         self.out_type = out_type
-        self.out_indices = self._parse_out_indices(out_indices, self.num_layers)
+        self.out_indices = parse_block_indices(out_indices, self.num_layers)
         self.with_cp, self.frozen_stages = bool(with_cp), int(frozen_stages)
         d = self.embed_dims
         self.out_channels = int(out_channels or d)
@@ -271,16 +271,6 @@ class VECAViT(BaseModule):
         if not (isinstance(arch['mlp_ratio'], Real) and arch['mlp_ratio'] > 0):
             raise ValueError(f'{cls.__name__}: arch mlp_ratio must be positive, got {arch["mlp_ratio"]!r}')
         return dict(arch)
-
-    @staticmethod
-    def _parse_out_indices(out_indices, depth: int) -> tuple:
-        if _is_int(out_indices):
-            out_indices = (out_indices, )
-        if not isinstance(out_indices, (list, tuple)) or not out_indices or \
-                not all(_is_int(i) and -depth <= i < depth for i in out_indices):
-            raise ValueError(f'out_indices must be an int or a non-empty sequence of ints in '
-                             f'[-{depth}, {depth - 1}] (blocks 0..{depth - 1}), got {out_indices!r}')
-        return tuple(sorted({int(i) % depth for i in out_indices}))
 
     def _parse_num_cores(self, num_cores) -> int:
         allowed = list(range(self.core_chunk, self.num_cores_max + 1, self.core_chunk))
