@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from helpers import REPO
 
@@ -17,3 +18,14 @@ def toy_root(tmp_path_factory):
          'all', '--out', str(root / 'data'), '--num-train', '24', '--num-val', '8'],
         check=True, capture_output=True)
     return root
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread for the test (tiny tensors: faster than two, and no OpenMP
+    stalls when the machine is busy); restored afterwards. Use with
+    ``pytestmark = pytest.mark.usefixtures('one_torch_thread')``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

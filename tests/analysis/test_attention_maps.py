@@ -20,12 +20,7 @@ from mmcirc.analysis.attention_maps import (AttentionCapture, bccb_distance, bcc
 from mmcirc.ops import CirculantAttention, CoreAttention  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 def _random_attention(*shape, seed=0):

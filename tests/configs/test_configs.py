@@ -232,12 +232,7 @@ def check_forward(cfg):
         CHECKS[cfg.default_scope](cfg, model, img)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 @pytest.mark.parametrize('name', sorted(EXPECTED))

@@ -28,12 +28,7 @@ def _build(name):
     return cfg, registry.build(cfg.model).eval()
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
 
 @pytest.mark.parametrize('name', CONFIGS)
