@@ -93,8 +93,8 @@ def run_and_release(runner, method: str):
     active exception`` (SIGABRT), which torchrun reports as a failed job. After a
     successful run every rank waits for the others (so none tears down a group a peer
     still uses) and the group is destroyed, joining its threads while the interpreter
-    is still whole.
-    After a failure the group is destroyed without waiting (the peers may be gone).
+    is still whole; after a failure it is destroyed without waiting (the peers may be
+    gone).
     """
     import torch.distributed as dist
     try:
