@@ -12,6 +12,10 @@ is read from the JSON file tools/test.py writes (bbox mAP for det, mIoU for seg)
 Finished runs are kept in ``OUT/results.json`` and skipped when the script runs again,
 so a long sweep can be continued; ``OUT/table.md`` gets mean, sample standard
 deviation, min and max per (job, attention).
+Seeds are the outer loop, so a sweep stopped early covers every model at the same
+seeds. Each record keeps ``OMP_NUM_THREADS`` (threads change float summation order):
+run one sweep with one setting, e.g. ``OMP_NUM_THREADS=1 taskset -c 0 python ...`` to
+leave the other core free.
 """
 import argparse
 import glob
@@ -62,7 +66,8 @@ def run_one(job, attention, seed, out_dir):
     subprocess.run([sys.executable, 'tools/test.py', config, ckpt, '--work-dir',
                     osp.join(work, 'test'), *opts], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     return dict(job=job, attention=attention, seed=seed, metric=key,
-                value=_metric(osp.join(work, 'test'), key), minutes=(time.time() - t0) / 60)
+                value=_metric(osp.join(work, 'test'), key), minutes=(time.time() - t0) / 60,
+                threads=os.environ.get('OMP_NUM_THREADS', 'default'))
 
 
 def table(records):
@@ -86,9 +91,10 @@ def main(argv=None):
     from mmcirc.utils.fileio import atomic_write
     results_file = osp.join(out_dir, 'results.json')
     records = json.load(open(results_file)) if osp.isfile(results_file) else []
-    for job in args.jobs:
+    # seeds outermost: a sweep stopped early still has every model at the same seeds
+    for seed in args.seeds:
         for attention in args.attentions:
-            for seed in args.seeds:
+            for job in args.jobs:
                 if any(r['job'] == job and r['attention'] == attention and r['seed'] == seed
                        for r in records):
                     continue
