@@ -4,7 +4,11 @@
 and hooks into the MODELS/HOOKS registries of the three libraries and makes mmengine
 load checkpoints safely on torch >= 2.6 and save them atomically (a kill during a save
 never leaves a truncated checkpoint for ``--resume``). ``mmcirc.ops`` (the attention operators)
-needs torch alone: without mmengine installed, only that part is available.
+needs torch alone: without mmengine installed, only that part is available. mmdet is
+required for the models (their PVT and Swin blocks reuse its layers): without it,
+``import mmcirc.models`` says which package to install. mmseg and mmpretrain are
+optional: the models are registered into whichever of them is installed, and a
+detection user's ``import mmcirc`` never imports mmseg or mmpretrain.
 """
 import importlib.util
 
@@ -15,4 +19,6 @@ if importlib.util.find_spec('mmengine') is not None:
 
     install_safe_loader()
     install_atomic_saving()
-    from . import engine, models  # noqa: F401,E402  (registration)
+    from . import engine  # noqa: F401,E402  (hooks, registered in mmengine's root)
+    if importlib.util.find_spec('mmdet') is not None:
+        from . import models  # noqa: F401,E402  (registration)

@@ -2,21 +2,50 @@
 
 A backbone written here is used from mmdet configs (detection), mmseg configs
 (segmentation) and mmpretrain configs (ImageNet pretraining). Each library has its own
-``MODELS`` registry, so :func:`register_model` puts a class into all three at once,
+``MODELS`` registry, so :func:`register_model` puts a class into all of them that are
+installed (mmdet is required, mmseg and mmpretrain are optional extras) at once,
 under one name, and refuses a name that any of them (or mmengine's root registry,
 which they inherit from) already holds.
 """
-from typing import List, Optional
+import functools
+import importlib
+import importlib.util
+from typing import Dict, List, Optional
 
 from mmengine.registry import Registry
 
+#: The libraries mmcirc registers into, in this order. mmdet is required (the PVT and
+#: Swin blocks reuse its layers); mmseg and mmpretrain are used when they are installed.
+LIBRARIES = ('mmdet', 'mmseg', 'mmpretrain')
+_EXTRAS = {'mmdet': 'mmdet==3.3.0', 'mmseg': 'mmsegmentation==1.2.2', 'mmpretrain': 'mmpretrain==1.2.0'}
+
+
+@functools.lru_cache(maxsize=None)
+def _library_models(library: str) -> Optional[Registry]:
+    """``library.registry.MODELS``, or None when ``library`` is not installed."""
+    if importlib.util.find_spec(library) is None:
+        if library == 'mmdet':
+            raise ModuleNotFoundError(
+                f"mmcirc needs mmdet (its PVT and Swin blocks reuse mmdet's layers): "
+                f"pip install '{_EXTRAS['mmdet']}'", name='mmdet')
+        return None
+    return importlib.import_module(f'{library}.registry').MODELS
+
+
+def registries_by_library() -> Dict[str, Registry]:
+    """``{library: MODELS}`` for mmdet and whichever of mmseg / mmpretrain are installed.
+
+    A detection user needs neither mmseg nor mmpretrain: their registries are only
+    imported (and filled) where the library is present.
+    """
+    found = {lib: _library_models(lib) for lib in LIBRARIES}
+    return {lib: reg for lib, reg in found.items() if reg is not None}
+
 
 def model_registries() -> List[Registry]:
-    """The ``MODELS`` registries of mmdet, mmseg and mmpretrain, in that order."""
-    from mmdet.registry import MODELS as MMDET_MODELS
-    from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
-    from mmseg.registry import MODELS as MMSEG_MODELS
-    return [MMDET_MODELS, MMSEG_MODELS, MMPRETRAIN_MODELS]
+    """The installed ``MODELS`` registries among mmdet, mmseg and mmpretrain, in that order
+    (mmdet always first)."""
+    return list(registries_by_library().values())
 
 
 def _holder(registry: Registry, name: str):

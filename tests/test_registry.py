@@ -76,3 +76,39 @@ def test_clash_with_mmengine_root_name_is_refused():
 
 def test_reregistering_same_class_is_a_no_op():
     assert register_model(RegistryProbeBackbone) is RegistryProbeBackbone
+
+
+# None in sys.modules: ``import X`` raises ModuleNotFoundError and find_spec('X') is None,
+# as when X is not installed
+BLOCK_IMPORTS = '''
+import sys
+for name in sys.argv[1].split(','):
+    sys.modules[name] = None
+'''
+
+
+def _run_without(packages, code):
+    """Run ``code`` in a fresh interpreter where ``packages`` cannot be imported."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, '-c', BLOCK_IMPORTS + code, ','.join(packages)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_detection_user_needs_neither_mmseg_nor_mmpretrain():
+    out = _run_without(['mmseg', 'mmpretrain'], (
+        'import mmcirc\n'
+        'from mmdet.registry import MODELS\n'
+        "m = MODELS.build(dict(type='CAPVT', arch='tiny'))\n"
+        "print(type(m).__name__, *(sys.modules.get(n) is not None for n in ('mmseg', 'mmpretrain')))\n"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == ['CAPVT', 'False', 'False']
+
+
+def test_missing_mmdet_is_named_with_its_pip_spec():
+    out = _run_without(['mmdet'], (
+        'import mmcirc, mmcirc.ops\n'  # the operators and the package itself still import
+        'import mmcirc.models\n'))
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith('ModuleNotFoundError: mmcirc needs mmdet') and "pip install 'mmdet==" in last
