@@ -1,8 +1,8 @@
 """Benchmark global softmax attention vs circulant and core attention.
 
 Peak memory: CPU: every (method, map size, forward / forward+backward) runs
-one pass in a fresh subprocess (peak RSS above the RSS after setup, via
-/proc/self/clear_refs + VmHWM, falling back to ru_maxrss); CUDA: in the timing
+one pass in a fresh subprocess (peak RSS above the RSS after setup, read
+with mmcirc.utils.memory); CUDA: in the timing
 process, torch.cuda.max_memory_allocated of one pass above the allocation
 before it (exact per method without a fresh process).
 
@@ -14,11 +14,13 @@ methods alike and the ratios between them stay meaningful.
 Methods (C = 64 channels, batch 1, float32; ``--amp bf16``: under
 torch.autocast with bfloat16, where circulant attention keeps its FFTs and
 softmax in float32):
-  sdpa         qkv Linear + torch SDPA (1 head of 64, PVT stage-1 style) + proj
+  sdpa         SDPASelfAttention (mmcirc.models.baselines): qkv Linear +
+               torch SDPA (1 head of 64, PVT stage-1 style) + proj
   circ-circ    CirculantAttention, boundary='circular' (d = 1: 64 heads)
   circ-zero    CirculantAttention, boundary='zero'
   circ-linears the gate + qkv + proj Linears of CirculantAttention alone
-  core-K       CoreAttention (1 head of 64) with C' = K active cores
+  core-K       CoreAttentionWithBank (mmcirc.models.baselines): CoreAttention
+               (1 head of 64) with C' = K active cores of a bank of 64
 
 Usage:
   python tools/analysis/benchmark_attention.py [--sizes 32 64 128 256 512]
@@ -29,15 +31,16 @@ The acceptance targets (bottom of the table) are CPU targets; on CUDA the same
 ratios are printed as information.
 """
 import argparse
-import importlib.util
 import json
 import os
 import os.path as osp
-import resource
 import statistics
 import subprocess
 import sys
 import time
+
+from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.utils.fileio import atomic_open
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DIM = 64
@@ -51,36 +54,18 @@ MAX_SECONDS_PER_MEASUREMENT = 60.0
 
 
 # ------------------------------------------------------------------ worker
-def _load_ops():
-    """mmcirc.ops loaded on its own (torch only; skips mmcirc/__init__)."""
-    path = osp.join(ROOT, 'mmcirc', 'ops', '__init__.py')
-    spec = importlib.util.spec_from_file_location(
-        'mmcirc_ops_bench', path,
-        submodule_search_locations=[osp.dirname(path)])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _build(method, size, device):
     import torch
-    from torch import nn
-    import torch.nn.functional as F
-    ops = _load_ops()
+
+    from mmcirc import ops
+    from mmcirc.models.baselines import CoreAttentionWithBank, SDPASelfAttention
     n = size * size
     torch.manual_seed(0)
     x = torch.randn(1, n, DIM, device=device)
 
     if method == 'sdpa':
-        qkv, proj = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
-        model = nn.ModuleList([qkv, proj])
-
-        def run(x):
-            q, k, v = qkv(x).view(1, n, 3, SDPA_HEADS, -1).permute(
-                2, 0, 3, 1, 4)
-            o = F.scaled_dot_product_attention(q, k, v)
-            return proj(o.transpose(1, 2).reshape(1, n, DIM))
+        model = SDPASelfAttention(DIM, SDPA_HEADS)
+        run = model
     elif method.startswith('circ-') and method != 'circ-linears':
         model = ops.CirculantAttention(
             DIM, boundary='circular' if method == 'circ-circ' else 'zero')
@@ -93,38 +78,12 @@ def _build(method, size, device):
         def run(x):
             return model.proj(model.gate(x)), model.qkv(x)
     elif method.startswith('core-'):
-        model = ops.CoreAttention(DIM, CORE_HEADS)
-        bank = nn.Parameter(torch.randn(max(CORE_COUNTS), DIM) * 0.02)
-        model.register_parameter('bank', bank)
-        num_cores = int(method.split('-')[1])
-
-        def run(x):
-            return model(x, ops.select_cores(model.bank, num_cores, 1))
+        model = CoreAttentionWithBank(DIM, CORE_HEADS, int(method.split('-')[1]),
+                                      bank_size=max(CORE_COUNTS))
+        run = model
     else:
-        raise ValueError(method)
+        raise ValueError(f'method must be one of {METHODS}, got {method!r}')
     return model.to(device), run, x
-
-
-def _rss_reset():
-    """Reset the peak-RSS mark; return the current RSS in bytes."""
-    try:
-        with open('/proc/self/clear_refs', 'w') as f:
-            f.write('5')
-        reset = True
-    except OSError:
-        reset = False
-    with open('/proc/self/status') as f:
-        rss = next(int(line.split()[1]) for line in f
-                   if line.startswith('VmRSS'))
-    return rss * 1024, reset
-
-
-def _rss_peak(reset):
-    if reset:
-        with open('/proc/self/status') as f:
-            return next(int(line.split()[1]) for line in f
-                        if line.startswith('VmHWM')) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _step_fn(model, run, x, backward, device, amp=None):
@@ -179,9 +138,11 @@ def memory_worker(spec):
                     spec['mode'] == 'fwd+bwd', device, spec.get('amp'))
     import gc
     gc.collect()
-    base, reset = _rss_reset()
+    from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+    reset_peak_rss()  # the peak of what follows, above the RSS after setup
+    base = rss_bytes()
     step()
-    return {'peak_mb': max(_rss_peak(reset) - base, 0) / 2**20}
+    return {'peak_mb': max(peak_rss_bytes() - base, 0) / 2**20}
 
 
 def timing_worker(spec):
@@ -398,6 +359,7 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+@main_guard
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
@@ -407,7 +369,7 @@ def main(argv=None):
         return
     import torch
     if args.device == 'cuda' and not torch.cuda.is_available():
-        sys.exit('--device cuda: CUDA is not available')
+        raise CLIError('--device cuda: CUDA is not available')
     args.threads = args.threads or torch.get_num_threads()
     args.amp = {'bf16': 'bfloat16', 'fp16': 'float16', None: None}[args.amp]
     modes = ['fwd'] if args.no_backward else ['fwd', 'fwd+bwd']
@@ -434,12 +396,12 @@ def main(argv=None):
                             '  NON-FINITE OUTPUT')),
                       flush=True)
     table = markdown(results, args, modes)
-    with open(osp.join(args.out_dir, 'results.json'), 'w') as f:
+    with atomic_open(osp.join(args.out_dir, 'results.json'), 'w') as f:
         json.dump({'device': args.device, 'dim': DIM, 'threads': args.threads,
                    'sizes': args.sizes, 'results': results,
                    'amp': args.amp, 'device_name': _device_name(args.device),
                    'targets': targets(results, args.device)}, f, indent=1)
-    with open(osp.join(args.out_dir, 'table.md'), 'w') as f:
+    with atomic_open(osp.join(args.out_dir, 'table.md'), 'w') as f:
         f.write(table)
     plot(results, args, modes, osp.join(args.out_dir, 'benchmark.png'))
     print()

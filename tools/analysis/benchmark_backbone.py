@@ -11,7 +11,7 @@ that measurement's alone:
   shrinks with the warm-up time (``--budget`` seconds of timed runs, at most
   ``--repeats``, at least ``--min-repeats``); when the warm-up alone exceeds
   ``--single-run-above`` seconds, it is the reported time (one run).
-* memory: CPU: peak RSS (``resource.getrusage``) minus the peak after building the
+* memory: CPU: peak RSS (``mmcirc.utils.memory.peak_rss_bytes``) minus the peak after building the
   model and its input, i.e. what the forward adds; CUDA: ``max_memory_allocated``
   minus the allocation before the forward.
 * ``--timeout`` bounds each measurement (build + warm-up + runs); a model that
@@ -31,9 +31,8 @@ import subprocess
 import sys
 import time
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+from mmcirc.utils.cli import main_guard
+from mmcirc.utils.fileio import atomic_open
 
 #: name -> (registry scope, backbone config, baseline name or None, label)
 ZOO = {
@@ -70,14 +69,9 @@ def build_backbone(name, device='cpu', init=True):
     import mmcirc  # noqa: F401  (registers CAPVT & co. into mmdet/mmseg/mmpretrain)
     model = registry.build(dict(cfg, init_cfg=None))  # on CPU (mmdet calls .item())
     if init:
-        from mmengine.logging import MMLogger
-        logger = MMLogger.get_current_instance()
-        level = logger.level
-        logger.setLevel('WARNING')  # init_weights logs every parameter at INFO
-        try:
+        from mmcirc.utils.quiet import quiet_logger
+        with quiet_logger():  # init_weights logs every parameter at INFO
             model.init_weights()
-        finally:
-            logger.setLevel(level)
     model = model.to(device)
     model.eval()  # (mmdet Swin's train() returns None)
     return model
@@ -95,8 +89,9 @@ def backbone_flops(name, size, model=None, device='cpu'):
 
 # ----------------------------------------------------------------------------- worker
 def _rss_mb():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.  # KB on Linux
+    """Peak RSS of this process so far, in MiB."""
+    from mmcirc.utils.memory import peak_rss_bytes
+    return peak_rss_bytes() / 2**20
 
 
 def worker(args):
@@ -170,11 +165,10 @@ def measure(model, size, args):
         cmd += ['--threads', str(args.threads)]
     if args.flops:
         cmd += ['--flops']
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
     load = os.getloadavg()[0]  # other jobs on the machine distort CPU timings
     t = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return dict(model=model, size=size, device=args.device, status='timeout',
                     note=f'> {args.timeout:.0f} s')
@@ -275,6 +269,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@main_guard
 def main(argv=None):
     args = parse_args(argv)
     if args.device is None:
@@ -303,13 +298,13 @@ def main(argv=None):
             msg = (f"{r['time_s']:.3f} s ({r['runs']} runs), {r['mem_mb']:.0f} MB"
                    if r['status'] == 'ok' else f"{r['status']} {r.get('note', '')}")
             print(f'[{size}] {m}: {msg}', flush=True)
-            with open(json_path, 'w') as f:
+            with atomic_open(json_path, 'w') as f:
                 json.dump(dict(device=args.device, results=results), f, indent=1)
     all_models = [m for m in ZOO if any(r['model'] == m for r in results)]
     all_sizes = sorted({r['size'] for r in results})
     md = table(results, all_models, all_sizes)
     print('\n' + md)
-    with open(osp.join(args.out_dir, f'table_{args.device}.md'), 'w') as f:
+    with atomic_open(osp.join(args.out_dir, f'table_{args.device}.md'), 'w') as f:
         f.write(md + '\n')
     for p in plot(results, all_models, args.out_dir, args.device):
         print('wrote', p)

@@ -12,6 +12,7 @@ size, only PVT's position embeddings are stored for 224) and prints a markdown t
 import argparse
 
 import mmcirc  # noqa: F401  (registers the backbones)
+from mmcirc.utils.cli import main_guard
 
 
 def variants():
@@ -38,6 +39,7 @@ def count(backbone_cfg, num_classes=1000):
     return n_backbone, total, model.backbone.stage_attentions
 
 
+@main_guard
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--baselines', action='store_true', help='also the all-original pyramids')

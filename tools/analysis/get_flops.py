@@ -23,9 +23,8 @@ import os.path as osp
 import sys
 from functools import partial
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+from mmcirc.utils.cli import CLIError, load_config, main_guard
+from mmcirc.utils.fileio import atomic_open
 
 DEFAULT_SHAPES = {'mmdet': (800, 1333), 'mmseg': (512, 512), 'mmpretrain': (224, 224)}
 
@@ -47,7 +46,7 @@ def parse_args(argv=None):
                         help='override config settings, key=value')
     args = parser.parse_args(argv)
     if args.shape is not None and len(args.shape) not in (1, 2):
-        parser.error('--shape takes H or H W')
+        raise CLIError(f'--shape takes H or H W, got {len(args.shape)} numbers')
     return args
 
 
@@ -214,10 +213,10 @@ def print_table(rows, summary, title):
             f'{k} x{v}' for k, v in sorted(summary['unsupported_ops'].items())))
 
 
+@main_guard
 def main(argv=None):
     import torch
 
-    from mmcirc.utils.cli import load_config
     args = parse_args(argv)
     cfg = load_config(args.config, args.cfg_options)
     scope = cfg.default_scope
@@ -244,13 +243,13 @@ def main(argv=None):
             print(f'note: counting the {mode} forward failed ({type(e).__name__}: '
                   f'{str(e).splitlines()[0][:200] if str(e) else ""})', file=sys.stderr)
     if fc is None:
-        raise SystemExit(f'error: could not trace the model: {err}')
+        raise CLIError(f'could not trace the model: {err}')
     rows, summary = report(model, fc)
     what = 'tensor-mode forward' if used == 'full' else 'backbone + neck (extract_feat)'
     print_table(rows, summary, f'{osp.basename(args.config)}: input 1x3x{shape[0]}x{shape[1]}, '
                 f'{what}; FLOPs = multiply-adds')
     if args.out_json:
-        with open(args.out_json, 'w') as f:
+        with atomic_open(args.out_json, 'w') as f:
             json.dump(dict(config=args.config, shape=shape, mode=used, rows=rows, **summary),
                       f, indent=1, default=float)
     return rows, summary

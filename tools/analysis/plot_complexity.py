@@ -24,57 +24,10 @@ import os.path as osp
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-HERE = osp.dirname(osp.abspath(__file__))
-REPO = osp.dirname(osp.dirname(HERE))
-for p in (REPO, HERE):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-
-class SDPASelfAttention(nn.Module):
-    """qkv projection, ``F.scaled_dot_product_attention``, output projection."""
-
-    def __init__(self, dim, num_heads=1):
-        super().__init__()
-        self.num_heads = num_heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, n, c = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
-        o = F.scaled_dot_product_attention(q, k, v)
-        return self.proj(o.transpose(1, 2).reshape(b, n, c))
-
-
-class MHASelfAttention(nn.Module):
-    """``nn.MultiheadAttention`` self-attention."""
-
-    def __init__(self, dim, num_heads=1):
-        super().__init__()
-        self.attn = nn.MultiheadAttention(dim, num_heads, batch_first=True)
-
-    def forward(self, x):
-        return self.attn(x, x, x, need_weights=False)[0]
-
-
-class CoreWithBank(nn.Module):
-    """CoreAttention fed with the first C' cores of a bank (what a core block does)."""
-
-    def __init__(self, dim, num_heads, num_cores):
-        super().__init__()
-        from mmcirc.ops import CoreAttention
-        self.attn = CoreAttention(dim, num_heads)
-        self.cores = nn.Parameter(torch.zeros(64, dim))
-        self.num_cores = num_cores
-
-    def forward(self, x):
-        from mmcirc.ops import select_cores
-        # int(): the tracer hands out sizes as 0-dim tensors
-        return self.attn(x, select_cores(self.cores, self.num_cores, int(x.shape[0])))[0]
+from mmcirc.models.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
+from mmcirc.utils.cli import main_guard
+from mmcirc.utils.fileio import atomic_open
 
 
 def block_variants(dim):
@@ -83,9 +36,9 @@ def block_variants(dim):
         'self-attention (SDPA)': lambda: SDPASelfAttention(dim),
         'self-attention (nn.MultiheadAttention)': lambda: MHASelfAttention(dim),
         'circulant': lambda: CirculantAttention(dim),
-        "core C'=8": lambda: CoreWithBank(dim, 1, 8),
-        "core C'=16": lambda: CoreWithBank(dim, 1, 16),
-        "core C'=64": lambda: CoreWithBank(dim, 1, 64),
+        "core C'=8": lambda: CoreAttentionWithBank(dim, 1, 8),
+        "core C'=16": lambda: CoreAttentionWithBank(dim, 1, 16),
+        "core C'=64": lambda: CoreAttentionWithBank(dim, 1, 64),
     }
 
 
@@ -150,6 +103,7 @@ def _md(series, xs, xname):
     return '\n'.join(lines)
 
 
+@main_guard
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -198,7 +152,7 @@ def main(argv=None):
         print('\nBackbones, GMACs vs input size:\n')
         print(_md(nets, args.sizes, 'size'))
     path = osp.join(args.out_dir, 'complexity.json')
-    with open(path, 'w') as f:
+    with atomic_open(path, 'w') as f:
         json.dump(out, f, indent=1)
     print('\nwrote', path, 'and the PNGs in', args.out_dir)
 
