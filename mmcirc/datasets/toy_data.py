@@ -73,8 +73,8 @@ _GROUND_COLOR = (115, 95, 70)
 
 #: Dataset names accepted by :func:`make_toy_data` (plus ``'all'``).
 DATASETS = ('coco', 'ade', 'imagenet')
-#: Default ``(width, height)`` per dataset.
-DEFAULT_IMG_SIZES = {'coco': (160, 128), 'ade': (128, 128), 'imagenet': (64, 64)}
+#: Default ``(height, width)`` per dataset.
+DEFAULT_IMG_SIZES = {'coco': (128, 160), 'ade': (128, 128), 'imagenet': (64, 64)}
 #: Default number of training images per dataset.
 DEFAULT_NUM_TRAIN = 200
 #: Default number of validation images per dataset.
@@ -105,15 +105,15 @@ def _check_seed(seed):
 
 
 def parse_img_size(value, name='img_size'):
-    """Parse an image size into a ``(width, height)`` tuple of ints.
+    """Parse an image size into a ``(height, width)`` tuple of ints.
 
     Args:
-        value: an int ``S`` (square ``S x S``), a ``(width, height)`` pair, or a
-            string ``'S'`` or ``'WxH'`` (e.g. ``'160x128'``).
+        value: an int ``S`` (square ``S x S``), a ``(height, width)`` pair, or a
+            string ``'S'`` or ``'HxW'`` (e.g. ``'128x160'``: 128 rows, 160 columns).
         name (str): argument name used in error messages.
 
     Returns:
-        tuple[int, int]: ``(width, height)``.
+        tuple[int, int]: ``(height, width)``.
 
     Raises:
         ValueError: if the value cannot be parsed or a side is smaller than
@@ -134,7 +134,7 @@ def parse_img_size(value, name='img_size'):
         size = tuple(int(v) for v in value)
     if size is None or len(size) not in (1, 2):
         raise ValueError(
-            f"{name} must be an int, 'WxH' string or (width, height) pair, "
+            f"{name} must be an int, 'HxW' string or (height, width) pair, "
             f'got {value!r}')
     if len(size) == 1:
         size = (size[0], size[0])
@@ -382,15 +382,15 @@ def make_toy_coco(out_dir='data',
         out_dir (str | Path): parent directory (``toy_coco`` is created in it).
         num_train (int): number of training images (>= 1).
         num_val (int): number of validation images (>= 1).
-        img_size (int | str | tuple, optional): ``(width, height)``, see
-            :func:`parse_img_size`; default ``(160, 128)``.
+        img_size (int | str | tuple, optional): ``(height, width)``, see
+            :func:`parse_img_size`; default ``(128, 160)``.
         seed (int): non-negative random seed.
 
     Returns:
         dict: ``root`` (Path of ``toy_coco``) and per-split image and
         annotation counts.
     """
-    out_dir, num_train, num_val, (w, h), seed = _prepare(
+    out_dir, num_train, num_val, (h, w), seed = _prepare(
         out_dir, num_train, num_val, img_size, seed, 'coco')
     categories = [
         dict(id=i + 1, name=name, supercategory='shape')
@@ -465,7 +465,7 @@ def make_toy_ade(out_dir='data',
         out_dir (str | Path): parent directory (``toy_ade`` is created in it).
         num_train (int): number of training images (>= 1).
         num_val (int): number of validation images (>= 1).
-        img_size (int | str | tuple, optional): ``(width, height)``, see
+        img_size (int | str | tuple, optional): ``(height, width)``, see
             :func:`parse_img_size`; default ``(128, 128)``.
         seed (int): non-negative random seed.
 
@@ -473,7 +473,7 @@ def make_toy_ade(out_dir='data',
         dict: ``root`` (Path of ``toy_ade/ADEChallengeData2016``) and
         per-split image counts.
     """
-    out_dir, num_train, num_val, (w, h), seed = _prepare(
+    out_dir, num_train, num_val, (h, w), seed = _prepare(
         out_dir, num_train, num_val, img_size, seed, 'ade')
     summary = dict(root=out_dir / 'toy_ade' / 'ADEChallengeData2016')
     with _atomic_dir(out_dir / 'toy_ade') as top:
@@ -516,7 +516,7 @@ def make_toy_imagenet(out_dir='data',
         out_dir (str | Path): parent directory (``toy_imagenet`` is created).
         num_train (int): number of training images (>= 1).
         num_val (int): number of validation images (>= 1).
-        img_size (int | str | tuple, optional): ``(width, height)``, see
+        img_size (int | str | tuple, optional): ``(height, width)``, see
             :func:`parse_img_size`; default ``(64, 64)``.
         seed (int): non-negative random seed.
 
@@ -524,7 +524,7 @@ def make_toy_imagenet(out_dir='data',
         dict: ``root`` (Path of ``toy_imagenet``) and per-split image counts
         and per-class counts.
     """
-    out_dir, num_train, num_val, (w, h), seed = _prepare(
+    out_dir, num_train, num_val, (h, w), seed = _prepare(
         out_dir, num_train, num_val, img_size, seed, 'imagenet')
     summary = dict(root=out_dir / 'toy_imagenet')
     with _atomic_dir(out_dir / 'toy_imagenet') as root:
@@ -572,7 +572,7 @@ def make_toy_data(datasets='all',
         out_dir (str | Path): parent output directory (default ``'data'``).
         num_train (int): training images per dataset (>= 1).
         num_val (int): validation images per dataset (>= 1).
-        img_size (int | str | tuple, optional): ``(width, height)`` for every
+        img_size (int | str | tuple, optional): ``(height, width)`` for every
             selected dataset; None uses :data:`DEFAULT_IMG_SIZES`.
         seed (int): non-negative random seed.
 

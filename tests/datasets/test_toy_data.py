@@ -1,4 +1,5 @@
 """Tests for the toy dataset generator (mmcirc/datasets/toy_data.py and its CLI)."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -212,18 +213,26 @@ def test_bad_arguments_raise_value_error_and_write_nothing(
         (tmp_path / 'out').iterdir())
 
 
-def test_img_size_is_width_by_height(tmp_path):
-    assert toy_data.parse_img_size('160x128') == (160, 128)
+def test_img_size_is_height_by_width(tmp_path):
+    assert toy_data.parse_img_size('128x160') == (128, 160)
+    assert toy_data.parse_img_size((64, 96)) == (64, 96)
     assert toy_data.parse_img_size(96) == (96, 96)
     make_toy_data(['ade', 'coco'], tmp_path, num_train=1, num_val=1,
-                  img_size='96x64')
+                  img_size='64x96')  # 64 rows, 96 columns
     ann = json.loads((tmp_path / 'toy_coco/annotations/'
                       'instances_val2017.json').read_text())
-    assert (ann['images'][0]['width'], ann['images'][0]['height']) == (96, 64)
+    assert (ann['images'][0]['height'], ann['images'][0]['width']) == (64, 96)
     with Image.open(tmp_path / ADE /
                     'annotations/training/ADE_train_00000001.png') as seg:
-        assert seg.size == (96, 64)
+        assert seg.size == (96, 64)  # PIL: (width, height)
     assert not (tmp_path / 'toy_imagenet').exists()
+
+
+def test_default_coco_images_are_160_wide_128_high(toy_root):
+    ann = json.loads((toy_root / 'toy_coco/annotations/'
+                      'instances_val2017.json').read_text())
+    assert {(i['height'], i['width']) for i in ann['images']} == {(128, 160)}
+    assert toy_data.DEFAULT_IMG_SIZES['coco'] == (128, 160)
 
 
 def test_rerun_overwrites_cleanly_and_failure_keeps_old_data(
@@ -251,11 +260,10 @@ def test_rerun_overwrites_cleanly_and_failure_keeps_old_data(
 
 
 def test_cli(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
         [sys.executable, str(CLI), 'coco', 'imagenet', '--out',
          str(tmp_path), '--seed', '0', '--num-train', '3', '--num-val', '2'],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         'toy_coco', 'toy_imagenet'
@@ -264,18 +272,34 @@ def test_cli(tmp_path):
     make_toy_data('coco', ref, num_train=3, num_val=2, seed=0)
     assert _files(tmp_path / 'toy_coco') == _files(ref / 'toy_coco')
 
-    bad = subprocess.run(
-        [sys.executable, str(CLI), 'coco', '--out', str(tmp_path / 'x'),
-         '--num-val', '0'], capture_output=True, text=True, env=env,
-        timeout=120)
-    assert bad.returncode == 2
-    assert 'num_val' in bad.stderr
-    bad = subprocess.run(
-        [sys.executable, str(CLI), 'voc', '--out', str(tmp_path / 'x')],
-        capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 2
-    assert 'voc' in bad.stderr
+
+def _cli_main():
+    spec = importlib.util.spec_from_file_location('_make_toy_data', CLI)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.mark.parametrize('argv,name', [
+    (['coco', '--num-val', '0'], 'num_val'),
+    (['voc'], 'voc'),
+    (['coco', '--img-size', '160x8'], 'img_size'),
+])
+def test_cli_bad_argument_is_one_error_line_exit_1(tmp_path, capsys, argv,
+                                                    name):
+    with pytest.raises(SystemExit) as exc:
+        _cli_main()(argv + ['--out', str(tmp_path / 'x')])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith('error: ') and err.count('\n') == 1 and name in err
     assert not (tmp_path / 'x').exists()
+
+
+def test_cli_img_size_is_height_by_width(tmp_path, capsys):
+    _cli_main()(['coco', '--out', str(tmp_path), '--num-train', '1',
+                 '--num-val', '1', '--img-size', '64x96'])
+    with Image.open(tmp_path / 'toy_coco/val2017/000000000001.jpg') as img:
+        assert img.size == (96, 64)  # PIL: (width, height)
 
 
 # ------------------------------------------- loading through OpenMMLab classes

@@ -5,32 +5,17 @@ Examples::
     python tools/dataset_converters/make_toy_data.py                 # all three into data/
     python tools/dataset_converters/make_toy_data.py coco --num-train 400 --num-val 80
     python tools/dataset_converters/make_toy_data.py ade imagenet --out /tmp/toy --seed 1
-    python tools/dataset_converters/make_toy_data.py coco --img-size 160x128
+    python tools/dataset_converters/make_toy_data.py coco --img-size 128x160  # H x W
 
 Writes ``<out>/toy_coco``, ``<out>/toy_ade/ADEChallengeData2016`` and
 ``<out>/toy_imagenet``; see :mod:`mmcirc.datasets.toy_data` for the layouts and the
 class names/palettes to put in config ``metainfo``.
 """
 import argparse
-import importlib.util
-import os.path as osp
-import sys
 import time
 
-
-def _load_toy_data():
-    """Load mmcirc/datasets/toy_data.py by path: it needs only numpy and Pillow,
-    whereas ``import mmcirc`` pulls in torch and the OpenMMLab registries (seconds)."""
-    path = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
-                    'mmcirc', 'datasets', 'toy_data.py')
-    spec = importlib.util.spec_from_file_location('_mmcirc_toy_data', path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-toy_data = _load_toy_data()
+from mmcirc.datasets import toy_data
+from mmcirc.utils.cli import CLIError, main_guard
 
 
 def parse_args(argv=None):
@@ -47,20 +32,21 @@ def parse_args(argv=None):
                         help=f'validation images per dataset (default: {toy_data.DEFAULT_NUM_VAL})')
     parser.add_argument(
         '--img-size', default=None,
-        help="image size 'S' or 'WxH' for every selected dataset (default: "
-        + ', '.join(f'{k} {w}x{h}' for k, (w, h) in toy_data.DEFAULT_IMG_SIZES.items()) + ')')
-    return parser, parser.parse_args(argv)
+        help="image size 'S' or 'HxW' for every selected dataset (default: "
+        + ', '.join(f'{k} {h}x{w}' for k, (h, w) in toy_data.DEFAULT_IMG_SIZES.items()) + ')')
+    return parser.parse_args(argv)
 
 
+@main_guard
 def main(argv=None):
-    parser, args = parse_args(argv)
+    args = parse_args(argv)
     start = time.perf_counter()
     try:
         summaries = toy_data.make_toy_data(
             datasets=args.datasets, out_dir=args.out, num_train=args.num_train,
             num_val=args.num_val, img_size=args.img_size, seed=args.seed)
     except ValueError as e:
-        parser.error(str(e))
+        raise CLIError(str(e)) from None
     for name, s in summaries.items():
         counts = ', '.join(
             f"{split} {s[split]['images']} images"
