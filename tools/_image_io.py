@@ -1,0 +1,113 @@
+"""Image input and output of the image tools (``tools/infer_highres.py`` and the
+attention visualisations in ``tools/analysis``): ``--size`` parsing, reading an image
+file or a scikit-image demo image, bicubic resizing, palettes, overlays and PNG
+encoding, written all or nothing with :mod:`mmcirc.utils.fileio`. Errors are
+:class:`~mmcirc.utils.cli.CLIError` worded for the command line (one line, the flag).
+
+Import it as a sibling module (this folder on ``sys.path``, as a script's own folder is).
+"""
+from typing import Dict, Optional, Tuple, Union
+
+import numpy as np
+
+from mmcirc.utils.cli import CLIError
+from mmcirc.utils.fileio import atomic_write_many
+
+__all__ = ['DEMO_IMAGES', 'parse_size', 'resize_image', 'read_image', 'demo_image', 'colorize',
+           'overlay', 'encode_png', 'write_atomic']
+
+DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
+
+
+def parse_size(text: Optional[str]) -> Union[None, int, Tuple[int, int]]:
+    """``None`` (keep), ``'S'`` (longer side to S) or ``'HxW'`` (exact) -> None, int
+    or (H, W). Raises :class:`CLIError` (``--size ...``) for anything else."""
+    if text is None:
+        return None
+    t = str(text).strip().lower()
+    try:
+        if 'x' in t:
+            h, w = (int(v) for v in t.split('x'))
+            if h >= 1 and w >= 1:
+                return h, w
+        else:
+            s = int(t)
+            if s >= 1:
+                return s
+    except ValueError:
+        pass
+    raise CLIError(f'--size must be S (longer side, e.g. 4096) or HxW (e.g. 2048x3072) with '
+                   f'positive integers, got {text!r}')
+
+
+def resize_image(img: np.ndarray, size) -> np.ndarray:
+    """Bicubic resize of an (H, W, 3) uint8 image: ``size`` as from :func:`parse_size`
+    (int: longer side, aspect kept; (H, W): exact; None: unchanged)."""
+    import mmcv
+    if size is None:
+        return img
+    h, w = img.shape[:2]
+    if isinstance(size, int):
+        r = size / max(h, w)
+        new_h, new_w = max(1, int(round(h * r))), max(1, int(round(w * r)))
+    else:
+        new_h, new_w = size
+    if (new_h, new_w) == (h, w):
+        return img
+    return mmcv.imresize(img, (new_w, new_h), interpolation='bicubic')
+
+
+def read_image(path: str) -> np.ndarray:
+    """(H, W, 3) uint8 BGR image, as mmseg's ``LoadImageFromFile`` reads it (cv2).
+    Raises ``CLIError('cannot read image: PATH')`` for a missing or undecodable file."""
+    import mmcv
+    try:
+        with open(path, 'rb') as f:
+            img = mmcv.imfrombytes(f.read(), flag='color')
+    except Exception:  # noqa: BLE001  (missing, a folder, unreadable, corrupt)
+        img = None
+    if img is None or img.ndim != 3 or img.size == 0:
+        raise CLIError(f'cannot read image: {path}')
+    return img
+
+
+def demo_image(name: str = 'astronaut') -> np.ndarray:
+    """A scikit-image sample image (:data:`DEMO_IMAGES`) as (H, W, 3) uint8 BGR."""
+    if name not in DEMO_IMAGES:
+        raise CLIError(f'--demo must be one of {DEMO_IMAGES}, got {name!r}')
+    try:
+        import skimage.data
+    except ImportError as err:
+        raise CLIError(f'--demo needs scikit-image (pip install scikit-image): {err}') from None
+    rgb = getattr(skimage.data, name)()
+    if rgb.ndim == 2:
+        rgb = np.stack([rgb] * 3, axis=-1)
+    return np.ascontiguousarray(rgb[..., 2::-1])
+
+
+def colorize(labels: np.ndarray, palette) -> np.ndarray:
+    """(H, W) labels -> (H, W, 3) uint8 RGB through the palette."""
+    pal = np.asarray(palette, dtype=np.uint8).reshape(-1, 3)
+    return pal[np.clip(labels, 0, len(pal) - 1)]
+
+
+def overlay(img_bgr: np.ndarray, color_rgb: np.ndarray, opacity: float) -> np.ndarray:
+    """Blend the colour mask over the image: (1 - opacity) * img + opacity * mask (BGR)."""
+    out = img_bgr.astype(np.float32) * (1 - opacity)
+    out += color_rgb[..., ::-1].astype(np.float32) * opacity
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
+def encode_png(arr: np.ndarray) -> bytes:
+    """PNG bytes of an (H, W) or (H, W, 3) BGR uint8/uint16 array (cv2)."""
+    import cv2
+    ok, buf = cv2.imencode('.png', arr)
+    if not ok:
+        raise CLIError(f'cannot encode a PNG of shape {arr.shape}')
+    return buf.tobytes()
+
+
+def write_atomic(files: Dict[str, bytes]) -> None:
+    """Write an image's files all or nothing (:func:`mmcirc.utils.fileio.atomic_write_many`;
+    in the given order: put the JSON last)."""
+    atomic_write_many(files)
