@@ -6,12 +6,18 @@ mmseg config, timing it and measuring its peak memory.
         [--scale sqrt_n|n] [--stage-attentions KIND[,KIND...]] [--out-dir work_dirs/highres]
         [--device cpu] [--opacity 0.5] [--upsample banded|mmseg] [--cfg-options k=v ...]
         [--dense-baseline | --baseline-only] [--mem-cap-gb 20] [--baseline-timeout 1800]
+        [--progress | --no-progress]
 
 The segmentor is built with ``mmseg.apis.init_model`` after the backbone overrides are
 written into the config, and runs mmseg's whole inference (``test_cfg=dict(mode='whole')``
 forced, never sliding windows) on the image at the given size; see
-:mod:`mmcirc.apis.highres`. Without CHECKPOINT the weights are random: only the time and
-memory figures mean anything.
+:mod:`mmcirc.apis.highres` (the library this tool is the command line of). Without
+CHECKPOINT the weights are random: only the time and memory figures mean anything.
+
+Backbones: mmcirc's pyramids (CA-PVT, CA-Swin: every override) and isotropic models
+(CA-DeiT: ``--boundary`` / ``--scale``; VECA: ``--num-cores``, C' a multiple of its
+chunk of 8 within its core bank, or a preset). An override a backbone does not take is
+a one-line error naming what it takes.
 
 Per image, under --out-dir (written atomically; the JSON last):
 ``<name>_<H>x<W>_<config>[_<overrides>]_{labels,mask,overlay}.png`` (class ids; the mask
@@ -22,17 +28,50 @@ same config with ``stage_attentions`` = 'sra': the original PVT) in a child proc
 capped with RLIMIT_AS and records whether it ran or ran out of memory, and after how long
 (``--baseline-only``: only that).
 
+Progress (mmengine's ``ProgressBar`` on stderr): one step per backbone stage (pyramids) or
+block (isotropic models), the neck, the decode head and each band of classes of the
+upsampling. Shown when stderr is a terminal; ``--progress`` / ``--no-progress`` force it.
+
 A config whose backbone keeps quadratic 'sra' stages (the paper layout) gets a WARNING
 when those would not fit at the requested size: use the all-circulant / all-core configs
 ``configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py`` / ``configs/core_pvt_t-allcore_fpn_80k_ade20k.py``.
 """
 import argparse
+import contextlib
 import json
 import os.path as osp
+import re
 import sys
 import warnings
 
-from mmcirc.utils.cli import CLIError, main_guard
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # sibling modules, also when imported
+import _dense_baseline as db  # noqa: E402
+import _image_io as imio  # noqa: E402
+
+from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
+
+#: The library's parameter names and the flags that set them (error and warning texts).
+FLAGS = {'num_cores': '--num-cores', 'boundary': '--boundary', 'scale': '--scale',
+         'stage_attentions': '--stage-attentions', 'upsample': '--upsample'}
+
+
+def flag_words(message: str) -> str:
+    """A library message that starts with a parameter name (``num_cores must ...``,
+    ``boundary has no effect ...``) -> the same with the flag (``--num-cores must ...``)."""
+    m = re.match(r'(\w+)\b', message)
+    if m and m.group(1) in FLAGS:
+        return FLAGS[m.group(1)] + message[m.end():]
+    return message
+
+
+@contextlib.contextmanager
+def as_cli_errors():
+    """The library's ValueError / TypeError -> one-line :class:`CLIError` in flag words."""
+    try:
+        yield
+    except (ValueError, TypeError) as err:
+        raise CLIError(flag_words(str(err).strip().splitlines()[0] if str(err).strip() else
+                                  type(err).__name__)) from None
 
 
 def parse_args(argv=None):
@@ -47,20 +86,26 @@ def parse_args(argv=None):
                      "(also 'chelsea', 'coffee'), bicubic-resized to --size")
     parser.add_argument('--size', help='S: resize the longer side to S (aspect kept); HxW: exact '
                         'size; omitted: the image as it is')
-    parser.add_argument('--num-cores', help="active cores C' of core stages: int or "
-                        "mobile (8) / edge (32) / server (64)")
-    parser.add_argument('--boundary', help="circulant boundary: 'circular' or 'zero'")
+    parser.add_argument('--num-cores', help="active cores C' of core stages (pyramids: int or "
+                        "mobile (8) / edge (32) / server (64); VECA: a multiple of 8 within its bank, "
+                        'or a preset)')
+    parser.add_argument('--boundary', help="circulant boundary: 'circular' or 'zero' (pyramids, CA-DeiT)")
     parser.add_argument('--scale', help="circulant scale: 'sqrt_n' (official) or 'n' (paper, "
                         'resolution invariant)')
     parser.add_argument('--stage-attentions', help='attention kind of every stage (a registered '
                         "block's kind the backbone's family takes, e.g. circulant, core, sra) or one "
-                        'per stage, comma separated')
+                        'per stage, comma separated (pyramids)')
     parser.add_argument('--out-dir', default='work_dirs/highres', help='output folder')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
     parser.add_argument('--opacity', type=float, default=0.5, help='mask opacity in the overlay')
     parser.add_argument('--upsample', default='banded', help="'banded' (default: mmseg's resize "
                         "+ argmax over bands of classes, same labels, bounded memory) or 'mmseg' "
                         "(the segmentor's own test_step, full-resolution logits)")
+    bar = parser.add_mutually_exclusive_group()
+    bar.add_argument('--progress', dest='progress', action='store_true', default=None,
+                     help='progress bar on stderr (a step per backbone stage or block, the neck, the '
+                     'decode head, each upsampling band); default: on when stderr is a terminal')
+    bar.add_argument('--no-progress', dest='progress', action='store_false', help='no progress bar')
     base = parser.add_mutually_exclusive_group()
     base.add_argument('--dense-baseline', action='store_true', help='also run the dense-attention '
                       "equivalent (stage_attentions='sra') in a memory-capped child process")
@@ -75,27 +120,45 @@ def parse_args(argv=None):
 
 
 def _one_line_warnings():
-    """Print warnings as one line (``WARNING: message``), without library noise."""
+    """Print warnings as one line (``WARNING: message``, in flag words), without library noise."""
     warnings.filterwarnings('ignore', category=DeprecationWarning)
     warnings.filterwarnings('ignore', message='.*pkg_resources.*')
     for noise in ('Checkpoint is not loaded', 'build_loss', 'avg_non_ignore'):
         warnings.filterwarnings('ignore', message=f'.*{noise}.*')
 
     def show(message, category, filename, lineno, file=None, line=None):
-        print(f'WARNING: {message}', file=sys.stderr, flush=True)
+        print(f'WARNING: {flag_words(str(message))}', file=sys.stderr, flush=True)
 
     warnings.showwarning = show
+
+
+class ProgressReporter:
+    """``progress(what, done, total)`` for :func:`mmcirc.apis.highres.predict_labels`:
+    one mmengine ``ProgressBar`` on stderr per image, ended with a newline."""
+
+    def __init__(self, file=None):
+        self.file = file or sys.stderr
+        self.bar = None
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        from mmengine.utils import ProgressBar
+        if self.bar is None:
+            self.bar = ProgressBar(total, file=self.file)
+        self.bar.update()
+        if done == total:
+            self.file.write('\n')
+            self.file.flush()
+            self.bar = None
 
 
 def _load_images(args, size):
     """[(name, image BGR uint8 at the target size, source (H, W), source)] ; every
     image is read before anything runs, so a bad path fails with no output."""
-    from mmcirc.apis.highres import demo_image, read_image, resize_image
     if args.demo is not None:
-        src = [(args.demo, demo_image(args.demo), f'skimage.data.{args.demo}()')]
+        src = [(args.demo, imio.demo_image(args.demo), f'skimage.data.{args.demo}()')]
     else:
-        src = [(osp.splitext(osp.basename(p))[0], read_image(p), p) for p in args.img]
-    return [(name, resize_image(img, size), img.shape[:2], where) for name, img, where in src]
+        src = [(osp.splitext(osp.basename(p))[0], imio.read_image(p), p) for p in args.img]
+    return [(name, imio.resize_image(img, size), img.shape[:2], where) for name, img, where in src]
 
 
 def _suffix(overrides):
@@ -122,21 +185,16 @@ def _dense_line(name, hw, d):
     return f"{head} FAILED ({d['status']}) {when} | {(d.get('error') or '')[:200]}"
 
 
-@main_guard
-def main(argv=None):
-    _one_line_warnings()
-    args = parse_args(argv)
+def _check_args(args):
+    """Flag checks that need no model; returns the parsed --size."""
     from mmcirc.apis import highres as hr
-
-    overrides = hr.validate_overrides(num_cores=args.num_cores, boundary=args.boundary,
-                                      scale=args.scale, stage_attentions=args.stage_attentions)
     if args.upsample not in hr.UPSAMPLE_MODES:
         raise CLIError(f'--upsample must be one of {hr.UPSAMPLE_MODES}, got {args.upsample!r}')
     if not 0 <= args.opacity <= 1:
         raise CLIError(f'--opacity must be in [0, 1], got {args.opacity}')
     if args.mem_cap_gb <= 0:
         raise CLIError(f'--mem-cap-gb must be positive, got {args.mem_cap_gb}')
-    size = hr.parse_size(args.size)
+    size = imio.parse_size(args.size)
     if args.device.startswith('cuda'):
         import torch
         if not torch.cuda.is_available():
@@ -145,21 +203,37 @@ def main(argv=None):
         raise CLIError(f"--device must be 'cpu' or 'cuda[:N]', got {args.device!r}")
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    return size
+
+
+@main_guard
+def main(argv=None):
+    _one_line_warnings()
+    args = parse_args(argv)
+    from mmcirc.apis import highres as hr
+
+    with as_cli_errors():
+        overrides = hr.validate_overrides(num_cores=args.num_cores, boundary=args.boundary,
+                                          scale=args.scale, stage_attentions=args.stage_attentions)
+    size = _check_args(args)
     images = _load_images(args, size)
-    cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
+    with as_cli_errors():
+        cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
+        minimum = hr.min_input_size(cfg)
     cfg_name = osp.splitext(osp.basename(args.config))[0]
     suffix = _suffix(overrides)
-    minimum = hr.min_input_size(cfg)
     for name, img, _, _ in images:
         if min(img.shape[:2]) < minimum:
             raise CLIError(f'image {name} is {img.shape[0]}x{img.shape[1]}: {cfg_name} needs at '
                            f'least {minimum}x{minimum} (use --size)')
+    if args.dense_baseline or args.baseline_only:
+        db.dense_attention(cfg)  # a one-line error before anything runs
 
     # the dense baselines first, while this process is still small
     dense = {}
     if args.dense_baseline or args.baseline_only:
         for name, img, _, _ in images:
-            d = hr.run_dense_baseline(
+            d = db.run_dense_baseline(
                 args.config, img, checkpoint=args.checkpoint, cfg_options=args.cfg_options,
                 stage_attentions=overrides.get('stage_attentions') if args.baseline_only else None,
                 mem_cap_gb=args.mem_cap_gb, device=args.device, timeout=args.baseline_timeout,
@@ -171,39 +245,45 @@ def main(argv=None):
                 h, w = img.shape[:2]
                 kinds = '-'.join(sorted(set(d.get('stage_attentions') or ['dense'])))
                 path = osp.join(args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}_dense-{kinds}.json')
-                hr.write_atomic({path: json.dumps(d, indent=2).encode()})
+                imio.write_atomic({path: json.dumps(d, indent=2).encode()})
     if args.baseline_only:
         return 0
 
     model = hr.build_segmentor(cfg, args.checkpoint, device=args.device)
     palette = model.dataset_meta['palette']
+    show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     for name, img, source_size, where in images:
         h, w = img.shape[:2]
+        warn = hr.quadratic_warning(model.backbone, (h, w))
+        if warn:
+            print(warn, file=sys.stderr, flush=True)
         try:
             labels, rec = hr.run_image(model, img, name=where, source_size=source_size,
                                        config=args.config, checkpoint=args.checkpoint,
-                                       overrides=overrides, device=args.device, upsample=args.upsample)
+                                       overrides=overrides, device=args.device, upsample=args.upsample,
+                                       progress=ProgressReporter() if show_progress else None)
         except (RuntimeError, MemoryError) as err:
             if not hr.is_out_of_memory(err):
                 raise
             msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-            raise CLIError(f'out of memory at {h}x{w} ({name}): {hr.short_error(msg)}') from None
+            raise CLIError(f'out of memory at {h}x{w} ({name}): {db.short_error(msg)}') from None
         rec.dense_baseline = dense.get(name)
         if cfg.get('highres_replaced_test_cfg'):
             rec.test_cfg = dict(mode='whole', replaced=cfg.highres_replaced_test_cfg)
         base = osp.join(args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}')
-        color = hr.colorize(labels, palette)
+        color = imio.colorize(labels, palette)
         files = {
-            f'{base}_labels.png': hr.encode_png(labels.astype('uint8' if len(palette) <= 256 else 'uint16')),
-            f'{base}_mask.png': hr.encode_png(color[..., ::-1]),
-            f'{base}_overlay.png': hr.encode_png(hr.overlay(img, color, args.opacity)),
+            f'{base}_labels.png': imio.encode_png(labels.astype('uint8' if len(palette) <= 256 else 'uint16')),
+            f'{base}_mask.png': imio.encode_png(color[..., ::-1]),
+            f'{base}_overlay.png': imio.encode_png(imio.overlay(img, color, args.opacity)),
         }
         rec.outputs = {k: osp.basename(p) for k, p in zip(('labels', 'mask', 'overlay', 'json'),
                                                           [*files, f'{base}.json'])}
         files[f'{base}.json'] = json.dumps(rec.to_dict(), indent=2).encode()
-        hr.write_atomic(files)
+        imio.write_atomic(files)
         b = rec.backbone
-        print(f"{name} {h}x{w} | {b['type']} {'-'.join(b.get('stage_attentions', []))}"
+        kinds = '-'.join(b.get('stage_attentions', []))
+        print(f"{name} {h}x{w} | {b['type']}{' ' + kinds if kinds else ''}"
               f"{' C=' + str(b['num_cores']) if 'num_cores' in b else ''} | {rec.time_s:.2f} s | "
               f"peak RSS {rec.peak_rss_mb / 1024:.2f} GB (+{rec.peak_increase_mb / 1024:.2f} GB over "
               f"{rec.baseline_rss_mb / 1024:.2f} GB) | {base}_overlay.png", flush=True)

@@ -1,170 +1,100 @@
-"""High-resolution whole-image semantic segmentation with mmseg's own API.
+"""High-resolution whole-image semantic segmentation with mmseg's own API (a library).
 
-The point of circulant (O(N log N)) and core (O(N C')) attention is that a pyramid made
+The point of circulant (O(N log N)) and core (O(N C')) attention is that a model made
 only of them runs on a whole 4096 x 4096 image, where PVT's spatial-reduction attention
 (quadratic: at 4096 px stage 1 has 1M queries x 16k reduced keys) cannot. This module
-holds the reusable parts of ``tools/infer_highres.py``:
+is what a program calls; ``tools/infer_highres.py`` is the command line around it.
 
-* :func:`load_highres_config` / :func:`apply_backbone_overrides`: load an mmseg config,
-  apply backbone overrides (``num_cores``, ``boundary``, ``scale``,
-  ``stage_attentions``) *before* the model is built, and force
-  ``test_cfg=dict(mode='whole')`` (never sliding windows);
+* :func:`validate_overrides` / :func:`apply_backbone_overrides` /
+  :func:`load_highres_config`: load an mmseg config, apply backbone overrides
+  (``num_cores``, ``boundary``, ``scale``, ``stage_attentions``) *before* the model is
+  built, checked against what the backbone takes (its constructor, its registered
+  blocks, or the model itself built on the ``meta`` device: VECA's core bank and
+  chunk), and force ``test_cfg=dict(mode='whole')`` (never sliding windows);
 * :func:`build_segmentor`: ``mmseg.apis.init_model`` (plus ``init_weights`` and a
   warning when there is no checkpoint, SyncBN -> BN on the CPU, a dataset palette);
 * :func:`predict_labels`: mmseg's whole inference of one image. ``upsample='mmseg'``
   calls the segmentor's own ``test_step`` (full-resolution logits, 150 x H x W floats:
   10 GB at 4096 px); ``upsample='banded'`` (default) runs the same data preprocessor,
-  ``extract_feat`` and ``decode_head.forward`` and then does mmseg's bilinear resize +
-  argmax over bands of classes, with a running first-maximum, so that only a band of
+  ``extract_feat`` and the decode head and then does mmseg's bilinear resize + argmax
+  over bands of classes, with a running first-maximum, so that only a band of
   full-resolution logits exists at a time. The labels are identical (bilinear
   interpolation is per channel and the arg-max keeps the first maximum, as
-  ``torch.argmax``); the tests check it against ``mmseg.apis.inference_model``;
-* :func:`quadratic_attention_estimates`: the attention-matrix memory of the stages
-  whose blocks materialise one (``attention_matrix``: quadratic ``'sra'``, windowed
-  ``'window'``) of a built backbone at a given size;
-* :func:`run_dense_baseline`: the dense-attention equivalent (same config,
-  ``stage_attentions`` = the family's own attention, i.e. mmdet's PVT-T with
-  spatial-reduction attention everywhere) in a child process whose address space is
-  capped with ``RLIMIT_AS``; reports whether it ran or ran out of memory, and when.
+  ``torch.argmax``). ``progress`` (a callable) is told each backbone stage / block,
+  the neck, the decode head and each band as it finishes (:func:`progress_units`);
+* :func:`quadratic_attention_estimates` / :func:`quadratic_warning`: the
+  attention-matrix memory of the stages whose blocks materialise one
+  (``attention_matrix``: quadratic ``'sra'``, windowed ``'window'``) at a given size;
+* :func:`run_image`: one image predicted and measured, as a :class:`HighResResult`.
 
-Memory figures are the process's peak resident set size (:mod:`mmcirc.utils.memory`);
-before each image the kernel's high-water mark is reset (``/proc/self/clear_refs``,
-Linux) when allowed, so that the peak is this image's.
+Errors are ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` whose message starts
+with the parameter's name (e.g. ``num_cores must ...``); warnings name parameters the
+same way. Memory figures are the process's peak resident set size
+(:mod:`mmcirc.utils.memory`); before each image the kernel's high-water mark is reset
+(``/proc/self/clear_refs``, Linux) when allowed, so that the peak is this image's.
 """
-import json
+import inspect
 import logging
 import math
-import os
 import os.path as osp
 import resource
-import subprocess
-import sys
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mmcirc.models.backbones.pyramid import CORE_PRESETS, PyramidBackbone, registered_pyramids
+from mmcirc.models.backbones.pyramid import CORE_PRESETS, PyramidBackbone
 from mmcirc.models.blocks import attention_kinds, block_classes
-from mmcirc.ops.circulant import BOUNDARIES
-from mmcirc.utils.cli import CLIError
-from mmcirc.utils.fileio import atomic_write_many
+from mmcirc.ops.circulant import BOUNDARIES, CirculantAttention
 from mmcirc.utils.memory import address_space_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes
 
 __all__ = [
-    'BACKBONE_OVERRIDES', 'DEMO_IMAGES', 'HighResResult', 'apply_backbone_overrides',
-    'build_segmentor', 'demo_image', 'figures_markdown', 'load_highres_config', 'min_input_size',
-    'parse_size',
-    'predict_labels', 'quadratic_attention_estimates', 'read_image', 'resize_image',
-    'run_dense_baseline', 'upsample_argmax', 'validate_overrides', 'mmcirc_backbones'
+    'BACKBONE_OVERRIDES', 'OVERRIDE_KEYS', 'UPSAMPLE_MODES', 'HighResResult', 'apply_backbone_overrides',
+    'backbone_overrides_of', 'backbone_summary', 'build_segmentor', 'is_out_of_memory', 'load_highres_config',
+    'min_input_size', 'overridable_backbones', 'predict_labels', 'progress_units',
+    'quadratic_attention_estimates', 'quadratic_warning', 'run_image', 'upsample_argmax',
+    'validate_overrides'
 ]
 
-#: Allowed values of the backbone overrides (num_cores: also an int in [1, num_cores_max];
-#: stage_attentions: the kinds of the registered blocks, :func:`attention_kinds`).
+#: Allowed values of the backbone overrides (num_cores: also an int in [1, num_cores_max],
+#: or what the model's own bank allows; stage_attentions: the kinds of the registered
+#: blocks, :func:`attention_kinds`).
 BACKBONE_OVERRIDES = {
     'num_cores': tuple(CORE_PRESETS),
     'boundary': tuple(BOUNDARIES),
     'scale': ('sqrt_n', 'n'),
 }
-DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
+#: Every backbone override, in the order they are applied.
+OVERRIDE_KEYS = ('stage_attentions', 'num_cores', 'boundary', 'scale')
 UPSAMPLE_MODES = ('banded', 'mmseg')
+#: ``progress(what, done, total)``: ``what`` finished, ``done`` of ``total`` steps.
+Progress = Callable[[str, int, int], None]
 GB = 1024**3
 MB = 1024**2
-
-
-# --------------------------------------------------------------------------- inputs
-def parse_size(text: Optional[str]) -> Union[None, int, Tuple[int, int]]:
-    """``None`` (keep), ``'S'`` (longer side to S) or ``'HxW'`` (exact) -> None, int
-    or (H, W). Raises :class:`CLIError` for anything else."""
-    if text is None:
-        return None
-    t = str(text).strip().lower()
-    try:
-        if 'x' in t:
-            h, w = (int(v) for v in t.split('x'))
-            if h >= 1 and w >= 1:
-                return h, w
-        else:
-            s = int(t)
-            if s >= 1:
-                return s
-    except ValueError:
-        pass
-    raise CLIError(f'--size must be S (longer side, e.g. 4096) or HxW (e.g. 2048x3072) with '
-                   f'positive integers, got {text!r}')
-
-
-def resize_image(img: np.ndarray, size) -> np.ndarray:
-    """Bicubic resize of an (H, W, 3) uint8 image: ``size`` as from :func:`parse_size`
-    (int: longer side, aspect kept; (H, W): exact; None: unchanged)."""
-    import mmcv
-    if size is None:
-        return img
-    h, w = img.shape[:2]
-    if isinstance(size, int):
-        r = size / max(h, w)
-        new_h, new_w = max(1, int(round(h * r))), max(1, int(round(w * r)))
-    else:
-        new_h, new_w = size
-    if (new_h, new_w) == (h, w):
-        return img
-    return mmcv.imresize(img, (new_w, new_h), interpolation='bicubic')
-
-
-def read_image(path: str) -> np.ndarray:
-    """(H, W, 3) uint8 BGR image, as mmseg's ``LoadImageFromFile`` reads it (cv2).
-    Raises ``CLIError('cannot read image: PATH')`` for a missing or undecodable file."""
-    import mmcv
-    try:
-        with open(path, 'rb') as f:
-            img = mmcv.imfrombytes(f.read(), flag='color')
-    except Exception:  # noqa: BLE001  (missing, a folder, unreadable, corrupt)
-        img = None
-    if img is None or img.ndim != 3 or img.size == 0:
-        raise CLIError(f'cannot read image: {path}')
-    return img
-
-
-def demo_image(name: str = 'astronaut') -> np.ndarray:
-    """A scikit-image sample image (:data:`DEMO_IMAGES`) as (H, W, 3) uint8 BGR."""
-    if name not in DEMO_IMAGES:
-        raise CLIError(f'--demo must be one of {DEMO_IMAGES}, got {name!r}')
-    try:
-        import skimage.data
-    except ImportError as err:
-        raise CLIError(f'--demo needs scikit-image (pip install scikit-image): {err}') from None
-    rgb = getattr(skimage.data, name)()
-    if rgb.ndim == 2:
-        rgb = np.stack([rgb] * 3, axis=-1)
-    return np.ascontiguousarray(rgb[..., 2::-1])
 
 
 # --------------------------------------------------------------------------- config
 def validate_overrides(num_cores=None, boundary=None, scale=None,
                        stage_attentions=None) -> Dict[str, object]:
-    """Check the backbone overrides given on the command line; returns the ones set
-    (``num_cores`` as an int or preset name, ``scale`` as ``'sqrt_n'``/``'n'``/float,
-    ``stage_attentions`` as a str or a tuple of 4). ``CLIError`` names the option and
-    its allowed values."""
+    """Check the backbone overrides (e.g. given on a command line as strings); returns
+    the ones set (``num_cores`` as an int or preset name, ``scale`` as
+    ``'sqrt_n'``/``'n'``/float, ``stage_attentions`` as a str or a tuple). A
+    ``ValueError`` starts with the parameter's name and lists its allowed values."""
     out = {}
     if num_cores is not None:
         value = num_cores
         if isinstance(value, str) and value.strip().lstrip('-').isdigit():
             value = int(value)
-        if isinstance(value, str) and value not in CORE_PRESETS:
-            raise CLIError(f'--num-cores must be a positive int (<= num_cores_max, 64 by default) or '
-                           f'one of {BACKBONE_OVERRIDES["num_cores"]}, got {num_cores!r}')
-        if isinstance(value, int) and value < 1:
-            raise CLIError(f'--num-cores must be a positive int (<= num_cores_max, 64 by default) or '
-                           f'one of {BACKBONE_OVERRIDES["num_cores"]}, got {num_cores!r}')
+        if (isinstance(value, str) and value not in CORE_PRESETS) or \
+                (isinstance(value, int) and value < 1) or not isinstance(value, (int, str)):
+            raise ValueError(f'num_cores must be a positive int (<= num_cores_max, 64 by default) or '
+                             f'one of {BACKBONE_OVERRIDES["num_cores"]}, got {num_cores!r}')
         out['num_cores'] = value
     if boundary is not None:
         if boundary not in BACKBONE_OVERRIDES['boundary']:
-            raise CLIError(f'--boundary must be one of {BACKBONE_OVERRIDES["boundary"]}, '
-                           f'got {boundary!r}')
+            raise ValueError(f'boundary must be one of {BACKBONE_OVERRIDES["boundary"]}, got {boundary!r}')
         out['boundary'] = boundary
     if scale is not None:
         value = scale
@@ -174,8 +104,8 @@ def validate_overrides(num_cores=None, boundary=None, scale=None,
             except (TypeError, ValueError):
                 value = None
             if value is None or not math.isfinite(value) or value <= 0:
-                raise CLIError(f'--scale must be one of {BACKBONE_OVERRIDES["scale"]} or a positive '
-                               f'float, got {scale!r}')
+                raise ValueError(f'scale must be one of {BACKBONE_OVERRIDES["scale"]} or a positive '
+                                 f'float, got {scale!r}')
         out['scale'] = value
     if stage_attentions is not None:
         kinds = stage_attentions
@@ -184,15 +114,10 @@ def validate_overrides(num_cores=None, boundary=None, scale=None,
         choices = attention_kinds()
         for k in ([kinds] if isinstance(kinds, str) else kinds):
             if k not in choices:
-                raise CLIError(f'--stage-attentions must be one of {choices} (or one per stage, comma '
-                               f'separated), got {stage_attentions!r}')
+                raise ValueError(f'stage_attentions must be one of {choices} (or one per stage, comma '
+                                 f'separated), got {stage_attentions!r}')
         out['stage_attentions'] = kinds if isinstance(kinds, str) else tuple(kinds)
     return out
-
-
-def mmcirc_backbones() -> Tuple[str, ...]:
-    """Names of the registered backbones the overrides apply to (mmcirc's pyramids)."""
-    return tuple(c.__name__ for classes in registered_pyramids().values() for c in classes)
 
 
 def _backbone_class(type_name):
@@ -201,57 +126,100 @@ def _backbone_class(type_name):
     return MODELS.get(type_name)
 
 
+def backbone_overrides_of(cls) -> Tuple[str, ...]:
+    """The overrides (:data:`OVERRIDE_KEYS`) a backbone class takes: its constructor's
+    parameters among them (``stage_attentions`` only where the class can say which
+    attention kinds it takes, i.e. the pyramids)."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return ()
+    keys = tuple(k for k in OVERRIDE_KEYS if k in params)
+    if not hasattr(cls, 'attention_choices'):
+        keys = tuple(k for k in keys if k != 'stage_attentions')
+    return keys
+
+
+def overridable_backbones() -> Tuple[str, ...]:
+    """Names of mmcirc's registered backbones (mmseg registry) that take an override."""
+    from mmseg.registry import MODELS
+    import mmcirc  # noqa: F401
+    return tuple(name for name, cls in MODELS.module_dict.items()
+                 if inspect.isclass(cls) and cls.__module__.startswith('mmcirc.models.backbones')
+                 and backbone_overrides_of(cls))
+
+
 def apply_backbone_overrides(cfg, overrides: Dict[str, object]):
     """Write ``overrides`` (from :func:`validate_overrides`) into ``cfg.model.backbone``
     (in place) and check them against that backbone; returns ``cfg``.
 
-    ``num_cores`` must not exceed the backbone's ``num_cores_max``; an override that
-    the backbone's stages do not use (e.g. ``num_cores`` without core stages) is
-    applied but warned about. ``CLIError`` for a backbone that is not one of mmcirc's.
+    Pyramids (:class:`PyramidBackbone`): ``stage_attentions`` must be kinds the family
+    takes, ``num_cores`` must not exceed ``num_cores_max``; an override that the
+    configured stages do not use (e.g. ``num_cores`` without core stages) is applied
+    but warned about. Other backbones (CA-DeiT, VECA): each override must be a
+    constructor parameter, and the backbone is built with them on the ``meta`` device
+    (no memory, no weights), so that its own checks run now (e.g. VECA's ``num_cores``:
+    a multiple of its chunk within its core bank). ``ValueError`` otherwise.
     """
     if not overrides:
         return cfg
     backbone = cfg.model.backbone
     btype = backbone.get('type')
     cls = _backbone_class(btype) if isinstance(btype, str) else None
-    if not (isinstance(cls, type) and issubclass(cls, PyramidBackbone)):
-        raise CLIError(f'backbone overrides {sorted(overrides)} need an mmcirc backbone '
-                       f'{mmcirc_backbones()}, the config has {btype!r}')
+    takes = backbone_overrides_of(cls) if isinstance(cls, type) else ()
+    if not takes:
+        raise ValueError(f'backbone overrides {sorted(overrides)} need an mmcirc backbone '
+                         f'{overridable_backbones()}, the config has {btype!r}')
+    for key in OVERRIDE_KEYS:
+        if key in overrides and key not in takes:
+            raise ValueError(f'{key} does not apply to {btype}: it takes {takes}')
+    if issubclass(cls, PyramidBackbone):
+        _apply_to_pyramid(backbone, cls, overrides)
+    else:
+        for key in OVERRIDE_KEYS:
+            if key in overrides:
+                backbone[key] = overrides[key]
+        _build_on_meta(backbone, cls)
+    return cfg
+
+
+def _apply_to_pyramid(backbone, cls, overrides) -> None:
+    btype = cls.__name__
     if 'stage_attentions' in overrides:
         choices = cls.attention_choices()
         kinds = overrides['stage_attentions']
         for k in ([kinds] if isinstance(kinds, str) else kinds):
             if k not in choices:
-                raise CLIError(f'--stage-attentions: {btype} takes {choices}, got {k!r}')
+                raise ValueError(f'stage_attentions: {btype} takes {choices}, got {k!r}')
         backbone['stage_attentions'] = kinds if isinstance(kinds, str) else list(kinds)
-    kinds = _configured_stage_attentions(backbone, cls)
+    keys = ('attention', 'stage_attentions', 'block_cfgs', 'arch')
+    kinds = cls.configured_stage_attentions(**{k: backbone[k] for k in keys if k in backbone})
     blocks = [block_classes(cls.family)[k] for k in kinds]
     if 'num_cores' in overrides:
         n = overrides['num_cores']
         n_max = backbone.get('num_cores_max', 64)
         if isinstance(n, int) and n > n_max:
-            raise CLIError(f'--num-cores must be a positive int <= num_cores_max={n_max} or one of '
-                           f'{BACKBONE_OVERRIDES["num_cores"]}, got {n}')
+            raise ValueError(f'num_cores must be a positive int <= num_cores_max={n_max} or one of '
+                             f'{BACKBONE_OVERRIDES["num_cores"]}, got {n}')
         if isinstance(n, str) and CORE_PRESETS[n] > n_max:
-            raise CLIError(f'--num-cores {n} = {CORE_PRESETS[n]} exceeds num_cores_max={n_max}')
+            raise ValueError(f'num_cores {n} = {CORE_PRESETS[n]} exceeds num_cores_max={n_max}')
         backbone['num_cores'] = n
         if not any(b.carries_cores for b in blocks):
-            warnings.warn(f'--num-cores has no effect: {btype} has no core stage {tuple(kinds)}')
+            warnings.warn(f'num_cores has no effect: {btype} has no core stage {tuple(kinds)}')
     for key in ('boundary', 'scale'):
         if key in overrides:
             backbone[key] = overrides[key]
             if not any(key in b.options for b in blocks):
-                warnings.warn(f'--{key} has no effect: {btype} has no circulant stage {tuple(kinds)}')
-    return cfg
+                warnings.warn(f'{key} has no effect: {btype} has no circulant stage {tuple(kinds)}')
 
 
-def _configured_stage_attentions(backbone_cfg, cls) -> Tuple[str, ...]:
-    """The per-stage attentions a backbone config will build (the class's own parsing)."""
-    keys = ('attention', 'stage_attentions', 'block_cfgs', 'arch')
-    try:
-        return cls.configured_stage_attentions(**{k: backbone_cfg[k] for k in keys if k in backbone_cfg})
-    except ValueError as err:
-        raise CLIError(str(err)) from None
+def _build_on_meta(backbone_cfg, cls):
+    """Build the backbone with its config on the ``meta`` device (its constructor's
+    checks, no memory) and return it; its own ValueError / TypeError propagate."""
+    import torch
+    kwargs = {k: v for k, v in backbone_cfg.items() if k not in ('type', 'init_cfg')}
+    with torch.device('meta'):
+        return cls(**kwargs)
 
 
 def load_highres_config(config: str, cfg_options: Optional[dict] = None,
@@ -260,18 +228,19 @@ def load_highres_config(config: str, cfg_options: Optional[dict] = None,
 
     Merges ``cfg_options``, applies the backbone ``overrides`` and forces
     ``model.test_cfg = dict(mode='whole')`` (the previous value is kept in
-    ``cfg.highres_replaced_test_cfg`` when it was different).
+    ``cfg.highres_replaced_test_cfg`` when it was different). ``FileNotFoundError`` for
+    a missing file, ``ValueError`` for a config that is not mmseg's.
     """
     from mmengine.config import Config
     if not osp.isfile(config):
-        raise CLIError(f'config file not found: {config}')
+        raise FileNotFoundError(f'config file not found: {config}')
     import mmcirc  # noqa: F401
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     if cfg.get('default_scope') != 'mmseg':
-        raise CLIError(f'{config}: default_scope={cfg.get("default_scope")!r}; infer_highres '
-                       "needs an mmseg segmentation config (inherit an mmseg:: base)")
+        raise ValueError(f'{config}: default_scope={cfg.get("default_scope")!r}; whole-image '
+                         'segmentation needs an mmseg segmentation config (inherit an mmseg:: base)')
     apply_backbone_overrides(cfg, overrides or {})
     old = cfg.model.get('test_cfg')
     if old is not None and dict(old) != dict(mode='whole'):
@@ -283,10 +252,9 @@ def load_highres_config(config: str, cfg_options: Optional[dict] = None,
 def min_input_size(cfg) -> int:
     """The smallest image side the config's backbone accepts (its
     ``min_input_size``; 1 for backbones that do not state one). Builds the backbone
-    alone, without weights: cheap next to the segmentor."""
-    from mmseg.registry import MODELS
-    backbone = MODELS.build(cfg.model.backbone)
-    return int(getattr(backbone, 'min_input_size', 1))
+    alone on the ``meta`` device: no weights, no memory."""
+    cls = _backbone_class(cfg.model.backbone.type)
+    return int(getattr(_build_on_meta(cfg.model.backbone, cls), 'min_input_size', 1))
 
 
 # --------------------------------------------------------------------------- model
@@ -335,7 +303,7 @@ def build_segmentor(cfg, checkpoint: Optional[str] = None, device: str = 'cpu'):
     from mmengine.model import revert_sync_batchnorm
     from mmseg.apis import init_model
     if checkpoint is not None and not osp.isfile(checkpoint):
-        raise CLIError(f'checkpoint file not found: {checkpoint}')
+        raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='.*dataset_meta or class names.*')
         model = init_model(cfg, checkpoint, device=device)
@@ -365,7 +333,11 @@ def build_segmentor(cfg, checkpoint: Optional[str] = None, device: str = 'cpu'):
 
 
 def backbone_summary(backbone) -> dict:
-    """Type, per-stage attention and the circulant/core settings of a built backbone."""
+    """Type, per-stage attention and the circulant/core settings of a built backbone.
+
+    Pyramids say it through their blocks (``block_types``: options, carries_cores);
+    other backbones through their modules: the circulant attention's ``boundary`` /
+    ``scale``, the model's ``num_cores`` / ``num_cores_max`` (VECA)."""
     out = dict(type=type(backbone).__name__)
     kinds = getattr(backbone, 'stage_attentions', None)
     if kinds is not None:
@@ -377,6 +349,14 @@ def backbone_summary(backbone) -> dict:
         if any(b.carries_cores for b in blocks):
             out['num_cores'] = backbone.num_cores
             out['num_cores_max'] = backbone.num_cores_max
+        return out
+    circ = next((m for m in backbone.modules() if isinstance(m, CirculantAttention)), None)
+    if circ is not None:
+        out['boundary'] = circ.boundary
+        out['scale'] = circ.scale
+    if getattr(backbone, 'num_cores', None) is not None and hasattr(backbone, 'num_cores_max'):
+        out['num_cores'] = backbone.num_cores
+        out['num_cores_max'] = backbone.num_cores_max
     return out
 
 
@@ -410,9 +390,12 @@ def quadratic_attention_estimates(backbone, hw: Tuple[int, int]) -> List[dict]:
     (h // sr) * (w // sr), quadratic in the image area; ``'window'`` (Swin): keys =
     window**2 per query (linear). The scores and their softmax, float32, per head:
     ``bytes ~= 2 * 4 * heads * queries * keys``. One dict per such stage: stage
-    (1-based), attention, grid, queries, keys, heads, bytes.
+    (1-based), attention, grid, queries, keys, heads, bytes. Backbones without
+    pyramid stages (CA-DeiT: O(N log N), VECA: O(N C')) have none.
     """
     out = []
+    if not isinstance(backbone, PyramidBackbone):
+        return out
     stages = list(backbone.stages)
     if not any(len(s.blocks) and getattr(s.blocks[0], 'attention_matrix', None) for s in stages):
         return out
@@ -451,6 +434,8 @@ def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
     """One-line warning when a quadratic (``'sra'``) or windowed stage's attention
     would not fit in :func:`memory_budget` at size ``hw``; None otherwise."""
     est = quadratic_attention_estimates(backbone, hw)
+    if not est:
+        return None
     budget, what = memory_budget()
     bad = [e for e in est if e['bytes'] > budget]
     if not bad:
@@ -465,11 +450,25 @@ def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
             f"'circulant' or 'core', e.g. configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py)")
 
 
+_OOM_MARKERS = ("can't allocate memory", 'cannot allocate memory', 'not enough memory',
+                'out of memory', 'unable to allocate', 'std::bad_alloc')
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether an exception is an allocation failure (MemoryError, torch's allocators)."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err).lower()
+    return any(m in text for m in _OOM_MARKERS)
+
+
 # --------------------------------------------------------------------------- inference
-def upsample_argmax(logits, size: Sequence[int], align_corners: bool = False, band: int = 16):
+def upsample_argmax(logits, size: Sequence[int], align_corners: bool = False, band: int = 16,
+                    on_band: Optional[Callable[[int, int], None]] = None):
     """``resize(logits, size, bilinear).argmax(1)[0]`` one band of ``band`` classes at a
     time: (1, C, h, w) logits -> (H, W) int64 labels, equal to the full computation with
-    only a band of full-size logits in memory.
+    only a band of full-size logits in memory. ``on_band(k, n)`` is called after band
+    k of n (1-based).
 
     Bilinear interpolation is per channel, and a strict ``>`` across bands keeps the
     first maximum, as ``torch.argmax`` does. Bit-exactness needs one more thing: torch's
@@ -480,15 +479,17 @@ def upsample_argmax(logits, size: Sequence[int], align_corners: bool = False, ba
     """
     import torch
     from mmseg.models.utils import resize
-    assert logits.dim() == 4 and logits.shape[0] == 1, logits.shape
+    if logits.dim() != 4 or logits.shape[0] != 1:
+        raise ValueError(f'logits must be (1, C, h, w), got {tuple(logits.shape)}')
     if band < 1 or band % 16:
         raise ValueError(f'band must be a positive multiple of 16, got {band}')
     size = tuple(int(s) for s in size)
+    num_bands = -(-logits.shape[1] // band)
     best_val = labels = None
-    for c0 in range(0, logits.shape[1], band):
+    for k, c0 in enumerate(range(0, logits.shape[1], band)):
         up = resize(logits[:, c0:c0 + band].contiguous(), size=size, mode='bilinear',
-                    align_corners=align_corners, warning=False)[0]
-        idx = up.argmax(dim=0)
+                    align_corners=align_corners, warning=False)[0]  # (band, H, W)
+        idx = up.argmax(dim=0)  # (H, W)
         val = up.gather(0, idx[None])[0]
         del up
         if labels is None:
@@ -499,6 +500,8 @@ def upsample_argmax(logits, size: Sequence[int], align_corners: bool = False, ba
             labels = torch.where(better, idx + c0, labels)
             del better
         del val, idx
+        if on_band is not None:
+            on_band(k + 1, num_bands)
     return labels
 
 
@@ -513,71 +516,95 @@ def _make_data(img: np.ndarray):
     return dict(inputs=[inputs], data_samples=[sample])
 
 
-def predict_labels(model, img: np.ndarray, upsample: str = 'banded', band: int = 16):
-    """mmseg's whole-image inference of one (H, W, 3) uint8 BGR image -> ((H, W) int64
-    label array, timings dict). See the module docstring for ``upsample``."""
-    import torch
-    from mmseg.models.segmentors import CascadeEncoderDecoder, EncoderDecoder
-    if upsample not in UPSAMPLE_MODES:
-        raise CLIError(f'--upsample must be one of {UPSAMPLE_MODES}, got {upsample!r}')
+def progress_units(model) -> List[Tuple[str, object]]:
+    """[(name, module)] whose forward ends are the progress steps of one image, in
+    order: the backbone's stages (pyramids' public ``stages``) or blocks (isotropic
+    models' ``blocks``), else the backbone; the neck(s); the decode head (its
+    classifier ``conv_seg``, which both inference paths call)."""
+    backbone = model.backbone
+    units = []
+    for attr, word in (('stages', 'stage'), ('blocks', 'block')):
+        parts = getattr(backbone, attr, None)
+        if parts is not None and len(parts):
+            units += [(f'backbone {word} {i + 1}/{len(parts)}', m) for i, m in enumerate(parts)]
+            break
+    else:
+        units.append(('backbone', backbone))
+    if getattr(model, 'with_neck', False):
+        units.append(('neck', model.neck))
     head = getattr(model, 'decode_head', None)
-    lean = (upsample == 'banded' and isinstance(model, EncoderDecoder)
+    if head is not None:
+        units.append(('decode head', getattr(head, 'conv_seg', None) or head))
+    return units
+
+
+def _use_banded(model, upsample: str) -> bool:
+    from mmseg.models.segmentors import CascadeEncoderDecoder, EncoderDecoder
+    head = getattr(model, 'decode_head', None)
+    return (upsample == 'banded' and isinstance(model, EncoderDecoder)
             and not isinstance(model, CascadeEncoderDecoder) and getattr(head, 'out_channels', 2) > 1
             and model.test_cfg.get('mode', 'whole') == 'whole')
+
+
+def predict_labels(model, img: np.ndarray, upsample: str = 'banded', band: int = 16,
+                   progress: Optional[Progress] = None):
+    """mmseg's whole-image inference of one (H, W, 3) uint8 BGR image -> ((H, W) int64
+    label array, timings dict). See the module docstring for ``upsample``.
+
+    ``progress(what, done, total)`` (optional; default quiet) is called when each of
+    :func:`progress_units` finishes its forward, then after each band of the banded
+    upsampling (``'mmseg'``: once, after mmseg's resize and argmax); ``total`` is the
+    number of calls."""
+    import torch
+    if upsample not in UPSAMPLE_MODES:
+        raise ValueError(f'upsample must be one of {UPSAMPLE_MODES}, got {upsample!r}')
+    if progress is not None and not callable(progress):
+        raise TypeError(f'progress must be None or a callable(what, done, total), got {progress!r}')
+    head = getattr(model, 'decode_head', None)
+    lean = _use_banded(model, upsample)
+    units = progress_units(model) if progress is not None else []
+    total = len(units) + (-(-int(head.out_channels) // band) if lean else 1)
+    done = [0]
+
+    def step(what):
+        done[0] += 1
+        progress(what, done[0], total)
+
+    hooks = [m.register_forward_hook(lambda mod, args, out, name=name: step(name)) for name, m in units]
     data = _make_data(img)
     times = {}
     t0 = time.perf_counter()
-    with torch.no_grad():
-        if not lean:
-            labels = model.test_step(data)[0].pred_sem_seg.data[0]
-            times['forward_s'] = time.perf_counter() - t0
-        else:
-            data = model.data_preprocessor(data, False)
-            inputs, samples = data['inputs'], data['data_samples']
-            logits = head.forward(model.extract_feat(inputs))
-            del inputs
-            t1 = time.perf_counter()
-            times['forward_s'] = t1 - t0
-            meta = samples[0].metainfo
-            size = meta.get('pad_shape', meta['img_shape'])[:2]
-            assert tuple(size) == tuple(meta['ori_shape'][:2]) == img.shape[:2]
-            labels = upsample_argmax(logits, size, head.align_corners, band=band)
-            times['upsample_s'] = time.perf_counter() - t1
+    try:
+        with torch.no_grad():
+            if not lean:
+                labels = model.test_step(data)[0].pred_sem_seg.data[0]
+                times['forward_s'] = time.perf_counter() - t0
+                if progress is not None:
+                    step('upsample')
+            else:
+                data = model.data_preprocessor(data, False)
+                inputs, samples = data['inputs'], data['data_samples']
+                logits = head(model.extract_feat(inputs))  # (1, classes, H/4, W/4) for FPN / UperNet
+                del inputs
+                t1 = time.perf_counter()
+                times['forward_s'] = t1 - t0
+                meta = samples[0].metainfo
+                size = meta.get('pad_shape', meta['img_shape'])[:2]
+                assert tuple(size) == tuple(meta['ori_shape'][:2]) == img.shape[:2]
+                on_band = None if progress is None else (lambda k, n: step(f'upsample band {k}/{n}'))
+                labels = upsample_argmax(logits, size, head.align_corners, band=band, on_band=on_band)
+                times['upsample_s'] = time.perf_counter() - t1
+    finally:
+        for h in hooks:
+            h.remove()
     times['time_s'] = time.perf_counter() - t0
     return labels.cpu().numpy(), dict(times, upsample='banded' if lean else 'mmseg')
 
 
-# --------------------------------------------------------------------------- outputs
-def colorize(labels: np.ndarray, palette) -> np.ndarray:
-    """(H, W) labels -> (H, W, 3) uint8 RGB through the palette."""
-    pal = np.asarray(palette, dtype=np.uint8).reshape(-1, 3)
-    return pal[np.clip(labels, 0, len(pal) - 1)]
-
-
-def overlay(img_bgr: np.ndarray, color_rgb: np.ndarray, opacity: float) -> np.ndarray:
-    """Blend the colour mask over the image: (1 - opacity) * img + opacity * mask (BGR)."""
-    out = img_bgr.astype(np.float32) * (1 - opacity)
-    out += color_rgb[..., ::-1].astype(np.float32) * opacity
-    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
-
-
-def encode_png(arr: np.ndarray) -> bytes:
-    import cv2
-    ok, buf = cv2.imencode('.png', arr)
-    if not ok:
-        raise CLIError(f'cannot encode a PNG of shape {arr.shape}')
-    return buf.tobytes()
-
-
-def write_atomic(files: Dict[str, bytes]) -> None:
-    """Write the image's files all or nothing (:func:`mmcirc.utils.fileio.atomic_write_many`;
-    in the given order: put the JSON last)."""
-    atomic_write_many(files)
-
-
+# --------------------------------------------------------------------------- result
 @dataclass
 class HighResResult:
-    """One image's record (the JSON written beside its PNGs)."""
+    """One image's record (the JSON ``tools/infer_highres.py`` writes beside its PNGs)."""
     image: str
     input_size: List[int]
     source_size: List[int]
@@ -610,20 +637,21 @@ class HighResResult:
 
 def run_image(model, img: np.ndarray, *, name: str, source_size, config: str,
               checkpoint: Optional[str], overrides: dict, device: str,
-              upsample: str = 'banded') -> Tuple[np.ndarray, HighResResult]:
+              upsample: str = 'banded', progress: Optional[Progress] = None
+              ) -> Tuple[np.ndarray, HighResResult]:
     """Predict one image and measure it: (labels, :class:`HighResResult` without
-    outputs). Peak memory: RSS high-water mark reset before the image when possible."""
+    outputs). Peak memory: RSS high-water mark reset before the image when possible.
+    The record's ``quadratic_warning`` is :func:`quadratic_warning` at this size
+    (a program shows it before calling, see ``tools/infer_highres.py``)."""
     import torch
     hw = tuple(img.shape[:2])
-    warn = quadratic_warning(model.backbone, hw) if isinstance(model.backbone, PyramidBackbone) else None
-    if warn:
-        print(warn, file=sys.stderr, flush=True)
+    warn = quadratic_warning(model.backbone, hw)
     per_image = reset_peak_rss()
     base_rss = rss_bytes() if per_image else peak_rss_bytes()
     cuda = str(device).startswith('cuda')
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    labels, times = predict_labels(model, img, upsample=upsample)
+    labels, times = predict_labels(model, img, upsample=upsample, progress=progress)
     peak = max(peak_rss_bytes(), base_rss)
     return labels, HighResResult(
         image=name, input_size=list(hw), source_size=list(source_size), config=config,
@@ -637,174 +665,3 @@ def run_image(model, img: np.ndarray, *, name: str, source_size, config: str,
         num_classes=len(model.dataset_meta['classes']), labels_present=int(len(np.unique(labels))),
         test_cfg=dict(model.test_cfg), quadratic_warning=warn,
         cuda_max_allocated_mb=round(torch.cuda.max_memory_allocated() / MB, 1) if cuda else None)
-
-
-# --------------------------------------------------------------------------- dense baseline
-_OOM_MARKERS = ("can't allocate memory", 'cannot allocate memory', 'not enough memory',
-                'out of memory', 'unable to allocate', 'std::bad_alloc')
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    if isinstance(err, MemoryError):
-        return True
-    text = str(err).lower()
-    return any(m in text for m in _OOM_MARKERS)
-
-
-def run_dense_baseline(config: str, img: np.ndarray, *, checkpoint: Optional[str] = None,
-                       cfg_options: Optional[dict] = None, stage_attentions: Optional[str] = None,
-                       mem_cap_gb: float = 20.0, device: str = 'cpu', timeout: float = 1800,
-                       upsample: str = 'banded') -> dict:
-    """Run the dense-attention equivalent of ``config`` on ``img`` in a child process
-    with ``RLIMIT_AS = mem_cap_gb`` GiB and report what happened.
-
-    The child builds the same config with ``stage_attentions`` set to the family's own
-    attention (``'sra'`` for PVT: mmdet's ``PVTEncoderLayer`` in every stage, i.e. the
-    original PVT; ``'window'`` for Swin) and runs :func:`predict_labels`. Returns a
-    dict: status (``'ok'``, ``'out_of_memory'``, ``'killed'``, ``'timeout'``, ``'error'``),
-    time_s (inference, or until the failure), build_s, wall_s (whole child), error,
-    peak_rss_mb, mem_cap_gb, stage_attentions, attention estimates, returncode.
-    """
-    cap = int(mem_cap_gb * GB)
-    tmpdir = tempfile.mkdtemp(prefix='mmcirc_dense_')
-    spec = dict(config=osp.abspath(config), checkpoint=checkpoint, cfg_options=cfg_options or {},
-                stage_attentions=stage_attentions, device=device, upsample=upsample,
-                image=osp.join(tmpdir, 'img.npy'), result=osp.join(tmpdir, 'result.json'))
-    np.save(spec['image'], img)
-    with open(osp.join(tmpdir, 'spec.json'), 'w') as f:
-        json.dump(spec, f)
-    log_path = osp.join(tmpdir, 'child.log')
-    root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get('PYTHONPATH', ''))
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-    t0 = time.perf_counter()
-    status, rc = None, None
-    try:
-        with open(log_path, 'wb') as log:
-            proc = subprocess.Popen(
-                [sys.executable, '-c', 'from mmcirc.apis.highres import _child_main; _child_main()',
-                 osp.join(tmpdir, 'spec.json')], stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=limit)
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                rc = proc.wait()
-                status = 'timeout'
-        wall = time.perf_counter() - t0
-        result = {}
-        if osp.isfile(spec['result']):
-            with open(spec['result']) as f:
-                result = json.load(f)
-        with open(log_path, 'rb') as f:
-            tail = f.read()[-3000:].decode('utf-8', 'replace')
-        if status is None:
-            status = result.get('status') or ('killed' if rc is not None and rc < 0 else 'error')
-        if status in ('killed', 'error', 'timeout') and not result.get('error'):
-            lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
-            result['error'] = (f'killed by signal {-rc}' if rc is not None and rc < 0
-                               else (lines[-1] if lines else f'exit code {rc}'))
-            if status == 'error' and is_out_of_memory(Exception(result['error'])):
-                status = 'out_of_memory'
-        result.update(status=status, returncode=rc, wall_s=round(wall, 2), mem_cap_gb=mem_cap_gb,
-                      input_size=list(img.shape[:2]))
-        result.setdefault('time_s', None)
-        return result
-    finally:
-        for name in os.listdir(tmpdir):
-            os.remove(osp.join(tmpdir, name))
-        os.rmdir(tmpdir)
-
-
-def _child_main(argv: Optional[List[str]] = None) -> None:
-    """Entry of the dense-baseline child (see :func:`run_dense_baseline`)."""
-    argv = sys.argv[1:] if argv is None else argv
-    with open(argv[0]) as f:
-        spec = json.load(f)
-    out = dict(status='error', stage_attentions=None, build_s=None, time_s=None, error=None)
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    out['rlimit_as_gb'] = None if soft == resource.RLIM_INFINITY else round(soft / GB, 2)
-    t_start = time.perf_counter()
-    t0 = None
-    try:
-        warnings.simplefilter('ignore')
-        import torch  # noqa: F401
-        img = np.load(spec['image'])
-        cfg = load_highres_config(spec['config'], spec['cfg_options'])
-        cls = _backbone_class(cfg.model.backbone.type)
-        dense = spec['stage_attentions'] or cls.original_attention
-        apply_backbone_overrides(cfg, dict(stage_attentions=dense))
-        model = build_segmentor(cfg, spec['checkpoint'], device=spec['device'])
-        out['stage_attentions'] = list(model.backbone.stage_attentions)
-        out['build_s'] = round(time.perf_counter() - t_start, 2)
-        hw = img.shape[:2]
-        out['attention_estimates'] = quadratic_attention_estimates(model.backbone, hw)
-        warn = quadratic_warning(model.backbone, hw)
-        if warn:
-            print(warn, flush=True)
-        base = rss_bytes() if reset_peak_rss() else peak_rss_bytes()
-        out['baseline_rss_mb'] = round(base / MB, 1)
-        t0 = time.perf_counter()
-        labels, times = predict_labels(model, img, upsample=spec['upsample'])
-        out.update(status='ok', time_s=round(times['time_s'], 3), labels_present=int(len(np.unique(labels))))
-    except BaseException as err:  # noqa: BLE001  (report, whatever it is)
-        if t0 is not None:
-            out['time_s'] = round(time.perf_counter() - t0, 3)
-        out['status'] = 'out_of_memory' if is_out_of_memory(err) else 'error'
-        out['error'] = f'{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ""}'
-        out['failed_during'] = 'inference' if t0 is not None else 'setup'
-    out['peak_rss_mb'] = round(peak_rss_bytes() / MB, 1)
-    if out.get('baseline_rss_mb') is not None:
-        out['peak_increase_mb'] = round(out['peak_rss_mb'] - out['baseline_rss_mb'], 1)
-    with open(spec['result'] + '.tmp', 'w') as f:
-        json.dump(out, f)
-    os.replace(spec['result'] + '.tmp', spec['result'])
-    print(json.dumps(out), flush=True)
-
-
-# --------------------------------------------------------------------------- figures
-def short_error(error: str) -> str:
-    """torch's allocator message -> 'cannot allocate 64.0 GiB'; else the first 90 chars."""
-    import re
-    m = re.search(r'tried to allocate (\d+) bytes', error)
-    if m:
-        return f'cannot allocate {int(m.group(1)) / GB:.1f} GiB'
-    return error[:90]
-
-
-def figures_markdown(records: Sequence[dict]) -> str:
-    """A markdown table of JSON records (as written by ``tools/infer_highres.py``):
-    the efficient runs, and each record's dense baseline as its own row."""
-    rows = ['| model | attention per stage | input | status | time (s) | peak RSS (GB) | '
-            'increase over baseline (GB) |',
-            '|---|---|---|---|---|---|---|']
-    for r in records:
-        is_run = bool(r.get('backbone'))  # an efficient run (else a --baseline-only record)
-        if is_run:
-            b = r['backbone']
-            kinds = '-'.join(b.get('stage_attentions', []))
-            extra = []
-            if 'num_cores' in b:
-                extra.append(f"C'={b['num_cores']}")
-            if 'boundary' in b:
-                extra.append(f"{b['boundary']}, {b['scale']}")
-            name = osp.splitext(osp.basename(r['config']))[0]
-            rows.append(f"| {name} ({'; '.join(extra)}) | {kinds} | {r['input_size'][0]}x{r['input_size'][1]} | "
-                        f"ran | {r['time_s']:.1f} | {r['peak_rss_mb'] / 1024:.2f} | "
-                        f"{r['peak_increase_mb'] / 1024:.2f} |")
-        d = r.get('dense_baseline') if is_run else r
-        if d and 'status' in d:
-            kinds = '-'.join(d.get('stage_attentions') or [])
-            t = d.get('time_s')
-            status = 'ran' if d['status'] == 'ok' else (
-                f"FAILED ({d['status']}{': ' + short_error(d['error']) if d.get('error') else ''})")
-            when = '' if d['status'] == 'ok' else ' until failure'
-            inc = d.get('peak_increase_mb')
-            rows.append(f"| dense baseline, RLIMIT_AS {d['mem_cap_gb']:g} GB | {kinds} | "
-                        f"{d['input_size'][0]}x{d['input_size'][1]} | {status} | "
-                        f"{'-' if t is None else f'{t:.1f}'}{when} | {d.get('peak_rss_mb', 0) / 1024:.2f} | "
-                        f"{'-' if inc is None else f'{inc / 1024:.2f}'} |")
-    return '\n'.join(rows) + '\n'

@@ -1,6 +1,8 @@
-"""mmcirc.apis.highres: overrides, whole-image inference against mmseg's own
-inference_model, the banded upsample, memory estimates and the dense baseline child."""
-import os
+"""mmcirc.apis.highres (the library): overrides (pyramids, CA-DeiT, VECA), whole-image
+inference against mmseg's own inference_model, the banded upsample, progress, memory
+estimates. The command line (flags, images, PNGs, the dense-baseline child) is tested in
+tests/tools/test_infer_highres.py."""
+import math
 import os.path as osp
 
 import cv2
@@ -10,7 +12,6 @@ import torch
 
 from helpers import REPO
 from mmcirc.apis import highres as hr
-from mmcirc.utils.cli import CLIError
 
 TINY = """_base_ = {base!r}
 model = dict(
@@ -19,6 +20,21 @@ model = dict(
     neck=dict(in_channels=[8, 16, 24, 32], out_channels=8),
     decode_head=dict(in_channels=[8, 8, 8, 8], channels=8))
 """
+# The isotropic models of configs/ (UperNet with mmseg's multi-level neck), width 32,
+# 2 blocks; VECA with a bank of 16 cores (chunks of 8).
+ISOTROPIC = """_base_ = {base!r}
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, {arch}), out_indices=-1, init_cfg=None{extra}),
+    neck=dict(in_channels=[32], out_channels=8, scales=[4, 2, 1, 0.5]),
+    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8),
+    auxiliary_head=dict(in_channels=8, channels=8))
+"""
+ISOTROPIC_ARCH = {
+    'ca_deit_s_upernet_160k_ade20k.py': ('embed_dims=32, depth=2', ''),
+    'veca_b_upernet_160k_ade20k.py': ('embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2.0, num_cores=16',
+                                      ', num_cores=16'),
+}
+CADEIT, VECA = ISOTROPIC_ARCH
 
 
 def tiny_config(tmp_path, base='ca_pvt_t-allcirc_fpn_80k_ade20k.py', extra='', name='tiny.py'):
@@ -26,6 +42,14 @@ def tiny_config(tmp_path, base='ca_pvt_t-allcirc_fpn_80k_ade20k.py', extra='', n
     path = tmp_path / name
     path.write_text(TINY.format(base=osp.join(REPO, 'configs', base),
                                 extra=(', ' + extra) if extra else ''))
+    return str(path)
+
+
+def isotropic_config(tmp_path, base):
+    """A thin config over configs/<base> (CA-DeiT or VECA UperNet) with a tiny model."""
+    path = tmp_path / ('tiny_' + base)
+    arch, extra = ISOTROPIC_ARCH[base]
+    path.write_text(ISOTROPIC.format(base=osp.join(REPO, 'configs', base), arch=arch, extra=extra))
     return str(path)
 
 
@@ -45,29 +69,18 @@ def _sharpen_head(model):
 
 
 # --------------------------------------------------------------------------- parsing
-def test_parse_size():
-    assert hr.parse_size(None) is None
-    assert hr.parse_size('4096') == 4096
-    assert hr.parse_size('97x131') == (97, 131)
-    for bad in ('0', 'x', '12x', '-3', 'big', '3x0'):
-        with pytest.raises(CLIError, match='--size'):
-            hr.parse_size(bad)
-    img = np.zeros((50, 100, 3), np.uint8)
-    assert hr.resize_image(img, 300).shape == (150, 300, 3)
-    assert hr.resize_image(img, (97, 131)).shape == (97, 131, 3)
-
-
-@pytest.mark.parametrize('kwargs,option,allowed', [
-    (dict(boundary='wrap'), '--boundary', "('circular', 'zero')"),
-    (dict(scale='log'), '--scale', "('sqrt_n', 'n')"),
-    (dict(num_cores='huge'), '--num-cores', "('mobile', 'edge', 'server')"),
-    (dict(num_cores='0'), '--num-cores', "('mobile', 'edge', 'server')"),
-    (dict(stage_attentions='dense'), '--stage-attentions', "'circulant', 'core', 'sra'"),
+@pytest.mark.parametrize('kwargs,param,allowed', [
+    (dict(boundary='wrap'), 'boundary', "('circular', 'zero')"),
+    (dict(scale='log'), 'scale', "('sqrt_n', 'n')"),
+    (dict(num_cores='huge'), 'num_cores', "('mobile', 'edge', 'server')"),
+    (dict(num_cores='0'), 'num_cores', "('mobile', 'edge', 'server')"),
+    (dict(stage_attentions='dense'), 'stage_attentions', "'circulant', 'core', 'sra'"),
 ])
-def test_unknown_override_names_option_and_values(kwargs, option, allowed):
-    with pytest.raises(CLIError) as err:
+def test_unknown_override_names_parameter_and_values(kwargs, param, allowed):
+    with pytest.raises(ValueError) as err:
         hr.validate_overrides(**kwargs)
-    assert option in str(err.value) and allowed in str(err.value)
+    assert str(err.value).startswith(f'{param} must') and allowed in str(err.value)
+    assert '--' not in str(err.value)
 
 
 def test_validate_overrides_values():
@@ -79,7 +92,7 @@ def test_validate_overrides_values():
 
 
 def test_num_cores_above_bank_is_an_error(tmp_path):
-    with pytest.raises(CLIError, match='num_cores_max=64'):
+    with pytest.raises(ValueError, match='^num_cores must .*num_cores_max=64'):
         hr.load_highres_config(tiny_config(tmp_path, 'core_pvt_t-allcore_fpn_80k_ade20k.py'),
                                overrides=dict(num_cores=65))
 
@@ -142,11 +155,20 @@ def test_upsample_argmax_equals_full(shape, channels):
         hr.upsample_argmax(logits, shape, False, band=5)
 
 
-def test_predict_labels_equals_mmseg_inference_model(tmp_path):
+MODELS_UNDER_TEST = {
+    'ca_pvt': tiny_config,
+    'ca_deit': lambda tmp_path: isotropic_config(tmp_path, CADEIT),
+    'veca': lambda tmp_path: isotropic_config(tmp_path, VECA),
+}
+
+
+@pytest.mark.parametrize('which', list(MODELS_UNDER_TEST))
+def test_predict_labels_equals_mmseg_inference_model(tmp_path, which):
     """Our whole-image path == mmseg's inference_model (its own pipeline, without the
-    config's Resize, and its test_step) on the same model and image file."""
+    config's Resize, and its test_step) on the same model and image file: an
+    all-circulant pyramid and the isotropic CA-DeiT and VECA (UperNet, multi-level neck)."""
     from mmseg.apis import inference_model
-    cfg = hr.load_highres_config(tiny_config(tmp_path))
+    cfg = hr.load_highres_config(MODELS_UNDER_TEST[which](tmp_path))
     model = hr.build_segmentor(cfg)
     _sharpen_head(model)
     img = _image()
@@ -156,25 +178,104 @@ def test_predict_labels_equals_mmseg_inference_model(tmp_path):
     ref = inference_model(model, path).pred_sem_seg.data[0].numpy()
     assert ref.shape == (97, 131) and len(np.unique(ref)) > 5
     for mode in ('banded', 'mmseg'):
-        labels, times = hr.predict_labels(model, hr.read_image(path), upsample=mode)
+        labels, times = hr.predict_labels(model, cv2.imread(path, cv2.IMREAD_COLOR), upsample=mode)
         assert times['upsample'] == mode and times['time_s'] > 0
         np.testing.assert_array_equal(labels, ref)
 
 
-def test_read_image_errors(tmp_path):
-    bad = tmp_path / 'bad.png'
-    bad.write_bytes(b'not a png')
-    for path in (str(bad), str(tmp_path / 'missing.jpg'), str(tmp_path)):
-        with pytest.raises(CLIError) as err:
-            hr.read_image(path)
-        assert str(err.value) == f'cannot read image: {path}'
+@pytest.mark.parametrize('which,units', [('ca_pvt', ['backbone stage %d/4' % i for i in (1, 2, 3, 4)]),
+                                         ('ca_deit', ['backbone block 1/2', 'backbone block 2/2'])])
+def test_progress_once_per_stage_neck_head_and_band(tmp_path, which, units):
+    """One call per backbone stage (4 in the tiny CA-PVT) or block (2 in the tiny
+    CA-DeiT), the neck, the head and each band of 16 of the 150 ADE20K classes, in
+    order; the labels do not change."""
+    model = hr.build_segmentor(hr.load_highres_config(MODELS_UNDER_TEST[which](tmp_path)))
+    img = _image(40, 56)
+    calls = []
+    labels, _ = hr.predict_labels(model, img, progress=lambda *a: calls.append(a))
+    bands = math.ceil(150 / 16)
+    names = units + ['neck', 'decode head'] + [f'upsample band {k}/{bands}' for k in range(1, bands + 1)]
+    assert calls == [(n, i + 1, len(names)) for i, n in enumerate(names)]
+    quiet, _ = hr.predict_labels(model, img)
+    np.testing.assert_array_equal(labels, quiet)
+    calls.clear()
+    hr.predict_labels(model, img, upsample='mmseg', progress=lambda *a: calls.append(a))
+    names = units + ['neck', 'decode head', 'upsample']
+    assert calls == [(n, i + 1, len(names)) for i, n in enumerate(names)]
+    assert not any(m._forward_hooks for _, m in hr.progress_units(model))  # hooks removed
+
+
+def test_progress_must_be_callable(tmp_path):
+    model = hr.build_segmentor(hr.load_highres_config(tiny_config(tmp_path)))
+    with pytest.raises(TypeError, match='^progress must be'):
+        hr.predict_labels(model, _image(33, 45), progress='yes')
+
+
+# --------------------------------------------------------------------------- isotropic models
+def test_veca_num_cores_reaches_every_block(tmp_path):
+    """C' = 8 of VECA's bank of 16: every block's attention gets 8 cores, and its
+    sequence is 8 cores + the 3 x 3 patches of a 33 x 45 image (padded to 48 x 48)."""
+    cfg = hr.load_highres_config(isotropic_config(tmp_path, VECA),
+                                 overrides=hr.validate_overrides(num_cores='8'))
+    assert cfg.model.backbone.num_cores == 8
+    model = hr.build_segmentor(cfg)
+    seen = []
+    hooks = [b.attn.register_forward_pre_hook(lambda mod, args: seen.append((args[3], args[0].shape[1])))
+             for b in model.backbone.blocks]
+    hr.predict_labels(model, _image(33, 45))
+    for h in hooks:
+        h.remove()
+    assert seen == [(8, 8 + 3 * 3)] * 2
+    assert hr.backbone_summary(model.backbone) == dict(type='VECAViT', num_cores=8, num_cores_max=16)
+    assert hr.quadratic_attention_estimates(model.backbone, (4096, 4096)) == []
+
+
+def test_veca_preset_num_cores(tmp_path):
+    cfg = hr.load_highres_config(isotropic_config(tmp_path, VECA), overrides=dict(num_cores='mobile'))
+    assert hr.build_segmentor(cfg).backbone.num_cores == 8
+
+
+@pytest.mark.parametrize('value', ['12', '24', 'edge'])  # not a chunk multiple; beyond the bank; preset 32
+def test_veca_num_cores_outside_its_bank_is_an_error(tmp_path, value):
+    with pytest.raises(ValueError) as err:
+        hr.load_highres_config(isotropic_config(tmp_path, VECA), overrides=hr.validate_overrides(num_cores=value))
+    msg = str(err.value)
+    assert msg.startswith('num_cores must') and '16' in msg and '\n' not in msg
+
+
+def test_cadeit_boundary_and_scale_reach_every_block(tmp_path):
+    cfg = hr.load_highres_config(isotropic_config(tmp_path, CADEIT),
+                                 overrides=hr.validate_overrides(boundary='zero', scale='n'))
+    model = hr.build_segmentor(cfg)
+    attns = [b.attn for b in model.backbone.blocks]
+    assert len(attns) == 2 and all(a.boundary == 'zero' and a.scale == 'n' for a in attns)
+    assert hr.backbone_summary(model.backbone) == dict(type='CADeiT', boundary='zero', scale='n')
+
+
+@pytest.mark.parametrize('base,overrides,takes', [
+    (VECA, dict(boundary='zero'), "('num_cores',)"),
+    (CADEIT, dict(num_cores=8), "('boundary', 'scale')"),
+    (CADEIT, dict(stage_attentions='core'), "('boundary', 'scale')"),
+])
+def test_override_the_backbone_does_not_take_is_an_error(tmp_path, base, overrides, takes):
+    (key, ) = overrides
+    with pytest.raises(ValueError) as err:
+        hr.load_highres_config(isotropic_config(tmp_path, base), overrides=overrides)
+    assert str(err.value).startswith(f'{key} does not apply to') and str(err.value).endswith(f'takes {takes}')
+
+
+def test_overrides_need_a_backbone_that_takes_them(tmp_path):
+    with pytest.raises(ValueError, match="need an mmcirc backbone .*'CAPVT'.*'VECAViT'.*the config has 'ResNetV1c'"):
+        hr.load_highres_config(osp.join(REPO, 'configs', 'ca_pvt_t_fpn_80k_ade20k.py'),
+                               cfg_options={'model.backbone': dict(_delete_=True, type='ResNetV1c')},
+                               overrides=dict(boundary='zero'))
 
 
 def test_palette_from_config_without_checkpoint(tmp_path):
     model = hr.build_segmentor(hr.load_highres_config(tiny_config(tmp_path)))
-    assert len(model.dataset_meta['classes']) == 150 and model.dataset_meta['classes'][0] == 'wall'
-    color = hr.colorize(np.array([[0, 149]]), model.dataset_meta['palette'])
-    assert color.dtype == np.uint8 and color.shape == (1, 2, 3)
+    from mmseg.datasets import ADE20KDataset
+    assert model.dataset_meta['classes'] == ADE20KDataset.METAINFO['classes']
+    assert model.dataset_meta['palette'] == [list(p) for p in ADE20KDataset.METAINFO['palette']]
 
 
 # --------------------------------------------------------------------------- memory
@@ -211,27 +312,3 @@ def test_quadratic_warning_only_where_it_does_not_fit(tmp_path):
     allcirc = hr.load_highres_config(tiny_config(tmp_path))
     allcirc.model.backbone.init_cfg = None
     assert hr.quadratic_warning(MODELS.build(allcirc.model.backbone), (8192, 8192)) is None
-
-
-def test_write_atomic_leaves_nothing_on_failure(tmp_path):
-    out = tmp_path / 'out'
-    blocker = tmp_path / 'file'
-    blocker.write_text('x')
-    with pytest.raises(OSError):
-        hr.write_atomic({str(out / 'a.png'): b'1', str(blocker / 'b.json'): b'2'})
-    assert not list(out.iterdir())
-    hr.write_atomic({str(out / 'a.png'): b'1', str(out / 'a.json'): b'2'})
-    assert sorted(os.listdir(out)) == ['a.json', 'a.png']
-
-
-def test_dense_baseline_child_reports_out_of_memory(tmp_path):
-    """sr ratio 1 at 1024 px: stage 1 wants a 65536 x 65536 attention matrix (16 GiB),
-    which a 6 GiB address-space cap refuses at once; the child reports it."""
-    cfg = tiny_config(tmp_path)
-    res = hr.run_dense_baseline(cfg, _image(1024, 1024), mem_cap_gb=6,
-                                cfg_options={'model.backbone.sr_ratios': [1, 1, 1, 1]}, timeout=600)
-    assert res['status'] == 'out_of_memory', res
-    assert res['stage_attentions'] == ['sra'] * 4
-    assert res['failed_during'] == 'inference' and res['time_s'] is not None
-    assert res['input_size'] == [1024, 1024] and res['mem_cap_gb'] == 6
-    assert res['attention_estimates'][0]['keys'] == 65536

@@ -1,12 +1,26 @@
-"""tools/infer_highres.py end to end on a tiny all-circulant CA-PVT + Semantic FPN."""
+"""tools/infer_highres.py: end to end on a tiny all-circulant CA-PVT + Semantic FPN and
+tiny CA-DeiT / VECA UperNets (overrides, progress, one-line errors), and its tools-side
+modules (tools/_image_io.py: sizes, images, PNGs; tools/_dense_baseline.py: the
+memory-capped child)."""
 import json
+import math
+import os
 import os.path as osp
+import sys
 
 import cv2
 import numpy as np
+import pytest
 import torch
 
 from helpers import REPO, run_tool
+
+sys.path.insert(0, osp.join(REPO, 'tools'))
+import _dense_baseline as db  # noqa: E402
+import _image_io as imio  # noqa: E402
+import infer_highres  # noqa: E402
+
+from mmcirc.utils.cli import CLIError  # noqa: E402
 
 TINY = """_base_ = {base!r}
 model = dict(
@@ -15,6 +29,27 @@ model = dict(
     neck=dict(in_channels=[8, 16, 24, 32], out_channels=8),
     decode_head=dict(in_channels=[8, 8, 8, 8], channels=8))
 """
+
+
+# configs/ca_deit_s_upernet_160k_ade20k.py and configs/veca_b_upernet_160k_ade20k.py with
+# width 32, 2 blocks (VECA: a bank of 16 cores) and small heads.
+ISOTROPIC = """_base_ = {base!r}
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, {arch}), out_indices=-1, init_cfg=None{extra}),
+    neck=dict(in_channels=[32], out_channels=8, scales=[4, 2, 1, 0.5]),
+    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8),
+    auxiliary_head=dict(in_channels=8, channels=8))
+"""
+CADEIT = ('ca_deit_s_upernet_160k_ade20k.py', 'embed_dims=32, depth=2', '')
+VECA = ('veca_b_upernet_160k_ade20k.py', 'embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2.0, '
+        'num_cores=16', ', num_cores=16')
+
+
+def _isotropic_config(tmp_path, which):
+    base, arch, extra = which
+    path = tmp_path / ('tiny_' + base)
+    path.write_text(ISOTROPIC.format(base=osp.join(REPO, 'configs', base), arch=arch, extra=extra))
+    return str(path)
 
 
 def _tiny_config(tmp_path):
@@ -94,6 +129,7 @@ def test_outputs_match_mmseg_inference_model(tmp_path):
     assert any('dense baseline sra-sra-sra-sra' in ln and 'ran in' in ln for ln in lines)
     assert any(ln.startswith('scene 97x131 | CAPVT circulant-circulant-circulant-circulant')
                for ln in lines)
+    assert 'task/s' not in proc.stderr  # no progress bar: stderr is not a terminal here
 
 
 def test_unreadable_image_is_one_line_error_without_outputs(tmp_path):
@@ -129,3 +165,127 @@ def test_image_below_the_minimum_size_is_one_line_error(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         'error: image dot is 1x1: ca_pvt_t_fpn_80k_ade20k needs at least 17x17 (use --size)']
     assert not (tmp_path / 'out').exists()
+
+
+def test_cadeit_boundary_with_progress_bar(tmp_path):
+    """CA-DeiT takes --boundary; --progress shows mmengine's ProgressBar on stderr, one
+    step per block (2), the neck, the head and each band of 16 of the 150 classes."""
+    cfg = _isotropic_config(tmp_path, CADEIT)
+    out = tmp_path / 'out'
+    proc = run_tool(['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--size', '40x56', '--boundary',
+                     'zero', '--progress', '--out-dir', str(out)], cwd=tmp_path)
+    base = out / 'astronaut_40x56_tiny_ca_deit_s_upernet_160k_ade20k_zero'
+    rec = json.loads(base.with_suffix('.json').read_text())
+    assert rec['backbone'] == dict(type='CADeiT', boundary='zero', scale='sqrt_n')
+    assert cv2.imread(f'{base}_labels.png', cv2.IMREAD_UNCHANGED).shape == (40, 56)
+    steps = 2 + 1 + 1 + math.ceil(150 / 16)
+    bar = proc.stderr.split('\r')
+    assert sum(f'] {k}/{steps},' in part for part in bar for k in range(1, steps + 1)) == steps, proc.stderr
+
+
+def test_veca_num_cores(tmp_path):
+    cfg = _isotropic_config(tmp_path, VECA)
+    out = tmp_path / 'out'
+    proc = run_tool(['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--size', '48', '--num-cores', '8',
+                     '--out-dir', str(out)], cwd=tmp_path)
+    rec = json.loads((out / 'astronaut_48x48_tiny_veca_b_upernet_160k_ade20k_nc8.json').read_text())
+    assert rec['backbone'] == dict(type='VECAViT', num_cores=8, num_cores_max=16)
+    assert rec['overrides'] == {'num_cores': 8} and rec['input_size'] == [48, 48]
+    assert 'astronaut 48x48 | VECAViT C=8 |' in proc.stdout
+
+
+def test_veca_num_cores_outside_its_bank_is_one_line_error(tmp_path):
+    cfg = _isotropic_config(tmp_path, VECA)
+    proc = run_tool(['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--num-cores', '12',
+                     '--out-dir', str(tmp_path / 'out')], cwd=tmp_path, check=False)
+    assert proc.returncode == 1
+    (line, ) = proc.stderr.strip().splitlines()
+    assert line.startswith('error: --num-cores must be a multiple of 8 in [8, 16]') and line.endswith('got 12')
+    assert not (tmp_path / 'out').exists()
+
+
+def test_dense_baseline_of_an_isotropic_model_is_one_line_error(tmp_path):
+    cfg = _isotropic_config(tmp_path, CADEIT)
+    proc = run_tool(['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--dense-baseline',
+                     '--out-dir', str(tmp_path / 'out')], cwd=tmp_path, check=False)
+    assert proc.returncode == 1
+    (line, ) = proc.stderr.strip().splitlines()
+    assert line.startswith('error: --dense-baseline needs a pyramid backbone') and "'CADeiT'" in line
+    assert not (tmp_path / 'out').exists()
+
+
+# --------------------------------------------------------------------------- tools-side modules
+@pytest.mark.parametrize('kwargs,text', [
+    (dict(boundary='wrap'), "--boundary must be one of ('circular', 'zero'), got 'wrap'"),
+    (dict(scale='log'), "--scale must be one of ('sqrt_n', 'n') or a positive float, got 'log'"),
+    (dict(num_cores='0'), "--num-cores must be a positive int (<= num_cores_max, 64 by default) or one of "
+                          "('mobile', 'edge', 'server'), got '0'"),
+])
+def test_library_errors_become_flag_errors(kwargs, text):
+    from mmcirc.apis import highres as hr
+    with pytest.raises(CLIError) as err:
+        with infer_highres.as_cli_errors():
+            hr.validate_overrides(**kwargs)
+    assert str(err.value) == text
+
+
+def test_parse_size():
+    assert imio.parse_size(None) is None
+    assert imio.parse_size('4096') == 4096
+    assert imio.parse_size('97x131') == (97, 131)
+    for bad in ('0', 'x', '12x', '-3', 'big', '3x0'):
+        with pytest.raises(CLIError, match='--size'):
+            imio.parse_size(bad)
+    img = np.zeros((50, 100, 3), np.uint8)
+    assert imio.resize_image(img, 300).shape == (150, 300, 3)
+    assert imio.resize_image(img, (97, 131)).shape == (97, 131, 3)
+
+
+def test_read_image_errors(tmp_path):
+    bad = tmp_path / 'bad.png'
+    bad.write_bytes(b'not a png')
+    for path in (str(bad), str(tmp_path / 'missing.jpg'), str(tmp_path)):
+        with pytest.raises(CLIError) as err:
+            imio.read_image(path)
+        assert str(err.value) == f'cannot read image: {path}'
+
+
+def test_colorize_and_overlay():
+    palette = [[10, 20, 30], [200, 100, 0]]
+    color = imio.colorize(np.array([[0, 1]]), palette)
+    np.testing.assert_array_equal(color, np.array([[[10, 20, 30], [200, 100, 0]]], np.uint8))
+    img = np.full((1, 2, 3), 100, np.uint8)
+    # BGR image, RGB mask: 0.25 * 100 + 0.75 * mask[..., ::-1], rounded
+    np.testing.assert_array_equal(imio.overlay(img, color, 0.75),
+                                  np.array([[[48, 40, 33], [25, 100, 175]]], np.uint8))
+
+
+def test_write_atomic_leaves_nothing_on_failure(tmp_path):
+    out = tmp_path / 'out'
+    blocker = tmp_path / 'file'
+    blocker.write_text('x')
+    with pytest.raises(OSError):
+        imio.write_atomic({str(out / 'a.png'): b'1', str(blocker / 'b.json'): b'2'})
+    assert not list(out.iterdir())
+    imio.write_atomic({str(out / 'a.png'): b'1', str(out / 'a.json'): b'2'})
+    assert sorted(os.listdir(out)) == ['a.json', 'a.png']
+
+
+def test_short_error():
+    assert db.short_error('CPU: tried to allocate 68719476736 bytes') == 'cannot allocate 64.0 GiB'
+    assert db.short_error('x' * 100) == 'x' * 90
+
+
+def test_dense_baseline_child_reports_out_of_memory(tmp_path):
+    """sr ratio 1 at 1024 px: stage 1 wants a 65536 x 65536 attention matrix (16 GiB),
+    which a 6 GiB address-space cap refuses at once; the child reports it."""
+    cfg = _tiny_config(tmp_path)
+    rng = np.random.RandomState(0)
+    img = cv2.resize(rng.randint(0, 256, (7, 9, 3)).astype(np.uint8), (1024, 1024), interpolation=cv2.INTER_CUBIC)
+    res = db.run_dense_baseline(cfg, img, mem_cap_gb=6, cfg_options={'model.backbone.sr_ratios': [1, 1, 1, 1]},
+                                timeout=600)
+    assert res['status'] == 'out_of_memory', res
+    assert res['stage_attentions'] == ['sra'] * 4
+    assert res['failed_during'] == 'inference' and res['time_s'] is not None
+    assert res['input_size'] == [1024, 1024] and res['mem_cap_gb'] == 6
+    assert res['attention_estimates'][0]['keys'] == 65536
