@@ -19,13 +19,17 @@ Circulant attention exports through :func:`mmcirc.ops.circulant.export_mode` (re
 matmul DFTs built from the runtime H and W, so a dynamic-shape graph follows the
 input size). The exporter is torch's dynamo-based ``torch.onnx.export(...,
 dynamo=True)`` (``torch.export`` + onnxscript); the TorchScript exporter cannot express
-the data-dependent sizes and is deprecated.
+the data-dependent sizes and is deprecated. With a dynamic graph, adaptive average
+pooling (PSP / UperNet pool scales) exports as masked-mean matrix products
+(:func:`adaptive_avg_pool2d_matmul`), exact at every size; Swin's shifted-window
+blocks are refused (:func:`check_exportable`).
 """
 import copy
 import importlib
 import logging
 import os
 import os.path as osp
+import re
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -33,7 +37,7 @@ import torch
 from torch import nn
 
 __all__ = ['ExportError', 'build_model', 'TensorModel', 'check_exportable', 'export_onnx',
-           'verify_onnx', 'output_names', 'second_shape']
+           'verify_onnx', 'output_names', 'second_shape', 'adaptive_avg_pool2d_matmul']
 
 DEFAULT_OPSET = 18
 DEFAULT_SIZE_DIVISOR = 32  # total stride of the PVT and Swin pyramids
@@ -158,7 +162,20 @@ def check_exportable(model: nn.Module, dynamic: bool) -> None:
     """Raise :class:`ExportError` naming a layer that cannot be exported, and the option
     that avoids it."""
     from mmcirc.ops.core import CoreAttention
+    try:
+        from mmdet.models.backbones.swin import SwinBlock
+    except ImportError:  # no mmdet: no Swin blocks either
+        SwinBlock = ()
     for name, module in model.named_modules():
+        if SwinBlock and isinstance(module, SwinBlock) and dynamic:
+            match = re.search(r'(?:layers|stages)\.(\d+)\.', name)
+            stage = f' in stage {int(match.group(1)) + 1}' if match else ''
+            raise ExportError(
+                f'layer {name} ({type(module).__name__}{stage}, shifted-window attention) has no '
+                '--dynamic export: its window padding, partition and shift mask are rebuilt from '
+                'the symbolic H and W and torch.export does not finish in reasonable time; export '
+                'without --dynamic (one file per size) or use circulant/core attention in that '
+                'stage (model.backbone.stage_attentions)')
         if isinstance(module, CoreAttention) and dynamic and module.chunk_size is not None:
             raise ExportError(
                 f'layer {name} (CoreAttention, chunk_size={module.chunk_size}) streams the core '
@@ -182,6 +199,55 @@ def second_shape(shape: Sequence[int], size_divisor: int = 1) -> Tuple[int, int]
     from ``shape`` (H and W swapped, or W + ``size_divisor`` for a square shape)."""
     h, w = shape
     return (w, h) if h != w else (h, w + size_divisor)
+
+
+# --------------------------------------------------------------------------- pooling
+def _pool_matrix(size, out: int, like: torch.Tensor) -> torch.Tensor:
+    """(out, size) averaging matrix of adaptive pooling along one axis: row i averages
+    the cells floor(i size / out) .. ceil((i + 1) size / out) - 1 (PyTorch's bins)."""
+    i = torch.arange(out, device=like.device).unsqueeze(1)  # (out, 1)
+    j = torch.arange(size, device=like.device).unsqueeze(0)  # (1, size)
+    start = torch.div(i * size, out, rounding_mode='floor')
+    end = torch.div((i + 1) * size + out - 1, out, rounding_mode='floor')
+    mask = ((j >= start) & (j < end)).to(like.dtype)  # (out, size)
+    return mask / mask.sum(1, keepdim=True)
+
+
+def adaptive_avg_pool2d_matmul(x: torch.Tensor, output_size) -> torch.Tensor:
+    """``F.adaptive_avg_pool2d`` as two matrix products, x (..., H, W) -> (..., h, w).
+
+    torch's decomposition of adaptive pooling (what ``torch.onnx.export`` emits)
+    unrolls the longest bin of the traced size into a fixed number of gathers, which
+    index out of range (or average the wrong cells) at other input sizes; here the
+    bins are masks built from the runtime H and W, so a dynamic graph stays exact.
+    """
+    if isinstance(output_size, int):
+        output_size = (output_size, output_size)
+    out_h, out_w = output_size
+    h, w = x.shape[-2], x.shape[-1]
+    if out_h is not None:
+        x = torch.matmul(_pool_matrix(h, out_h, x), x)  # (..., h', W)
+    if out_w is not None:
+        x = torch.matmul(x, _pool_matrix(w, out_w, x).transpose(0, 1))  # (..., h', w')
+    return x
+
+
+class _MatmulAdaptivePooling:
+    """Context: every ``nn.AdaptiveAvgPool2d`` of ``model`` runs
+    :func:`adaptive_avg_pool2d_matmul` (an instance ``forward``, removed on exit)."""
+
+    def __init__(self, model: nn.Module, enabled: bool = True):
+        self.modules = [m for m in model.modules()
+                        if isinstance(m, nn.AdaptiveAvgPool2d)] if enabled else []
+
+    def __enter__(self):
+        for m in self.modules:
+            m.forward = (lambda x, size=m.output_size: adaptive_avg_pool2d_matmul(x, size))
+        return self
+
+    def __exit__(self, *exc):
+        for m in self.modules:
+            del m.forward
 
 
 # --------------------------------------------------------------------------- export
@@ -242,7 +308,7 @@ def _export(tensor_model, example, names, dynamic, size_divisor, opset):
     from mmcirc.ops.circulant import export_mode
     tracker = _LayerTracker(tensor_model)
     try:
-        with export_mode(), torch.no_grad():
+        with export_mode(), torch.no_grad(), _MatmulAdaptivePooling(tensor_model, dynamic):
             program = torch.export.export(
                 tensor_model, (example, ), dynamic_shapes=_dynamic_shapes(dynamic, size_divisor),
                 strict=False)

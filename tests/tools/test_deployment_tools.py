@@ -61,6 +61,16 @@ def test_chunked_core_gather_names_layer_and_option(tmp_path, export_main, capsy
     assert os.listdir(tmp_path) == []
 
 
+def test_dynamic_swin_window_stage_is_one_line_and_writes_nothing(tmp_path, export_main, capsys):
+    swin = osp.join(FIXTURE_CONFIGS, 'ca_swin_upernet_tiny.py')
+    code, err = _run(export_main, [swin, '--shape', '64', '96', '--dynamic',
+                                   '--out', str(tmp_path / 'm.onnx')], capsys)
+    assert code == 1 and len(err) == 1
+    assert err[0].startswith('error: layer backbone.stages.2.blocks.0 (WindowBlock in stage 3, ')
+    assert 'without --dynamic' in err[0] and 'model.backbone.stage_attentions' in err[0]
+    assert os.listdir(tmp_path) == []
+
+
 def test_out_must_be_onnx(tmp_path, export_main, capsys):
     code, err = _run(export_main, [DET, '--shape', '64', '96', '--out', str(tmp_path / 'm.pt')],
                      capsys)

@@ -78,6 +78,14 @@ def parse_block_indices(out_indices, depth: int) -> tuple:
     return tuple(sorted({int(i) % depth for i in out_indices}))
 
 
+def _hw(x: torch.Tensor) -> tuple:
+    """(H, W) of a (..., H, W) tensor: ints (eager; under ``torch.jit.trace``, whose
+    sizes are tensors, made ints), torch.export's symbolic sizes left symbolic (an
+    ``int()`` there would bake the traced size into a dynamic graph)."""
+    h, w = x.shape[-2], x.shape[-1]
+    return (int(h), int(w)) if torch.jit.is_tracing() else (h, w)
+
+
 # --------------------------------------------------------------------------- layers
 class DropPath(nn.Module):
     """Stochastic depth: drop the whole residual branch per sample (training only)."""
@@ -126,7 +134,7 @@ class PatchEmbed(nn.Module):
         if pad_h or pad_w:
             x = F.pad(x, (0, pad_w, 0, pad_h))
         x = self.proj(x)  # (B, C, H', W')
-        hw = (int(x.shape[-2]), int(x.shape[-1]))
+        hw = _hw(x)
         return x.flatten(2).transpose(1, 2), hw
 
 

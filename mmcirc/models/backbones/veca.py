@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .ca_deit import _HAS_MMENGINE, BaseModule, _is_int, parse_block_indices
+from .ca_deit import _HAS_MMENGINE, BaseModule, _hw, _is_int, parse_block_indices
 
 __all__ = ['VECAViT', 'VECABlock', 'Rotary2D', 'VECA_PRESETS', 'VECA_OUT_TYPES']
 
@@ -371,7 +371,7 @@ class VECAViT(BaseModule):
         if x.shape[-2] % p or x.shape[-1] % p:
             x = F.pad(x, (0, -x.shape[-1] % p, 0, -x.shape[-2] % p))
         x = self.patch_embed.proj(x)  # (B, D, H, W)
-        b, hw = x.shape[0], (int(x.shape[2]), int(x.shape[3]))
+        b, hw = x.shape[0], _hw(x)  # ints eagerly, symbolic under torch.export
         x = self.patch_embed.norm(x.flatten(2).transpose(1, 2))  # (B, N, D)
         c = self._num_cores
         raw = self.core_coords[:c].unsqueeze(0).expand(b, -1, -1)  # (B, C', 2)
