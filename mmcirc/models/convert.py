@@ -34,21 +34,20 @@ Key mappings are not rewritten here; the OpenMMLab ones are reused:
   by block), tensor by tensor when the shapes match.
 
 Every converted tensor is checked against the target model, built through mmcirc's
-registered class: a shape or depth mismatch (e.g. a PVT-S checkpoint for ``--arch
-tiny``) raises :class:`ConversionError` naming the tensor, both shapes and the archs
+registered class: a shape or depth mismatch (e.g. a PVT-S checkpoint for
+``arch='tiny'``) raises :class:`ConversionError` naming the tensor, both shapes and the archs
 that would fit. The output is ``{'state_dict': {backbone keys, no prefix}, 'meta':
-{...}}``, written atomically (temporary file, then rename), which the configs load
-with ``init_cfg=dict(type='Pretrained', checkpoint=...)``.
+{...}}``, written atomically (:mod:`mmcirc.utils.fileio`), which the configs load
+with ``init_cfg=dict(type='Pretrained', checkpoint=...)``. :func:`convert_file` does
+it all from file to file (what ``tools/model_converters`` run).
 
 Provenance (which source tensors a converted tensor came from, hence what was
 unused) is traced by running the reused converter once on index-valued stand-ins of
 the source tensors, so nothing about the OpenMMLab mappings is assumed here.
 """
 import math
-import os
 import os.path as osp
 import re
-import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -59,7 +58,7 @@ __all__ = [
     'ConversionError', 'ConversionResult', 'LAYOUTS', 'CADEIT_BLOCK_KEY_MAP', 'load_source',
     'unwrap_state_dict', 'detect_layout', 'to_mmcirc_keys', 'family_of', 'build_backbone',
     'replaced_attention_keys', 'convert_pyramid', 'convert_cadeit', 'default_output_path',
-    'save_checkpoint', 'format_summary', 'run_cli'
+    'save_checkpoint', 'format_summary', 'convert_file'
 ]
 
 #: Source layouts each family accepts (``'auto'`` detects one of them). For Swin the
@@ -158,7 +157,7 @@ def detect_layout(family: str, state_dict) -> str:
             return layout
     raise ConversionError(
         f'cannot recognise the {family.upper()} checkpoint layout from its keys '
-        f'{list(state_dict)[:6]}...; is it a {family.upper()} checkpoint? (or pass --src-layout)')
+        f'{list(state_dict)[:6]}...; is it a {family.upper()} checkpoint? (or give src_layout)')
 
 
 def _swin_official_to_mmdet(sd):
@@ -187,7 +186,7 @@ def _pvt_official_to_mmcirc(sd):
 def _converter(family: str, layout: str):
     if layout not in LAYOUTS[family]:
         extra = ' (mmpretrain and mmseg have no PVT v1)' if family == 'pvt' else ''
-        raise ConversionError(f'--src-layout for {family.upper()} must be one of '
+        raise ConversionError(f'src_layout for {family.upper()} must be one of '
                               f'{("auto", ) + LAYOUTS[family]}{extra}, got {layout!r}')
     if family == 'pvt':
         return {'official': _pvt_official_to_mmcirc, 'mmdet': _pvt_mmdet_to_mmcirc}.get(layout, OrderedDict)
@@ -306,7 +305,7 @@ def _arch_hint(model, depths, widths) -> str:
         if a['depths'] == depths and (not any(widths) or a['embed_dims'] == widths):
             fits.append(name)
     seen = f'the checkpoint has depths {depths}' + (f' and widths {widths}' if any(widths) else '')
-    return seen + (f': use --arch {" or ".join(fits)}' if fits else ' (no named arch fits)')
+    return seen + (f': use arch {" or ".join(repr(f) for f in fits)}' if fits else ' (no named arch fits)')
 
 
 # --------------------------------------------------------------------------- result
@@ -437,8 +436,8 @@ def convert_pyramid(ckpt, model, src_layout: str = 'auto', resize_pos_embed: boo
     if mismatches:
         hint = _arch_hint(model, depths, widths)
         if any('pos_embed' in m for m in mismatches):
-            hint += ('; position tables of another image size: pass --pos-embed-size '
-                     '(resize_pos_embed=True)')
+            hint += ('; position tables of another image size: build the target with its '
+                     'pretrain_img_size and pass resize_pos_embed=True')
         shown = '\n'.join(mismatches[:6]) + (f'\n  ... and {len(mismatches) - 6} more'
                                              if len(mismatches) > 6 else '')
         raise ConversionError(f'{len(mismatches)} tensor(s) of the checkpoint do not fit '
@@ -488,7 +487,7 @@ def convert_cadeit(ckpt, model, source_blocks: Optional[Sequence[int]] = None, b
         raise ConversionError(
             f'no circulant block of width {width} (CA-DeiT-{_CADEIT_WIDTHS.get(width, "?").upper()}) in '
             f'{_describe(model)}: its circulant stages have widths {circ}; CA-DeiT blocks only fit a '
-            'circulant stage of their width (choose --stage-attentions accordingly)')
+            'circulant stage of their width (choose stage_attentions accordingly)')
     source_blocks = list(range(depth)) if source_blocks is None else [int(b) for b in source_blocks]
     bad = [b for b in source_blocks if not 0 <= b < depth]
     if bad:
@@ -541,19 +540,12 @@ def default_output_path(model, arch, suffix: str = 'in1k', root: str = 'work_dir
 
 
 def save_checkpoint(result: ConversionResult, path: str) -> str:
-    """Write ``{'state_dict': ..., 'meta': ...}`` to ``path`` atomically."""
+    """Write ``{'state_dict': ..., 'meta': ...}`` to ``path`` atomically
+    (:func:`mmcirc.utils.fileio.atomic_open`); returns ``path``."""
+    from mmcirc.utils.fileio import atomic_open
     path = osp.expanduser(path)
-    folder = osp.dirname(osp.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=folder)
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            torch.save({'state_dict': result.state_dict, 'meta': result.meta}, f)
-        os.replace(tmp, path)
-    except BaseException:
-        if osp.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, 'wb') as f:
+        torch.save({'state_dict': result.state_dict, 'meta': result.meta}, f)
     return path
 
 
@@ -569,15 +561,17 @@ def _group(keys: Sequence[str]) -> List[str]:
     return [f'{g} (x{n})' if n > 1 else g for g, n in counts.items()]
 
 
-def format_summary(result: ConversionResult, title: str, verbose: bool = False) -> str:
-    """Human-readable report of a conversion (``verbose``: every key)."""
+def format_summary(result: ConversionResult, title: str, verbose: bool = False,
+                   more_hint: str = 'verbose=True lists all') -> str:
+    """Human-readable report of a conversion (``verbose``: every key; otherwise long
+    lists are cut, with ``more_hint`` saying how to see them whole)."""
 
     def block(name, keys):
         n = sum(result.sizes.get(k, 0) for k in keys)
         head = f'{name}: {len(keys)} tensors' + (f' ({n:,} values)' if n else '')
         items = list(keys) if verbose else _group(keys)
         if not verbose and len(items) > 16:
-            items = items[:16] + [f'... {len(items) - 16} more (--verbose lists all)']
+            items = items[:16] + [f'... {len(items) - 16} more ({more_hint})']
         return '\n'.join([head] + [f'    {s}' for s in items])
 
     lines = [title, block('loaded', result.loaded)]
@@ -592,56 +586,50 @@ def format_summary(result: ConversionResult, title: str, verbose: bool = False) 
     return '\n'.join(lines)
 
 
-# --------------------------------------------------------------------------- CLI
-def _parse_value(text: str):
-    import ast
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+# --------------------------------------------------------------------------- file to file
+def convert_file(family: str, src: str, out: Optional[str] = None, *, arch='tiny',
+                 attention: str = 'circulant', stage_attentions=None,
+                 backbone_options: Optional[dict] = None, pos_embed_size: Optional[int] = None,
+                 src_layout: str = 'auto', trust: bool = False, cadeit: bool = False,
+                 source_blocks: Optional[Sequence[int]] = None, base: Optional[str] = None):
+    """Convert the checkpoint file ``src`` for a ``family`` pyramid and save it.
 
+    The target is :func:`build_backbone` ``(family, arch, attention, stage_attentions,
+    **backbone_options)`` (``pos_embed_size``: its ``pretrain_img_size``, source position
+    tables resized to it). ``src`` is a PVT / Swin checkpoint (:func:`convert_pyramid`,
+    ``src_layout``) or, with ``cadeit``, a CA-DeiT one (:func:`convert_cadeit` with
+    ``source_blocks`` and the mmcirc checkpoint ``base``). ``trust`` allows full
+    unpickling (:func:`load_source`). Saved atomically to ``out`` (default
+    :func:`default_output_path`).
 
-def parse_backbone_options(items: Optional[Sequence[str]]) -> dict:
-    """``['key=value', ...]`` -> dict (values read as Python literals, else str)."""
-    opts = {}
-    for item in items or ():
-        if '=' not in item:
-            raise ConversionError(f'--backbone-options takes key=value, got {item!r}')
-        key, value = item.split('=', 1)
-        opts[key.strip()] = _parse_value(value)
-    return opts
-
-
-def run_cli(family: str, args, cadeit: bool = False) -> ConversionResult:
-    """Shared body of the ``tools/model_converters`` scripts: build the target of
-    ``family`` from the argparse ``args``, convert (a PVT/Swin checkpoint, or with
-    ``cadeit`` a CA-DeiT one), save and print the summary."""
-    arch = _parse_value(args.arch) if args.arch.lstrip().startswith('{') else args.arch
-    kwargs = parse_backbone_options(getattr(args, 'backbone_options', None))
-    pos_size = getattr(args, 'pos_embed_size', None)
-    if pos_size is not None:
-        kwargs['pretrain_img_size'] = pos_size
-    kinds = args.stage_attentions
-    if kinds is not None and len(kinds) == 1:
-        kinds = kinds[0]  # one kind for every stage
-    model = build_backbone(family, arch=arch, attention=args.attention, stage_attentions=kinds, **kwargs)
-    ckpt = load_source(args.src, trust=args.trust_checkpoint)
-    meta = dict(source=osp.basename(args.src), arch=repr(arch),
+    Returns ``(result, out, title)``: the :class:`ConversionResult`, the path written and
+    a one-line description for :func:`format_summary`. Raises :class:`ConversionError`
+    (a ``ValueError``) naming the parameter or tensor that does not fit.
+    """
+    if backbone_options is not None and not isinstance(backbone_options, dict):
+        raise ConversionError(f'backbone_options must be a dict, got {type(backbone_options).__name__}')
+    kwargs = dict(backbone_options or {})
+    if pos_embed_size is not None:
+        if isinstance(pos_embed_size, bool) or not isinstance(pos_embed_size, int) or pos_embed_size < 1:
+            raise ConversionError(f'pos_embed_size must be a positive int (px), got {pos_embed_size!r}')
+        kwargs['pretrain_img_size'] = pos_embed_size
+    model = build_backbone(family, arch=arch, attention=attention, stage_attentions=stage_attentions,
+                           **kwargs)
+    ckpt = load_source(src, trust=trust)
+    meta = dict(source=osp.basename(src), arch=repr(arch),
                 backbone_options={k: repr(v) for k, v in kwargs.items()})
     if cadeit:
-        base = load_source(args.base, trust=args.trust_checkpoint) if args.base else None
-        result = convert_cadeit(ckpt, model, source_blocks=args.source_blocks, base=base, meta=meta)
+        base_ckpt = load_source(base, trust=trust) if base else None
+        result = convert_cadeit(ckpt, model, source_blocks=source_blocks, base=base_ckpt, meta=meta)
         width = result.meta['cadeit_width']
         suffix = f'ca-deit-{_CADEIT_WIDTHS.get(width, "w" + str(width))}'
         title = (f'CA-DeiT (width {width}, blocks {result.meta["cadeit_blocks"]}: '
                  f'{result.meta["cadeit_loaded"]} tensors) -> {_describe(model)}')
     else:
-        result = convert_pyramid(ckpt, model, src_layout=args.src_layout,
-                                 resize_pos_embed=pos_size is not None, meta=meta)
+        result = convert_pyramid(ckpt, model, src_layout=src_layout,
+                                 resize_pos_embed=pos_embed_size is not None, meta=meta)
         suffix = 'in1k'
         title = f'{family.upper()} ({result.source_layout} layout) -> {_describe(model)}'
-    out = args.out or default_output_path(model, arch, suffix)
+    out = out or default_output_path(model, arch, suffix)
     save_checkpoint(result, out)
-    print(format_summary(result, title, verbose=args.verbose))
-    print(f'saved {out}')
-    return result
+    return result, out, title

@@ -20,7 +20,8 @@ checkpoint files, as downloaded, to mmcirc checkpoints (METHOD.md 3).
 
 Both load through mmcirc's safe loader (:func:`mmcirc.models.convert.load_source`),
 check every tensor against the built model (shape, and nothing missing, nothing left
-over), and write atomically (:func:`mmcirc.models.convert.save_checkpoint`).
+over), and write atomically (:func:`mmcirc.models.convert.save_checkpoint`);
+:func:`convert_isotropic_file` does it from file to file.
 """
 import os.path as osp
 import re
@@ -32,10 +33,27 @@ import torch
 from .convert import ConversionError, ConversionResult, load_source, save_checkpoint
 
 __all__ = ['convert_cadeit_official', 'convert_veca_official', 'cadeit_arch_of', 'veca_settings_of',
-           'format_isotropic_summary', 'run_isotropic_cli', 'CADEIT_LETTERS', 'VECA_FAMILIES']
+           'format_isotropic_summary', 'convert_isotropic_file', 'CheckpointKindError',
+           'CADEIT_LETTERS', 'VECA_FAMILIES']
 
 CADEIT_LETTERS = {'tiny': 't', 'small': 's', 'base': 'b'}
 VECA_FAMILIES = ('small', 'splus', 'base', 'large')
+
+
+#: kind -> (name, what its file holds, in short and in full)
+_KINDS = {
+    'cadeit': ('CA-DeiT', '{"model": ...} with circulant attention',
+               '{"model": state dict} with blocks.*.attn.gate.0.weight (circulant attention)'),
+    'veca': ('VECA', '{"student": ..., "config": ...}', '{"student": state dict, "config": {...}}'),
+}
+
+
+class CheckpointKindError(ConversionError):
+    """The checkpoint is the other released kind (``found``: ``'cadeit'`` or ``'veca'``)."""
+
+    def __init__(self, message: str, found: str):
+        super().__init__(message)
+        self.found = found
 
 
 # --------------------------------------------------------------------------- helpers
@@ -49,6 +67,20 @@ def _kind(ckpt) -> str:
                                         for k in sd):
             return 'cadeit'
     return 'other'
+
+
+def _expect_kind(ckpt, want: str) -> None:
+    """Raise unless ``ckpt`` is a released checkpoint of kind ``want``: a
+    :class:`CheckpointKindError` for the other released kind, else a
+    :class:`ConversionError` saying what was expected."""
+    kind, name = _kind(ckpt), _KINDS[want][0]
+    if kind == want:
+        return
+    if kind in _KINDS:
+        raise CheckpointKindError(f'this is a {_KINDS[kind][0]} checkpoint ({_KINDS[kind][1]}), not {name}',
+                                  found=kind)
+    keys = list(ckpt)[:6] if isinstance(ckpt, dict) else type(ckpt).__name__
+    raise ConversionError(f'not a {name} checkpoint: expected {_KINDS[want][2]}, got {keys}')
 
 
 def _tensors(sd, what: str) -> 'OrderedDict[str, torch.Tensor]':
@@ -124,14 +156,7 @@ def convert_cadeit_official(ckpt, arch=None, meta: Optional[dict] = None):
     """``(result, model)`` for an official CA-DeiT checkpoint (``{'model': sd}`` or a
     bare state dict). ``arch`` (name or dict) must match the checkpoint if given; by
     default it is read from the tensors. ``head.*`` becomes ``head.fc.*``."""
-    kind = _kind(ckpt)
-    if kind == 'veca':
-        raise ConversionError('this is a VECA checkpoint ({"student": ..., "config": ...}), not CA-DeiT: '
-                              'use tools/model_converters/veca_to_mmcirc.py')
-    if kind != 'cadeit':
-        keys = list(ckpt)[:6] if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise ConversionError(f'not a CA-DeiT checkpoint: expected {{"model": state dict}} with '
-                              f'blocks.*.attn.gate.0.weight (circulant attention), got {keys}')
+    _expect_kind(ckpt, 'cadeit')
     sd = ckpt.get('model', ckpt.get('state_dict', ckpt))
     sd = _tensors(sd, 'CA-DeiT checkpoint')
     if all(k.startswith('module.') for k in sd):
@@ -145,8 +170,8 @@ def convert_cadeit_official(ckpt, arch=None, meta: Optional[dict] = None):
         except ValueError as err:
             raise ConversionError(str(err)) from None
         if {k: float(v) for k, v in want.items()} != {k: float(v) for k, v in found.items()}:
-            raise ConversionError(f'--arch {arch!r} is {want} but the checkpoint has {found}'
-                                  + (f': use --arch {info["name"]}' if info['name'] else ''))
+            raise ConversionError(f'arch {arch!r} is {want} but the checkpoint has {found}'
+                                  + (f': use arch {info["name"]!r}' if info['name'] else ''))
     model = CADeiT(arch=info['name'] or found, patch_size=info['patch_size'], in_channels=info['in_channels'])
     out, sources, head = OrderedDict(), {}, OrderedDict()
     for k, v in sd.items():
@@ -197,14 +222,7 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
     """``(result, model)`` for an official VECA checkpoint. ``arch`` (a name or dict)
     overrides the config's ``model_family`` (the official loader has no such
     override; it is for models outside the presets, e.g. the test fixtures)."""
-    kind = _kind(ckpt)
-    if kind == 'cadeit':
-        raise ConversionError('this is a CA-DeiT checkpoint ({"model": ...} with circulant attention), not '
-                              'VECA: use tools/model_converters/cadeit_to_mmcirc.py --family deit')
-    if kind != 'veca':
-        keys = list(ckpt)[:6] if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise ConversionError(f'not a VECA checkpoint: expected {{"student": state dict, "config": {{...}}}}, '
-                              f'got {keys}')
+    _expect_kind(ckpt, 'veca')
     family, kwargs = veca_settings_of(ckpt.get('config', {}))
     sd = OrderedDict()
     for k, v in _tensors(ckpt['student'], 'VECA checkpoint "student"').items():
@@ -253,31 +271,29 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
     return _result(model, out, sources, OrderedDict(), list(sd), m), model
 
 
-# --------------------------------------------------------------------------- CLI
-def run_isotropic_cli(kind: str, args):
-    """Body of ``cadeit_to_mmcirc.py --family deit`` (``kind='deit'``) and
-    ``veca_to_mmcirc.py`` (``kind='veca'``): load safely, convert, save, report."""
-    ckpt = load_source(args.src, trust=getattr(args, 'trust_checkpoint', False))
-    arch = args.arch
-    if isinstance(arch, str) and arch.lstrip().startswith('{'):
-        import ast
-        arch = ast.literal_eval(arch)
-    meta = dict(source=osp.basename(args.src))
+# --------------------------------------------------------------------------- file to file
+def convert_isotropic_file(kind: str, src: str, out: Optional[str] = None, *, arch=None,
+                           trust: bool = False):
+    """Convert the official CA-DeiT (``kind='deit'``) or VECA (``'veca'``) checkpoint
+    file ``src`` and save it atomically to ``out`` (default
+    ``work_dirs/pretrained/<variant>_official.pth``). ``arch`` (name or dict) checks
+    (CA-DeiT) or overrides (VECA) the checkpoint's arch; ``trust`` allows full
+    unpickling. Returns ``(result, out, title)``; raises :class:`ConversionError`."""
+    if kind not in ('deit', 'veca'):
+        raise ConversionError(f"kind must be 'deit' or 'veca', got {kind!r}")
+    ckpt = load_source(src, trust=trust)
+    meta = dict(source=osp.basename(src))
     if kind == 'deit':
         result, model = convert_cadeit_official(ckpt, arch=arch, meta=meta)
         name = result.meta['arch']
         variant = f'ca_deit_{CADEIT_LETTERS[name]}' if isinstance(name, str) else 'ca_deit_custom'
         title = f'CA-DeiT ({name}, {model.embed_dims} wide, {model.depth} blocks) -> CADeiT + LinearClsHead'
-    elif kind == 'veca':
+    else:
         result, model = convert_veca_official(ckpt, arch=arch, meta=meta)
         fam = result.meta['model_family'] if arch is None else 'custom'
         variant = f'veca_{fam}'
         title = (f'VECA ({fam}, {model.embed_dims} wide, {model.num_layers} blocks, '
                  f'{model.num_cores_max} cores) -> VECAViT')
-    else:
-        raise ConversionError(f'kind must be deit or veca, got {kind!r}')
-    out = args.out or osp.join('work_dirs', 'pretrained', f'{variant}_official.pth')
+    out = out or osp.join('work_dirs', 'pretrained', f'{variant}_official.pth')
     save_checkpoint(result, out)
-    print(format_isotropic_summary(result, title))
-    print(f'saved {out}')
-    return result
+    return result, out, title

@@ -18,8 +18,8 @@ from mmdet.models.backbones.swin import swin_converter
 from mmcirc.engine import load_from_local_safely
 from mmcirc.models.backbones import CAPVT, CASwin, CirculantBlock, CoreBlock, CorePVT, CoreSwin
 from mmcirc.models.backbones.pyramid import PyramidStage
-from mmcirc.models.convert import (ConversionError, build_backbone, convert_cadeit, convert_pyramid,
-                                   default_output_path, format_summary, save_checkpoint)
+from mmcirc.models.convert import (ConversionError, build_backbone, convert_cadeit, convert_file,
+                                   convert_pyramid, default_output_path, format_summary, save_checkpoint)
 
 PVT_ARCH = dict(embed_dims=(8, 16, 40, 64), depths=(1, 2, 1, 1), num_heads=(1, 2, 5, 8))
 PVT_IMG = 224  # position tables 56x56 ... 7x7 (+ cls token: what mmdet's pvt_convert expects)
@@ -250,7 +250,7 @@ def test_pvt_position_tables_of_another_size():
     src = official_pvt()
     model = CAPVT(arch=PVT_ARCH, pretrain_img_size=320)
     with pytest.raises(ConversionError, match=r'layers\.0\.pos_embed\.pos_embed: checkpoint \(1, 3136, 8\) '
-                                              r'vs model \(1, 6400, 8\)[\s\S]*--pos-embed-size'):
+                                              r'vs model \(1, 6400, 8\)[\s\S]*resize_pos_embed=True'):
         convert_pyramid(src, model)
     res = convert_pyramid(src, model, resize_pos_embed=True)
     assert len(res.resized) == 4
@@ -379,7 +379,7 @@ def test_arch_mismatch_errors_name_tensor_and_shapes():
     with pytest.raises(ConversionError, match=r'layers\.0\.patch_embed\.projection\.weight: checkpoint '
                                               r'\(8, 3, 4, 4\) vs model \(16, 3, 4, 4\)'):
         convert_pyramid(official_pvt(), CAPVT(arch=wide, pretrain_img_size=PVT_IMG))
-    with pytest.raises(ConversionError, match='use --arch tiny'):
+    with pytest.raises(ConversionError, match="use arch 'tiny'"):
         convert_pyramid(official_pvt(dict(PVT_ARCH, embed_dims=(64, 128, 320, 512), depths=(2, 2, 2, 2))),
                         capvt())
     with pytest.raises(ConversionError, match='cannot recognise the PVT checkpoint layout'):
@@ -405,6 +405,39 @@ def test_saved_checkpoint_loads_through_init_cfg(tmp_path):
     model.init_weights()
     for k, v in res.state_dict.items():
         assert torch.equal(model.state_dict()[k], v), k
+
+
+def test_convert_file_writes_what_convert_pyramid_gives(tmp_path):
+    torch.save(official_pvt(), tmp_path / 'src.pth')
+    result, out, title = convert_file('pvt', str(tmp_path / 'src.pth'), str(tmp_path / 'out.pth'),
+                                      arch=PVT_ARCH, pos_embed_size=PVT_IMG)
+    ref = convert_pyramid(official_pvt(), capvt())
+    ckpt = load_from_local_safely(out)
+    assert set(ckpt['state_dict']) == set(ref.state_dict) and result.unused == ref.unused
+    for k, v in ref.state_dict.items():
+        assert torch.equal(ckpt['state_dict'][k], v), k
+    assert title.startswith('PVT (official layout) -> CAPVT(')
+
+
+@pytest.mark.parametrize('kwargs,name', [
+    (dict(pos_embed_size=0), 'pos_embed_size'),
+    (dict(backbone_options=['num_cores_max=8']), 'backbone_options'),
+    (dict(src_layout='timm'), 'src_layout'),
+])
+def test_convert_file_names_the_bad_parameter_and_writes_nothing(tmp_path, kwargs, name):
+    torch.save(official_pvt(), tmp_path / 'src.pth')
+    with pytest.raises(ConversionError, match=name):
+        convert_file('pvt', str(tmp_path / 'src.pth'), str(tmp_path / 'out.pth'), arch=PVT_ARCH, **kwargs)
+    assert [p.name for p in tmp_path.iterdir()] == ['src.pth']
+
+
+def test_summary_cut_says_how_to_see_all():
+    res = convert_pyramid(official_pvt(), capvt())
+    res.unused = [f'extra{i}.weight' for i in range(20)]  # 20 groups: 16 shown
+    assert '    ... 4 more (verbose=True lists all)' in format_summary(res, 'test').splitlines()
+    assert '    ... 4 more (--verbose lists all)' in format_summary(
+        res, 'test', more_hint='--verbose lists all').splitlines()
+    assert 'extra19.weight' in format_summary(res, 'test', verbose=True)
 
 
 def test_build_and_default_output_names():

@@ -8,7 +8,8 @@ import torch
 
 from helpers import REPO
 from mmcirc.models.convert import ConversionError
-from mmcirc.models.convert_isotropic import convert_cadeit_official, convert_veca_official, veca_settings_of
+from mmcirc.models.convert_isotropic import (CheckpointKindError, convert_cadeit_official, convert_veca_official,
+                                           veca_settings_of)
 
 FIXTURES = osp.join(REPO, 'tests', 'fixtures', 'official')
 
@@ -41,13 +42,20 @@ def test_cadeit_named_arch_detected():
                 sd[k.replace('blocks.0.', f'blocks.{i}.')] = sd[k]
     result, model = convert_cadeit_official({'model': sd}, arch='small')
     assert result.meta['arch'] == 'small' and model.embed_dims == 384
-    with pytest.raises(ConversionError, match="--arch 'tiny' .* use --arch small"):
+    with pytest.raises(ConversionError, match="arch 'tiny' .* use arch 'small'"):
         convert_cadeit_official({'model': sd}, arch='tiny')
 
 
 def test_cadeit_converter_refuses_veca():
-    with pytest.raises(ConversionError, match='this is a VECA checkpoint.*veca_to_mmcirc.py'):
+    with pytest.raises(CheckpointKindError, match='this is a VECA checkpoint .*, not CA-DeiT') as err:
         convert_cadeit_official(_fix('veca_official.pth')['checkpoint'])
+    assert err.value.found == 'veca'
+
+
+def test_foreign_checkpoint_says_what_was_expected():
+    with pytest.raises(ConversionError, match=r'not a VECA checkpoint: expected \{"student"') as err:
+        convert_veca_official({'model': {'w': torch.zeros(1)}})
+    assert not isinstance(err.value, CheckpointKindError)
 
 
 def test_cadeit_missing_tensor():
@@ -95,8 +103,9 @@ def test_veca_student_prefix():
 
 
 def test_veca_converter_refuses_cadeit():
-    with pytest.raises(ConversionError, match='this is a CA-DeiT checkpoint.*--family deit'):
+    with pytest.raises(CheckpointKindError, match='this is a CA-DeiT checkpoint .*, not VECA') as err:
         convert_veca_official(_fix('ca_deit_official.pth')['checkpoint'])
+    assert err.value.found == 'cadeit' and isinstance(err.value, ConversionError)
 
 
 def test_veca_incomplete_bank():

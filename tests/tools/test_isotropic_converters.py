@@ -42,7 +42,10 @@ def run_main(capsys, monkeypatch):
 
     def run(tool, args, cwd):
         monkeypatch.chdir(cwd)
-        code = _tool_main(tool)(args)
+        try:
+            code = _tool_main(tool)(args)
+        except SystemExit as exit_:  # main_guard: one error line, exit 1
+            code = exit_.code
         out = capsys.readouterr()
         return subprocess.CompletedProcess(args, code, out.out, out.err)
 
@@ -111,7 +114,7 @@ def test_wrong_arch(tmp_path, run_main):
     proc = run_main(CADEIT, ['ca.pth', 'out.pth', '--family', 'deit', '--arch', 'huge'], tmp_path)
     _one_line_error(proc, "arch must be one of ('tiny', 'small', 'base')")
     proc = run_main(CADEIT, ['ca.pth', 'out.pth', '--family', 'deit', '--arch', 'small'], tmp_path)
-    _one_line_error(proc, "--arch 'small'", "'embed_dims': 48")
+    _one_line_error(proc, "arch 'small'", "'embed_dims': 48")
     assert not (tmp_path / 'out.pth').exists()
 
 

@@ -29,6 +29,8 @@ import sys
 
 import _cli  # sibling module: tools/model_converters/_cli.py
 
+from mmcirc.utils.cli import CLIError, main_guard
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='CA-DeiT checkpoint -> circulant blocks of CA-Swin / CA-PVT')
@@ -46,15 +48,14 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@main_guard
 def main(argv=None):
     args = parse_args(argv)
     if args.family == 'deit':
         extra = [f'--{k.replace("_", "-")}' for k in ('stage_attentions', 'backbone_options', 'source_blocks', 'base')
                  if getattr(args, k) is not None] + (['--attention'] if args.attention != 'circulant' else [])
         if extra:
-            print(f'error: {", ".join(extra)} do not apply to --family deit (the whole CA-DeiT is converted)',
-                  file=sys.stderr)
-            return 1
+            raise CLIError(f'{", ".join(extra)} do not apply to --family deit (the whole CA-DeiT is converted)')
         return _cli.run_isotropic('deit', args, [args.src])
     args.arch = args.arch or 'tiny'
     return _cli.run(args.family, args, [args.src, args.base], cadeit=True)

@@ -14,32 +14,22 @@ core attention left new and what of the source went unused; writes
     python tools/model_converters/pvt_to_mmcirc.py pvt_small.pth --arch small \\
         --stage-attentions circulant circulant circulant sra --pos-embed-size 512
 """
-import argparse
 import sys
 
 import _cli  # sibling module: tools/model_converters/_cli.py
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='PVT v1 checkpoint -> CA-PVT / Core-PVT')
-    parser.add_argument('src', help='source checkpoint (official PVT v1 or mmdet layout)')
-    parser.add_argument('out', nargs='?',
-                        help='output path (default work_dirs/pretrained/<variant>_in1k.pth)')
-    parser.add_argument('--arch', default='tiny',
-                        help="tiny, small, medium, large, or a dict literal "
-                             "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"")
-    _cli.add_target_args(parser)
-    parser.add_argument('--src-layout', default='auto', choices=['auto', 'official', 'mmdet', 'mmcirc'])
+def _add_args(parser):
     parser.add_argument('--pos-embed-size', type=int, metavar='PX',
                         help='image size the target position tables are stored for; source '
                              'tables of another size are resized (bilinear)')
-    return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    return _cli.run('pvt', args, [args.src])
-
+main = _cli.pyramid_main(
+    'pvt', 'PVT v1 checkpoint -> CA-PVT / Core-PVT',
+    src_help='source checkpoint (official PVT v1 or mmdet layout)',
+    arch_help="tiny, small, medium, large, or a dict literal "
+              "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"", add_args=_add_args)
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -17,6 +17,8 @@ import sys
 
 import _cli  # sibling module: tools/model_converters/_cli.py
 
+from mmcirc.utils.cli import main_guard
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='VECA checkpoint -> mmcirc VECAViT')
@@ -30,6 +32,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@main_guard
 def main(argv=None):
     args = parse_args(argv)
     return _cli.run_isotropic('veca', args, [args.src])
