@@ -5,6 +5,7 @@ command line; the others call ``main(argv)`` in this process (the imports are sh
 import importlib.util
 import json
 import os.path as osp
+import sys
 
 import pytest
 
@@ -16,9 +17,12 @@ CORE_PVT = osp.join(FIXTURE_CONFIGS, 'core_pvt_cls_tiny.py')  # mmpretrain: core
 
 
 def _tool(name):
-    """Import tools/analysis/<name>.py as a module (in-process runs of main)."""
-    spec = importlib.util.spec_from_file_location(f'_tool_{name}', osp.join(REPO, 'tools', 'analysis',
-                                                                            f'{name}.py'))
+    """Import tools/analysis/<name>.py as a module (in-process runs of main), with its
+    folder on ``sys.path`` as when it runs as a script (``import _vis_common``)."""
+    folder = osp.join(REPO, 'tools', 'analysis')
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(f'_tool_{name}', osp.join(folder, f'{name}.py'))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

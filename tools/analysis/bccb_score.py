@@ -33,10 +33,10 @@ import os.path as osp
 import sys
 import time
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import _vis_common as vc  # noqa: E402
+import _vis_common as vc  # sibling module: tools/analysis/_vis_common.py
 
-from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
+from mmcirc.analysis import vis
+from mmcirc.utils.cli import CLIError, main_guard
 
 DISPLAY = 384  # largest side of a displayed matrix (block-averaged beyond)
 
@@ -45,7 +45,10 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     vc.add_common_args(parser, 'bccb_score')
     parser.add_argument('--head', type=int, default=0, help='head shown in the example heat maps (0)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.head < 0:
+        raise CLIError(f'--head must be >= 0, got {args.head}')
+    return args
 
 
 # --------------------------------------------------------------------------- scoring
@@ -123,9 +126,9 @@ def layer_figure(plt, entry, random_entry):
     ax.set_ylabel('||A - P(A)|| / ||A||')
     ax.set_ylim(0, 1.05 * max(1e-3, max(max(v) for _, v, _ in series)))
     grids = f"{entry['q_grid'][0]}x{entry['q_grid'][1]} -> {entry['k_grid'][0]}x{entry['k_grid'][1]}"
-    ax.set_title(f"{vc.short_name(entry['name'])} ({entry['kind']}, {grids})", fontsize=8)
+    ax.set_title(f"{vis.short_name(entry['name'])} ({entry['kind']}, {grids})", fontsize=8)
     ax.legend(fontsize=6, loc='lower right')
-    return vc.figure_png(fig)
+    return vis.figure_png(fig)
 
 
 def summary_figure(plt, layers, random_layers):
@@ -148,10 +151,10 @@ def summary_figure(plt, layers, random_layers):
         ax.set_xticks(range(width))
         ax.set_xlabel('head', fontsize=7)
         ax.set_yticks(range(len(names)))
-        ax.set_yticklabels([vc.short_name(n) for n in names] if ax is axes[0][0] else [], fontsize=6)
+        ax.set_yticklabels([vis.short_name(n) for n in names] if ax is axes[0][0] else [], fontsize=6)
         ax.tick_params(labelsize=6)
     fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label='||A - P(A)|| / ||A||')
-    return vc.figure_png(fig)
+    return vis.figure_png(fig)
 
 
 def example_figure(plt, entry, random_entry):
@@ -171,8 +174,8 @@ def example_figure(plt, entry, random_entry):
             ax.set_title(title, fontsize=7)
             ax.tick_params(labelsize=5)
             fig.colorbar(im, ax=ax, shrink=0.75).ax.tick_params(labelsize=5)
-    fig.suptitle(f"{vc.short_name(entry['name'])} ({entry['kind']})", fontsize=9)
-    return vc.figure_png(fig)
+    fig.suptitle(f"{vis.short_name(entry['name'])} ({entry['kind']})", fontsize=9)
+    return vis.figure_png(fig)
 
 
 def _strip(entry):
@@ -182,59 +185,42 @@ def _strip(entry):
 # --------------------------------------------------------------------------- main
 @main_guard
 def main(argv=None):
-    vc.quiet_warnings()
     args = parse_args(argv)
-    size = vc.check_args(args)
-    if args.head < 0:
-        raise CLIError(f'--head must be >= 0, got {args.head}')
-    img_name, img, img_src = vc.load_image(args, size)
-    cfg = vc.load_cfg(args)
-    import torch
-    from mmcirc.analysis.attention_maps import DENSE_KINDS, find_attention_layers
-    t0 = time.time()
-    model = vc.build_model(cfg, args.checkpoint, args.device, args.seed)
-    layers = find_attention_layers(model.backbone, DENSE_KINDS)
-    if not layers:
-        kinds = sorted({k for _, k, _ in find_attention_layers(model.backbone)})
-        raise CLIError(f'{args.config}: no dense attention layer (SRA, Swin window or ViT '
-                       f'self-attention) in {type(model.backbone).__name__}'
-                       + (f' (it has {", ".join(kinds)} attention)' if kinds else ''))
-    backbone_type = type(model.backbone).__name__
-    inputs = vc.prepare_inputs(model, cfg, img, exact_size=size is not None).to(args.device)
-    h, w = inputs.shape[-2:]
+    from mmcirc.analysis.attention_maps import DENSE_KINDS
+    run = vc.setup(args, DENSE_KINDS, 'dense attention layer (SRA, Swin window or ViT self-attention)')
+    header = vc.record_header(args, run)
+    model, run.model = run.model, None  # freed before the random-weight model is built
+    (h, w), out = run.hw, run.out
     passes = 1 if args.checkpoint is None else 2
-    print(f'{len(layers)} dense attention layers, input {h}x{w}, {passes} model(s)', flush=True)
-    bar = vc.progress(len(layers) * passes)
-    results = score(model, inputs, args.head, args.seed, bar)
+    print(f'{len(run.layers)} dense attention layers, input {h}x{w}, {passes} model(s)', flush=True)
+    bar = vc.progress(len(run.layers) * passes)
+    results = score(model, run.inputs, args.head, args.seed, bar)
     random_results = None
     if args.checkpoint is not None:
         del model
-        rand = vc.build_model(cfg, None, args.device, args.seed)
-        random_results = score(rand, inputs, args.head, args.seed, bar, shuffle=False)
+        rand = vc.build_model(run.cfg, None, args.device, args.seed)
+        random_results = score(rand, run.inputs, args.head, args.seed, bar, shuffle=False)
         del rand
     print('', flush=True)
 
-    plt = vc.pyplot()
-    cfg_name = osp.splitext(osp.basename(args.config))[0]
-    out = osp.join(args.out_dir, f'{cfg_name}_{img_name}_{h}x{w}')
+    plt = vis.pyplot()
     files = {osp.join(out, 'summary.png'): summary_figure(plt, results, random_results)}
     for name, entry in results.items():
         rnd = None if random_results is None else random_results.get(name)
-        files[osp.join(out, f'layer_{vc.short_name(name)}.png')] = layer_figure(plt, entry, rnd)
-        files[osp.join(out, f'example_{vc.short_name(name)}.png')] = example_figure(plt, entry, rnd)
+        files[osp.join(out, f'layer_{vis.short_name(name)}.png')] = layer_figure(plt, entry, rnd)
+        files[osp.join(out, f'example_{vis.short_name(name)}.png')] = example_figure(plt, entry, rnd)
     record = dict(
-        config=args.config, checkpoint=args.checkpoint, random_weights=args.checkpoint is None,
-        seed=args.seed, image=img_src, input_size=[h, w], backbone=backbone_type,
+        header,
         definition='||A - P(A)||_F / ||A||_F, P = average over the wrapped 2-D offset '
                    '(j - cell(i)) mod (Hk, Wk); windows of a head taken together',
         layers=[dict(_strip(e), random=None if random_results is None else
                      random_results.get(n, {}).get('distance')) for n, e in results.items()],
-        time_s=round(time.time() - t0, 2))
+        time_s=round(time.time() - run.t0, 2))
     allv = [v for e in results.values() for v in e['distance']]
     record['mean'] = dict(model=_mean(allv), shuffled=_mean([v for e in results.values() for v in e['shuffled']]))
     if random_results is not None:
         record['mean']['random'] = _mean([v for e in random_results.values() for v in e['distance']])
-    vc.write_outputs(files, record, osp.join(out, 'bccb_score.json'))
+    vis.write_outputs(files, record, osp.join(out, 'bccb_score.json'))
     means = ', '.join(f'{k} {v:.3f}' for k, v in record['mean'].items() if not math.isnan(v))
     print(f'mean ||A - P(A)|| / ||A|| over {len(results)} layers: {means}')
     print(f'wrote {len(files) + 1} files to {out}/')

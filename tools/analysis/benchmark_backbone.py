@@ -61,8 +61,6 @@ DEFAULT_SIZES = [224, 512, 1024, 1536, 2048]
 def build_backbone(name, device='cpu', init=True):
     """Build a ZOO backbone (eval mode) on ``device``."""
     import importlib
-
-    import torch
     scope, cfg, _, _ = ZOO[name]
     importlib.import_module(f'{scope}.utils').register_all_modules(init_default_scope=False)
     registry = importlib.import_module(f'{scope}.registry').MODELS

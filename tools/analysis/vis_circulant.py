@@ -28,10 +28,10 @@ import os.path as osp
 import sys
 import time
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import _vis_common as vc  # noqa: E402
+import _vis_common as vc  # sibling module: tools/analysis/_vis_common.py
 
-from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
+from mmcirc.analysis import vis
+from mmcirc.utils.cli import CLIError, main_guard
 
 ERF_DECADES = 6
 
@@ -48,7 +48,10 @@ def parse_args(argv=None):
                      help='backbone outputs (indices into its out_indices outputs) for the ERF; '
                           'default: all')
     erf.add_argument('--no-erf', action='store_true', help='skip the effective receptive field')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.channels < 1:
+        raise CLIError(f'--channels must be >= 1, got {args.channels}')
+    return args
 
 
 # --------------------------------------------------------------------------- kernels
@@ -106,7 +109,6 @@ def _pick(heads, n):
 
 
 def kernel_figure(plt, name, entry, image, n_show, overlay):
-    import numpy as np
     kernel, grid, boundary = entry['kernel'], entry['grid'], entry['boundary']
     heads = kernel.shape[0]
     chosen = _pick(heads, n_show)
@@ -121,7 +123,7 @@ def kernel_figure(plt, name, entry, image, n_show, overlay):
     for ax, (title, m) in zip(axes.flat, maps):
         m = m.numpy()
         if overlay:
-            vc.overlay_map(ax, image, m, title=f'{title}, max {m.max():.4f}', alpha=0.6, vmin=None, vmax=None)
+            vis.overlay_map(ax, image, m, title=f'{title}, max {m.max():.4f}', alpha=0.6, vmin=None, vmax=None)
         else:
             ax.imshow(m, cmap='magma', interpolation='nearest')
             cr, cc = _centre(m.shape, boundary)
@@ -129,8 +131,8 @@ def kernel_figure(plt, name, entry, image, n_show, overlay):
             ax.set_title(f'{title}, max {m.max():.4f}', fontsize=7)
     what = "central token's attention" if overlay else 'kernels p, offset 0 at +'
     what += ', colours min-max per panel'
-    fig.suptitle(f'{vc.short_name(name)}: {grid[0]}x{grid[1]} map, {boundary}, {what}', fontsize=8)
-    return vc.figure_png(fig)
+    fig.suptitle(f'{vis.short_name(name)}: {grid[0]}x{grid[1]} map, {boundary}, {what}', fontsize=8)
+    return vis.figure_png(fig)
 
 
 # --------------------------------------------------------------------------- ERF
@@ -177,34 +179,19 @@ def erf_figure(plt, erfs, image):
     for ax, (s, hw, g) in zip(axes[0], erfs):
         # log scale over ERF_DECADES decades below the peak: a global floor stays visible
         m = np.clip(np.log10(np.maximum(g, 1e-30) / max(g.max(), 1e-30)), -ERF_DECADES, 0) / ERF_DECADES + 1
-        vc.overlay_map(ax, image, m, cmap='inferno', alpha=0.65, vmax=1.0,
-                       title=f'output {s} ({hw[0]}x{hw[1]}): ERF of its centre')
+        vis.overlay_map(ax, image, m, cmap='inferno', alpha=0.65, vmax=1.0,
+                        title=f'output {s} ({hw[0]}x{hw[1]}): ERF of its centre')
     fig.suptitle(f'effective receptive field |d y_centre / d image|, log scale '
                  f'({ERF_DECADES} decades below the peak)', fontsize=8)
-    return vc.figure_png(fig)
+    return vis.figure_png(fig)
 
 
 # --------------------------------------------------------------------------- main
 @main_guard
 def main(argv=None):
-    vc.quiet_warnings()
     args = parse_args(argv)
-    size = vc.check_args(args)
-    if args.channels < 1:
-        raise CLIError(f'--channels must be >= 1, got {args.channels}')
-    img_name, img, img_src = vc.load_image(args, size)
-    cfg = vc.load_cfg(args)
-    from mmcirc.analysis.attention_maps import find_attention_layers
-    t0 = time.time()
-    model = vc.build_model(cfg, args.checkpoint, args.device, args.seed)
-    layers = find_attention_layers(model.backbone, ('circulant', ))
-    if not layers:
-        kinds = sorted({k for _, k, _ in find_attention_layers(model.backbone)})
-        raise CLIError(f'{args.config}: no circulant attention layer in {type(model.backbone).__name__}'
-                       + (f' (it has {", ".join(kinds)} attention)' if kinds else ''))
-    inputs = vc.prepare_inputs(model, cfg, img, exact_size=size is not None).to(args.device)
-    h, w = inputs.shape[-2:]
-    image = vc.display_image(model, inputs)
+    run = vc.setup(args, ('circulant', ), 'circulant attention layer')
+    model, inputs, layers, image, (h, w), out = run.model, run.inputs, run.layers, run.image, run.hw, run.out
     n_out = len(getattr(model.backbone, 'out_indices', ()) or ())
     stages = [] if args.no_erf else (args.erf_stages if args.erf_stages is not None else list(range(n_out or 1)))
     print(f'{len(layers)} circulant layers, input {h}x{w}', flush=True)
@@ -213,26 +200,23 @@ def main(argv=None):
     erfs = effective_receptive_field(model, inputs, stages, bar) if stages else []
     print('', flush=True)
 
-    plt = vc.pyplot()
-    cfg_name = osp.splitext(osp.basename(args.config))[0]
-    out = osp.join(args.out_dir, f'{cfg_name}_{img_name}_{h}x{w}')
+    plt = vis.pyplot()
     files = {}
     for name, entry in kernels.items():
-        files[osp.join(out, f'kernels_{vc.short_name(name)}.png')] = kernel_figure(
+        files[osp.join(out, f'kernels_{vis.short_name(name)}.png')] = kernel_figure(
             plt, name, entry, image, args.channels, args.overlay)
     if erfs:
         files[osp.join(out, 'erf.png')] = erf_figure(plt, erfs, image)
     record = dict(
-        config=args.config, checkpoint=args.checkpoint, random_weights=args.checkpoint is None,
-        seed=args.seed, image=img_src, input_size=[h, w], backbone=type(model.backbone).__name__,
+        vc.record_header(args, run),
         layers=[dict(name=n, grid=list(e['grid']), boundary=e['boundary'], heads=e['kernel'].shape[0],
                      kernel_shape=list(e['kernel'].shape[-2:]),
                      offset_zero_weight_mean=float(e['kernel'][(slice(None), ) + _centre(
                          e['kernel'].shape, e['boundary'])].mean()),
                      channels=kernel_stats(e['kernel'], e['boundary'])) for n, e in kernels.items()],
         erf=[dict(output=s, grid=list(hw), **erf_radii(g)) for s, hw, g in erfs],
-        time_s=round(time.time() - t0, 2))
-    vc.write_outputs(files, record, osp.join(out, 'vis_circulant.json'))
+        time_s=round(time.time() - run.t0, 2))
+    vis.write_outputs(files, record, osp.join(out, 'vis_circulant.json'))
     print(f'wrote {len(files) + 1} files to {out}/')
     return 0
 

@@ -24,10 +24,10 @@ import os.path as osp
 import sys
 import time
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import _vis_common as vc  # noqa: E402
+import _vis_common as vc  # sibling module: tools/analysis/_vis_common.py
 
-from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
+from mmcirc.analysis import vis
+from mmcirc.utils.cli import CLIError, main_guard
 
 PRESETS = {'mobile': 8, 'edge': 32, 'server': 64}
 MAX_GRID = 64  # cores shown in one cores_<layer>_C<k>.png
@@ -40,7 +40,11 @@ def parse_args(argv=None):
                         help="core counts C' to compare: ints in [1, num_cores_max] or "
                              "mobile (8) / edge (32) / server (64); default 8 16 64")
     parser.add_argument('--show', type=int, default=8, help='cores per row of compare_*.png (8)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.show < 1:
+        raise CLIError(f'--show must be >= 1, got {args.show}')
+    parse_counts(args.num_cores, 10**9)  # well formed before the slow part
+    return args
 
 
 def parse_counts(values, maximum):
@@ -103,7 +107,6 @@ def _assignment(mean_map, grid):
 
 
 def compare_figure(plt, name, per_count, image, show):
-    import numpy as np
     counts = sorted(per_count)
     cols = 1 + min(show, max(counts))
     fig, axes = plt.subplots(len(counts), cols, figsize=(1.7 * cols, 1.8 * len(counts) + 0.3), dpi=100,
@@ -115,19 +118,19 @@ def compare_figure(plt, name, per_count, image, show):
         mean_map = gather.mean(0)  # (C', N)
         ax = axes[r][0]
         h, w = image.shape[:2]
-        ax.imshow(vc.thumbnail(image), extent=(0, w, h, 0))
+        ax.imshow(vis.thumbnail(image), extent=(0, w, h, 0))
         ax.imshow(_assignment(mean_map, grid), cmap='tab20' if k <= 20 else 'hsv', alpha=0.55,
                   extent=(0, w, h, 0), interpolation='nearest', vmin=0, vmax=max(k - 1, 1))
         ax.set_title(f"C'={k}: strongest core", fontsize=7)
         for c in range(min(show, k)):
             m = mean_map[c].view(*grid).float().numpy()
-            vc.overlay_map(axes[r][1 + c], image, m, cmap='inferno', vmin=None, vmax=None,
-                           title=f'core {c}, max {m.max():.4f}')
+            vis.overlay_map(axes[r][1 + c], image, m, cmap='inferno', vmin=None, vmax=None,
+                            title=f'core {c}, max {m.max():.4f}')
     grid = per_count[counts[0]][1]
-    fig.suptitle(f'{vc.short_name(name)}: gather weights (mean over heads) on the {grid[0]}x{grid[1]} '
+    fig.suptitle(f'{vis.short_name(name)}: gather weights (mean over heads) on the {grid[0]}x{grid[1]} '
                  f'patch grid, colours min-max per panel (uniform = {1 / (grid[0] * grid[1]):.4f})',
                  fontsize=8)
-    return vc.figure_png(fig)
+    return vis.figure_png(fig)
 
 
 def cores_figure(plt, name, k, gather, grid, image):
@@ -140,12 +143,12 @@ def cores_figure(plt, name, k, gather, grid, image):
         ax.set_axis_off()
     for c in range(n):
         m = mean_map[c].view(*grid).float().numpy()
-        vc.overlay_map(axes.flat[c], image, m, cmap='inferno', vmin=None, vmax=None,
-                       title=f'core {c}, max {m.max():.4f}')
+        vis.overlay_map(axes.flat[c], image, m, cmap='inferno', vmin=None, vmax=None,
+                        title=f'core {c}, max {m.max():.4f}')
     more = f' (first {n} of {k})' if n < k else ''
-    fig.suptitle(f"{vc.short_name(name)}, C'={k}{more}: gather weights (mean over heads), "
+    fig.suptitle(f"{vis.short_name(name)}, C'={k}{more}: gather weights (mean over heads), "
                  f'colours min-max per panel; uniform = {1 / gather.shape[-1]:.4f}', fontsize=8)
-    return vc.figure_png(fig)
+    return vis.figure_png(fig)
 
 
 def entropy_figure(plt, stats, counts):
@@ -155,7 +158,7 @@ def entropy_figure(plt, stats, counts):
         mean = [per[k]['mean_normalised_entropy'] for k in xs]
         lo = [min(c['normalised_entropy'] for c in per[k]['cores']) for k in xs]
         hi = [max(c['normalised_entropy'] for c in per[k]['cores']) for k in xs]
-        line, = ax.plot(xs, mean, 'o-', label=vc.short_name(name), ms=3)
+        line, = ax.plot(xs, mean, 'o-', label=vis.short_name(name), ms=3)
         ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
     ax.set_xscale('log', base=2)
     ax.set_xticks(counts)
@@ -165,70 +168,51 @@ def entropy_figure(plt, stats, counts):
     ax.set_ylim(0, 1.02)
     ax.set_title('how spread each core\'s gather is (1 = uniform; band: min-max over cores)', fontsize=7)
     ax.legend(fontsize=5)
-    return vc.figure_png(fig)
+    return vis.figure_png(fig)
 
 
 @main_guard
 def main(argv=None):
-    vc.quiet_warnings()
     args = parse_args(argv)
-    size = vc.check_args(args)
-    if args.show < 1:
-        raise CLIError(f'--show must be >= 1, got {args.show}')
-    parse_counts(args.num_cores, 10**9)  # well formed before the slow part
-    img_name, img, img_src = vc.load_image(args, size)
-    cfg = vc.load_cfg(args)
-    from mmcirc.analysis.attention_maps import find_attention_layers
-    t0 = time.time()
-    model = vc.build_model(cfg, args.checkpoint, args.device, args.seed)
-    backbone = model.backbone
-    layers = find_attention_layers(backbone, ('core', ))
-    if not layers:
-        kinds = sorted({k for _, k, _ in find_attention_layers(backbone)})
-        raise CLIError(f'{args.config}: no core attention layer in {type(backbone).__name__}'
-                       + (f' (it has {", ".join(kinds)} attention)' if kinds else ''))
+    run = vc.setup(args, ('core', ), 'core attention layer')
+    backbone = run.model.backbone
     if not hasattr(backbone, 'set_num_cores'):
         raise CLIError(f'{type(backbone).__name__} has no set_num_cores(): cannot vary C\'')
     counts = parse_counts(args.num_cores, int(getattr(backbone, 'num_cores_max', 10**9)))
-    inputs = vc.prepare_inputs(model, cfg, img, exact_size=size is not None).to(args.device)
-    h, w = inputs.shape[-2:]
-    image = vc.display_image(model, inputs)
-    print(f"{len(layers)} core layers, input {h}x{w}, C' in {counts}", flush=True)
-    bar = vc.progress(len(layers) * len(counts))
+    (h, w), out = run.hw, run.out
+    print(f"{len(run.layers)} core layers, input {h}x{w}, C' in {counts}", flush=True)
+    bar = vc.progress(len(run.layers) * len(counts))
     original = backbone.num_cores
     gathers = {}  # layer -> {C': (gather, grid)}
     try:
         for k in counts:
             backbone.set_num_cores(k)
-            for name, value in capture_gathers(model, inputs, bar).items():
+            for name, value in capture_gathers(run.model, run.inputs, bar).items():
                 gathers.setdefault(name, {})[k] = value
     finally:
         backbone.set_num_cores(original)
     print('', flush=True)
 
-    plt = vc.pyplot()
-    cfg_name = osp.splitext(osp.basename(args.config))[0]
-    out = osp.join(args.out_dir, f'{cfg_name}_{img_name}_{h}x{w}')
+    plt = vis.pyplot()
     files, stats = {}, {}
     for name, per in gathers.items():
-        files[osp.join(out, f'compare_{vc.short_name(name)}.png')] = compare_figure(plt, name, per, image, args.show)
+        files[osp.join(out, f'compare_{vis.short_name(name)}.png')] = compare_figure(plt, name, per, run.image, args.show)
         for k, (gather, grid) in per.items():
-            files[osp.join(out, f'cores_{vc.short_name(name)}_C{k}.png')] = cores_figure(
-                plt, name, k, gather, grid, image)
+            files[osp.join(out, f'cores_{vis.short_name(name)}_C{k}.png')] = cores_figure(
+                plt, name, k, gather, grid, run.image)
         stats[name] = {k: gather_stats(g, grid) for k, (g, grid) in per.items()}
     files[osp.join(out, 'entropy.png')] = entropy_figure(plt, stats, counts)
     record = dict(
-        config=args.config, checkpoint=args.checkpoint, random_weights=args.checkpoint is None,
-        seed=args.seed, image=img_src, input_size=[h, w], backbone=type(backbone).__name__,
+        vc.record_header(args, run),
         num_cores=counts,
         layers=[dict(name=n, grid=list(next(iter(gathers[n].values()))[1]),
                      heads=int(next(iter(gathers[n].values()))[0].shape[0]),
                      per_num_cores={str(k): v for k, v in per.items()}) for n, per in stats.items()],
-        time_s=round(time.time() - t0, 2))
-    vc.write_outputs(files, record, osp.join(out, 'vis_cores.json'))
+        time_s=round(time.time() - run.t0, 2))
+    vis.write_outputs(files, record, osp.join(out, 'vis_cores.json'))
     for name, per in stats.items():
         line = ', '.join(f"C'={k}: {v['mean_normalised_entropy']:.3f}" for k, v in per.items())
-        print(f'{vc.short_name(name)}: entropy / log N {line}')
+        print(f'{vis.short_name(name)}: entropy / log N {line}')
     print(f'wrote {len(files) + 1} files to {out}/')
     return 0
 

@@ -149,13 +149,16 @@ def test_bad_arguments(kwargs, message):
     assert message in str(err.value) and '\n' not in str(err.value)
 
 
-def test_flops_at_224_match_the_official_table():
-    """CA-DeiT-T at 224: the official README reports 1.2 GFLOPs (MACs, FFTs included);
-    mmcirc's counter (FFT 2.5 n log2 n per complex transform) must land there."""
+@pytest.mark.parametrize('arch,width,official', [('tiny', 192, 1.2), ('small', 384, 4.8),
+                                                 ('base', 768, 18.9)])
+def test_flops_at_224_match_the_official_table(arch, width, official):
+    """CA-DeiT-T/S/B at 224: the official README reports 1.2 / 4.8 / 18.9 GFLOPs (MACs,
+    FFTs included); mmcirc's counter (FFT 2.5 n log2 n per complex transform) must land
+    there to the published digit."""
     from mmcirc.analysis import count_flops
-    model = CADeiT(arch='tiny', out_type='avg_featmap').eval()
-    gmacs = count_flops(model, torch.randn(1, 3, 224, 224)) / 1e9 + 192 * 1000 / 1e9  # + the linear head
-    assert round(gmacs, 1) == 1.2, gmacs
+    model = CADeiT(arch=arch, out_type='avg_featmap').eval()
+    gmacs = count_flops(model, torch.randn(1, 3, 224, 224)) / 1e9 + width * 1000 / 1e9  # + head
+    assert round(gmacs, 1) == official, gmacs
 
 
 def test_bf16_autocast_close_to_fp32():
