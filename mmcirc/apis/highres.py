@@ -34,7 +34,6 @@ same way. Memory figures are the process's peak resident set size
 (``/proc/self/clear_refs``, Linux) when allowed, so that the peak is this image's.
 """
 import inspect
-import logging
 import math
 import os.path as osp
 import resource
@@ -310,14 +309,9 @@ def build_segmentor(cfg, checkpoint: Optional[str] = None, device: str = 'cpu'):
     if checkpoint is None:
         warnings.warn('no checkpoint: the weights are random, only the time and memory figures '
                       'are meaningful, not the masks')
-        from mmengine.logging import MMLogger
-        logger = MMLogger.get_current_instance()
-        level = logger.level
-        logger.setLevel(logging.WARNING)  # init_weights logs every parameter at INFO
-        try:
+        from mmcirc.utils.quiet import quiet_logger
+        with quiet_logger():  # init_weights logs every parameter at INFO
             model.init_weights()
-        finally:
-            logger.setLevel(level)
         model.to(device)
         model.eval()
     if str(device).startswith('cpu'):

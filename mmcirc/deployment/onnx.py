@@ -26,7 +26,6 @@ blocks are refused (:func:`check_exportable`).
 """
 import copy
 import importlib
-import logging
 import os
 import os.path as osp
 import re
@@ -76,7 +75,7 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     without, ``Pretrained`` initialisations are dropped and ``init_weights`` runs
     (random weights: the graph is right, the outputs mean nothing).
     """
-    from mmengine.logging import MMLogger
+    from mmcirc.utils.quiet import quiet_logger
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
@@ -89,16 +88,11 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     if checkpoint is None:
         _strip_pretrained(model_cfg)
     model = registry.build(model_cfg)
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    logger.setLevel(logging.WARNING)  # init_weights / load_checkpoint log every tensor
-    try:
+    with quiet_logger() as logger:  # init_weights / load_checkpoint log every tensor
         if checkpoint is None:
             model.init_weights()
         else:
             load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
-    finally:
-        logger.setLevel(level)
     return revert_sync_batchnorm(model).cpu().eval()
 
 

@@ -76,23 +76,14 @@ PATCH = 16
 
 
 # ----------------------------------------------------------------------------- models
-@contextlib.contextmanager
 def _quiet_init():
-    """Silence mmengine's per-parameter ``init_weights`` log (INFO) while building."""
-    try:
-        import logging
-
-        from mmengine.logging import MMLogger
-        logger = MMLogger.get_current_instance()
-    except ImportError:  # torch-only install: nothing logs
-        yield
-        return
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    """Silence mmengine's per-parameter ``init_weights`` log (INFO) while building; a
+    torch-only install has no such logger."""
+    import importlib.util
+    if importlib.util.find_spec('mmengine') is None:
+        return contextlib.nullcontext()
+    from mmcirc.utils.quiet import quiet_logger
+    return quiet_logger()
 
 
 def build(name: str, depth: int = None):
