@@ -26,18 +26,16 @@ Results: ``DIR/results.json`` and ``DIR/table.md`` (default
 ``work_dirs/benchmark_compile``), rewritten atomically after every measurement.
 """
 import argparse
-import contextlib
 import datetime
 import json
-import os
 import os.path as osp
 import platform
 import statistics
 import sys
-import tempfile
 import time
 
 from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.utils.fileio import atomic_write as write_atomic
 
 #: name -> (backbone config for mmdet's MODELS registry, label)
 MODELS = {
@@ -148,21 +146,6 @@ def table(results: dict, backend: str, mode: str) -> str:
                      f'{r["speedup"]:.2f}x | {r["first_call_s"]:.1f} | '
                      f'{r["graphs"]} / {r["graph_breaks"]} | {r["max_rel_diff"]:.1e} |')
     return '\n'.join(lines) + '\n'
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    folder = osp.dirname(osp.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=folder)
-    try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
 
 
 def parse_size(text: str):

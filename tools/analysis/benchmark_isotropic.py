@@ -47,10 +47,10 @@ import os.path as osp
 import platform
 import statistics
 import sys
-import tempfile
 import time
 
 from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.utils.fileio import atomic_write as write_atomic
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -252,21 +252,6 @@ def table(results: dict, models, sizes) -> str:
             lines.append(f'| {size_label(hw)} | {MODELS[name][2]} | {params} | {gmacs} | '
                          f'{time_ms} | {peak} | {speed} | {mem} |')
     return '\n'.join(lines) + '\n'
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    folder = osp.dirname(osp.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=folder)
-    try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
 
 
 def environment(argv) -> dict:
