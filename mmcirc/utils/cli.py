@@ -16,6 +16,21 @@ class CLIError(Exception):
     """An error the tools report as one line (what and where), without a traceback."""
 
 
+def parse_hw(text: str, flag: str, multiple: int = 1):
+    """A size flag's value, ``S`` (square) or ``HxW``, as (H, W): both >= ``multiple`` and
+    multiples of it; anything else is a one-line ``CLIError`` naming ``flag``."""
+    try:
+        hw = tuple(int(p) for p in str(text).lower().split('x'))
+    except ValueError:
+        hw = ()
+    if len(hw) == 1:
+        hw = hw * 2
+    if len(hw) != 2 or any(s < multiple or s % multiple for s in hw):
+        raise CLIError(f'{flag}: each size must be S or HxW with multiples of {multiple} '
+                       f'(>= {multiple}), got {text!r}')
+    return hw
+
+
 def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
     """Load ``path`` with mmengine, merge overrides and settle ``work_dir``.
 

@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 
-from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.utils.cli import CLIError, main_guard, parse_hw
 from mmcirc.utils.fileio import atomic_write as write_atomic
 
 #: name -> (backbone config for mmdet's MODELS registry, label)
@@ -149,18 +149,8 @@ def table(results: dict, backend: str, mode: str) -> str:
 
 
 def parse_size(text: str):
-    """'S' -> (S, S); 'HxW' -> (H, W); multiples of 32."""
-    parts = text.lower().split('x')
-    try:
-        hw = tuple(int(p) for p in parts)
-    except ValueError:
-        hw = ()
-    if len(hw) == 1:
-        hw = hw * 2
-    if len(hw) != 2 or any(s < MULTIPLE or s % MULTIPLE for s in hw):
-        raise CLIError(f'--sizes: each size must be S or HxW with multiples of {MULTIPLE} '
-                       f'(>= {MULTIPLE}), got {text!r}')
-    return hw
+    """'S' -> (S, S); 'HxW' -> (H, W); multiples of :data:`MULTIPLE`."""
+    return parse_hw(text, '--sizes', MULTIPLE)
 
 
 def parse_args(argv=None):

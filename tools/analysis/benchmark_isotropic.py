@@ -49,7 +49,7 @@ import statistics
 import sys
 import time
 
-from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.utils.cli import CLIError, main_guard, parse_hw
 from mmcirc.utils.fileio import atomic_write as write_atomic
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -276,18 +276,8 @@ def environment(argv) -> dict:
 
 # ----------------------------------------------------------------------------- CLI
 def parse_size(text: str):
-    """'S' -> (S, S); 'HxW' -> (H, W); both multiples of the patch size 16."""
-    parts = text.lower().split('x')
-    try:
-        hw = tuple(int(p) for p in parts)
-    except ValueError:
-        hw = ()
-    if len(hw) == 1:
-        hw = hw * 2
-    if len(hw) != 2 or any(s < PATCH or s % PATCH for s in hw):
-        raise CLIError(f'--sizes: each size must be S or HxW with multiples of the patch size '
-                       f'{PATCH} (>= {PATCH}), got {text!r}')
-    return hw
+    """'S' -> (S, S); 'HxW' -> (H, W); multiples of :data:`PATCH`."""
+    return parse_hw(text, '--sizes', PATCH)
 
 
 def parse_args(argv=None):
