@@ -17,7 +17,7 @@ from mmengine.registry import Registry
 #: The libraries mmcirc registers into, in this order. mmdet is required (the PVT and
 #: Swin blocks reuse its layers); mmseg and mmpretrain are used when they are installed.
 LIBRARIES = ('mmdet', 'mmseg', 'mmpretrain')
-_EXTRAS = {'mmdet': 'mmdet==3.3.0', 'mmseg': 'mmsegmentation==1.2.2', 'mmpretrain': 'mmpretrain==1.2.0'}
+_MMDET_PIP = 'mmdet==3.3.0'  # as pinned in requirements.txt
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,7 +27,7 @@ def _library_models(library: str) -> Optional[Registry]:
         if library == 'mmdet':
             raise ModuleNotFoundError(
                 f"mmcirc needs mmdet (its PVT and Swin blocks reuse mmdet's layers): "
-                f"pip install '{_EXTRAS['mmdet']}'", name='mmdet')
+                f"pip install '{_MMDET_PIP}'", name='mmdet')
         return None
     return importlib.import_module(f'{library}.registry').MODELS
 
