@@ -29,3 +29,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def two_torch_threads():
+    """Two intra-op threads for the test (long exports: twice as fast as one on an idle
+    machine); restored afterwards. Use with
+    ``pytestmark = pytest.mark.usefixtures('two_torch_threads')``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)

@@ -65,3 +65,29 @@ def assert_metric(metrics, key, high):
     value = metrics[key]
     assert isinstance(value, (int, float)) and not isinstance(value, bool), (key, value)
     assert math.isfinite(value) and 0 <= value <= high, f'{key} = {value}, expected in [0, {high}]'
+
+
+# configs/ca_deit_s_upernet_160k_ade20k.py and configs/veca_b_upernet_160k_ade20k.py
+# (UperNet with mmseg's multi-level neck) with width 32, 2 blocks (VECA: a bank of 16
+# cores, chunks of 8) and small heads.
+TINY_ISOTROPIC = """_base_ = {base!r}
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, {arch}), out_indices=-1, init_cfg=None{extra}),
+    neck=dict(in_channels=[32], out_channels=8, scales=[4, 2, 1, 0.5]),
+    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8),
+    auxiliary_head=dict(in_channels=8, channels=8))
+"""
+TINY_ISOTROPIC_ARCH = {
+    'ca_deit_s_upernet_160k_ade20k.py': ('embed_dims=32, depth=2', ''),
+    'veca_b_upernet_160k_ade20k.py': ('embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2.0, num_cores=16',
+                                      ', num_cores=16'),
+}
+CADEIT_UPERNET, VECA_UPERNET = TINY_ISOTROPIC_ARCH
+
+
+def tiny_isotropic_config(tmp_path, base):
+    """A thin config over configs/<base> (CA-DeiT or VECA UperNet) with a tiny model."""
+    path = tmp_path / ('tiny_' + base)
+    arch, extra = TINY_ISOTROPIC_ARCH[base]
+    path.write_text(TINY_ISOTROPIC.format(base=osp.join(REPO, 'configs', base), arch=arch, extra=extra))
+    return str(path)

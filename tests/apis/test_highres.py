@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import CADEIT_UPERNET as CADEIT
 from helpers import REPO
+from helpers import VECA_UPERNET as VECA
+from helpers import tiny_isotropic_config as isotropic_config
 from mmcirc.apis import highres as hr
 
 TINY = """_base_ = {base!r}
@@ -20,36 +23,11 @@ model = dict(
     neck=dict(in_channels=[8, 16, 24, 32], out_channels=8),
     decode_head=dict(in_channels=[8, 8, 8, 8], channels=8))
 """
-# The isotropic models of configs/ (UperNet with mmseg's multi-level neck), width 32,
-# 2 blocks; VECA with a bank of 16 cores (chunks of 8).
-ISOTROPIC = """_base_ = {base!r}
-model = dict(
-    backbone=dict(arch=dict(_delete_=True, {arch}), out_indices=-1, init_cfg=None{extra}),
-    neck=dict(in_channels=[32], out_channels=8, scales=[4, 2, 1, 0.5]),
-    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8),
-    auxiliary_head=dict(in_channels=8, channels=8))
-"""
-ISOTROPIC_ARCH = {
-    'ca_deit_s_upernet_160k_ade20k.py': ('embed_dims=32, depth=2', ''),
-    'veca_b_upernet_160k_ade20k.py': ('embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2.0, num_cores=16',
-                                      ', num_cores=16'),
-}
-CADEIT, VECA = ISOTROPIC_ARCH
-
-
 def tiny_config(tmp_path, base='ca_pvt_t-allcirc_fpn_80k_ade20k.py', extra='', name='tiny.py'):
     """A thin config over one of configs/ with a tiny backbone and head."""
     path = tmp_path / name
     path.write_text(TINY.format(base=osp.join(REPO, 'configs', base),
                                 extra=(', ' + extra) if extra else ''))
-    return str(path)
-
-
-def isotropic_config(tmp_path, base):
-    """A thin config over configs/<base> (CA-DeiT or VECA UperNet) with a tiny model."""
-    path = tmp_path / ('tiny_' + base)
-    arch, extra = ISOTROPIC_ARCH[base]
-    path.write_text(ISOTROPIC.format(base=osp.join(REPO, 'configs', base), arch=arch, extra=extra))
     return str(path)
 
 

@@ -21,6 +21,8 @@ from mmcirc.deployment.onnx import (ExportError, TensorModel, build_model,  # no
                                     check_exportable, export_onnx, second_shape)
 from mmcirc.utils.cli import load_config  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures('two_torch_threads')
+
 DET = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')
 SEG = osp.join(FIXTURE_CONFIGS, 'ca_pvt_fpn_tiny.py')
 MIXED = ('circulant', 'core', 'sra', 'sra')
@@ -44,14 +46,6 @@ def _kinds(model):
         elif isinstance(m, CoreAttention):
             kinds.add('core')
     return kinds
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
 
 
 class _Layers(torch.nn.Module):

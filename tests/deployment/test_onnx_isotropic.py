@@ -19,18 +19,12 @@ from mmcirc.deployment.onnx import (ExportError, TensorModel,  # noqa: E402
                                     export_onnx)
 from mmcirc.utils.cli import load_config  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures('two_torch_threads')
+
 CADEIT_SEG = osp.join(FIXTURE_CONFIGS, 'ca_deit_upernet_tiny.py')
 VECA_SEG = osp.join(FIXTURE_CONFIGS, 'veca_upernet_tiny.py')
 CADEIT_DET = osp.join(FIXTURE_CONFIGS, 'ca_deit_mask-rcnn_tiny.py')
 SWIN_SEG = osp.join(FIXTURE_CONFIGS, 'ca_swin_upernet_tiny.py')
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _model(config, options=None):

@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import CADEIT_UPERNET as CADEIT
 from helpers import REPO, run_tool
+from helpers import VECA_UPERNET as VECA
+from helpers import tiny_isotropic_config as _isotropic_config
 
 sys.path.insert(0, osp.join(REPO, 'tools'))
 import _dense_baseline as db  # noqa: E402
@@ -30,27 +33,6 @@ model = dict(
     neck=dict(in_channels=[8, 16, 24, 32], out_channels=8),
     decode_head=dict(in_channels=[8, 8, 8, 8], channels=8))
 """
-
-
-# configs/ca_deit_s_upernet_160k_ade20k.py and configs/veca_b_upernet_160k_ade20k.py with
-# width 32, 2 blocks (VECA: a bank of 16 cores) and small heads.
-ISOTROPIC = """_base_ = {base!r}
-model = dict(
-    backbone=dict(arch=dict(_delete_=True, {arch}), out_indices=-1, init_cfg=None{extra}),
-    neck=dict(in_channels=[32], out_channels=8, scales=[4, 2, 1, 0.5]),
-    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8),
-    auxiliary_head=dict(in_channels=8, channels=8))
-"""
-CADEIT = ('ca_deit_s_upernet_160k_ade20k.py', 'embed_dims=32, depth=2', '')
-VECA = ('veca_b_upernet_160k_ade20k.py', 'embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2.0, '
-        'num_cores=16', ', num_cores=16')
-
-
-def _isotropic_config(tmp_path, which):
-    base, arch, extra = which
-    path = tmp_path / ('tiny_' + base)
-    path.write_text(ISOTROPIC.format(base=osp.join(REPO, 'configs', base), arch=arch, extra=extra))
-    return str(path)
 
 
 def _tiny_config(tmp_path):
