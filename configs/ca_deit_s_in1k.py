@@ -15,11 +15,15 @@ _base_ = 'mmpretrain::deit/deit-small_4xb256_in1k.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
 
 model = dict(
-    backbone=dict(_delete_=True, type='CADeiT', arch='small', out_type='avg_featmap', drop_path_rate=0.1),
+    backbone=dict(
+        _delete_=True, type='CADeiT', arch='small', out_type='avg_featmap', drop_path_rate=0.1
+    ),
     neck=None,
     head=dict(
         _delete_=True,
         type='LinearClsHead',  # keys head.fc.*: what the converter writes
         num_classes=1000,
         in_channels=384,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')))
+        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
+    ),
+)

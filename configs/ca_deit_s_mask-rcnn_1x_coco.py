@@ -11,15 +11,23 @@ model = dict(
         _delete_=True,
         type='CADeiT',
         arch='small',
-        out_indices=(11, ),
+        out_indices=(11,),
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_deit_s_official.pth',
-                      prefix='backbone.')),
-    neck=dict(_delete_=True, type='SimpleFeaturePyramid', in_channels=384, out_channels=256, num_outs=5))
+        init_cfg=dict(
+            type='Pretrained',
+            checkpoint='work_dirs/pretrained/ca_deit_s_official.pth',
+            prefix='backbone.',
+        ),
+    ),
+    neck=dict(
+        _delete_=True, type='SimpleFeaturePyramid', in_channels=384, out_channels=256, num_outs=5
+    ),
+)
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0),
-    clip_grad=dict(max_norm=1.0, norm_type=2))
+    clip_grad=dict(max_norm=1.0, norm_type=2),
+)
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -14,5 +14,10 @@ model = dict(
         arch='small',
         out_indices=(2, 5, 8, 11),
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_deit_s_official.pth',
-                      prefix='backbone.')))
+        init_cfg=dict(
+            type='Pretrained',
+            checkpoint='work_dirs/pretrained/ca_deit_s_official.pth',
+            prefix='backbone.',
+        ),
+    ),
+)

@@ -9,8 +9,9 @@ model = dict(
         type='CAPVT',
         arch='small',
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_pvt_s_in1k.pth')),
-    neck=dict(in_channels=[64, 128, 320, 512]))
-optim_wrapper = dict(
-    optimizer=dict(_delete_=True, type='AdamW', lr=0.0001, weight_decay=0.0001))
+        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_pvt_s_in1k.pth'),
+    ),
+    neck=dict(in_channels=[64, 128, 320, 512]),
+)
+optim_wrapper = dict(optimizer=dict(_delete_=True, type='AdamW', lr=0.0001, weight_decay=0.0001))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

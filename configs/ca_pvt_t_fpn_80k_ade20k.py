@@ -10,6 +10,8 @@ model = dict(
         type='CAPVT',
         arch='tiny',
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_pvt_t_in1k.pth')),
-    neck=dict(in_channels=[64, 128, 320, 512]))
+        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_pvt_t_in1k.pth'),
+    ),
+    neck=dict(in_channels=[64, 128, 320, 512]),
+)
 auto_scale_lr = dict(enable=False, base_batch_size=32)

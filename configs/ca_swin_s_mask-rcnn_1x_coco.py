@@ -1,5 +1,9 @@
 # CA-Swin-S + Mask R-CNN 1x on COCO (Swin recipe).
 _base_ = './ca_swin_t_mask-rcnn_1x_coco.py'
-model = dict(backbone=dict(
-    arch='small', drop_path_rate=0.3,
-    init_cfg=dict(checkpoint='work_dirs/pretrained/ca_swin_s_in1k.pth')))
+model = dict(
+    backbone=dict(
+        arch='small',
+        drop_path_rate=0.3,
+        init_cfg=dict(checkpoint='work_dirs/pretrained/ca_swin_s_in1k.pth'),
+    )
+)

@@ -5,6 +5,6 @@ _base_ = 'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
 
 model = dict(
-    backbone=dict(_delete_=True, type='CASwin', arch='tiny', out_indices=(3, ),
-                  drop_path_rate=0.2),
-    head=dict(in_channels=768))
+    backbone=dict(_delete_=True, type='CASwin', arch='tiny', out_indices=(3,), drop_path_rate=0.2),
+    head=dict(in_channels=768),
+)

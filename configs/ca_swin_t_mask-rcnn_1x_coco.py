@@ -9,6 +9,8 @@ model = dict(
         type='CASwin',
         arch='tiny',
         drop_path_rate=0.2,
-        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_swin_t_in1k.pth')),
-    neck=dict(in_channels=[96, 192, 384, 768]))
+        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_swin_t_in1k.pth'),
+    ),
+    neck=dict(in_channels=[96, 192, 384, 768]),
+)
 auto_scale_lr = dict(enable=False, base_batch_size=16)

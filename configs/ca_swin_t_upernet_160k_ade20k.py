@@ -9,7 +9,9 @@ model = dict(
         type='CASwin',
         arch='tiny',
         drop_path_rate=0.3,
-        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_swin_t_in1k.pth')),
+        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/ca_swin_t_in1k.pth'),
+    ),
     decode_head=dict(in_channels=[96, 192, 384, 768]),
-    auxiliary_head=dict(in_channels=384))
+    auxiliary_head=dict(in_channels=384),
+)
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -1,6 +1,10 @@
 # Core-PVT-S + Mask R-CNN 3x on COCO (nested core training).
 _base_ = './ca_pvt_s_mask-rcnn_3x_coco.py'
-model = dict(backbone=dict(
-    type='CorePVT', arch='small',
-    init_cfg=dict(checkpoint='work_dirs/pretrained/core_pvt_s_in1k.pth')))
+model = dict(
+    backbone=dict(
+        type='CorePVT',
+        arch='small',
+        init_cfg=dict(checkpoint='work_dirs/pretrained/core_pvt_s_in1k.pth'),
+    )
+)
 custom_hooks = [dict(type='NestedCoreHook', max_cores=64)]

@@ -6,8 +6,9 @@
 # pipeline. C' at test time: --cfg-options model.backbone.num_cores=8 (multiples of 8).
 # Weights: tools/model_converters/veca_to_mmcirc.py <VECA-B file>.
 _base_ = [
-    'mmseg::_base_/datasets/ade20k.py', 'mmseg::_base_/default_runtime.py',
-    'mmseg::_base_/schedules/schedule_40k.py'
+    'mmseg::_base_/datasets/ade20k.py',
+    'mmseg::_base_/default_runtime.py',
+    'mmseg::_base_/schedules/schedule_40k.py',
 ]
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
 
@@ -19,18 +20,23 @@ data_preprocessor = dict(
     bgr_to_rgb=True,
     pad_val=0,
     seg_pad_val=255,
-    size=crop_size)
+    size=crop_size,
+)
 model = dict(
     type='EncoderDecoder',
     data_preprocessor=data_preprocessor,
     backbone=dict(
         type='VECAViT',
         arch='base',
-        out_indices=(11, ),
+        out_indices=(11,),
         num_cores=64,
         frozen_stages=12,
-        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/veca_base_official.pth',
-                      prefix='backbone.')),
+        init_cfg=dict(
+            type='Pretrained',
+            checkpoint='work_dirs/pretrained/veca_base_official.pth',
+            prefix='backbone.',
+        ),
+    ),
     decode_head=dict(
         type='FCNHead',
         in_channels=768,
@@ -41,16 +47,19 @@ model = dict(
         num_classes=150,
         norm_cfg=dict(type='SyncBN', requires_grad=True),
         align_corners=False,
-        loss_decode=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)),
+        loss_decode=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
+    ),
     train_cfg=dict(),
-    test_cfg=dict(mode='whole'))
+    test_cfg=dict(mode='whole'),
+)
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=1e-4))
+    optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=1e-4),
+)
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=40000, by_epoch=False)
+    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=40000, by_epoch=False),
 ]
 train_dataloader = dict(batch_size=2)
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -16,5 +16,10 @@ model = dict(
         arch='base',
         out_indices=(2, 5, 8, 11),
         num_cores=64,
-        init_cfg=dict(type='Pretrained', checkpoint='work_dirs/pretrained/veca_base_official.pth',
-                      prefix='backbone.')))
+        init_cfg=dict(
+            type='Pretrained',
+            checkpoint='work_dirs/pretrained/veca_base_official.pth',
+            prefix='backbone.',
+        ),
+    ),
+)

@@ -10,6 +10,7 @@ required for the models (their PVT and Swin blocks reuse its layers): without it
 optional: the models are registered into whichever of them is installed, and a
 detection user's ``import mmcirc`` never imports mmseg or mmpretrain.
 """
+
 import importlib.util
 
 __version__ = '0.1.0'
@@ -20,5 +21,6 @@ if importlib.util.find_spec('mmengine') is not None:
     install_safe_loader()
     install_atomic_saving()
     from . import engine  # noqa: F401,E402  (hooks, registered in mmengine's root)
+
     if importlib.util.find_spec('mmdet') is not None:
         from . import models  # noqa: F401,E402  (registration)

@@ -7,6 +7,7 @@ installed (mmdet is required, mmseg and mmpretrain are optional extras) at once,
 under one name, and refuses a name that any of them (or mmengine's root registry,
 which they inherit from) already holds.
 """
+
 import functools
 import importlib
 import importlib.util
@@ -27,7 +28,9 @@ def _library_models(library: str) -> Optional[Registry]:
         if library == 'mmdet':
             raise ModuleNotFoundError(
                 f"mmcirc needs mmdet (its PVT and Swin blocks reuse mmdet's layers): "
-                f"pip install '{_MMDET_PIP}'", name='mmdet')
+                f"pip install '{_MMDET_PIP}'",
+                name='mmdet',
+            )
         return None
     return importlib.import_module(f'{library}.registry').MODELS
 
@@ -76,9 +79,10 @@ def register_model(cls=None, *, name: Optional[str] = None):
             scope, owner = held
             raise KeyError(
                 f'register_model: name {key!r} for {module.__module__}.{module.__qualname__} '
-                f"clashes with {getattr(owner, '__module__', '?')}.{getattr(owner, '__name__', owner)} "
-                f"already registered in the {scope!r} MODELS registry; choose another name "
-                f"(e.g. prefix it with 'CA' or 'Core')")
+                f'clashes with {getattr(owner, "__module__", "?")}.{getattr(owner, "__name__", owner)} '
+                f'already registered in the {scope!r} MODELS registry; choose another name '
+                f"(e.g. prefix it with 'CA' or 'Core')"
+            )
         for registry in registries:
             if registry.module_dict.get(key) is not module:
                 registry.register_module(name=key, module=module)

@@ -1,4 +1,5 @@
 """Helpers shared by the tests: paths of the repo and a runner for its tools."""
+
 import glob
 import os
 import os.path as osp
@@ -17,32 +18,39 @@ def run_tool(args, cwd, timeout=900, env=None, check=True):
         args = [sys.executable, osp.join(REPO, args[0]), *args[1:]]
     else:
         args = ['bash', osp.join(REPO, args[0]), *args[1:]]
-    proc = subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        args, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f'{" ".join(args)} failed ({proc.returncode}):\n'
-                             f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')
+        raise AssertionError(
+            f'{" ".join(args)} failed ({proc.returncode}):\n'
+            f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}'
+        )
     return proc
 
 
 def _json_rows(path):
     """The JSON objects of a file mmengine writes one per line."""
     import json
+
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
 def run_dirs(work_dir):
     """The ``WORK_DIR/<timestamp>`` folders of the runs that used ``work_dir``, oldest first."""
-    return sorted(p for p in glob.glob(osp.join(str(work_dir), '[0-9]' * 8 + '_' + '[0-9]' * 6))
-                  if osp.isdir(p))
+    return sorted(
+        p
+        for p in glob.glob(osp.join(str(work_dir), '[0-9]' * 8 + '_' + '[0-9]' * 6))
+        if osp.isdir(p)
+    )
 
 
 def evaluated_metrics(work_dir):
     """The metrics tools/test.py wrote: mmengine's ``WORK_DIR/<timestamp>/<timestamp>.json``
     (the one test run in ``work_dir``)."""
-    (run, ) = run_dirs(work_dir)
-    (metrics, ) = _json_rows(osp.join(run, osp.basename(run) + '.json'))
+    (run,) = run_dirs(work_dir)
+    (metrics,) = _json_rows(osp.join(run, osp.basename(run) + '.json'))
     return metrics
 
 
@@ -61,6 +69,7 @@ def assert_metric(metrics, key, high):
     """``metrics[key]`` is a finite number in [0, high] (1 for COCO mAP, 100 for mIoU and
     accuracy, which mmseg and mmpretrain report in percent)."""
     import math
+
     assert key in metrics, f'{key} not among the metrics {sorted(metrics)}'
     value = metrics[key]
     assert isinstance(value, (int, float)) and not isinstance(value, bool), (key, value)
@@ -79,8 +88,10 @@ model = dict(
 """
 TINY_ISOTROPIC_ARCH = {
     'ca_deit_s_upernet_160k_ade20k.py': ('embed_dims=32, depth=2', ''),
-    'veca_b_upernet_160k_ade20k.py': ('embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2.0, num_cores=16',
-                                      ', num_cores=16'),
+    'veca_b_upernet_160k_ade20k.py': (
+        'embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2.0, num_cores=16',
+        ', num_cores=16',
+    ),
 }
 CADEIT_UPERNET, VECA_UPERNET = TINY_ISOTROPIC_ARCH
 
@@ -89,5 +100,7 @@ def tiny_isotropic_config(tmp_path, base):
     """A thin config over configs/<base> (CA-DeiT or VECA UperNet) with a tiny model."""
     path = tmp_path / ('tiny_' + base)
     arch, extra = TINY_ISOTROPIC_ARCH[base]
-    path.write_text(TINY_ISOTROPIC.format(base=osp.join(REPO, 'configs', base), arch=arch, extra=extra))
+    path.write_text(
+        TINY_ISOTROPIC.format(base=osp.join(REPO, 'configs', base), arch=arch, extra=extra)
+    )
     return str(path)

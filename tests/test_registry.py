@@ -1,4 +1,5 @@
 """register_model puts one class into the MODELS registries of mmdet, mmseg, mmpretrain."""
+
 import pytest
 import torch.nn as nn
 from mmengine.config import Config
@@ -29,7 +30,8 @@ def inherited_config(request, tmp_path):
     path = tmp_path / f'{request.param}_probe.py'
     path.write_text(
         f"_base_ = '{BASES[request.param]}'\n"
-        "model = dict(backbone=dict(_delete_=True, type='RegistryProbeBackbone', width=5))\n")
+        "model = dict(backbone=dict(_delete_=True, type='RegistryProbeBackbone', width=5))\n"
+    )
     return request.param, Config.fromfile(str(path))
 
 
@@ -44,6 +46,7 @@ def test_builds_by_type_name_in_inherited_config(inherited_config):
 @pytest.mark.parametrize('scope', ['mmdet', 'mmseg', 'mmpretrain'])
 def test_builds_with_scope_prefix_and_scope_key(scope):
     from mmdet.registry import MODELS
+
     by_prefix = MODELS.build(dict(type=f'{scope}.RegistryProbeBackbone'))
     by_key = MODELS.build(dict(type='RegistryProbeBackbone', _scope_=scope))
     assert isinstance(by_prefix, RegistryProbeBackbone)
@@ -80,35 +83,51 @@ def test_reregistering_same_class_is_a_no_op():
 
 # None in sys.modules: ``import X`` raises ModuleNotFoundError and find_spec('X') is None,
 # as when X is not installed
-BLOCK_IMPORTS = '''
+BLOCK_IMPORTS = """
 import sys
 for name in sys.argv[1].split(','):
     sys.modules[name] = None
-'''
+"""
 
 
 def _run_without(packages, code):
     """Run ``code`` in a fresh interpreter where ``packages`` cannot be imported."""
     import subprocess
     import sys
-    return subprocess.run([sys.executable, '-c', BLOCK_IMPORTS + code, ','.join(packages)],
-                          capture_output=True, text=True, timeout=300)
+
+    return subprocess.run(
+        [sys.executable, '-c', BLOCK_IMPORTS + code, ','.join(packages)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_detection_user_needs_neither_mmseg_nor_mmpretrain():
-    out = _run_without(['mmseg', 'mmpretrain'], (
-        'import mmcirc\n'
-        'from mmdet.registry import MODELS\n'
-        "m = MODELS.build(dict(type='CAPVT', arch='tiny'))\n"
-        "print(type(m).__name__, *(sys.modules.get(n) is not None for n in ('mmseg', 'mmpretrain')))\n"))
+    out = _run_without(
+        ['mmseg', 'mmpretrain'],
+        (
+            'import mmcirc\n'
+            'from mmdet.registry import MODELS\n'
+            "m = MODELS.build(dict(type='CAPVT', arch='tiny'))\n"
+            "print(type(m).__name__, *(sys.modules.get(n) is not None for n in ('mmseg', 'mmpretrain')))\n"
+        ),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-3:] == ['CAPVT', 'False', 'False']
 
 
 def test_missing_mmdet_is_named_with_its_pip_spec():
-    out = _run_without(['mmdet'], (
-        'import mmcirc, mmcirc.ops\n'  # the operators and the package itself still import
-        'import mmcirc.models\n'))
+    out = _run_without(
+        ['mmdet'],
+        (
+            'import mmcirc, mmcirc.ops\n'  # the operators and the package itself still import
+            'import mmcirc.models\n'
+        ),
+    )
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith('ModuleNotFoundError: mmcirc needs mmdet') and "pip install 'mmdet==" in last
+    assert (
+        last.startswith('ModuleNotFoundError: mmcirc needs mmdet')
+        and "pip install 'mmdet==" in last
+    )

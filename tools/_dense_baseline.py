@@ -7,6 +7,7 @@ capped with ``RLIMIT_AS``; it reports whether it ran or ran out of memory, and w
 SPEC.json``); the child writes its result JSON atomically and exits 0 whatever happened
 (the parent also reads a kill by a signal or a timeout). Import it as a sibling module.
 """
+
 import json
 import os
 import os.path as osp
@@ -35,18 +36,29 @@ def dense_attention(cfg) -> str:
     from mmseg.registry import MODELS
 
     from mmcirc.utils.cli import CLIError
+
     cls = MODELS.get(cfg.model.backbone.type)
     kind = getattr(cls, 'original_attention', None)
     if not kind:
-        raise CLIError(f'--dense-baseline needs a pyramid backbone with a dense attention of its own '
-                       f'(CA-PVT: sra, CA-Swin: window), the config has {cfg.model.backbone.type!r}')
+        raise CLIError(
+            f'--dense-baseline needs a pyramid backbone with a dense attention of its own '
+            f'(CA-PVT: sra, CA-Swin: window), the config has {cfg.model.backbone.type!r}'
+        )
     return kind
 
 
-def run_dense_baseline(config: str, img: np.ndarray, *, checkpoint: Optional[str] = None,
-                       cfg_options: Optional[dict] = None, stage_attentions: Optional[str] = None,
-                       mem_cap_gb: float = 20.0, device: str = 'cpu', timeout: float = 1800,
-                       upsample: str = 'banded') -> dict:
+def run_dense_baseline(
+    config: str,
+    img: np.ndarray,
+    *,
+    checkpoint: Optional[str] = None,
+    cfg_options: Optional[dict] = None,
+    stage_attentions: Optional[str] = None,
+    mem_cap_gb: float = 20.0,
+    device: str = 'cpu',
+    timeout: float = 1800,
+    upsample: str = 'banded',
+) -> dict:
     """Run the dense-attention equivalent of ``config`` on ``img`` in a child process
     with ``RLIMIT_AS = mem_cap_gb`` GiB and report what happened.
 
@@ -59,11 +71,19 @@ def run_dense_baseline(config: str, img: np.ndarray, *, checkpoint: Optional[str
     stage_attentions, attention estimates, returncode.
     """
     from mmcirc.apis.highres import is_out_of_memory
+
     cap = int(mem_cap_gb * GB)
     tmpdir = tempfile.mkdtemp(prefix='mmcirc_dense_')
-    spec = dict(config=osp.abspath(config), checkpoint=checkpoint, cfg_options=cfg_options or {},
-                stage_attentions=stage_attentions, device=device, upsample=upsample,
-                image=osp.join(tmpdir, 'img.npy'), result=osp.join(tmpdir, 'result.json'))
+    spec = dict(
+        config=osp.abspath(config),
+        checkpoint=checkpoint,
+        cfg_options=cfg_options or {},
+        stage_attentions=stage_attentions,
+        device=device,
+        upsample=upsample,
+        image=osp.join(tmpdir, 'img.npy'),
+        result=osp.join(tmpdir, 'result.json'),
+    )
     np.save(spec['image'], img)
     with open(osp.join(tmpdir, 'spec.json'), 'w') as f:
         json.dump(spec, f)
@@ -77,8 +97,13 @@ def run_dense_baseline(config: str, img: np.ndarray, *, checkpoint: Optional[str
     status, rc = None, None
     try:
         with open(log_path, 'wb') as log:
-            proc = subprocess.Popen([sys.executable, osp.abspath(__file__), osp.join(tmpdir, 'spec.json')],
-                                    stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=limit)
+            proc = subprocess.Popen(
+                [sys.executable, osp.abspath(__file__), osp.join(tmpdir, 'spec.json')],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=limit,
+            )
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -96,12 +121,20 @@ def run_dense_baseline(config: str, img: np.ndarray, *, checkpoint: Optional[str
             status = result.get('status') or ('killed' if rc is not None and rc < 0 else 'error')
         if status in ('killed', 'error', 'timeout') and not result.get('error'):
             lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
-            result['error'] = (f'killed by signal {-rc}' if rc is not None and rc < 0
-                               else (lines[-1] if lines else f'exit code {rc}'))
+            result['error'] = (
+                f'killed by signal {-rc}'
+                if rc is not None and rc < 0
+                else (lines[-1] if lines else f'exit code {rc}')
+            )
             if status == 'error' and is_out_of_memory(Exception(result['error'])):
                 status = 'out_of_memory'
-        result.update(status=status, returncode=rc, wall_s=round(wall, 2), mem_cap_gb=mem_cap_gb,
-                      input_size=list(img.shape[:2]))
+        result.update(
+            status=status,
+            returncode=rc,
+            wall_s=round(wall, 2),
+            mem_cap_gb=mem_cap_gb,
+            input_size=list(img.shape[:2]),
+        )
         result.setdefault('time_s', None)
         return result
     finally:
@@ -126,6 +159,7 @@ def child_main(argv: Optional[List[str]] = None) -> None:
 
         from mmcirc.apis import highres as hr
         from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+
         img = np.load(spec['image'])
         cfg = hr.load_highres_config(spec['config'], spec['cfg_options'])
         dense = spec['stage_attentions'] or dense_attention(cfg)
@@ -142,16 +176,24 @@ def child_main(argv: Optional[List[str]] = None) -> None:
         out['baseline_rss_mb'] = round(base / MB, 1)
         t0 = time.perf_counter()
         labels, times = hr.predict_labels(model, img, upsample=spec['upsample'])
-        out.update(status='ok', time_s=round(times['time_s'], 3), labels_present=int(len(np.unique(labels))))
+        out.update(
+            status='ok',
+            time_s=round(times['time_s'], 3),
+            labels_present=int(len(np.unique(labels))),
+        )
     except BaseException as err:  # noqa: BLE001  (report, whatever it is)
         from mmcirc.apis.highres import is_out_of_memory
+
         if t0 is not None:
             out['time_s'] = round(time.perf_counter() - t0, 3)
         out['status'] = 'out_of_memory' if is_out_of_memory(err) else 'error'
-        out['error'] = f'{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ""}'
+        out['error'] = (
+            f'{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ""}'
+        )
         out['failed_during'] = 'inference' if t0 is not None else 'setup'
     from mmcirc.utils.fileio import atomic_write
     from mmcirc.utils.memory import peak_rss_bytes
+
     out['peak_rss_mb'] = round(peak_rss_bytes() / MB, 1)
     if out.get('baseline_rss_mb') is not None:
         out['peak_increase_mb'] = round(out['peak_rss_mb'] - out['baseline_rss_mb'], 1)

@@ -6,6 +6,7 @@ encoding, written all or nothing with :mod:`mmcirc.utils.fileio`. Errors are
 
 Import it as a sibling module (this folder on ``sys.path``, as a script's own folder is).
 """
+
 from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
@@ -13,8 +14,17 @@ import numpy as np
 from mmcirc.utils.cli import CLIError
 from mmcirc.utils.fileio import atomic_write_many
 
-__all__ = ['DEMO_IMAGES', 'parse_size', 'resize_image', 'read_image', 'demo_image', 'colorize',
-           'overlay', 'encode_png', 'write_atomic']
+__all__ = [
+    'DEMO_IMAGES',
+    'parse_size',
+    'resize_image',
+    'read_image',
+    'demo_image',
+    'colorize',
+    'overlay',
+    'encode_png',
+    'write_atomic',
+]
 
 DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
 
@@ -36,14 +46,17 @@ def parse_size(text: Optional[str]) -> Union[None, int, Tuple[int, int]]:
                 return s
     except ValueError:
         pass
-    raise CLIError(f'--size must be S (longer side, e.g. 4096) or HxW (e.g. 2048x3072) with '
-                   f'positive integers, got {text!r}')
+    raise CLIError(
+        f'--size must be S (longer side, e.g. 4096) or HxW (e.g. 2048x3072) with '
+        f'positive integers, got {text!r}'
+    )
 
 
 def resize_image(img: np.ndarray, size) -> np.ndarray:
     """Bicubic resize of an (H, W, 3) uint8 image: ``size`` as from :func:`parse_size`
     (int: longer side, aspect kept; (H, W): exact; None: unchanged)."""
     import mmcv
+
     if size is None:
         return img
     h, w = img.shape[:2]
@@ -61,6 +74,7 @@ def read_image(path: str) -> np.ndarray:
     """(H, W, 3) uint8 BGR image, as mmseg's ``LoadImageFromFile`` reads it (cv2).
     Raises ``CLIError('cannot read image: PATH')`` for a missing or undecodable file."""
     import mmcv
+
     try:
         with open(path, 'rb') as f:
             img = mmcv.imfrombytes(f.read(), flag='color')
@@ -101,6 +115,7 @@ def overlay(img_bgr: np.ndarray, color_rgb: np.ndarray, opacity: float) -> np.nd
 def encode_png(arr: np.ndarray) -> bytes:
     """PNG bytes of an (H, W) or (H, W, 3) BGR uint8/uint16 array (cv2)."""
     import cv2
+
     ok, buf = cv2.imencode('.png', arr)
     if not ok:
         raise CLIError(f'cannot encode a PNG of shape {arr.shape}')

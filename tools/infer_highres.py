@@ -36,6 +36,7 @@ A config whose backbone keeps quadratic 'sra' stages (the paper layout) gets a W
 when those would not fit at the requested size: use the all-circulant / all-core configs
 ``configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py`` / ``configs/core_pvt_t-allcore_fpn_80k_ade20k.py``.
 """
+
 import argparse
 import contextlib
 import json
@@ -51,8 +52,13 @@ import _image_io as imio  # noqa: E402
 from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
 
 #: The library's parameter names and the flags that set them (error and warning texts).
-FLAGS = {'num_cores': '--num-cores', 'boundary': '--boundary', 'scale': '--scale',
-         'stage_attentions': '--stage-attentions', 'upsample': '--upsample'}
+FLAGS = {
+    'num_cores': '--num-cores',
+    'boundary': '--boundary',
+    'scale': '--scale',
+    'stage_attentions': '--stage-attentions',
+    'upsample': '--upsample',
+}
 
 
 def flag_words(message: str) -> str:
@@ -60,7 +66,7 @@ def flag_words(message: str) -> str:
     ``boundary has no effect ...``) -> the same with the flag (``--num-cores must ...``)."""
     m = re.match(r'(\w+)\b', message)
     if m and m.group(1) in FLAGS:
-        return FLAGS[m.group(1)] + message[m.end():]
+        return FLAGS[m.group(1)] + message[m.end() :]
     return message
 
 
@@ -70,52 +76,93 @@ def as_cli_errors():
     try:
         yield
     except (ValueError, TypeError) as err:
-        raise CLIError(flag_words(str(err).strip().splitlines()[0] if str(err).strip() else
-                                  type(err).__name__)) from None
+        raise CLIError(
+            flag_words(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+        ) from None
 
 
 def parse_args(argv=None):
     from mmengine.config import DictAction
+
     parser = argparse.ArgumentParser(
-        description='High-resolution whole-image segmentation: masks, overlays, time and memory')
+        description='High-resolution whole-image segmentation: masks, overlays, time and memory'
+    )
     parser.add_argument('config', help='mmseg config file')
     parser.add_argument('checkpoint', nargs='?', help='checkpoint (omit: random weights)')
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument('--img', nargs='+', metavar='PATH', help='image file(s)')
-    src.add_argument('--demo', metavar='NAME', help="scikit-image sample: 'astronaut' "
-                     "(also 'chelsea', 'coffee'), bicubic-resized to --size")
-    parser.add_argument('--size', help='S: resize the longer side to S (aspect kept); HxW: exact '
-                        'size; omitted: the image as it is')
-    parser.add_argument('--num-cores', help="active cores C' of core stages (pyramids: int or "
-                        "mobile (8) / edge (32) / server (64); VECA: a multiple of 8 within its bank, "
-                        'or a preset)')
-    parser.add_argument('--boundary', help="circulant boundary: 'circular' or 'zero' (pyramids, CA-DeiT)")
-    parser.add_argument('--scale', help="circulant scale: 'sqrt_n' (official) or 'n' (paper, "
-                        'resolution invariant)')
-    parser.add_argument('--stage-attentions', help='attention kind of every stage (a registered '
-                        "block's kind the backbone's family takes, e.g. circulant, core, sra) or one "
-                        'per stage, comma separated (pyramids)')
+    src.add_argument(
+        '--demo',
+        metavar='NAME',
+        help="scikit-image sample: 'astronaut' "
+        "(also 'chelsea', 'coffee'), bicubic-resized to --size",
+    )
+    parser.add_argument(
+        '--size',
+        help='S: resize the longer side to S (aspect kept); HxW: exact '
+        'size; omitted: the image as it is',
+    )
+    parser.add_argument(
+        '--num-cores',
+        help="active cores C' of core stages (pyramids: int or "
+        'mobile (8) / edge (32) / server (64); VECA: a multiple of 8 within its bank, '
+        'or a preset)',
+    )
+    parser.add_argument(
+        '--boundary', help="circulant boundary: 'circular' or 'zero' (pyramids, CA-DeiT)"
+    )
+    parser.add_argument(
+        '--scale', help="circulant scale: 'sqrt_n' (official) or 'n' (paper, resolution invariant)"
+    )
+    parser.add_argument(
+        '--stage-attentions',
+        help='attention kind of every stage (a registered '
+        "block's kind the backbone's family takes, e.g. circulant, core, sra) or one "
+        'per stage, comma separated (pyramids)',
+    )
     parser.add_argument('--out-dir', default='work_dirs/highres', help='output folder')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
     parser.add_argument('--opacity', type=float, default=0.5, help='mask opacity in the overlay')
-    parser.add_argument('--upsample', default='banded', help="'banded' (default: mmseg's resize "
-                        "+ argmax over bands of classes, same labels, bounded memory) or 'mmseg' "
-                        "(the segmentor's own test_step, full-resolution logits)")
+    parser.add_argument(
+        '--upsample',
+        default='banded',
+        help="'banded' (default: mmseg's resize "
+        "+ argmax over bands of classes, same labels, bounded memory) or 'mmseg' "
+        "(the segmentor's own test_step, full-resolution logits)",
+    )
     bar = parser.add_mutually_exclusive_group()
-    bar.add_argument('--progress', dest='progress', action='store_true', default=None,
-                     help='progress bar on stderr (a step per backbone stage or block, the neck, the '
-                     'decode head, each upsampling band); default: on when stderr is a terminal')
+    bar.add_argument(
+        '--progress',
+        dest='progress',
+        action='store_true',
+        default=None,
+        help='progress bar on stderr (a step per backbone stage or block, the neck, the '
+        'decode head, each upsampling band); default: on when stderr is a terminal',
+    )
     bar.add_argument('--no-progress', dest='progress', action='store_false', help='no progress bar')
     base = parser.add_mutually_exclusive_group()
-    base.add_argument('--dense-baseline', action='store_true', help='also run the dense-attention '
-                      "equivalent (stage_attentions='sra') in a memory-capped child process")
+    base.add_argument(
+        '--dense-baseline',
+        action='store_true',
+        help='also run the dense-attention '
+        "equivalent (stage_attentions='sra') in a memory-capped child process",
+    )
     base.add_argument('--baseline-only', action='store_true', help='run only the dense baseline')
-    parser.add_argument('--mem-cap-gb', type=float, default=20.0,
-                        help='RLIMIT_AS of the dense-baseline child in GiB (20)')
-    parser.add_argument('--baseline-timeout', type=float, default=1800,
-                        help='seconds before the dense-baseline child is killed (1800)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, key=value')
+    parser.add_argument(
+        '--mem-cap-gb',
+        type=float,
+        default=20.0,
+        help='RLIMIT_AS of the dense-baseline child in GiB (20)',
+    )
+    parser.add_argument(
+        '--baseline-timeout',
+        type=float,
+        default=1800,
+        help='seconds before the dense-baseline child is killed (1800)',
+    )
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
+    )
     return parser.parse_args(argv)
 
 
@@ -142,6 +189,7 @@ class ProgressReporter:
 
     def __call__(self, what: str, done: int, total: int) -> None:
         from mmengine.utils import ProgressBar
+
         if self.bar is None:
             self.bar = ProgressBar(total, file=self.file)
         self.bar.update()
@@ -167,27 +215,30 @@ def _suffix(overrides):
         sa = overrides['stage_attentions']
         parts.append('sa-' + (sa if isinstance(sa, str) else '-'.join(sa)))
     if 'num_cores' in overrides:
-        parts.append(f"nc{overrides['num_cores']}")
+        parts.append(f'nc{overrides["num_cores"]}')
     if 'boundary' in overrides:
         parts.append(overrides['boundary'])
     if 'scale' in overrides:
-        parts.append(f"scale-{overrides['scale']}")
+        parts.append(f'scale-{overrides["scale"]}')
     return ''.join('_' + p for p in parts)
 
 
 def _dense_line(name, hw, d):
     kinds = '-'.join(d.get('stage_attentions') or ['?'])
-    head = f"{name} {hw[0]}x{hw[1]} | dense baseline {kinds}, RLIMIT_AS {d['mem_cap_gb']:g} GB |"
+    head = f'{name} {hw[0]}x{hw[1]} | dense baseline {kinds}, RLIMIT_AS {d["mem_cap_gb"]:g} GB |'
     if d['status'] == 'ok':
-        return f"{head} ran in {d['time_s']:.2f} s | peak RSS {d['peak_rss_mb'] / 1024:.2f} GB"
+        return f'{head} ran in {d["time_s"]:.2f} s | peak RSS {d["peak_rss_mb"] / 1024:.2f} GB'
     t = d.get('time_s')
-    when = f"after {t:.2f} s of inference" if t is not None else f"during setup ({d['wall_s']:.1f} s)"
-    return f"{head} FAILED ({d['status']}) {when} | {(d.get('error') or '')[:200]}"
+    when = (
+        f'after {t:.2f} s of inference' if t is not None else f'during setup ({d["wall_s"]:.1f} s)'
+    )
+    return f'{head} FAILED ({d["status"]}) {when} | {(d.get("error") or "")[:200]}'
 
 
 def _check_args(args):
     """Flag checks that need no model; returns the parsed --size."""
     from mmcirc.apis import highres as hr
+
     if args.upsample not in hr.UPSAMPLE_MODES:
         raise CLIError(f'--upsample must be one of {hr.UPSAMPLE_MODES}, got {args.upsample!r}')
     if not 0 <= args.opacity <= 1:
@@ -197,6 +248,7 @@ def _check_args(args):
     size = imio.parse_size(args.size)
     if args.device.startswith('cuda'):
         import torch
+
         if not torch.cuda.is_available():
             raise CLIError(f'--device {args.device}: CUDA is not available here')
     elif args.device != 'cpu':
@@ -213,8 +265,12 @@ def main(argv=None):
     from mmcirc.apis import highres as hr
 
     with as_cli_errors():
-        overrides = hr.validate_overrides(num_cores=args.num_cores, boundary=args.boundary,
-                                          scale=args.scale, stage_attentions=args.stage_attentions)
+        overrides = hr.validate_overrides(
+            num_cores=args.num_cores,
+            boundary=args.boundary,
+            scale=args.scale,
+            stage_attentions=args.stage_attentions,
+        )
     size = _check_args(args)
     images = _load_images(args, size)
     with as_cli_errors():
@@ -224,8 +280,10 @@ def main(argv=None):
     suffix = _suffix(overrides)
     for name, img, _, _ in images:
         if min(img.shape[:2]) < minimum:
-            raise CLIError(f'image {name} is {img.shape[0]}x{img.shape[1]}: {cfg_name} needs at '
-                           f'least {minimum}x{minimum} (use --size)')
+            raise CLIError(
+                f'image {name} is {img.shape[0]}x{img.shape[1]}: {cfg_name} needs at '
+                f'least {minimum}x{minimum} (use --size)'
+            )
     if args.dense_baseline or args.baseline_only:
         db.dense_attention(cfg)  # a one-line error before anything runs
 
@@ -234,17 +292,25 @@ def main(argv=None):
     if args.dense_baseline or args.baseline_only:
         for name, img, _, _ in images:
             d = db.run_dense_baseline(
-                args.config, img, checkpoint=args.checkpoint, cfg_options=args.cfg_options,
+                args.config,
+                img,
+                checkpoint=args.checkpoint,
+                cfg_options=args.cfg_options,
                 stage_attentions=overrides.get('stage_attentions') if args.baseline_only else None,
-                mem_cap_gb=args.mem_cap_gb, device=args.device, timeout=args.baseline_timeout,
-                upsample=args.upsample)
+                mem_cap_gb=args.mem_cap_gb,
+                device=args.device,
+                timeout=args.baseline_timeout,
+                upsample=args.upsample,
+            )
             d.update(image=name, config=args.config, checkpoint=args.checkpoint)
             dense[name] = d
             print(_dense_line(name, img.shape[:2], d), flush=True)
             if args.baseline_only:
                 h, w = img.shape[:2]
                 kinds = '-'.join(sorted(set(d.get('stage_attentions') or ['dense'])))
-                path = osp.join(args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}_dense-{kinds}.json')
+                path = osp.join(
+                    args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}_dense-{kinds}.json'
+                )
                 imio.write_atomic({path: json.dumps(d, indent=2).encode()})
     if args.baseline_only:
         return 0
@@ -258,10 +324,18 @@ def main(argv=None):
         if warn:
             print(warn, file=sys.stderr, flush=True)
         try:
-            labels, rec = hr.run_image(model, img, name=where, source_size=source_size,
-                                       config=args.config, checkpoint=args.checkpoint,
-                                       overrides=overrides, device=args.device, upsample=args.upsample,
-                                       progress=ProgressReporter() if show_progress else None)
+            labels, rec = hr.run_image(
+                model,
+                img,
+                name=where,
+                source_size=source_size,
+                config=args.config,
+                checkpoint=args.checkpoint,
+                overrides=overrides,
+                device=args.device,
+                upsample=args.upsample,
+                progress=ProgressReporter() if show_progress else None,
+            )
         except (RuntimeError, MemoryError) as err:
             if not hr.is_out_of_memory(err):
                 raise
@@ -273,20 +347,27 @@ def main(argv=None):
         base = osp.join(args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}')
         color = imio.colorize(labels, palette)
         files = {
-            f'{base}_labels.png': imio.encode_png(labels.astype('uint8' if len(palette) <= 256 else 'uint16')),
+            f'{base}_labels.png': imio.encode_png(
+                labels.astype('uint8' if len(palette) <= 256 else 'uint16')
+            ),
             f'{base}_mask.png': imio.encode_png(color[..., ::-1]),
             f'{base}_overlay.png': imio.encode_png(imio.overlay(img, color, args.opacity)),
         }
-        rec.outputs = {k: osp.basename(p) for k, p in zip(('labels', 'mask', 'overlay', 'json'),
-                                                          [*files, f'{base}.json'])}
+        rec.outputs = {
+            k: osp.basename(p)
+            for k, p in zip(('labels', 'mask', 'overlay', 'json'), [*files, f'{base}.json'])
+        }
         files[f'{base}.json'] = json.dumps(rec.to_dict(), indent=2).encode()
         imio.write_atomic(files)
         b = rec.backbone
         kinds = '-'.join(b.get('stage_attentions', []))
-        print(f"{name} {h}x{w} | {b['type']}{' ' + kinds if kinds else ''}"
-              f"{' C=' + str(b['num_cores']) if 'num_cores' in b else ''} | {rec.time_s:.2f} s | "
-              f"peak RSS {rec.peak_rss_mb / 1024:.2f} GB (+{rec.peak_increase_mb / 1024:.2f} GB over "
-              f"{rec.baseline_rss_mb / 1024:.2f} GB) | {base}_overlay.png", flush=True)
+        print(
+            f'{name} {h}x{w} | {b["type"]}{" " + kinds if kinds else ""}'
+            f'{" C=" + str(b["num_cores"]) if "num_cores" in b else ""} | {rec.time_s:.2f} s | '
+            f'peak RSS {rec.peak_rss_mb / 1024:.2f} GB (+{rec.peak_increase_mb / 1024:.2f} GB over '
+            f'{rec.baseline_rss_mb / 1024:.2f} GB) | {base}_overlay.png',
+            flush=True,
+        )
     return 0
 
 

@@ -1,27 +1,49 @@
 """Evaluate a checkpoint on an mmdet, mmseg or mmpretrain config's test set.
 
-    python tools/test.py CONFIG CHECKPOINT [--out results.pkl] [--show-dir DIR]
+python tools/test.py CONFIG CHECKPOINT [--out results.pkl] [--show-dir DIR]
 """
+
 import argparse
 import os.path as osp
 
-from mmcirc.utils.cli import (CLIError, apply_common_args, build_runner, load_config,
-                              main_guard, run_and_release, set_local_rank)
+from mmcirc.utils.cli import (
+    CLIError,
+    apply_common_args,
+    build_runner,
+    load_config,
+    main_guard,
+    run_and_release,
+    set_local_rank,
+)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test (and evaluate) a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument('--out', help='dump predictions to this file (.pkl for mmdet and '
-                        'mmpretrain; a directory of label PNGs for mmseg)')
-    parser.add_argument('--show-dir', help='save painted predictions under '
-                        'work_dir/<timestamp>/<show_dir> (mmdet) or this directory')
-    parser.add_argument('--compile', nargs='?', const='inductor', metavar='BACKEND',
-                        help='torch.compile the test step (mmengine compiles only the train '
-                        'step); default backend: inductor')
-    parser.add_argument('--trust-checkpoint', action='store_true',
-                        help='allow full unpickling of CHECKPOINT (only for files you trust)')
+    parser.add_argument(
+        '--out',
+        help='dump predictions to this file (.pkl for mmdet and '
+        'mmpretrain; a directory of label PNGs for mmseg)',
+    )
+    parser.add_argument(
+        '--show-dir',
+        help='save painted predictions under '
+        'work_dir/<timestamp>/<show_dir> (mmdet) or this directory',
+    )
+    parser.add_argument(
+        '--compile',
+        nargs='?',
+        const='inductor',
+        metavar='BACKEND',
+        help='torch.compile the test step (mmengine compiles only the train '
+        'step); default backend: inductor',
+    )
+    parser.add_argument(
+        '--trust-checkpoint',
+        action='store_true',
+        help='allow full unpickling of CHECKPOINT (only for files you trust)',
+    )
     apply_common_args(parser)
     args = parser.parse_args(argv)
     set_local_rank(args)
@@ -30,6 +52,7 @@ def parse_args(argv=None):
 
 def _mmdet_outputs(cfg, args):
     from mmdet.engine.hooks.utils import trigger_visualization_hook
+
     if args.show_dir:
         args.show, args.wait_time = False, 0
         cfg = trigger_visualization_hook(cfg, args)
@@ -57,8 +80,10 @@ def _dump_metric(scope, out):
     """The metric that pickles raw predictions (mmseg writes PNGs via output_dir)."""
     if scope == 'mmdet':
         from mmdet.evaluation import DumpDetResults
+
         return DumpDetResults(out_file_path=out)
     from mmengine.evaluator import DumpResults
+
     return DumpResults(out_file_path=out)
 
 
@@ -73,6 +98,7 @@ def main(argv=None):
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
     if args.trust_checkpoint:
         from mmcirc.engine.checkpoint import trust_checkpoint
+
         trust_checkpoint(args.checkpoint)
     scope = cfg.default_scope
     if args.out and scope != 'mmseg' and not args.out.endswith(('.pkl', '.pickle')):
@@ -83,6 +109,7 @@ def main(argv=None):
         runner.test_evaluator.metrics.append(_dump_metric(scope, args.out))
     if args.compile:  # as mmengine does for train_step (Runner._maybe_compile)
         import torch
+
         runner.model.test_step = torch.compile(runner.model.test_step, backend=args.compile)
     return run_and_release(runner, 'test')
 

@@ -1,29 +1,49 @@
 """Train an mmdet, mmseg or mmpretrain config (the library comes from default_scope).
 
-    python tools/train.py configs/ca_pvt_s_retinanet_coco.py [--amp] [--resume [CKPT]]
+python tools/train.py configs/ca_pvt_s_retinanet_coco.py [--amp] [--resume [CKPT]]
 """
+
 import argparse
 import logging
 import sys
 
 from mmengine.logging import print_log
 
-from mmcirc.utils.cli import (CLIError, apply_common_args, build_runner, load_config,
-                              main_guard, run_and_release, set_local_rank)
+from mmcirc.utils.cli import (
+    CLIError,
+    apply_common_args,
+    build_runner,
+    load_config,
+    main_guard,
+    run_and_release,
+    set_local_rank,
+)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Train a model with mmcirc backbones')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
-    parser.add_argument('--compile', nargs='?', const='inductor', metavar='BACKEND',
-                        help="torch.compile the train step (mmengine's compile=dict(backend=...)); "
-                        "default backend: inductor")
-    parser.add_argument('--auto-scale-lr', action='store_true',
-                        help='scale the LR by the actual batch size (auto_scale_lr)')
     parser.add_argument(
-        '--resume', nargs='?', type=str, const='auto',
-        help='resume from CKPT, or from the latest checkpoint in work_dir if no path')
+        '--compile',
+        nargs='?',
+        const='inductor',
+        metavar='BACKEND',
+        help="torch.compile the train step (mmengine's compile=dict(backend=...)); "
+        'default backend: inductor',
+    )
+    parser.add_argument(
+        '--auto-scale-lr',
+        action='store_true',
+        help='scale the LR by the actual batch size (auto_scale_lr)',
+    )
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from CKPT, or from the latest checkpoint in work_dir if no path',
+    )
     apply_common_args(parser)
     args = parser.parse_args(argv)
     set_local_rank(args)
@@ -33,8 +53,11 @@ def parse_args(argv=None):
 def enable_amp(cfg):
     wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
     if wrapper == 'AmpOptimWrapper':
-        print_log('AMP training is already enabled in the config.', logger='current',
-                  level=logging.WARNING)
+        print_log(
+            'AMP training is already enabled in the config.',
+            logger='current',
+            level=logging.WARNING,
+        )
         return
     if wrapper != 'OptimWrapper':
         raise CLIError(f'--amp needs optim_wrapper.type=OptimWrapper, got {wrapper!r}')
@@ -63,13 +86,17 @@ def resume_from(work_dir, resume):
     """The checkpoint ``--resume`` continues from: the given one, or the newest in
     ``work_dir``; one that does not load is skipped, with a warning naming both."""
     from mmcirc.engine import find_resumable_checkpoint
+
     try:
         path, skipped = find_resumable_checkpoint(work_dir, None if resume == 'auto' else resume)
     except FileNotFoundError as err:
         raise CLIError(f'--resume: {err}') from None
     for bad, why in skipped:
-        print(f'warning: --resume: cannot load {bad} ({why}); resuming from {path} instead',
-              file=sys.stderr, flush=True)
+        print(
+            f'warning: --resume: cannot load {bad} ({why}); resuming from {path} instead',
+            file=sys.stderr,
+            flush=True,
+        )
     return path
 
 

@@ -1,5 +1,6 @@
 """Measurement helpers: FLOP counting with FFT / softmax / SDPA handles for
 mmengine's counter (see :mod:`mmcirc.analysis.flops` for the convention)."""
+
 from . import flops
 from .flops import __all__  # noqa: F401
 

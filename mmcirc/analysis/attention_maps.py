@@ -63,6 +63,7 @@ its own weights: ``softmax(q k^T * scale [+ bias + mask])``. Recognised layers:
 The file depends on torch only; mmdet/mmpretrain/timm classes are recognised lazily
 (by import when installed, else by their attributes).
 """
+
 import functools
 import importlib
 import math
@@ -75,9 +76,20 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    'KINDS', 'AttentionRecord', 'AttentionCapture', 'find_attention_layers', 'query_cells',
-    'offset_index', 'bccb_kernel', 'bccb_expand', 'bccb_project', 'bccb_distance',
-    'shuffle_tokens', 'centre_kernel', 'circulant_scale', 'gather_entropy'
+    'KINDS',
+    'AttentionRecord',
+    'AttentionCapture',
+    'find_attention_layers',
+    'query_cells',
+    'offset_index',
+    'bccb_kernel',
+    'bccb_expand',
+    'bccb_project',
+    'bccb_distance',
+    'shuffle_tokens',
+    'centre_kernel',
+    'circulant_scale',
+    'gather_entropy',
 ]
 
 #: Kinds of attention layers the capture recognises (see the module docstring).
@@ -88,19 +100,26 @@ DENSE_KINDS = ('sra', 'window', 'vit')
 
 # --------------------------------------------------------------------------- checks
 def _grid(name, grid) -> Tuple[int, int]:
-    if (not isinstance(grid, (tuple, list, torch.Size)) or len(grid) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in grid)):
+    if (
+        not isinstance(grid, (tuple, list, torch.Size))
+        or len(grid) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in grid)
+    ):
         raise ValueError(f'{name} must be (H, W) with positive ints, got {grid!r}')
     return int(grid[0]), int(grid[1])
 
 
 def _check_attn(attn, q_grid, k_grid):
     if not isinstance(attn, torch.Tensor) or attn.dim() < 2:
-        raise ValueError(f'attn must be a tensor (..., Nq, Nk), got {getattr(attn, "shape", type(attn))}')
+        raise ValueError(
+            f'attn must be a tensor (..., Nq, Nk), got {getattr(attn, "shape", type(attn))}'
+        )
     nq, nk = q_grid[0] * q_grid[1], k_grid[0] * k_grid[1]
     if tuple(attn.shape[-2:]) != (nq, nk):
-        raise ValueError(f'attn must end in (Nq, Nk) = ({nq}, {nk}) for q_grid={q_grid} and '
-                         f'k_grid={k_grid}, got {tuple(attn.shape)}')
+        raise ValueError(
+            f'attn must end in (Nq, Nk) = ({nq}, {nk}) for q_grid={q_grid} and '
+            f'k_grid={k_grid}, got {tuple(attn.shape)}'
+        )
 
 
 # --------------------------------------------------------------------------- BCCB math
@@ -150,8 +169,8 @@ def bccb_kernel(attn: torch.Tensor, q_grid, k_grid=None, chunk: int = 4096) -> t
     lead = attn.shape[:-2]
     total = attn.new_zeros(*lead, attn.shape[-1], dtype=torch.float64)  # (..., Nk)
     for start in range(0, attn.shape[-2], chunk):
-        a = attn[..., start:start + chunk, :]  # (..., n, Nk)
-        i = idx[start:start + chunk].expand(*lead, -1, -1)
+        a = attn[..., start : start + chunk, :]  # (..., n, Nk)
+        i = idx[start : start + chunk].expand(*lead, -1, -1)
         total += a.gather(-1, i).to(torch.float64).sum(-2)
     return (total / attn.shape[-2]).view(*lead, *k_grid)
 
@@ -167,8 +186,9 @@ def bccb_expand(kernel: torch.Tensor, q_grid=None) -> torch.Tensor:
         Tensor: (..., Nq, Nk) in the kernel's dtype.
     """
     if not isinstance(kernel, torch.Tensor) or kernel.dim() < 2:
-        raise ValueError(f'kernel must be a tensor (..., Hk, Wk), got '
-                         f'{getattr(kernel, "shape", type(kernel))}')
+        raise ValueError(
+            f'kernel must be a tensor (..., Hk, Wk), got {getattr(kernel, "shape", type(kernel))}'
+        )
     k_grid = tuple(int(v) for v in kernel.shape[-2:])
     q_grid = k_grid if q_grid is None else _grid('q_grid', q_grid)
     idx = offset_index(q_grid, k_grid, kernel.device)  # (Nq, Nk): key of (i, m)
@@ -263,10 +283,10 @@ def _torch_mha_weights(mha: nn.MultiheadAttention, query, key) -> torch.Tensor:
     c, h = mha.embed_dim, mha.num_heads
     bias = mha.in_proj_bias
     if mha._qkv_same_embed_dim:
-        wq, wk = mha.in_proj_weight[:c], mha.in_proj_weight[c:2 * c]
+        wq, wk = mha.in_proj_weight[:c], mha.in_proj_weight[c : 2 * c]
     else:
         wq, wk = mha.q_proj_weight, mha.k_proj_weight
-    bq, bk = (None, None) if bias is None else (bias[:c], bias[c:2 * c])
+    bq, bk = (None, None) if bias is None else (bias[:c], bias[c : 2 * c])
     q = _heads(F.linear(query, wq, bq), h)  # (B, h, Lq, d)
     k = _heads(F.linear(key, wk, bk), h)  # (B, h, Lk, d)
     return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(c // h), dim=-1)
@@ -327,15 +347,17 @@ def _vit(mod, args, kwargs, grid):
     if isinstance(sdpa, functools.partial) and sdpa.keywords.get('scale'):
         scale = 1.0 / sdpa.keywords['scale']  # mmpretrain's qk_scale path divides by it
     else:
-        scale = getattr(mod, 'scale', None) or q.shape[-1]**-0.5
+        scale = getattr(mod, 'scale', None) or q.shape[-1] ** -0.5
     attn = (q * scale) @ k.transpose(-2, -1)  # (B, h, N, N)
     mask = _arg(args, kwargs, 1, 'attn_mask')  # timm
     if mask is not None:
         attn = attn.masked_fill(~mask, float('-inf')) if mask.dtype == torch.bool else attn + mask
     attn = torch.softmax(attn, dim=-1)
     if grid is None:
-        raise ValueError(f'{type(mod).__name__}: no patch grid seen before this attention '
-                         f'(N={n}); the model needs a patch embedding module')
+        raise ValueError(
+            f'{type(mod).__name__}: no patch grid seen before this attention '
+            f'(N={n}); the model needs a patch embedding module'
+        )
     extra = n - grid[0] * grid[1]
     if extra < 0:
         raise ValueError(f'{type(mod).__name__}: {n} tokens but a {grid[0]}x{grid[1]} patch grid')
@@ -361,13 +383,17 @@ def _circulant(mod, args, kwargs):
     b, n, c = x.shape
     heads = mod.num_heads
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the operator
-    bias = None if mod.qkv.bias is None else mod.qkv.bias[:2 * c].to(cdt)
-    qk = F.linear(x.to(cdt), mod.qkv.weight[:2 * c].to(cdt), bias)  # (B, N, 2C)
-    q, k = qk.transpose(1, 2).reshape(b, 2, heads, c // heads, h, w).unbind(1)  # (B, heads, d, H, W)
+    bias = None if mod.qkv.bias is None else mod.qkv.bias[: 2 * c].to(cdt)
+    qk = F.linear(x.to(cdt), mod.qkv.weight[: 2 * c].to(cdt), bias)  # (B, N, 2C)
+    q, k = (
+        qk.transpose(1, 2).reshape(b, 2, heads, c // heads, h, w).unbind(1)
+    )  # (B, heads, d, H, W)
     grid = (h, w) if mod.boundary == 'circular' else (2 * h - 1, 2 * w - 1)
     # cross-correlation a[m] = sum_i q[i] k[i + m] on `grid` (zero padded: no wrap)
     spec = (torch.fft.rfft2(q, s=grid).conj() * torch.fft.rfft2(k, s=grid)).sum(2)
-    a = torch.fft.irfft2(spec, s=grid) * circulant_scale(mod.scale, n, c // heads)  # (B, heads, *grid)
+    a = torch.fft.irfft2(spec, s=grid) * circulant_scale(
+        mod.scale, n, c // heads
+    )  # (B, heads, *grid)
     if mod.boundary == 'zero':  # index m (m < 0 at P + m) -> ordered by offset m + (H-1, W-1)
         a = torch.roll(a, (h - 1, w - 1), (-2, -1))
     p = torch.softmax(a.flatten(2), dim=-1).view_as(a)
@@ -399,16 +425,20 @@ def _is_sra(m: nn.Module) -> bool:
     cls = _lazy_classes('mmdet.models.backbones.pvt', ['SpatialReductionAttention'])
     if cls and isinstance(m, cls):
         return True
-    return (hasattr(m, 'sr_ratio') and isinstance(getattr(m, 'attn', None), nn.MultiheadAttention))
+    return hasattr(m, 'sr_ratio') and isinstance(getattr(m, 'attn', None), nn.MultiheadAttention)
 
 
 def _is_window(m: nn.Module) -> bool:
     cls = _lazy_classes('mmdet.models.backbones.swin', ['WindowMSA'])
     if cls and isinstance(m, cls):
         return True
-    return (type(m).__name__ == 'WindowMSA' and isinstance(getattr(m, 'qkv', None), nn.Linear)
-            and hasattr(m, 'relative_position_bias_table') and hasattr(m, 'relative_position_index')
-            and not hasattr(m, 'logit_scale'))
+    return (
+        type(m).__name__ == 'WindowMSA'
+        and isinstance(getattr(m, 'qkv', None), nn.Linear)
+        and hasattr(m, 'relative_position_bias_table')
+        and hasattr(m, 'relative_position_index')
+        and not hasattr(m, 'logit_scale')
+    )
 
 
 def _is_vit(m: nn.Module) -> bool:
@@ -425,7 +455,11 @@ def _is_patch_embed(m: nn.Module) -> bool:
 
 def _patch_grid(m: nn.Module, inputs, output) -> Optional[Tuple[int, int]]:
     """Token grid produced by a patch embedding (mmcv/mmpretrain: (x, hw); timm: x)."""
-    if isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[1], (tuple, list)):
+    if (
+        isinstance(output, (tuple, list))
+        and len(output) == 2
+        and isinstance(output[1], (tuple, list))
+    ):
         return tuple(int(v) for v in output[1])
     if isinstance(output, torch.Tensor) and output.dim() == 4:  # timm NHWC output
         return int(output.shape[1]), int(output.shape[2])
@@ -439,6 +473,7 @@ def _patch_grid(m: nn.Module, inputs, output) -> Optional[Tuple[int, int]]:
 def _kind(m: nn.Module) -> Optional[str]:
     from mmcirc.ops.circulant import CirculantAttention
     from mmcirc.ops.core import CoreAttention
+
     if isinstance(m, CirculantAttention):
         return 'circulant'
     if isinstance(m, CoreAttention):
@@ -452,7 +487,9 @@ def _kind(m: nn.Module) -> Optional[str]:
     return None
 
 
-def find_attention_layers(model: nn.Module, kinds: Sequence[str] = KINDS) -> List[Tuple[str, str, nn.Module]]:
+def find_attention_layers(
+    model: nn.Module, kinds: Sequence[str] = KINDS
+) -> List[Tuple[str, str, nn.Module]]:
     """``[(name, kind, module)]`` of the recognised attention layers, in model order."""
     bad = [k for k in kinds if k not in KINDS]
     if bad:
@@ -480,6 +517,7 @@ class AttentionRecord:
     * ``'core'``: the gather weights (B, heads, C', N); the patch grid in ``q_grid``
       when a surrounding block passed ``hw_shape`` (else None).
     """
+
     name: str
     kind: str
     weights: torch.Tensor
@@ -506,8 +544,12 @@ class AttentionCapture:
             :attr:`records` (return None to keep nothing).
     """
 
-    def __init__(self, model: nn.Module, kinds: Sequence[str] = KINDS,
-                 callback: Optional[Callable[[AttentionRecord], Optional[AttentionRecord]]] = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        kinds: Sequence[str] = KINDS,
+        callback: Optional[Callable[[AttentionRecord], Optional[AttentionRecord]]] = None,
+    ):
         self.model = model
         self.layers = find_attention_layers(model, kinds)
         self.callback = callback
@@ -526,7 +568,9 @@ class AttentionCapture:
             if _is_patch_embed(m):
                 self._handles.append(m.register_forward_hook(self._patch_hook))
         for name, kind, m in self.layers:
-            self._handles.append(m.register_forward_hook(self._make_hook(name, kind), with_kwargs=True))
+            self._handles.append(
+                m.register_forward_hook(self._make_hook(name, kind), with_kwargs=True)
+            )
             if kind == 'core':
                 self._hook_core_parent(name, m)
         return self

@@ -55,6 +55,7 @@ Usage::
     with register_flop_handles():            # mmengine's own helpers too
         mmengine.analysis.get_model_complexity_info(model, (3, 224, 224))
 """
+
 import contextlib
 import functools
 import math
@@ -66,11 +67,23 @@ import torch
 from torch import nn
 
 __all__ = [
-    'FFT_COMPLEX_MACS', 'FFT_REAL_MACS', 'COMPLEX_MUL_MACS',
-    'REAL_COMPLEX_MUL_MACS', 'SOFTMAX_MACS', 'fft_macs', 'FLOP_HANDLES',
-    'FREE_OPS', 'FlopCounter', 'add_flop_handles', 'register_flop_handles',
-    'count_flops', 'flop_counter', 'get_complexity', 'count_params',
-    'attention_modules', 'meta_compat'
+    'FFT_COMPLEX_MACS',
+    'FFT_REAL_MACS',
+    'COMPLEX_MUL_MACS',
+    'REAL_COMPLEX_MUL_MACS',
+    'SOFTMAX_MACS',
+    'fft_macs',
+    'FLOP_HANDLES',
+    'FREE_OPS',
+    'FlopCounter',
+    'add_flop_handles',
+    'register_flop_handles',
+    'count_flops',
+    'flop_counter',
+    'get_complexity',
+    'count_params',
+    'attention_modules',
+    'meta_compat',
 ]
 
 #: MACs per n*log2(n) of a complex FFT of n points (5 n log2 n flops / 2).
@@ -87,9 +100,8 @@ SOFTMAX_MACS = 1
 def fft_macs(n: int, real: bool = False, batch: int = 1) -> float:
     """Analytic MACs of ``batch`` FFTs of ``n`` points (module convention)."""
     if n <= 1:
-        return 0.
-    return batch * (FFT_REAL_MACS if real else FFT_COMPLEX_MACS) * n * \
-        math.log2(n)
+        return 0.0
+    return batch * (FFT_REAL_MACS if real else FFT_COMPLEX_MACS) * n * math.log2(n)
 
 
 # --------------------------------------------------------------- jit helpers
@@ -136,16 +148,26 @@ _UNKNOWN = object()
 # arity 1 (n, dim), 2 (s, dim default (-2, -1)), 'n' (s, dim default all) or
 # 'prim' (the primitives _fft_*(self, dim, ...)).
 _FFT_OPS = {
-    'fft_fft': ('c2c', 1), 'fft_ifft': ('c2c', 1),
-    'fft_rfft': ('r2c', 1), 'fft_irfft': ('c2r', 1),
-    'fft_ihfft': ('r2c', 1), 'fft_hfft': ('c2r', 1),
-    'fft_fft2': ('c2c', 2), 'fft_ifft2': ('c2c', 2),
-    'fft_rfft2': ('r2c', 2), 'fft_irfft2': ('c2r', 2),
-    'fft_ihfft2': ('r2c', 2), 'fft_hfft2': ('c2r', 2),
-    'fft_fftn': ('c2c', 'n'), 'fft_ifftn': ('c2c', 'n'),
-    'fft_rfftn': ('r2c', 'n'), 'fft_irfftn': ('c2r', 'n'),
-    'fft_ihfftn': ('r2c', 'n'), 'fft_hfftn': ('c2r', 'n'),
-    '_fft_c2c': ('c2c', 'prim'), '_fft_r2c': ('r2c', 'prim'),
+    'fft_fft': ('c2c', 1),
+    'fft_ifft': ('c2c', 1),
+    'fft_rfft': ('r2c', 1),
+    'fft_irfft': ('c2r', 1),
+    'fft_ihfft': ('r2c', 1),
+    'fft_hfft': ('c2r', 1),
+    'fft_fft2': ('c2c', 2),
+    'fft_ifft2': ('c2c', 2),
+    'fft_rfft2': ('r2c', 2),
+    'fft_irfft2': ('c2r', 2),
+    'fft_ihfft2': ('r2c', 2),
+    'fft_hfft2': ('c2r', 2),
+    'fft_fftn': ('c2c', 'n'),
+    'fft_ifftn': ('c2c', 'n'),
+    'fft_rfftn': ('r2c', 'n'),
+    'fft_irfftn': ('c2r', 'n'),
+    'fft_ihfftn': ('r2c', 'n'),
+    'fft_hfftn': ('c2r', 'n'),
+    '_fft_c2c': ('c2c', 'prim'),
+    '_fft_r2c': ('r2c', 'prim'),
     '_fft_c2r': ('c2r', 'prim'),
 }
 
@@ -209,8 +231,7 @@ def _sdpa_handle(inputs: List[Any], outputs: List[Any]) -> Counter:
     batch = _prod(q[:-2])  # q carries all batch / head dims (also with GQA)
     lq, e = q[-2:]
     lk, ev = k[-2], v[-1]
-    return Counter({'sdpa': batch * lq * lk * (e + ev),
-                    'softmax': SOFTMAX_MACS * batch * lq * lk})
+    return Counter({'sdpa': batch * lq * lk * (e + ev), 'softmax': SOFTMAX_MACS * batch * lq * lk})
 
 
 def _native_mha_handle(inputs: List[Any], outputs: List[Any]) -> Counter:
@@ -220,9 +241,13 @@ def _native_mha_handle(inputs: List[Any], outputs: List[Any]) -> Counter:
     heads = _const(inputs[4])
     b, lq, e = q
     lk = k[-2]
-    return Counter({'linear': b * (2 * lq + 2 * lk) * e * e,
-                    'sdpa': 2 * b * lq * lk * e,
-                    'softmax': SOFTMAX_MACS * b * heads * lq * lk})
+    return Counter(
+        {
+            'linear': b * (2 * lq + 2 * lk) * e * e,
+            'sdpa': 2 * b * lq * lk * e,
+            'softmax': SOFTMAX_MACS * b * heads * lq * lk,
+        }
+    )
 
 
 def _matmul_handle(inputs: List[Any], outputs: List[Any]) -> Counter:
@@ -268,24 +293,80 @@ FLOP_HANDLES: Dict[str, Any] = {
 #: elementwise / bookkeeping ops our models trace that are deliberately free
 #: (registered as ignored so that "unsupported operator" warnings stay useful).
 FREE_OPS = (
-    'aten::_conj', 'aten::conj', 'aten::resolve_conj', 'aten::view_as_real',
-    'aten::view_as_complex', 'aten::add', 'aten::add_', 'aten::sub',
-    'aten::sub_', 'aten::rsub', 'aten::div', 'aten::div_', 'aten::neg',
-    'aten::silu', 'aten::silu_', 'aten::gelu', 'aten::gelu_', 'aten::sigmoid',
-    'aten::sum', 'aten::mean', 'aten::amax', 'aten::maximum', 'aten::cumsum',
-    'aten::flip', 'aten::pad', 'aten::expand_as', 'aten::clone',
-    'aten::masked_fill_', 'aten::new_ones', 'aten::repeat', 'aten::sqrt',
-    'aten::rsqrt', 'aten::pow', 'aten::abs', 'aten::sign', 'aten::tanh',
-    'aten::ne', 'aten::lt', 'aten::le', 'aten::logical_or',
-    'aten::logical_and', 'aten::bitwise_or', 'aten::__or__', 'aten::__iand__',
-    'aten::__ior__', 'aten::mul_scalar', 'aten::numel', 'aten::unflatten',
-    'aten::lift_fresh', 'aten::alias', 'aten::rand', 'aten::randn',
-    'aten::bernoulli_', 'aten::floor_divide_', 'aten::meshgrid',
-    'aten::linspace', 'aten::embedding', 'aten::view_as',
-    'aten::feature_dropout', 'aten::fill_', 'aten::zero_', 'aten::im2col',
-    'aten::col2im', 'aten::unfold', 'aten::tril', 'aten::triu',
-    'aten::index_select', 'aten::where', 'aten::softplus', 'aten::erf',
-    'aten::log', 'aten::reciprocal', 'aten::square', 'aten::argmax',
+    'aten::_conj',
+    'aten::conj',
+    'aten::resolve_conj',
+    'aten::view_as_real',
+    'aten::view_as_complex',
+    'aten::add',
+    'aten::add_',
+    'aten::sub',
+    'aten::sub_',
+    'aten::rsub',
+    'aten::div',
+    'aten::div_',
+    'aten::neg',
+    'aten::silu',
+    'aten::silu_',
+    'aten::gelu',
+    'aten::gelu_',
+    'aten::sigmoid',
+    'aten::sum',
+    'aten::mean',
+    'aten::amax',
+    'aten::maximum',
+    'aten::cumsum',
+    'aten::flip',
+    'aten::pad',
+    'aten::expand_as',
+    'aten::clone',
+    'aten::masked_fill_',
+    'aten::new_ones',
+    'aten::repeat',
+    'aten::sqrt',
+    'aten::rsqrt',
+    'aten::pow',
+    'aten::abs',
+    'aten::sign',
+    'aten::tanh',
+    'aten::ne',
+    'aten::lt',
+    'aten::le',
+    'aten::logical_or',
+    'aten::logical_and',
+    'aten::bitwise_or',
+    'aten::__or__',
+    'aten::__iand__',
+    'aten::__ior__',
+    'aten::mul_scalar',
+    'aten::numel',
+    'aten::unflatten',
+    'aten::lift_fresh',
+    'aten::alias',
+    'aten::rand',
+    'aten::randn',
+    'aten::bernoulli_',
+    'aten::floor_divide_',
+    'aten::meshgrid',
+    'aten::linspace',
+    'aten::embedding',
+    'aten::view_as',
+    'aten::feature_dropout',
+    'aten::fill_',
+    'aten::zero_',
+    'aten::im2col',
+    'aten::col2im',
+    'aten::unfold',
+    'aten::tril',
+    'aten::triu',
+    'aten::index_select',
+    'aten::where',
+    'aten::softplus',
+    'aten::erf',
+    'aten::log',
+    'aten::reciprocal',
+    'aten::square',
+    'aten::argmax',
 )
 
 
@@ -303,6 +384,7 @@ def register_flop_handles():
     ``mmengine.analysis.get_model_complexity_info`` and tools built on it)
     uses :data:`FLOP_HANDLES` too."""
     from mmengine.analysis import complexity_analysis as ca
+
     saved = dict(ca._DEFAULT_SUPPORTED_FLOP_OPS)
     ca._DEFAULT_SUPPORTED_FLOP_OPS.update(FLOP_HANDLES)
     try:
@@ -395,13 +477,13 @@ def flop_counter(model: nn.Module, inputs, warn: bool = False, **kwargs):
         warn: print mmengine's unsupported-op / uncalled-module warnings.
         **kwargs: further (non-tensor) forward arguments, e.g. ``hw_shape``.
     """
-    inputs = inputs if isinstance(inputs, tuple) else (inputs, )
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     fc = _flop_analyzer_cls()(model, inputs)
     fc.unsupported_ops_warnings(warn).uncalled_modules_warnings(warn)
     on_meta = any(isinstance(t, torch.Tensor) and t.is_meta for t in inputs)
-    with _bound_forward(model, kwargs), torch.no_grad(), \
-            warnings.catch_warnings(), \
-            (meta_compat() if on_meta else contextlib.nullcontext()):
+    with _bound_forward(model, kwargs), torch.no_grad(), warnings.catch_warnings(), (
+        meta_compat() if on_meta else contextlib.nullcontext()
+    ):
         warnings.simplefilter('ignore')
         fc.total()  # trace now, while the bound forward is in place
     return fc
@@ -431,8 +513,9 @@ def attention_modules(model: nn.Module) -> List[str]:
     return names
 
 
-def get_complexity(model: nn.Module, input_shape: Sequence[int] = None,
-                   inputs=None, **kwargs) -> dict:
+def get_complexity(
+    model: nn.Module, input_shape: Sequence[int] = None, inputs=None, **kwargs
+) -> dict:
     """FLOPs (MACs) and parameters of ``model`` on one input.
 
     Args:
@@ -449,11 +532,15 @@ def get_complexity(model: nn.Module, input_shape: Sequence[int] = None,
         raise ValueError('give exactly one of input_shape and inputs')
     if inputs is None:
         p = next(iter(model.parameters()), None)
-        inputs = torch.randn(1, *input_shape,
-                             device=p.device if p is not None else 'cpu')
+        inputs = torch.randn(1, *input_shape, device=p.device if p is not None else 'cpu')
     fc = flop_counter(model, inputs, **kwargs)
     by_module = fc.by_module()
     attn = sum(by_module.get(n, 0) for n in attention_modules(model))
-    return dict(flops=fc.total(), params=count_params(model),
-                by_operator=fc.by_operator(), by_module=by_module,
-                attention_flops=attn, analyzer=fc)
+    return dict(
+        flops=fc.total(),
+        params=count_params(model),
+        by_operator=fc.by_operator(),
+        by_module=by_module,
+        attention_flops=attn,
+        analyzer=fc,
+    )

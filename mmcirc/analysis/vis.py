@@ -7,6 +7,7 @@ preprocessor, and matplotlib figures written atomically (PNGs, then the JSON).
 Bad input raises ``ValueError`` naming what is wrong; the tools turn it into their
 one-line errors.
 """
+
 import copy
 import io
 import json
@@ -14,14 +15,25 @@ import os.path as osp
 import re
 import warnings
 
-__all__ = ['MIN_SIDE', 'strip_pretrained', 'init_model', 'inference_pipeline', 'prepare_inputs',
-           'display_image', 'short_name', 'pyplot', 'figure_png', 'thumbnail', 'overlay_map',
-           'write_outputs']
+__all__ = [
+    'MIN_SIDE',
+    'strip_pretrained',
+    'init_model',
+    'inference_pipeline',
+    'prepare_inputs',
+    'display_image',
+    'short_name',
+    'pyplot',
+    'figure_png',
+    'thumbnail',
+    'overlay_map',
+    'write_outputs',
+]
 
 #: Smallest network input side the tools accept (px).
 MIN_SIDE = 32
 #: Transform types left out of the test pipeline (the image is given as an array).
-_LOADERS = ('Load', )
+_LOADERS = ('Load',)
 #: Transform types dropped when the image already has its exact size.
 _RESIZERS = ('Resize', 'Crop', 'Pad')
 
@@ -57,6 +69,7 @@ def init_model(cfg, checkpoint=None, device='cpu', seed=0):
     from mmengine.model import revert_sync_batchnorm
 
     from mmcirc.utils.quiet import quiet_logger
+
     scope = cfg.default_scope
     cfg = copy.deepcopy(cfg)  # the init_* helpers edit the config they get
     with quiet_logger(), warnings.catch_warnings():  # init_weights / load_checkpoint: INFO
@@ -66,12 +79,15 @@ def init_model(cfg, checkpoint=None, device='cpu', seed=0):
         torch.manual_seed(seed)
         if scope == 'mmdet':
             from mmdet.apis import init_detector
+
             model = init_detector(cfg, checkpoint, device='cpu')
         elif scope == 'mmseg':
             from mmseg.apis import init_model as init_segmentor
+
             model = init_segmentor(cfg, checkpoint, device='cpu')
         else:
             from mmpretrain.apis import init_model as init_classifier
+
             model = init_classifier(cfg, checkpoint, device='cpu')
         if checkpoint is None:
             torch.manual_seed(seed)
@@ -105,11 +121,19 @@ def prepare_inputs(model, cfg, img, exact_size):
     import torch
     from mmengine.dataset import Compose, pseudo_collate
     from mmengine.registry import init_default_scope
+
     init_default_scope(cfg.default_scope)
     pipe = Compose(inference_pipeline(cfg, exact_size))
     h, w = img.shape[:2]
-    results = dict(img=img, img_shape=(h, w), ori_shape=(h, w), img_path='', img_id=0,
-                   sample_idx=0, scale_factor=(1.0, 1.0))
+    results = dict(
+        img=img,
+        img_shape=(h, w),
+        ori_shape=(h, w),
+        img_path='',
+        img_id=0,
+        sample_idx=0,
+        scale_factor=(1.0, 1.0),
+    )
     data = pipe(results)
     with torch.no_grad():
         data = model.data_preprocessor(pseudo_collate([data]), False)
@@ -117,20 +141,25 @@ def prepare_inputs(model, cfg, img, exact_size):
     h, w = inputs.shape[-2:]
     minimum = max(int(getattr(model.backbone, 'min_input_size', 1)), MIN_SIDE)
     if min(h, w) < minimum:
-        raise ValueError(f'the network input is {h}x{w}, below the minimum {minimum}x{minimum} '
-                         f'of {type(model.backbone).__name__}')
+        raise ValueError(
+            f'the network input is {h}x{w}, below the minimum {minimum}x{minimum} '
+            f'of {type(model.backbone).__name__}'
+        )
     return inputs
 
 
 def display_image(model, inputs):
     """The backbone input as an RGB float image in [0, 1] (H', W', 3), for overlays."""
     import torch
+
     dp = model.data_preprocessor
     x = inputs[0].detach().float().cpu()  # (3, H', W')
     mean, std = getattr(dp, 'mean', None), getattr(dp, 'std', None)
     if mean is not None and std is not None:
         x = x * std.float().cpu().view(-1, 1, 1) + mean.float().cpu().view(-1, 1, 1)
-    rgb = any(bool(getattr(dp, a, False)) for a in ('_channel_conversion', 'channel_conversion', 'to_rgb'))
+    rgb = any(
+        bool(getattr(dp, a, False)) for a in ('_channel_conversion', 'channel_conversion', 'to_rgb')
+    )
     if not rgb and x.shape[0] == 3:  # still in cv2's BGR order
         x = x.flip(0)
     x = x / 255.0 if x.max() > 1.5 else x
@@ -141,21 +170,24 @@ def display_image(model, inputs):
 def short_name(name):
     """Module path -> file-name part (``backbone.layers.2.1.0.attn`` ->
     ``layers.2.1.0.attn``, characters other than [A-Za-z0-9._-] as '-')."""
-    name = name[len('backbone.'):] if name.startswith('backbone.') else name
+    name = name[len('backbone.') :] if name.startswith('backbone.') else name
     return re.sub(r'[^A-Za-z0-9._-]', '-', name) or 'model'
 
 
 def pyplot():
     """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     return plt
 
 
 def figure_png(fig):
     """PNG bytes of a matplotlib figure (closed afterwards)."""
     import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
     fig.savefig(buf, format='png', dpi=fig.dpi, bbox_inches='tight')
     plt.close(fig)
@@ -173,10 +205,18 @@ def overlay_map(ax, image, values, cmap='jet', alpha=0.55, title=None, vmin=0, v
     """Paint a (h, w) map over an RGB image (stretched to the image's extent); colours
     span [vmin, vmax] (None: the map's own minimum / maximum)."""
     import numpy as np
+
     h, w = image.shape[:2]
     ax.imshow(thumbnail(image), extent=(0, w, h, 0))
-    ax.imshow(np.asarray(values), cmap=cmap, alpha=alpha, extent=(0, w, h, 0),
-              interpolation='bilinear', vmin=vmin, vmax=vmax)
+    ax.imshow(
+        np.asarray(values),
+        cmap=cmap,
+        alpha=alpha,
+        extent=(0, w, h, 0),
+        interpolation='bilinear',
+        vmin=vmin,
+        vmax=vmax,
+    )
     ax.set_axis_off()
     if title:
         ax.set_title(title, fontsize=7)
@@ -186,6 +226,7 @@ def write_outputs(files, record, json_path):
     """Write ``files`` ({path: bytes}), then ``record`` as JSON to ``json_path``, each
     atomically and the JSON last; ``record['outputs']`` lists the file names."""
     from mmcirc.utils.fileio import atomic_write_many
+
     files = dict(files)
     record['outputs'] = sorted(osp.basename(p) for p in files) + [osp.basename(json_path)]
     files[json_path] = json.dumps(record, indent=2).encode()

@@ -33,6 +33,7 @@ same way. Memory figures are the process's peak resident set size
 (:mod:`mmcirc.utils.memory`); before each image the kernel's high-water mark is reset
 (``/proc/self/clear_refs``, Linux) when allowed, so that the peak is this image's.
 """
+
 import inspect
 import math
 import os.path as osp
@@ -50,11 +51,25 @@ from mmcirc.ops.circulant import BOUNDARIES, CirculantAttention
 from mmcirc.utils.memory import address_space_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes
 
 __all__ = [
-    'BACKBONE_OVERRIDES', 'OVERRIDE_KEYS', 'UPSAMPLE_MODES', 'HighResResult', 'apply_backbone_overrides',
-    'backbone_overrides_of', 'backbone_summary', 'build_segmentor', 'is_out_of_memory', 'load_highres_config',
-    'min_input_size', 'overridable_backbones', 'predict_labels', 'progress_units',
-    'quadratic_attention_estimates', 'quadratic_warning', 'run_image', 'upsample_argmax',
-    'validate_overrides'
+    'BACKBONE_OVERRIDES',
+    'OVERRIDE_KEYS',
+    'UPSAMPLE_MODES',
+    'HighResResult',
+    'apply_backbone_overrides',
+    'backbone_overrides_of',
+    'backbone_summary',
+    'build_segmentor',
+    'is_out_of_memory',
+    'load_highres_config',
+    'min_input_size',
+    'overridable_backbones',
+    'predict_labels',
+    'progress_units',
+    'quadratic_attention_estimates',
+    'quadratic_warning',
+    'run_image',
+    'upsample_argmax',
+    'validate_overrides',
 ]
 
 #: Allowed values of the backbone overrides (num_cores: also an int in [1, num_cores_max],
@@ -75,8 +90,9 @@ MB = 1024**2
 
 
 # --------------------------------------------------------------------------- config
-def validate_overrides(num_cores=None, boundary=None, scale=None,
-                       stage_attentions=None) -> Dict[str, object]:
+def validate_overrides(
+    num_cores=None, boundary=None, scale=None, stage_attentions=None
+) -> Dict[str, object]:
     """Check the backbone overrides (e.g. given on a command line as strings); returns
     the ones set (``num_cores`` as an int or preset name, ``scale`` as
     ``'sqrt_n'``/``'n'``/float, ``stage_attentions`` as a str or a tuple). A
@@ -86,14 +102,21 @@ def validate_overrides(num_cores=None, boundary=None, scale=None,
         value = num_cores
         if isinstance(value, str) and value.strip().lstrip('-').isdigit():
             value = int(value)
-        if (isinstance(value, str) and value not in CORE_PRESETS) or \
-                (isinstance(value, int) and value < 1) or not isinstance(value, (int, str)):
-            raise ValueError(f'num_cores must be a positive int (<= num_cores_max, 64 by default) or '
-                             f'one of {BACKBONE_OVERRIDES["num_cores"]}, got {num_cores!r}')
+        if (
+            (isinstance(value, str) and value not in CORE_PRESETS)
+            or (isinstance(value, int) and value < 1)
+            or not isinstance(value, (int, str))
+        ):
+            raise ValueError(
+                f'num_cores must be a positive int (<= num_cores_max, 64 by default) or '
+                f'one of {BACKBONE_OVERRIDES["num_cores"]}, got {num_cores!r}'
+            )
         out['num_cores'] = value
     if boundary is not None:
         if boundary not in BACKBONE_OVERRIDES['boundary']:
-            raise ValueError(f'boundary must be one of {BACKBONE_OVERRIDES["boundary"]}, got {boundary!r}')
+            raise ValueError(
+                f'boundary must be one of {BACKBONE_OVERRIDES["boundary"]}, got {boundary!r}'
+            )
         out['boundary'] = boundary
     if scale is not None:
         value = scale
@@ -103,18 +126,22 @@ def validate_overrides(num_cores=None, boundary=None, scale=None,
             except (TypeError, ValueError):
                 value = None
             if value is None or not math.isfinite(value) or value <= 0:
-                raise ValueError(f'scale must be one of {BACKBONE_OVERRIDES["scale"]} or a positive '
-                                 f'float, got {scale!r}')
+                raise ValueError(
+                    f'scale must be one of {BACKBONE_OVERRIDES["scale"]} or a positive '
+                    f'float, got {scale!r}'
+                )
         out['scale'] = value
     if stage_attentions is not None:
         kinds = stage_attentions
         if isinstance(kinds, str):
             kinds = [k.strip() for k in kinds.split(',')] if ',' in kinds else kinds
         choices = attention_kinds()
-        for k in ([kinds] if isinstance(kinds, str) else kinds):
+        for k in [kinds] if isinstance(kinds, str) else kinds:
             if k not in choices:
-                raise ValueError(f'stage_attentions must be one of {choices} (or one per stage, comma '
-                                 f'separated), got {stage_attentions!r}')
+                raise ValueError(
+                    f'stage_attentions must be one of {choices} (or one per stage, comma '
+                    f'separated), got {stage_attentions!r}'
+                )
         out['stage_attentions'] = kinds if isinstance(kinds, str) else tuple(kinds)
     return out
 
@@ -122,6 +149,7 @@ def validate_overrides(num_cores=None, boundary=None, scale=None,
 def _backbone_class(type_name):
     from mmseg.registry import MODELS
     import mmcirc  # noqa: F401  (registers the backbones)
+
     return MODELS.get(type_name)
 
 
@@ -143,9 +171,14 @@ def overridable_backbones() -> Tuple[str, ...]:
     """Names of mmcirc's registered backbones (mmseg registry) that take an override."""
     from mmseg.registry import MODELS
     import mmcirc  # noqa: F401
-    return tuple(name for name, cls in MODELS.module_dict.items()
-                 if inspect.isclass(cls) and cls.__module__.startswith('mmcirc.models.backbones')
-                 and backbone_overrides_of(cls))
+
+    return tuple(
+        name
+        for name, cls in MODELS.module_dict.items()
+        if inspect.isclass(cls)
+        and cls.__module__.startswith('mmcirc.models.backbones')
+        and backbone_overrides_of(cls)
+    )
 
 
 def apply_backbone_overrides(cfg, overrides: Dict[str, object]):
@@ -167,8 +200,10 @@ def apply_backbone_overrides(cfg, overrides: Dict[str, object]):
     cls = _backbone_class(btype) if isinstance(btype, str) else None
     takes = backbone_overrides_of(cls) if isinstance(cls, type) else ()
     if not takes:
-        raise ValueError(f'backbone overrides {sorted(overrides)} need an mmcirc backbone '
-                         f'{overridable_backbones()}, the config has {btype!r}')
+        raise ValueError(
+            f'backbone overrides {sorted(overrides)} need an mmcirc backbone '
+            f'{overridable_backbones()}, the config has {btype!r}'
+        )
     for key in OVERRIDE_KEYS:
         if key in overrides and key not in takes:
             raise ValueError(f'{key} does not apply to {btype}: it takes {takes}')
@@ -187,7 +222,7 @@ def _apply_to_pyramid(backbone, cls, overrides) -> None:
     if 'stage_attentions' in overrides:
         choices = cls.attention_choices()
         kinds = overrides['stage_attentions']
-        for k in ([kinds] if isinstance(kinds, str) else kinds):
+        for k in [kinds] if isinstance(kinds, str) else kinds:
             if k not in choices:
                 raise ValueError(f'stage_attentions: {btype} takes {choices}, got {k!r}')
         backbone['stage_attentions'] = kinds if isinstance(kinds, str) else list(kinds)
@@ -198,8 +233,10 @@ def _apply_to_pyramid(backbone, cls, overrides) -> None:
         n = overrides['num_cores']
         n_max = backbone.get('num_cores_max', 64)
         if isinstance(n, int) and n > n_max:
-            raise ValueError(f'num_cores must be a positive int <= num_cores_max={n_max} or one of '
-                             f'{BACKBONE_OVERRIDES["num_cores"]}, got {n}')
+            raise ValueError(
+                f'num_cores must be a positive int <= num_cores_max={n_max} or one of '
+                f'{BACKBONE_OVERRIDES["num_cores"]}, got {n}'
+            )
         if isinstance(n, str) and CORE_PRESETS[n] > n_max:
             raise ValueError(f'num_cores {n} = {CORE_PRESETS[n]} exceeds num_cores_max={n_max}')
         backbone['num_cores'] = n
@@ -216,13 +253,15 @@ def _build_on_meta(backbone_cfg, cls):
     """Build the backbone with its config on the ``meta`` device (its constructor's
     checks, no memory) and return it; its own ValueError / TypeError propagate."""
     import torch
+
     kwargs = {k: v for k, v in backbone_cfg.items() if k not in ('type', 'init_cfg')}
     with torch.device('meta'):
         return cls(**kwargs)
 
 
-def load_highres_config(config: str, cfg_options: Optional[dict] = None,
-                        overrides: Optional[dict] = None):
+def load_highres_config(
+    config: str, cfg_options: Optional[dict] = None, overrides: Optional[dict] = None
+):
     """Load an mmseg config for whole-image inference at any size.
 
     Merges ``cfg_options``, applies the backbone ``overrides`` and forces
@@ -231,15 +270,19 @@ def load_highres_config(config: str, cfg_options: Optional[dict] = None,
     a missing file, ``ValueError`` for a config that is not mmseg's.
     """
     from mmengine.config import Config
+
     if not osp.isfile(config):
         raise FileNotFoundError(f'config file not found: {config}')
     import mmcirc  # noqa: F401
+
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     if cfg.get('default_scope') != 'mmseg':
-        raise ValueError(f'{config}: default_scope={cfg.get("default_scope")!r}; whole-image '
-                         'segmentation needs an mmseg segmentation config (inherit an mmseg:: base)')
+        raise ValueError(
+            f'{config}: default_scope={cfg.get("default_scope")!r}; whole-image '
+            'segmentation needs an mmseg segmentation config (inherit an mmseg:: base)'
+        )
     apply_backbone_overrides(cfg, overrides or {})
     old = cfg.model.get('test_cfg')
     if old is not None and dict(old) != dict(mode='whole'):
@@ -270,6 +313,7 @@ def _dataset_meta_from_cfg(cfg, num_classes: int) -> dict:
             try:
                 from mmseg.registry import DATASETS
                 import mmseg.datasets  # noqa: F401
+
                 meta = dict(DATASETS.get(ds['type']).METAINFO)
                 break
             except Exception:  # noqa: BLE001
@@ -301,15 +345,19 @@ def build_segmentor(cfg, checkpoint: Optional[str] = None, device: str = 'cpu'):
     """
     from mmengine.model import revert_sync_batchnorm
     from mmseg.apis import init_model
+
     if checkpoint is not None and not osp.isfile(checkpoint):
         raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='.*dataset_meta or class names.*')
         model = init_model(cfg, checkpoint, device=device)
     if checkpoint is None:
-        warnings.warn('no checkpoint: the weights are random, only the time and memory figures '
-                      'are meaningful, not the masks')
+        warnings.warn(
+            'no checkpoint: the weights are random, only the time and memory figures '
+            'are meaningful, not the masks'
+        )
         from mmcirc.utils.quiet import quiet_logger
+
         with quiet_logger():  # init_weights logs every parameter at INFO
             model.init_weights()
         model.to(device)
@@ -400,8 +448,17 @@ def quadratic_attention_estimates(backbone, hw: Tuple[int, int]) -> List[dict]:
         m = stage.blocks[0].attention_matrix(grid)
         if m is None:
             continue
-        out.append(dict(stage=i + 1, attention=stage.attention, grid=list(grid), queries=m['queries'],
-                        keys=m['keys'], heads=m['heads'], bytes=2 * 4 * m['heads'] * m['queries'] * m['keys']))
+        out.append(
+            dict(
+                stage=i + 1,
+                attention=stage.attention,
+                grid=list(grid),
+                queries=m['queries'],
+                keys=m['keys'],
+                heads=m['heads'],
+                bytes=2 * 4 * m['heads'] * m['queries'] * m['keys'],
+            )
+        )
     return out
 
 
@@ -434,18 +491,29 @@ def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
     bad = [e for e in est if e['bytes'] > budget]
     if not bad:
         return None
-    parts = ', '.join(f"stage {e['stage']} ('{e['attention']}': {e['queries']} queries x {e['keys']} "
-                      f"keys x {e['heads']} heads ~ {e['bytes'] / GB:.1f} GB)" for e in bad)
+    parts = ', '.join(
+        f"stage {e['stage']} ('{e['attention']}': {e['queries']} queries x {e['keys']} "
+        f'keys x {e["heads"]} heads ~ {e["bytes"] / GB:.1f} GB)'
+        for e in bad
+    )
     quadratic = {k for k, b in block_classes().items() if b.quadratic}
     quad = all(e['attention'] in quadratic for e in bad)
-    return (f"WARNING: at {hw[0]}x{hw[1]} the {'quadratic ' if quad else ''}attention of {parts} exceeds "
-            f"the {budget / GB:.1f} GB of {what}; expect an out-of-memory failure. 'sra' stages are "
-            f"quadratic in the image area: use an all-circulant or all-core pyramid (stage_attentions="
-            f"'circulant' or 'core', e.g. configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py)")
+    return (
+        f'WARNING: at {hw[0]}x{hw[1]} the {"quadratic " if quad else ""}attention of {parts} exceeds '
+        f"the {budget / GB:.1f} GB of {what}; expect an out-of-memory failure. 'sra' stages are "
+        f'quadratic in the image area: use an all-circulant or all-core pyramid (stage_attentions='
+        f"'circulant' or 'core', e.g. configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py)"
+    )
 
 
-_OOM_MARKERS = ("can't allocate memory", 'cannot allocate memory', 'not enough memory',
-                'out of memory', 'unable to allocate', 'std::bad_alloc')
+_OOM_MARKERS = (
+    "can't allocate memory",
+    'cannot allocate memory',
+    'not enough memory',
+    'out of memory',
+    'unable to allocate',
+    'std::bad_alloc',
+)
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -457,8 +525,13 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 
 # --------------------------------------------------------------------------- inference
-def upsample_argmax(logits, size: Sequence[int], align_corners: bool = False, band: int = 16,
-                    on_band: Optional[Callable[[int, int], None]] = None):
+def upsample_argmax(
+    logits,
+    size: Sequence[int],
+    align_corners: bool = False,
+    band: int = 16,
+    on_band: Optional[Callable[[int, int], None]] = None,
+):
     """``resize(logits, size, bilinear).argmax(1)[0]`` one band of ``band`` classes at a
     time: (1, C, h, w) logits -> (H, W) int64 labels, equal to the full computation with
     only a band of full-size logits in memory. ``on_band(k, n)`` is called after band
@@ -473,6 +546,7 @@ def upsample_argmax(logits, size: Sequence[int], align_corners: bool = False, ba
     """
     import torch
     from mmseg.models.utils import resize
+
     if logits.dim() != 4 or logits.shape[0] != 1:
         raise ValueError(f'logits must be (1, C, h, w), got {tuple(logits.shape)}')
     if band < 1 or band % 16:
@@ -481,8 +555,13 @@ def upsample_argmax(logits, size: Sequence[int], align_corners: bool = False, ba
     num_bands = -(-logits.shape[1] // band)
     best_val = labels = None
     for k, c0 in enumerate(range(0, logits.shape[1], band)):
-        up = resize(logits[:, c0:c0 + band].contiguous(), size=size, mode='bilinear',
-                    align_corners=align_corners, warning=False)[0]  # (band, H, W)
+        up = resize(
+            logits[:, c0 : c0 + band].contiguous(),
+            size=size,
+            mode='bilinear',
+            align_corners=align_corners,
+            warning=False,
+        )[0]  # (band, H, W)
         idx = up.argmax(dim=0)  # (H, W)
         val = up.gather(0, idx[None])[0]
         del up
@@ -504,6 +583,7 @@ def _make_data(img: np.ndarray):
     given size): inputs = [uint8 (3, H, W) BGR tensor], one SegDataSample."""
     import torch
     from mmseg.structures import SegDataSample
+
     h, w = img.shape[:2]
     inputs = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
     sample = SegDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w)))
@@ -534,14 +614,24 @@ def progress_units(model) -> List[Tuple[str, object]]:
 
 def _use_banded(model, upsample: str) -> bool:
     from mmseg.models.segmentors import CascadeEncoderDecoder, EncoderDecoder
+
     head = getattr(model, 'decode_head', None)
-    return (upsample == 'banded' and isinstance(model, EncoderDecoder)
-            and not isinstance(model, CascadeEncoderDecoder) and getattr(head, 'out_channels', 2) > 1
-            and model.test_cfg.get('mode', 'whole') == 'whole')
+    return (
+        upsample == 'banded'
+        and isinstance(model, EncoderDecoder)
+        and not isinstance(model, CascadeEncoderDecoder)
+        and getattr(head, 'out_channels', 2) > 1
+        and model.test_cfg.get('mode', 'whole') == 'whole'
+    )
 
 
-def predict_labels(model, img: np.ndarray, upsample: str = 'banded', band: int = 16,
-                   progress: Optional[Progress] = None):
+def predict_labels(
+    model,
+    img: np.ndarray,
+    upsample: str = 'banded',
+    band: int = 16,
+    progress: Optional[Progress] = None,
+):
     """mmseg's whole-image inference of one (H, W, 3) uint8 BGR image -> ((H, W) int64
     label array, timings dict). See the module docstring for ``upsample``.
 
@@ -550,6 +640,7 @@ def predict_labels(model, img: np.ndarray, upsample: str = 'banded', band: int =
     upsampling (``'mmseg'``: once, after mmseg's resize and argmax); ``total`` is the
     number of calls."""
     import torch
+
     if upsample not in UPSAMPLE_MODES:
         raise ValueError(f'upsample must be one of {UPSAMPLE_MODES}, got {upsample!r}')
     if progress is not None and not callable(progress):
@@ -564,7 +655,9 @@ def predict_labels(model, img: np.ndarray, upsample: str = 'banded', band: int =
         done[0] += 1
         progress(what, done[0], total)
 
-    hooks = [m.register_forward_hook(lambda mod, args, out, name=name: step(name)) for name, m in units]
+    hooks = [
+        m.register_forward_hook(lambda mod, args, out, name=name: step(name)) for name, m in units
+    ]
     data = _make_data(img)
     times = {}
     t0 = time.perf_counter()
@@ -578,15 +671,21 @@ def predict_labels(model, img: np.ndarray, upsample: str = 'banded', band: int =
             else:
                 data = model.data_preprocessor(data, False)
                 inputs, samples = data['inputs'], data['data_samples']
-                logits = head(model.extract_feat(inputs))  # (1, classes, H/4, W/4) for FPN / UperNet
+                logits = head(
+                    model.extract_feat(inputs)
+                )  # (1, classes, H/4, W/4) for FPN / UperNet
                 del inputs
                 t1 = time.perf_counter()
                 times['forward_s'] = t1 - t0
                 meta = samples[0].metainfo
                 size = meta.get('pad_shape', meta['img_shape'])[:2]
                 assert tuple(size) == tuple(meta['ori_shape'][:2]) == img.shape[:2]
-                on_band = None if progress is None else (lambda k, n: step(f'upsample band {k}/{n}'))
-                labels = upsample_argmax(logits, size, head.align_corners, band=band, on_band=on_band)
+                on_band = (
+                    None if progress is None else (lambda k, n: step(f'upsample band {k}/{n}'))
+                )
+                labels = upsample_argmax(
+                    logits, size, head.align_corners, band=band, on_band=on_band
+                )
                 times['upsample_s'] = time.perf_counter() - t1
     finally:
         for h in hooks:
@@ -599,6 +698,7 @@ def predict_labels(model, img: np.ndarray, upsample: str = 'banded', band: int =
 @dataclass
 class HighResResult:
     """One image's record (the JSON ``tools/infer_highres.py`` writes beside its PNGs)."""
+
     image: str
     input_size: List[int]
     source_size: List[int]
@@ -629,15 +729,25 @@ class HighResResult:
         return asdict(self)
 
 
-def run_image(model, img: np.ndarray, *, name: str, source_size, config: str,
-              checkpoint: Optional[str], overrides: dict, device: str,
-              upsample: str = 'banded', progress: Optional[Progress] = None
-              ) -> Tuple[np.ndarray, HighResResult]:
+def run_image(
+    model,
+    img: np.ndarray,
+    *,
+    name: str,
+    source_size,
+    config: str,
+    checkpoint: Optional[str],
+    overrides: dict,
+    device: str,
+    upsample: str = 'banded',
+    progress: Optional[Progress] = None,
+) -> Tuple[np.ndarray, HighResResult]:
     """Predict one image and measure it: (labels, :class:`HighResResult` without
     outputs). Peak memory: RSS high-water mark reset before the image when possible.
     The record's ``quadratic_warning`` is :func:`quadratic_warning` at this size
     (a program shows it before calling, see ``tools/infer_highres.py``)."""
     import torch
+
     hw = tuple(img.shape[:2])
     warn = quadratic_warning(model.backbone, hw)
     per_image = reset_peak_rss()
@@ -648,14 +758,27 @@ def run_image(model, img: np.ndarray, *, name: str, source_size, config: str,
     labels, times = predict_labels(model, img, upsample=upsample, progress=progress)
     peak = max(peak_rss_bytes(), base_rss)
     return labels, HighResResult(
-        image=name, input_size=list(hw), source_size=list(source_size), config=config,
-        checkpoint=checkpoint, random_weights=checkpoint is None, overrides=dict(overrides),
-        backbone=backbone_summary(model.backbone), device=str(device),
-        time_s=round(times['time_s'], 4), forward_s=round(times['forward_s'], 4),
+        image=name,
+        input_size=list(hw),
+        source_size=list(source_size),
+        config=config,
+        checkpoint=checkpoint,
+        random_weights=checkpoint is None,
+        overrides=dict(overrides),
+        backbone=backbone_summary(model.backbone),
+        device=str(device),
+        time_s=round(times['time_s'], 4),
+        forward_s=round(times['forward_s'], 4),
         upsample_s=None if 'upsample_s' not in times else round(times['upsample_s'], 4),
-        upsample=times['upsample'], peak_rss_mb=round(peak / MB, 1),
-        baseline_rss_mb=round(base_rss / MB, 1), peak_increase_mb=round((peak - base_rss) / MB, 1),
-        peak_is_per_image=per_image, torch_threads=torch.get_num_threads(),
-        num_classes=len(model.dataset_meta['classes']), labels_present=int(len(np.unique(labels))),
-        test_cfg=dict(model.test_cfg), quadratic_warning=warn,
-        cuda_max_allocated_mb=round(torch.cuda.max_memory_allocated() / MB, 1) if cuda else None)
+        upsample=times['upsample'],
+        peak_rss_mb=round(peak / MB, 1),
+        baseline_rss_mb=round(base_rss / MB, 1),
+        peak_increase_mb=round((peak - base_rss) / MB, 1),
+        peak_is_per_image=per_image,
+        torch_threads=torch.get_num_threads(),
+        num_classes=len(model.dataset_meta['classes']),
+        labels_present=int(len(np.unique(labels))),
+        test_cfg=dict(model.test_cfg),
+        quadratic_warning=warn,
+        cuda_max_allocated_mb=round(torch.cuda.max_memory_allocated() / MB, 1) if cuda else None,
+    )

@@ -29,6 +29,7 @@ into place only when complete.
 
 This module depends on numpy and Pillow only (no mmengine/mmdet imports).
 """
+
 import json
 import math
 import os
@@ -41,10 +42,22 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 __all__ = [
-    'TOY_DET_CLASSES', 'TOY_DET_PALETTE', 'TOY_SEG_CLASSES', 'TOY_SEG_PALETTE',
-    'TOY_CLS_CLASSES', 'DATASETS', 'DEFAULT_IMG_SIZES', 'DEFAULT_NUM_TRAIN',
-    'DEFAULT_NUM_VAL', 'MIN_IMG_SIZE', 'parse_img_size', 'render_scene',
-    'make_toy_coco', 'make_toy_ade', 'make_toy_imagenet', 'make_toy_data'
+    'TOY_DET_CLASSES',
+    'TOY_DET_PALETTE',
+    'TOY_SEG_CLASSES',
+    'TOY_SEG_PALETTE',
+    'TOY_CLS_CLASSES',
+    'DATASETS',
+    'DEFAULT_IMG_SIZES',
+    'DEFAULT_NUM_TRAIN',
+    'DEFAULT_NUM_VAL',
+    'MIN_IMG_SIZE',
+    'parse_img_size',
+    'render_scene',
+    'make_toy_coco',
+    'make_toy_ade',
+    'make_toy_imagenet',
+    'make_toy_data',
 ]
 
 # Shape classes shared by all three datasets. Alphabetical on purpose: it is
@@ -91,15 +104,13 @@ _SPLIT_KEYS = {'train': 0, 'val': 1}
 # argument checking
 # ----------------------------------------------------------------------------
 def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-            or value < 1:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f'{name} must be an integer >= 1, got {value!r}')
     return int(value)
 
 
 def _check_seed(seed):
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
-            or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
     return int(seed)
 
@@ -127,20 +138,21 @@ def parse_img_size(value, name='img_size'):
         except ValueError:
             size = None
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        size = (int(value), )
+        size = (int(value),)
     elif isinstance(value, (tuple, list)) and all(
-            isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-            for v in value):
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value
+    ):
         size = tuple(int(v) for v in value)
     if size is None or len(size) not in (1, 2):
         raise ValueError(
-            f"{name} must be an int, 'HxW' string or (height, width) pair, "
-            f'got {value!r}')
+            f"{name} must be an int, 'HxW' string or (height, width) pair, got {value!r}"
+        )
     if len(size) == 1:
         size = (size[0], size[0])
     if min(size) < MIN_IMG_SIZE or max(size) > _MAX_IMG_SIZE:
-        raise ValueError(f'{name} sides must be in [{MIN_IMG_SIZE}, '
-                         f'{_MAX_IMG_SIZE}] pixels, got {value!r}')
+        raise ValueError(
+            f'{name} sides must be in [{MIN_IMG_SIZE}, {_MAX_IMG_SIZE}] pixels, got {value!r}'
+        )
     return size
 
 
@@ -150,8 +162,9 @@ def _resolve_datasets(datasets):
     try:
         datasets = list(datasets)
     except TypeError:
-        raise ValueError(f'datasets must be a name or list of names from '
-                         f"{DATASETS + ('all', )}, got {datasets!r}") from None
+        raise ValueError(
+            f'datasets must be a name or list of names from {DATASETS + ("all",)}, got {datasets!r}'
+        ) from None
     if not datasets:
         raise ValueError('datasets must name at least one dataset')
     out = []
@@ -159,10 +172,11 @@ def _resolve_datasets(datasets):
         if d == 'all':
             names = DATASETS
         elif d in DATASETS:
-            names = (d, )
+            names = (d,)
         else:
-            raise ValueError(f'unknown dataset {d!r}: datasets must be one of '
-                             f"{DATASETS + ('all', )}")
+            raise ValueError(
+                f'unknown dataset {d!r}: datasets must be one of {DATASETS + ("all",)}'
+            )
         out.extend(n for n in names if n not in out)
     return out
 
@@ -171,8 +185,7 @@ def _resolve_datasets(datasets):
 # rendering
 # ----------------------------------------------------------------------------
 def _rng(seed, dataset, split, index):
-    return np.random.default_rng(
-        [seed, _DATASET_KEYS[dataset], _SPLIT_KEYS[split], index])
+    return np.random.default_rng([seed, _DATASET_KEYS[dataset], _SPLIT_KEYS[split], index])
 
 
 def _smooth_field(rng, width, height, cells=4):
@@ -209,13 +222,15 @@ def _polygon(cx, cy, radius, n_vertices, angle, width, height):
     return pts
 
 
-def render_scene(rng,
-                 width,
-                 height,
-                 num_objects=(1, 4),
-                 labels=None,
-                 size_range=(0.10, 0.22),
-                 min_center_dist=0.8):
+def render_scene(
+    rng,
+    width,
+    height,
+    num_objects=(1, 4),
+    labels=None,
+    size_range=(0.10, 0.22),
+    min_center_dist=0.8,
+):
     """Render one toy scene: shapes on a textured sky/ground background.
 
     Args:
@@ -275,8 +290,8 @@ def render_scene(rng,
             cx = rng.uniform(r + 1, w - 2 - r)
             cy = rng.uniform(r + 1, h - 2 - r)
             if all(
-                    math.hypot(cx - px, cy - py) >= min_center_dist * (r + pr)
-                    for px, py, pr in placed):
+                math.hypot(cx - px, cy - py) >= min_center_dist * (r + pr) for px, py, pr in placed
+            ):
                 break
         else:
             if objects:
@@ -303,8 +318,7 @@ def render_scene(rng,
 
 
 def _save_jpg(arr, path):
-    Image.fromarray(arr, mode='RGB').save(
-        path, format='JPEG', quality=_JPEG_QUALITY)
+    Image.fromarray(arr, mode='RGB').save(path, format='JPEG', quality=_JPEG_QUALITY)
 
 
 def _save_png(arr, path):
@@ -322,8 +336,7 @@ def _atomic_dir(final):
     with it, on failure delete it and leave ``final`` untouched."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f'.{final.name}.tmp-',
-                                dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f'.{final.name}.tmp-', dir=final.parent))
     try:
         yield tmp
     except BaseException:
@@ -331,8 +344,7 @@ def _atomic_dir(final):
         raise
     trash = None
     if final.exists() or final.is_symlink():
-        trash = Path(tempfile.mkdtemp(prefix=f'.{final.name}.old-',
-                                      dir=final.parent))
+        trash = Path(tempfile.mkdtemp(prefix=f'.{final.name}.old-', dir=final.parent))
         os.rename(final, trash / final.name)
     try:
         os.rename(tmp, final)
@@ -350,19 +362,16 @@ def _prepare(out_dir, num_train, num_val, img_size, seed, dataset):
     num_train = _check_count('num_train', num_train)
     num_val = _check_count('num_val', num_val)
     seed = _check_seed(seed)
-    size = parse_img_size(
-        DEFAULT_IMG_SIZES[dataset] if img_size is None else img_size)
+    size = parse_img_size(DEFAULT_IMG_SIZES[dataset] if img_size is None else img_size)
     return Path(out_dir), num_train, num_val, size, seed
 
 
 # ----------------------------------------------------------------------------
 # datasets
 # ----------------------------------------------------------------------------
-def make_toy_coco(out_dir='data',
-                  num_train=DEFAULT_NUM_TRAIN,
-                  num_val=DEFAULT_NUM_VAL,
-                  img_size=None,
-                  seed=0):
+def make_toy_coco(
+    out_dir='data', num_train=DEFAULT_NUM_TRAIN, num_val=DEFAULT_NUM_VAL, img_size=None, seed=0
+):
     """Write the COCO-format detection/instance-segmentation toy dataset.
 
     Layout (same as ``data/coco``)::
@@ -391,10 +400,10 @@ def make_toy_coco(out_dir='data',
         annotation counts.
     """
     out_dir, num_train, num_val, (h, w), seed = _prepare(
-        out_dir, num_train, num_val, img_size, seed, 'coco')
+        out_dir, num_train, num_val, img_size, seed, 'coco'
+    )
     categories = [
-        dict(id=i + 1, name=name, supercategory='shape')
-        for i, name in enumerate(TOY_DET_CLASSES)
+        dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(TOY_DET_CLASSES)
     ]
     summary = dict(root=out_dir / 'toy_coco')
     with _atomic_dir(out_dir / 'toy_coco') as root:
@@ -408,8 +417,7 @@ def make_toy_coco(out_dir='data',
                 image_id = i + 1
                 file_name = f'{image_id:012d}.jpg'
                 _save_jpg(scene['image'], root / folder / file_name)
-                images.append(
-                    dict(id=image_id, file_name=file_name, width=w, height=h))
+                images.append(dict(id=image_id, file_name=file_name, width=w, height=h))
                 for obj in scene['objects']:
                     ys, xs = np.nonzero(obj['mask'])
                     x0, y0 = int(xs.min()), int(ys.min())
@@ -418,35 +426,29 @@ def make_toy_coco(out_dir='data',
                             id=len(annotations) + 1,
                             image_id=image_id,
                             category_id=obj['label'] + 1,
-                            segmentation=[[
-                                c + 0.5 for p in obj['polygon'] for c in p
-                            ]],
+                            segmentation=[[c + 0.5 for p in obj['polygon'] for c in p]],
                             area=int(obj['mask'].sum()),
-                            bbox=[
-                                x0, y0,
-                                int(xs.max()) - x0 + 1,
-                                int(ys.max()) - y0 + 1
-                            ],
-                            iscrowd=0))
+                            bbox=[x0, y0, int(xs.max()) - x0 + 1, int(ys.max()) - y0 + 1],
+                            iscrowd=0,
+                        )
+                    )
             coco = dict(
                 info=dict(
-                    description='mmcirc toy COCO-format shapes dataset',
-                    version='1.0',
-                    seed=seed),
+                    description='mmcirc toy COCO-format shapes dataset', version='1.0', seed=seed
+                ),
                 licenses=[],
                 images=images,
                 annotations=annotations,
-                categories=categories)
+                categories=categories,
+            )
             _write_json(coco, root / 'annotations' / f'instances_{folder}.json')
             summary[split] = dict(images=num, annotations=len(annotations))
     return summary
 
 
-def make_toy_ade(out_dir='data',
-                 num_train=DEFAULT_NUM_TRAIN,
-                 num_val=DEFAULT_NUM_VAL,
-                 img_size=None,
-                 seed=0):
+def make_toy_ade(
+    out_dir='data', num_train=DEFAULT_NUM_TRAIN, num_val=DEFAULT_NUM_VAL, img_size=None, seed=0
+):
     """Write the ADE20K-format semantic segmentation toy dataset.
 
     Layout (same as ``ADEChallengeData2016``)::
@@ -474,14 +476,15 @@ def make_toy_ade(out_dir='data',
         per-split image counts.
     """
     out_dir, num_train, num_val, (h, w), seed = _prepare(
-        out_dir, num_train, num_val, img_size, seed, 'ade')
+        out_dir, num_train, num_val, img_size, seed, 'ade'
+    )
     summary = dict(root=out_dir / 'toy_ade' / 'ADEChallengeData2016')
     with _atomic_dir(out_dir / 'toy_ade') as top:
         root = top / 'ADEChallengeData2016'
-        for split, num, folder, prefix in (('train', num_train, 'training',
-                                            'ADE_train'),
-                                           ('val', num_val, 'validation',
-                                            'ADE_val')):
+        for split, num, folder, prefix in (
+            ('train', num_train, 'training', 'ADE_train'),
+            ('val', num_val, 'validation', 'ADE_val'),
+        ):
             img_dir = root / 'images' / folder
             ann_dir = root / 'annotations' / folder
             img_dir.mkdir(parents=True)
@@ -495,11 +498,9 @@ def make_toy_ade(out_dir='data',
     return summary
 
 
-def make_toy_imagenet(out_dir='data',
-                      num_train=DEFAULT_NUM_TRAIN,
-                      num_val=DEFAULT_NUM_VAL,
-                      img_size=None,
-                      seed=0):
+def make_toy_imagenet(
+    out_dir='data', num_train=DEFAULT_NUM_TRAIN, num_val=DEFAULT_NUM_VAL, img_size=None, seed=0
+):
     """Write the ImageNet-style image-folder classification toy dataset.
 
     Layout::
@@ -525,7 +526,8 @@ def make_toy_imagenet(out_dir='data',
         and per-class counts.
     """
     out_dir, num_train, num_val, (h, w), seed = _prepare(
-        out_dir, num_train, num_val, img_size, seed, 'imagenet')
+        out_dir, num_train, num_val, img_size, seed, 'imagenet'
+    )
     summary = dict(root=out_dir / 'toy_imagenet')
     with _atomic_dir(out_dir / 'toy_imagenet') as root:
         (root / 'meta').mkdir()
@@ -537,11 +539,8 @@ def make_toy_imagenet(out_dir='data',
                 label = i % len(TOY_CLS_CLASSES)
                 name = TOY_CLS_CLASSES[label]
                 scene = render_scene(
-                    _rng(seed, 'imagenet', split, i),
-                    w,
-                    h,
-                    labels=[label],
-                    size_range=(0.22, 0.36))
+                    _rng(seed, 'imagenet', split, i), w, h, labels=[label], size_range=(0.22, 0.36)
+                )
                 rel = f'{name}/{name}_{i:05d}.jpg'
                 _save_jpg(scene['image'], root / split / rel)
                 lines.append(f'{rel} {label}\n')
@@ -552,16 +551,17 @@ def make_toy_imagenet(out_dir='data',
     return summary
 
 
-_MAKERS = dict(coco=make_toy_coco, ade=make_toy_ade,
-               imagenet=make_toy_imagenet)
+_MAKERS = dict(coco=make_toy_coco, ade=make_toy_ade, imagenet=make_toy_imagenet)
 
 
-def make_toy_data(datasets='all',
-                  out_dir='data',
-                  num_train=DEFAULT_NUM_TRAIN,
-                  num_val=DEFAULT_NUM_VAL,
-                  img_size=None,
-                  seed=0):
+def make_toy_data(
+    datasets='all',
+    out_dir='data',
+    num_train=DEFAULT_NUM_TRAIN,
+    num_val=DEFAULT_NUM_VAL,
+    img_size=None,
+    seed=0,
+):
     """Generate one or more toy datasets under ``out_dir``.
 
     All arguments are validated before anything is written.
@@ -590,10 +590,7 @@ def make_toy_data(datasets='all',
         parse_img_size(img_size)
     return {
         name: _MAKERS[name](
-            out_dir=out_dir,
-            num_train=num_train,
-            num_val=num_val,
-            img_size=img_size,
-            seed=seed)
+            out_dir=out_dir, num_train=num_train, num_val=num_val, img_size=img_size, seed=seed
+        )
         for name in names
     }

@@ -24,6 +24,7 @@ pooling (PSP / UperNet pool scales) exports as masked-mean matrix products
 (:func:`adaptive_avg_pool2d_matmul`), exact at every size; Swin's shifted-window
 blocks are refused (:func:`check_exportable`).
 """
+
 import copy
 import importlib
 import os
@@ -35,8 +36,17 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-__all__ = ['ExportError', 'build_model', 'TensorModel', 'check_exportable', 'export_onnx',
-           'verify_onnx', 'output_names', 'second_shape', 'adaptive_avg_pool2d_matmul']
+__all__ = [
+    'ExportError',
+    'build_model',
+    'TensorModel',
+    'check_exportable',
+    'export_onnx',
+    'verify_onnx',
+    'output_names',
+    'second_shape',
+    'adaptive_avg_pool2d_matmul',
+]
 
 DEFAULT_OPSET = 18
 DEFAULT_SIZE_DIVISOR = 32  # total stride of the PVT and Swin pyramids
@@ -79,6 +89,7 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
+
     if checkpoint is not None and not osp.isfile(checkpoint):
         raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
     scope = cfg.get('default_scope')
@@ -103,8 +114,9 @@ def _flatten(out) -> List[torch.Tensor]:
         out = list(out.values())
     if isinstance(out, (list, tuple)):
         return [t for o in out for t in _flatten(o)]
-    raise ExportError(f'model output of type {type(out).__name__} is not a tensor or a '
-                      'nest of tensors')
+    raise ExportError(
+        f'model output of type {type(out).__name__} is not a tensor or a nest of tensors'
+    )
 
 
 def output_names(out, prefix: str = 'output') -> List[str]:
@@ -117,7 +129,9 @@ def output_names(out, prefix: str = 'output') -> List[str]:
 
 
 def _is_two_stage(model) -> bool:
-    return getattr(model, 'rpn_head', None) is not None or getattr(model, 'roi_head', None) is not None
+    return (
+        getattr(model, 'rpn_head', None) is not None or getattr(model, 'roi_head', None) is not None
+    )
 
 
 class TensorModel(nn.Module):
@@ -131,7 +145,8 @@ class TensorModel(nn.Module):
                 f"{type(model).__name__} is a two-stage detector: its mode='tensor' runs the "
                 "RPN's proposal NMS and needs image metas, which an ONNX graph of the network "
                 'does not take; export its backbone + neck with --features, or a single-stage '
-                'detector (RetinaNet)')
+                'detector (RetinaNet)'
+            )
         self.model = model
         self.features = features
 
@@ -156,6 +171,7 @@ def check_exportable(model: nn.Module, dynamic: bool) -> None:
     """Raise :class:`ExportError` naming a layer that cannot be exported, and the option
     that avoids it."""
     from mmcirc.ops.core import CoreAttention
+
     try:
         from mmdet.models.backbones.swin import SwinBlock
     except ImportError:  # no mmdet: no Swin blocks either
@@ -169,14 +185,16 @@ def check_exportable(model: nn.Module, dynamic: bool) -> None:
                 '--dynamic export: its window padding, partition and shift mask are rebuilt from '
                 'the symbolic H and W and torch.export does not finish in reasonable time; export '
                 'without --dynamic (one file per size) or use circulant/core attention in that '
-                'stage (model.backbone.stage_attentions)')
+                'stage (model.backbone.stage_attentions)'
+            )
         if isinstance(module, CoreAttention) and dynamic and module.chunk_size is not None:
             raise ExportError(
                 f'layer {name} (CoreAttention, chunk_size={module.chunk_size}) streams the core '
                 'gather over chunks of patches: a loop whose length follows the input size, '
                 'which a --dynamic graph cannot hold; set the backbone option '
                 'core_chunk_size=None (--cfg-options model.backbone.core_chunk_size=None) or '
-                'export without --dynamic (a fixed size unrolls the loop)')
+                'export without --dynamic (a fixed size unrolls the loop)'
+            )
 
 
 def check_shape(model: nn.Module, shape: Sequence[int]) -> None:
@@ -184,8 +202,10 @@ def check_shape(model: nn.Module, shape: Sequence[int]) -> None:
     h, w = shape
     minimum = min_input_size(model)
     if min(h, w) < minimum:
-        raise ExportError(f'shape {h}x{w} is below the minimum input size {minimum}x{minimum} of '
-                          f'{type(getattr(model, "backbone", model)).__name__}')
+        raise ExportError(
+            f'shape {h}x{w} is below the minimum input size {minimum}x{minimum} of '
+            f'{type(getattr(model, "backbone", model)).__name__}'
+        )
 
 
 def second_shape(shape: Sequence[int], size_divisor: int = 1) -> Tuple[int, int]:
@@ -231,12 +251,13 @@ class _MatmulAdaptivePooling:
     :func:`adaptive_avg_pool2d_matmul` (an instance ``forward``, removed on exit)."""
 
     def __init__(self, model: nn.Module, enabled: bool = True):
-        self.modules = [m for m in model.modules()
-                        if isinstance(m, nn.AdaptiveAvgPool2d)] if enabled else []
+        self.modules = (
+            [m for m in model.modules() if isinstance(m, nn.AdaptiveAvgPool2d)] if enabled else []
+        )
 
     def __enter__(self):
         for m in self.modules:
-            m.forward = (lambda x, size=m.output_size: adaptive_avg_pool2d_matmul(x, size))
+            m.forward = lambda x, size=m.output_size: adaptive_avg_pool2d_matmul(x, size)
         return self
 
     def __exit__(self, *exc):
@@ -259,12 +280,14 @@ class _LayerTracker:
     def _enter(self, name):
         def hook(module, args):
             self.stack.append(f'{name or "model"} ({type(module).__name__})')
+
         return hook
 
     def _leave(self):
         def hook(module, args, out):
             if self.stack:
                 self.stack.pop()
+
         return hook
 
     def remove(self):
@@ -286,9 +309,13 @@ def _dynamic_shapes(dynamic: bool, size_divisor: int):
     if not dynamic:
         return None
     dim = torch.export.Dim
-    return ({0: dim('batch', min=1, max=1024),
-             2: size_divisor * dim('height_blocks', min=1, max=16384 // size_divisor),
-             3: size_divisor * dim('width_blocks', min=1, max=16384 // size_divisor)}, )
+    return (
+        {
+            0: dim('batch', min=1, max=1024),
+            2: size_divisor * dim('height_blocks', min=1, max=16384 // size_divisor),
+            3: size_divisor * dim('width_blocks', min=1, max=16384 // size_divisor),
+        },
+    )
 
 
 def _constraint_summary(err: BaseException) -> str:
@@ -300,17 +327,22 @@ def _constraint_summary(err: BaseException) -> str:
 def _export(tensor_model, example, names, dynamic, size_divisor, opset):
     """torch.export (non-strict) in export mode, then the ONNX translation."""
     from mmcirc.ops.circulant import export_mode
+
     tracker = _LayerTracker(tensor_model)
     try:
         with export_mode(), torch.no_grad(), _MatmulAdaptivePooling(tensor_model, dynamic):
             program = torch.export.export(
-                tensor_model, (example, ), dynamic_shapes=_dynamic_shapes(dynamic, size_divisor),
-                strict=False)
+                tensor_model,
+                (example,),
+                dynamic_shapes=_dynamic_shapes(dynamic, size_divisor),
+                strict=False,
+            )
     except torch._dynamo.exc.UserError as err:  # constraint violations: sizes specialised
         raise ExportError(
             'torch.export could not keep batch/H/W symbolic (a layer turns a size into a Python '
             f'int or branches on it): {_constraint_summary(err)}; export without --dynamic, '
-            'or with --size-divisor matching the model\'s stride') from err
+            "or with --size-divisor matching the model's stride"
+        ) from err
     except Exception as err:  # noqa: BLE001
         where = f' in layer {tracker.stack[-1]}' if tracker.stack else ''
         raise ExportError(f'torch.export failed{where}: {_first_line(err)}') from err
@@ -318,16 +350,32 @@ def _export(tensor_model, example, names, dynamic, size_divisor, opset):
         tracker.remove()
     try:
         with export_mode(), torch.no_grad():
-            return torch.onnx.export(program, (example, ), dynamo=True, input_names=['input'],
-                                     output_names=names, opset_version=opset,
-                                     external_data=False, verbose=False)
+            return torch.onnx.export(
+                program,
+                (example,),
+                dynamo=True,
+                input_names=['input'],
+                output_names=names,
+                opset_version=opset,
+                external_data=False,
+                verbose=False,
+            )
     except Exception as err:  # noqa: BLE001
         raise ExportError(f'translation to ONNX failed: {_first_line(err)}') from err
 
 
-def export_onnx(tensor_model: TensorModel, shape: Sequence[int], out: str, *, dynamic: bool = False,
-                size_divisor: int = DEFAULT_SIZE_DIVISOR, opset: int = DEFAULT_OPSET,
-                in_channels: int = 3, verify: bool = False, rtol: float = RTOL) -> Dict:
+def export_onnx(
+    tensor_model: TensorModel,
+    shape: Sequence[int],
+    out: str,
+    *,
+    dynamic: bool = False,
+    size_divisor: int = DEFAULT_SIZE_DIVISOR,
+    opset: int = DEFAULT_OPSET,
+    in_channels: int = 3,
+    verify: bool = False,
+    rtol: float = RTOL,
+) -> Dict:
     """Export ``tensor_model`` at ``shape`` (H, W) to ``out`` atomically.
 
     The graph is written to a temporary file in ``out``'s folder and renamed over
@@ -346,20 +394,27 @@ def export_onnx(tensor_model: TensorModel, shape: Sequence[int], out: str, *, dy
     check_exportable(model, dynamic)
     h, w = shape
     if dynamic and (h % size_divisor or w % size_divisor):
-        raise ExportError(f'shape {h}x{w}: a dynamic graph takes H and W that are multiples of '
-                          f'size_divisor={size_divisor} (the total stride); pick such a shape')
+        raise ExportError(
+            f'shape {h}x{w}: a dynamic graph takes H and W that are multiples of '
+            f'size_divisor={size_divisor} (the total stride); pick such a shape'
+        )
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         try:  # eager, default path: does the model run at this size?
             sample = tensor_model.raw(torch.randn(1, in_channels, h, w, generator=gen))
         except Exception as err:  # noqa: BLE001  (any failure of the model at this size)
-            raise ExportError(f'the model does not run at shape {h}x{w}: {_first_line(err)}') from err
+            raise ExportError(
+                f'the model does not run at shape {h}x{w}: {_first_line(err)}'
+            ) from err
     names = output_names(sample)
     # the traced example: for a dynamic graph, batch 2 and H, W odd, different
     # multiples of size_divisor, so that no map of the pyramid (RetinaNet's P7 is 1/128)
     # has size 1 and H != W: torch.export specialises sizes 0/1 and equal sizes
-    example = torch.randn(2, in_channels, 9 * size_divisor, 11 * size_divisor, generator=gen) \
-        if dynamic else torch.randn(1, in_channels, h, w, generator=gen)
+    example = (
+        torch.randn(2, in_channels, 9 * size_divisor, 11 * size_divisor, generator=gen)
+        if dynamic
+        else torch.randn(1, in_channels, h, w, generator=gen)
+    )
     out = osp.abspath(out)
     folder = osp.dirname(out)
     os.makedirs(folder, exist_ok=True)
@@ -370,7 +425,7 @@ def export_onnx(tensor_model: TensorModel, shape: Sequence[int], out: str, *, dy
         program.save(tmp)
         result = dict(outputs=names, dynamic=dynamic, opset=opset)
         if verify:
-            shapes = [(1, h, w)] + ([(2, ) + second_shape(shape, size_divisor)] if dynamic else [])
+            shapes = [(1, h, w)] + ([(2,) + second_shape(shape, size_divisor)] if dynamic else [])
             result['verify'] = verify_onnx(tmp, tensor_model, shapes, in_channels, rtol)
         os.replace(tmp, out)
     except BaseException:
@@ -382,8 +437,13 @@ def export_onnx(tensor_model: TensorModel, shape: Sequence[int], out: str, *, dy
     return result
 
 
-def verify_onnx(path: str, tensor_model: TensorModel, shapes: Sequence[Tuple[int, int, int]],
-                in_channels: int = 3, rtol: float = RTOL) -> List[dict]:
+def verify_onnx(
+    path: str,
+    tensor_model: TensorModel,
+    shapes: Sequence[Tuple[int, int, int]],
+    in_channels: int = 3,
+    rtol: float = RTOL,
+) -> List[dict]:
     """Run the ONNX file in ONNX Runtime (CPU) and compare with torch (default path).
 
     ``shapes``: (B, H, W) inputs. The error of an output is max|onnx - torch| over
@@ -391,6 +451,7 @@ def verify_onnx(path: str, tensor_model: TensorModel, shapes: Sequence[Tuple[int
     per shape: ``shape``, ``max_rel_err``.
     """
     import onnxruntime as ort
+
     sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
     input_name = sess.get_inputs()[0].name
     report = []
@@ -404,13 +465,17 @@ def verify_onnx(path: str, tensor_model: TensorModel, shapes: Sequence[Tuple[int
         worst = 0.0
         for i, (o, r) in enumerate(zip(outs, ref)):
             if tuple(o.shape) != tuple(r.shape):
-                raise ExportError(f'output {i} at {b}x{in_channels}x{h}x{w}: ONNX Runtime shape '
-                                  f'{tuple(o.shape)}, torch {tuple(r.shape)}')
+                raise ExportError(
+                    f'output {i} at {b}x{in_channels}x{h}x{w}: ONNX Runtime shape '
+                    f'{tuple(o.shape)}, torch {tuple(r.shape)}'
+                )
             scale = float(r.abs().max()) or 1.0
             err = float((torch.from_numpy(o) - r).abs().max()) / scale
             worst = max(worst, err)
         report.append(dict(shape=[b, in_channels, h, w], max_rel_err=worst))
         if not worst <= rtol:
-            raise ExportError(f'ONNX Runtime differs from torch at {h}x{w} (batch {b}): max '
-                              f'relative error {worst:.2e} > {rtol:g}')
+            raise ExportError(
+                f'ONNX Runtime differs from torch at {h}x{w} (batch {b}): max '
+                f'relative error {worst:.2e} > {rtol:g}'
+            )
     return report

@@ -1,11 +1,26 @@
 """Runner-side pieces: safe checkpoint loading, atomic checkpoint saving, training hooks."""
-from .checkpoint import (MMENGINE_CHECKPOINT_GLOBALS, AtomicLocalBackend, UnsafeCheckpointError,
-                         find_resumable_checkpoint, install_atomic_saving, install_safe_loader,
-                         load_from_local_safely, trust_checkpoint)
+
+from .checkpoint import (
+    MMENGINE_CHECKPOINT_GLOBALS,
+    AtomicLocalBackend,
+    UnsafeCheckpointError,
+    find_resumable_checkpoint,
+    install_atomic_saving,
+    install_safe_loader,
+    load_from_local_safely,
+    trust_checkpoint,
+)
 from .hooks import NestedCoreHook, core_count_choices
 
 __all__ = [
-    'AtomicLocalBackend', 'MMENGINE_CHECKPOINT_GLOBALS', 'NestedCoreHook', 'UnsafeCheckpointError',
-    'core_count_choices', 'find_resumable_checkpoint', 'install_atomic_saving', 'install_safe_loader',
-    'load_from_local_safely', 'trust_checkpoint'
+    'AtomicLocalBackend',
+    'MMENGINE_CHECKPOINT_GLOBALS',
+    'NestedCoreHook',
+    'UnsafeCheckpointError',
+    'core_count_choices',
+    'find_resumable_checkpoint',
+    'install_atomic_saving',
+    'install_safe_loader',
+    'load_from_local_safely',
+    'trust_checkpoint',
 ]

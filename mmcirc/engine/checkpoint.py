@@ -16,6 +16,7 @@ makes mmengine's local file backend write through :func:`mmcirc.utils.fileio.ato
 write through it too, so the pointer moves only after the checkpoint is complete.
 :func:`find_resumable_checkpoint` picks the newest checkpoint that actually loads.
 """
+
 import builtins
 import os
 import os.path as osp
@@ -51,19 +52,26 @@ def _history_buffer_getattr(obj, name):
     ``getattr(HistoryBuffer, 'mean')``; a general getattr would open the way from any
     allowed class to arbitrary code, so only that lookup is served.
     """
-    if (obj is HistoryBuffer and not name.startswith('_')
-            and callable(vars(HistoryBuffer).get(name))):
+    if (
+        obj is HistoryBuffer
+        and not name.startswith('_')
+        and callable(vars(HistoryBuffer).get(name))
+    ):
         return getattr(obj, name)
     raise pickle.UnpicklingError(
         f'checkpoint asks for getattr({obj!r}, {name!r}); only HistoryBuffer statistics '
-        'methods may be looked up')
+        'methods may be looked up'
+    )
 
 
 #: What mmengine puts into a checkpoint besides tensors and plain containers: the
 #: message hub's metric buffers (and the lookup of their statistics methods) and numpy
 #: arrays, scalars and dtypes.
-MMENGINE_CHECKPOINT_GLOBALS = [HistoryBuffer, (_history_buffer_getattr, 'builtins.getattr'),
-                               *_numpy_globals()]
+MMENGINE_CHECKPOINT_GLOBALS = [
+    HistoryBuffer,
+    (_history_buffer_getattr, 'builtins.getattr'),
+    *_numpy_globals(),
+]
 
 _trusted = set()
 
@@ -88,8 +96,11 @@ def load_from_local_safely(filename, map_location=None):
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     if osp.realpath(filename) in _trusted:
-        warnings.warn(f'unpickling trusted checkpoint {filename} without restrictions: '
-                      'it can run arbitrary code', stacklevel=2)
+        warnings.warn(
+            f'unpickling trusted checkpoint {filename} without restrictions: '
+            'it can run arbitrary code',
+            stacklevel=2,
+        )
         return torch.load(filename, map_location=map_location, weights_only=False)
     try:
         with torch.serialization.safe_globals(MMENGINE_CHECKPOINT_GLOBALS):
@@ -100,9 +111,12 @@ def load_from_local_safely(filename, map_location=None):
         except Exception:  # not a zip checkpoint at all (random bytes, other formats)
             raise pickle.UnpicklingError(
                 f'cannot read {filename}: not a torch checkpoint or damaged '
-                f'({_unpickler_reason(err)})') from None
-        allowed = {g[1] if isinstance(g, tuple) else f'{g.__module__}.{g.__qualname__}'
-                   for g in MMENGINE_CHECKPOINT_GLOBALS}
+                f'({_unpickler_reason(err)})'
+            ) from None
+        allowed = {
+            g[1] if isinstance(g, tuple) else f'{g.__module__}.{g.__qualname__}'
+            for g in MMENGINE_CHECKPOINT_GLOBALS
+        }
         extra = [g for g in extra if g not in allowed] or ['(see torch message)']
         raise UnsafeCheckpointError(
             f'refusing to load {filename}: it contains pickled objects outside the types '
@@ -114,8 +128,9 @@ def load_from_local_safely(filename, map_location=None):
 
 def _unpickler_reason(err):
     """The unpickler's own sentence out of torch's long 'Weights only load failed'."""
-    match = re.search(r'WeightsUnpickler error:\s*(.*?)\s*(?:\n\nCheck the documentation|$)',
-                      str(err), re.S)
+    match = re.search(
+        r'WeightsUnpickler error:\s*(.*?)\s*(?:\n\nCheck the documentation|$)', str(err), re.S
+    )
     return ' '.join((match.group(1) if match else str(err).splitlines()[0]).split())
 
 
@@ -168,9 +183,16 @@ def _step_checkpoints(folder: str) -> List[str]:
     """``epoch_N.pth`` / ``iter_N.pth`` in ``folder``, newest (largest N) first."""
     if not osp.isdir(folder):
         return []
-    found = [(m.group(1), int(m.group(2)), name) for name in os.listdir(folder)
-             for m in [_STEP_FILE.match(name)] if m]
-    return [osp.join(folder, name) for _, _, name in sorted(found, key=lambda t: (t[1], t[0]), reverse=True)]
+    found = [
+        (m.group(1), int(m.group(2)), name)
+        for name in os.listdir(folder)
+        for m in [_STEP_FILE.match(name)]
+        if m
+    ]
+    return [
+        osp.join(folder, name)
+        for _, _, name in sorted(found, key=lambda t: (t[1], t[0]), reverse=True)
+    ]
 
 
 def _pointer_target(work_dir: str) -> Optional[str]:
@@ -185,8 +207,9 @@ def _pointer_target(work_dir: str) -> Optional[str]:
     return target if osp.isabs(target) else osp.join(work_dir, target)
 
 
-def find_resumable_checkpoint(work_dir: str, checkpoint: Optional[str] = None
-                              ) -> Tuple[Optional[str], List[Tuple[str, str]]]:
+def find_resumable_checkpoint(
+    work_dir: str, checkpoint: Optional[str] = None
+) -> Tuple[Optional[str], List[Tuple[str, str]]]:
     """The checkpoint to resume from, and the newer ones that did not load.
 
     Candidates, first to last: ``checkpoint`` if given, else the file ``last_checkpoint``
@@ -206,8 +229,9 @@ def find_resumable_checkpoint(work_dir: str, checkpoint: Optional[str] = None
     first = osp.abspath(checkpoint) if checkpoint else _pointer_target(work_dir)
     folder = osp.dirname(first) if first else work_dir
     candidates = [first] if first else []
-    candidates += [p for p in _step_checkpoints(folder)
-                   if not first or osp.abspath(p) != osp.abspath(first)]
+    candidates += [
+        p for p in _step_checkpoints(folder) if not first or osp.abspath(p) != osp.abspath(first)
+    ]
     skipped = []
     for path in candidates:
         if not osp.isfile(path):
@@ -222,6 +246,8 @@ def find_resumable_checkpoint(work_dir: str, checkpoint: Optional[str] = None
             continue
         return path, skipped
     if skipped:
-        raise FileNotFoundError('no intact checkpoint to resume from: ' + '; '.join(
-            f'{p} ({why})' for p, why in skipped))
+        raise FileNotFoundError(
+            'no intact checkpoint to resume from: '
+            + '; '.join(f'{p} ({why})' for p, why in skipped)
+        )
     return None, []

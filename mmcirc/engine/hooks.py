@@ -1,4 +1,5 @@
 """Training hooks."""
+
 import random
 
 from mmengine.dist import broadcast_object_list, get_rank
@@ -23,16 +24,21 @@ def official_budgets(max_cores, chunk=8, weights=None):
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f'NestedCoreHook: chunk must be a positive int, got {chunk!r}')
     if max_cores % chunk:
-        raise ValueError(f'NestedCoreHook: with the official schedule max_cores must be a multiple of '
-                         f'chunk={chunk} (budgets {chunk}, {2 * chunk}, ...), got {max_cores!r}')
+        raise ValueError(
+            f'NestedCoreHook: with the official schedule max_cores must be a multiple of '
+            f'chunk={chunk} (budgets {chunk}, {2 * chunk}, ...), got {max_cores!r}'
+        )
     budgets = list(range(chunk, max_cores + 1, chunk))
     if weights is None:
         weights = [(i + 2) // 2 for i in range(len(budgets))]
     weights = list(weights)
     if len(weights) != len(budgets) or not all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weights):
-        raise ValueError(f'NestedCoreHook: budget_weights must be {len(budgets)} positive numbers '
-                         f'(one per budget {budgets}), got {weights!r}')
+        isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weights
+    ):
+        raise ValueError(
+            f'NestedCoreHook: budget_weights must be {len(budgets)} positive numbers '
+            f'(one per budget {budgets}), got {weights!r}'
+        )
     return budgets, weights
 
 
@@ -68,17 +74,29 @@ class NestedCoreHook(Hook):
     priority = 'NORMAL'
     SCHEDULES = ('pow2', 'official')
 
-    def __init__(self, max_cores, p_max=0.5, eval_num_cores=None, seed=None, schedule='pow2', chunk=8,
-                 budget_weights=None):
+    def __init__(
+        self,
+        max_cores,
+        p_max=0.5,
+        eval_num_cores=None,
+        seed=None,
+        schedule='pow2',
+        chunk=8,
+        budget_weights=None,
+    ):
         if not isinstance(max_cores, int) or max_cores < 1:
             raise ValueError(f'NestedCoreHook: max_cores must be an int >= 1, got {max_cores!r}')
         if not 0.0 <= p_max <= 1.0:
             raise ValueError(f'NestedCoreHook: p_max must be in [0, 1], got {p_max!r}')
         if eval_num_cores is not None and not 1 <= eval_num_cores <= max_cores:
-            raise ValueError(f'NestedCoreHook: eval_num_cores must be in [1, {max_cores}], '
-                             f'got {eval_num_cores!r}')
+            raise ValueError(
+                f'NestedCoreHook: eval_num_cores must be in [1, {max_cores}], '
+                f'got {eval_num_cores!r}'
+            )
         if schedule not in self.SCHEDULES:
-            raise ValueError(f'NestedCoreHook: schedule must be one of {self.SCHEDULES}, got {schedule!r}')
+            raise ValueError(
+                f'NestedCoreHook: schedule must be one of {self.SCHEDULES}, got {schedule!r}'
+            )
         self.max_cores, self.p_max, self.eval_num_cores = max_cores, p_max, eval_num_cores
         self.schedule = schedule
         self.choices = core_count_choices(max_cores)
@@ -86,8 +104,10 @@ class NestedCoreHook(Hook):
         if schedule == 'official':
             self.choices, self.weights = official_budgets(max_cores, chunk, budget_weights)
             if eval_num_cores is not None and eval_num_cores not in self.choices:
-                raise ValueError(f'NestedCoreHook: with the official schedule eval_num_cores must be one of '
-                                 f'{self.choices}, got {eval_num_cores!r}')
+                raise ValueError(
+                    f'NestedCoreHook: with the official schedule eval_num_cores must be one of '
+                    f'{self.choices}, got {eval_num_cores!r}'
+                )
         self.rng = random.Random(seed)
         self.current = max_cores
         self.configured = None  # the model's own count, read before training starts
@@ -112,8 +132,10 @@ class NestedCoreHook(Hook):
         model = model.module if is_model_wrapper(model) else model
         targets = [m for m in model.modules() if hasattr(m, 'set_num_cores')]
         if not targets:
-            raise RuntimeError('NestedCoreHook: the model has no module with set_num_cores; '
-                               'use it with a core-attention backbone (CorePVT, CoreSwin)')
+            raise RuntimeError(
+                'NestedCoreHook: the model has no module with set_num_cores; '
+                'use it with a core-attention backbone (CorePVT, CoreSwin)'
+            )
         return targets
 
     def set_num_cores(self, model, num_cores):
@@ -142,4 +164,3 @@ class NestedCoreHook(Hook):
 
     def after_val(self, runner):
         self.set_num_cores(runner.model, self.current)
-

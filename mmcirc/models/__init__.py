@@ -1,4 +1,5 @@
 """Backbones (and necks) registered into mmdet, mmseg and mmpretrain."""
+
 from mmcirc.registry import registries_by_library
 
 registries_by_library()  # first: without mmdet, one error naming the package to install

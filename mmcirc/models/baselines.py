@@ -12,6 +12,7 @@ Each takes a token sequence x (B, N, C) and returns what its operator returns:
 This file needs torch only; with mmengine installed, the three are also registered in
 the MODELS registries (``dict(type='SDPASelfAttention', dim=64)``).
 """
+
 import importlib.util
 
 import torch
@@ -100,5 +101,6 @@ class CoreAttentionWithBank(nn.Module):
 
 if importlib.util.find_spec('mmengine') is not None:  # registration needs OpenMMLab
     from mmcirc.registry import register_model
+
     for _cls in (SDPASelfAttention, MHASelfAttention, CoreAttentionWithBank):
         register_model(_cls)

@@ -45,6 +45,7 @@ Provenance (which source tensors a converted tensor came from, hence what was
 unused) is traced by running the reused converter once on index-valued stand-ins of
 the source tensors, so nothing about the OpenMMLab mappings is assumed here.
 """
+
 import math
 import os.path as osp
 import re
@@ -55,10 +56,23 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 __all__ = [
-    'ConversionError', 'ConversionResult', 'LAYOUTS', 'CADEIT_BLOCK_KEY_MAP', 'load_source',
-    'unwrap_state_dict', 'detect_layout', 'to_mmcirc_keys', 'family_of', 'build_backbone',
-    'replaced_attention_keys', 'convert_pyramid', 'convert_cadeit', 'default_output_path',
-    'save_checkpoint', 'format_summary', 'convert_file'
+    'ConversionError',
+    'ConversionResult',
+    'LAYOUTS',
+    'CADEIT_BLOCK_KEY_MAP',
+    'load_source',
+    'unwrap_state_dict',
+    'detect_layout',
+    'to_mmcirc_keys',
+    'family_of',
+    'build_backbone',
+    'replaced_attention_keys',
+    'convert_pyramid',
+    'convert_cadeit',
+    'default_output_path',
+    'save_checkpoint',
+    'format_summary',
+    'convert_file',
 ]
 
 #: Source layouts each family accepts (``'auto'`` detects one of them). For Swin the
@@ -72,17 +86,17 @@ LAYOUTS = {
 #: target depends on the family: Swin's mmcv FFN (Linear) or PVT's MixFFN (1x1 convs,
 #: weights reshaped to (out, in, 1, 1)); the first existing candidate is used.
 CADEIT_BLOCK_KEY_MAP = {
-    'cpe.weight': ('cpe.weight', ),
-    'cpe.bias': ('cpe.bias', ),
-    'norm1.weight': ('norm1.weight', ),
-    'norm1.bias': ('norm1.bias', ),
-    'attn.gate.0.weight': ('attn.gate.0.weight', ),
-    'attn.gate.0.bias': ('attn.gate.0.bias', ),
-    'attn.qkv.weight': ('attn.qkv.weight', ),
-    'attn.proj.weight': ('attn.proj.weight', ),
-    'attn.proj.bias': ('attn.proj.bias', ),
-    'norm2.weight': ('norm2.weight', ),
-    'norm2.bias': ('norm2.bias', ),
+    'cpe.weight': ('cpe.weight',),
+    'cpe.bias': ('cpe.bias',),
+    'norm1.weight': ('norm1.weight',),
+    'norm1.bias': ('norm1.bias',),
+    'attn.gate.0.weight': ('attn.gate.0.weight',),
+    'attn.gate.0.bias': ('attn.gate.0.bias',),
+    'attn.qkv.weight': ('attn.qkv.weight',),
+    'attn.proj.weight': ('attn.proj.weight',),
+    'attn.proj.bias': ('attn.proj.bias',),
+    'norm2.weight': ('norm2.weight',),
+    'norm2.bias': ('norm2.bias',),
     'mlp.fc1.weight': ('ffn.layers.0.0.weight', 'ffn.layers.0.weight'),
     'mlp.fc1.bias': ('ffn.layers.0.0.bias', 'ffn.layers.0.bias'),
     'mlp.fc2.weight': ('ffn.layers.1.weight', 'ffn.layers.3.weight'),
@@ -102,6 +116,7 @@ def load_source(path: str, trust: bool = False):
     """Load a checkpoint file with mmcirc's safe loader (tensors, containers and the
     types mmengine writes; ``trust=True`` allows full unpickling of this one file)."""
     from mmcirc.engine import load_from_local_safely, trust_checkpoint
+
     if not osp.isfile(osp.expanduser(path)):
         raise FileNotFoundError(f'checkpoint not found: {path}')
     if trust:
@@ -130,22 +145,30 @@ def unwrap_state_dict(ckpt) -> tuple:
     outside = [k for k, v in ckpt.items() if not torch.is_tensor(v)]
     sd = OrderedDict((k, v) for k, v in ckpt.items() if torch.is_tensor(v))
     if not sd:
-        raise ConversionError(f'no tensors found in the checkpoint (top-level keys: {list(ckpt)[:8]})')
+        raise ConversionError(
+            f'no tensors found in the checkpoint (top-level keys: {list(ckpt)[:8]})'
+        )
     if all(k.startswith('module.') for k in sd):
-        sd = OrderedDict((k[len('module.'):], v) for k, v in sd.items())
+        sd = OrderedDict((k[len('module.') :], v) for k, v in sd.items())
     if any(k.startswith('backbone.') for k in sd):
         outside += [k for k in sd if not k.startswith('backbone.')]
-        sd = OrderedDict((k[len('backbone.'):], v) for k, v in sd.items() if k.startswith('backbone.'))
+        sd = OrderedDict(
+            (k[len('backbone.') :], v) for k, v in sd.items() if k.startswith('backbone.')
+        )
     return sd, outside
 
 
 #: Keys that only one layout of a family has (first match wins).
 _LAYOUT_PATTERNS = {
-    'pvt': (('official', r'^(patch_embed\d+\.proj\.|block\d+\.\d+\.(attn|mlp)\.|pos_embed\d+$)'),
-            ('mmcirc', r'^layers\.\d+\.patch_embed\.projection\.'),
-            ('mmdet', r'^layers\.\d+\.0\.projection\.')),
-    'swin': (('official', r'^(layers\.\d+\.blocks\.\d+\.mlp\.fc1\.|patch_embed\.proj\.)'),
-             ('mmdet', r'^(stages\.\d+\.blocks\.|patch_embed\.projection\.)')),
+    'pvt': (
+        ('official', r'^(patch_embed\d+\.proj\.|block\d+\.\d+\.(attn|mlp)\.|pos_embed\d+$)'),
+        ('mmcirc', r'^layers\.\d+\.patch_embed\.projection\.'),
+        ('mmdet', r'^layers\.\d+\.0\.projection\.'),
+    ),
+    'swin': (
+        ('official', r'^(layers\.\d+\.blocks\.\d+\.mlp\.fc1\.|patch_embed\.proj\.)'),
+        ('mmdet', r'^(stages\.\d+\.blocks\.|patch_embed\.projection\.)'),
+    ),
 }
 
 
@@ -157,14 +180,16 @@ def detect_layout(family: str, state_dict) -> str:
             return layout
     raise ConversionError(
         f'cannot recognise the {family.upper()} checkpoint layout from its keys '
-        f'{list(state_dict)[:6]}...; is it a {family.upper()} checkpoint? (or give src_layout)')
+        f'{list(state_dict)[:6]}...; is it a {family.upper()} checkpoint? (or give src_layout)'
+    )
 
 
 def _swin_official_to_mmdet(sd):
     """mmdet's ``swin_converter``, then the official final LN ``norm`` -> ``norm{last}``
     (mmpretrain's convention)."""
     from mmdet.models.backbones.swin import swin_converter
-    out = OrderedDict((k[len('backbone.'):], v) for k, v in swin_converter(sd).items())
+
+    out = OrderedDict((k[len('backbone.') :], v) for k, v in swin_converter(sd).items())
     stages = [int(m.group(1)) for m in (re.match(r'^stages\.(\d+)\.', k) for k in out) if m]
     if stages:
         last = max(stages)
@@ -174,22 +199,28 @@ def _swin_official_to_mmdet(sd):
 
 def _pvt_mmdet_to_mmcirc(sd):
     from .backbones.ca_pvt import convert_mmdet_pvt_keys
+
     has_pos = any(re.match(r'^layers\.\d+\.1\.0\.pos_embed$', k) for k in sd)
     return OrderedDict(convert_mmdet_pvt_keys(sd, use_abs_pos_embed=has_pos))
 
 
 def _pvt_official_to_mmcirc(sd):
     from mmdet.models.backbones.pvt import pvt_convert
+
     return _pvt_mmdet_to_mmcirc(pvt_convert(sd))
 
 
 def _converter(family: str, layout: str):
     if layout not in LAYOUTS[family]:
         extra = ' (mmpretrain and mmseg have no PVT v1)' if family == 'pvt' else ''
-        raise ConversionError(f'src_layout for {family.upper()} must be one of '
-                              f'{("auto", ) + LAYOUTS[family]}{extra}, got {layout!r}')
+        raise ConversionError(
+            f'src_layout for {family.upper()} must be one of '
+            f'{("auto",) + LAYOUTS[family]}{extra}, got {layout!r}'
+        )
     if family == 'pvt':
-        return {'official': _pvt_official_to_mmcirc, 'mmdet': _pvt_mmdet_to_mmcirc}.get(layout, OrderedDict)
+        return {'official': _pvt_official_to_mmcirc, 'mmdet': _pvt_mmdet_to_mmcirc}.get(
+            layout, OrderedDict
+        )
     return _swin_official_to_mmdet if layout == 'official' else OrderedDict
 
 
@@ -198,14 +229,16 @@ def _trace(convert, sd) -> Dict[str, List[str]]:
     allocating, with its own index) and read which source tensors every output was
     made from: {output key: [source keys]}."""
     names = list(sd)
-    tags = OrderedDict((k, torch.tensor(i, dtype=torch.int64).expand(v.shape))
-                       for i, (k, v) in enumerate(sd.items()))
+    tags = OrderedDict(
+        (k, torch.tensor(i, dtype=torch.int64).expand(v.shape))
+        for i, (k, v) in enumerate(sd.items())
+    )
     prov = {}
     for key, t in convert(tags).items():
         if t.numel() == 0:
             ids = []
         elif all(s == 0 for s in t.stride()):
-            ids = [int(t[(0, ) * t.dim()])]
+            ids = [int(t[(0,) * t.dim()])]
         else:
             ids = torch.unique(t).tolist()
         prov[key] = [names[i] for i in ids]
@@ -230,14 +263,21 @@ def to_mmcirc_keys(family: str, state_dict, layout: str = 'auto') -> tuple:
 def family_of(model) -> str:
     """The family (``'pvt'``, ``'swin'``) of a built CA/Core pyramid."""
     from .backbones.pyramid import PyramidBackbone
+
     if isinstance(model, PyramidBackbone) and model.family in LAYOUTS:
         return model.family
-    raise ConversionError(f'not an mmcirc pyramid with a converter ({tuple(LAYOUTS)}): '
-                          f'{type(model).__name__}')
+    raise ConversionError(
+        f'not an mmcirc pyramid with a converter ({tuple(LAYOUTS)}): {type(model).__name__}'
+    )
 
 
-def build_backbone(family: str, arch='tiny', attention: str = 'circulant',
-                   stage_attentions: Optional[Sequence[str]] = None, **kwargs):
+def build_backbone(
+    family: str,
+    arch='tiny',
+    attention: str = 'circulant',
+    stage_attentions: Optional[Sequence[str]] = None,
+    **kwargs,
+):
     """Build the target through mmcirc's registered classes (mmdet's MODELS): the
     family's registered pyramid whose default attention is the one replaced kind
     (``CorePVT`` / ``CoreSwin`` when the replaced stages are all core), else the
@@ -245,12 +285,16 @@ def build_backbone(family: str, arch='tiny', attention: str = 'circulant',
     import mmcirc  # noqa: F401  (registration)
     from mmcirc.registry import model_registries
     from .backbones.pyramid import registered_pyramids
+
     families = {f: c for f, c in registered_pyramids().items() if f in LAYOUTS}
     if family not in families:
         raise ConversionError(f'family must be one of {tuple(families)}, got {family!r}')
     classes = families[family]
-    kinds = [attention] if stage_attentions is None else list(
-        [stage_attentions] if isinstance(stage_attentions, str) else stage_attentions)
+    kinds = (
+        [attention]
+        if stage_attentions is None
+        else list([stage_attentions] if isinstance(stage_attentions, str) else stage_attentions)
+    )
     replaced = {k for k in kinds if k != classes[0].original_attention}
     cls = next((c for c in classes if replaced == {c.default_attention}), classes[0])
     cfg = dict(type=cls.__name__, arch=arch, attention=attention, **kwargs)
@@ -268,6 +312,7 @@ def replaced_attention_keys(model) -> List[str]:
     (``added_keys``: e.g. circulant / core ``blocks.{j}.attn.*``, ``blocks.{j}.cpe.*``),
     and the core banks ``cores`` of the stages that carry cores."""
     from .blocks import PyramidBlock
+
     attr = model.stages_attr
     keys = []
     for i, stage in enumerate(model.stages):
@@ -289,13 +334,14 @@ def _depths_widths(sd, attr: str) -> tuple:
             if j == 0 and k.endswith('.norm1.weight'):
                 widths[i] = int(v.shape[0])
     n = max(depths) + 1 if depths else 0
-    return (tuple(depths.get(i, 0) for i in range(n)),
-            tuple(widths.get(i, 0) for i in range(n)))
+    return (tuple(depths.get(i, 0) for i in range(n)), tuple(widths.get(i, 0) for i in range(n)))
 
 
 def _describe(model) -> str:
-    return (f'{type(model).__name__}(embed_dims={model.embed_dims}, depths={model.depths}, '
-            f'stage_attentions={model.stage_attentions})')
+    return (
+        f'{type(model).__name__}(embed_dims={model.embed_dims}, depths={model.depths}, '
+        f'stage_attentions={model.stage_attentions})'
+    )
 
 
 def _arch_hint(model, depths, widths) -> str:
@@ -305,7 +351,9 @@ def _arch_hint(model, depths, widths) -> str:
         if a['depths'] == depths and (not any(widths) or a['embed_dims'] == widths):
             fits.append(name)
     seen = f'the checkpoint has depths {depths}' + (f' and widths {widths}' if any(widths) else '')
-    return seen + (f': use arch {" or ".join(repr(f) for f in fits)}' if fits else ' (no named arch fits)')
+    return seen + (
+        f': use arch {" or ".join(repr(f) for f in fits)}' if fits else ' (no named arch fits)'
+    )
 
 
 # --------------------------------------------------------------------------- result
@@ -328,6 +376,7 @@ class ConversionResult:
         resized: target keys whose tables were resized (``pos_embed_size``).
         meta: what goes under ``'meta'`` in the saved file.
     """
+
     state_dict: 'OrderedDict[str, torch.Tensor]'
     source_layout: str
     loaded: List[str] = field(default_factory=list)
@@ -345,14 +394,25 @@ class ConversionResult:
         return self.new_attention + self.new_other
 
 
-def _finish(model, out: 'OrderedDict', loaded_from: Dict[str, List[str]], all_source: Sequence[str],
-            layout: str, resized=(), meta=None) -> ConversionResult:
+def _finish(
+    model,
+    out: 'OrderedDict',
+    loaded_from: Dict[str, List[str]],
+    all_source: Sequence[str],
+    layout: str,
+    resized=(),
+    meta=None,
+) -> ConversionResult:
     """Fill buffers from the model, classify what is new and unused, order like the model."""
     target = model.state_dict()
     params = {k for k, _ in model.named_parameters()}
     attention = set(replaced_attention_keys(model))
-    result = ConversionResult(state_dict=OrderedDict(), source_layout=layout, resized=list(resized),
-                              sizes={k: v.numel() for k, v in target.items()})
+    result = ConversionResult(
+        state_dict=OrderedDict(),
+        source_layout=layout,
+        resized=list(resized),
+        sizes={k: v.numel() for k, v in target.items()},
+    )
     for key, value in target.items():
         if key in out:
             result.state_dict[key] = out[key]
@@ -369,11 +429,20 @@ def _finish(model, out: 'OrderedDict', loaded_from: Dict[str, List[str]], all_so
     used = {s for key in result.loaded for s in result.sources[key]}
     result.unused = [k for k in all_source if k not in used]
     result.meta = dict(
-        converter='mmcirc.models.convert', source_layout=layout,
-        model=dict(type=type(model).__name__, embed_dims=list(model.embed_dims),
-                   depths=list(model.depths), stage_attentions=list(model.stage_attentions)),
-        loaded=len(result.loaded), new=list(result.new), unused=list(result.unused),
-        resized=list(result.resized), **(meta or {}))
+        converter='mmcirc.models.convert',
+        source_layout=layout,
+        model=dict(
+            type=type(model).__name__,
+            embed_dims=list(model.embed_dims),
+            depths=list(model.depths),
+            stage_attentions=list(model.stage_attentions),
+        ),
+        loaded=len(result.loaded),
+        new=list(result.new),
+        unused=list(result.unused),
+        resized=list(result.resized),
+        **(meta or {}),
+    )
     return result
 
 
@@ -382,8 +451,13 @@ def _contiguous_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- pyramids
-def convert_pyramid(ckpt, model, src_layout: str = 'auto', resize_pos_embed: bool = False,
-                    meta: Optional[dict] = None) -> ConversionResult:
+def convert_pyramid(
+    ckpt,
+    model,
+    src_layout: str = 'auto',
+    resize_pos_embed: bool = False,
+    meta: Optional[dict] = None,
+) -> ConversionResult:
     """Convert a PVT or Swin checkpoint for ``model`` (a built CA/Core pyramid).
 
     Args:
@@ -407,13 +481,19 @@ def convert_pyramid(ckpt, model, src_layout: str = 'auto', resize_pos_embed: boo
 
     depths, widths = _depths_widths(mapped, attr)
     if not depths:
-        raise ConversionError(f'no {family.upper()} stage blocks in the checkpoint (read in the {layout} '
-                              f'layout; keys: {list(sd)[:6]}...)'
-                              + ('; for CA-DeiT use cadeit_to_mmcirc.py' if 'blocks.0.attn.gate.0.weight' in sd
-                                 else ''))
+        raise ConversionError(
+            f'no {family.upper()} stage blocks in the checkpoint (read in the {layout} '
+            f'layout; keys: {list(sd)[:6]}...)'
+            + (
+                '; for CA-DeiT use cadeit_to_mmcirc.py'
+                if 'blocks.0.attn.gate.0.weight' in sd
+                else ''
+            )
+        )
     if depths != tuple(model.depths):
-        raise ConversionError(f'depth mismatch: {_arch_hint(model, depths, widths)}; the target is '
-                              f'{_describe(model)}')
+        raise ConversionError(
+            f'depth mismatch: {_arch_hint(model, depths, widths)}; the target is {_describe(model)}'
+        )
 
     out, loaded_from, mismatches, resized = OrderedDict(), {}, [], []
     for key, value in mapped.items():
@@ -421,44 +501,64 @@ def convert_pyramid(ckpt, model, src_layout: str = 'auto', resize_pos_embed: boo
             continue
         want = target[key].shape
         if value.shape != want:
-            if resize_pos_embed and re.match(rf'^{attr}\.\d+\.pos_embed\.pos_embed$', key) \
-                    and value.dim() == 3 and value.shape[2] == want[2]:
+            if (
+                resize_pos_embed
+                and re.match(rf'^{attr}\.\d+\.pos_embed\.pos_embed$', key)
+                and value.dim() == 3
+                and value.shape[2] == want[2]
+            ):
                 value = _resize_pos_embed(key, value, model)
                 resized.append(key)
             else:
-                mismatches.append(f'  {key}: checkpoint {tuple(value.shape)} vs model {tuple(want)}')
+                mismatches.append(
+                    f'  {key}: checkpoint {tuple(value.shape)} vs model {tuple(want)}'
+                )
                 continue
         out[key] = _contiguous_copy(value)
         loaded_from[key] = provenance[key]
     if not out and not mismatches:
-        raise ConversionError(f'nothing in the checkpoint ({src_layout} layout read as {layout}) fits '
-                              f'{_describe(model)}; keys: {list(sd)[:6]}...')
+        raise ConversionError(
+            f'nothing in the checkpoint ({src_layout} layout read as {layout}) fits '
+            f'{_describe(model)}; keys: {list(sd)[:6]}...'
+        )
     if mismatches:
         hint = _arch_hint(model, depths, widths)
         if any('pos_embed' in m for m in mismatches):
-            hint += ('; position tables of another image size: build the target with its '
-                     'pretrain_img_size and pass resize_pos_embed=True')
-        shown = '\n'.join(mismatches[:6]) + (f'\n  ... and {len(mismatches) - 6} more'
-                                             if len(mismatches) > 6 else '')
-        raise ConversionError(f'{len(mismatches)} tensor(s) of the checkpoint do not fit '
-                              f'{_describe(model)}:\n{shown}\n{hint}')
+            hint += (
+                '; position tables of another image size: build the target with its '
+                'pretrain_img_size and pass resize_pos_embed=True'
+            )
+        shown = '\n'.join(mismatches[:6]) + (
+            f'\n  ... and {len(mismatches) - 6} more' if len(mismatches) > 6 else ''
+        )
+        raise ConversionError(
+            f'{len(mismatches)} tensor(s) of the checkpoint do not fit '
+            f'{_describe(model)}:\n{shown}\n{hint}'
+        )
     return _finish(model, out, loaded_from, list(sd) + outside, layout, resized, meta)
 
 
 def _resize_pos_embed(key: str, value: torch.Tensor, model) -> torch.Tensor:
     from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
+
     stage = model.stages[int(key.split('.')[1])]
     side = math.isqrt(value.shape[1])
     if side * side != value.shape[1]:
-        raise ConversionError(f'{key}: cannot resize a position table of {value.shape[1]} tokens '
-                              '(not a square grid)')
+        raise ConversionError(
+            f'{key}: cannot resize a position table of {value.shape[1]} tokens (not a square grid)'
+        )
     src = AbsolutePositionEmbedding(pos_shape=(side, side), pos_dim=value.shape[2])
     return src.resize_pos_embed(value.float(), tuple(stage.pos_embed.pos_shape)).to(value.dtype)
 
 
 # --------------------------------------------------------------------------- CA-DeiT
-def convert_cadeit(ckpt, model, source_blocks: Optional[Sequence[int]] = None, base=None,
-                   meta: Optional[dict] = None) -> ConversionResult:
+def convert_cadeit(
+    ckpt,
+    model,
+    source_blocks: Optional[Sequence[int]] = None,
+    base=None,
+    meta: Optional[dict] = None,
+) -> ConversionResult:
     """Load CA-DeiT blocks into the circulant blocks of ``model`` that have its width.
 
     Target circulant blocks of width C (the CA-DeiT width) are taken in order (stage
@@ -470,36 +570,58 @@ def convert_cadeit(ckpt, model, source_blocks: Optional[Sequence[int]] = None, b
     entries. Raises :class:`ConversionError` if nothing fits.
     """
     sd, outside = unwrap_state_dict(ckpt)
-    probe = [k for k in ('blocks.0.attn.qkv.weight', 'blocks.0.attn.gate.0.weight', 'blocks.0.norm1.weight')
-             if k not in sd]
+    probe = [
+        k
+        for k in (
+            'blocks.0.attn.qkv.weight',
+            'blocks.0.attn.gate.0.weight',
+            'blocks.0.norm1.weight',
+        )
+        if k not in sd
+    ]
     if probe:
-        raise ConversionError(f'not a CA-DeiT checkpoint: no {", ".join(probe)} (a plain DeiT has no '
-                              'gate and no CPE and cannot initialise circulant attention)')
+        raise ConversionError(
+            f'not a CA-DeiT checkpoint: no {", ".join(probe)} (a plain DeiT has no '
+            'gate and no CPE and cannot initialise circulant attention)'
+        )
     width = int(sd['blocks.0.norm1.weight'].shape[0])
     depth = 1 + max(int(m.group(1)) for m in (re.match(r'^blocks\.(\d+)\.', k) for k in sd) if m)
     target = model.state_dict()
     attr = model.stages_attr
     from .blocks import CirculantBlock
-    circulant = [i for i, stage in enumerate(model.stages) if stage.attention == CirculantBlock.kind]
-    slots = [(i, j) for i in circulant for j in range(model.depths[i]) if model.embed_dims[i] == width]
+
+    circulant = [
+        i for i, stage in enumerate(model.stages) if stage.attention == CirculantBlock.kind
+    ]
+    slots = [
+        (i, j) for i in circulant for j in range(model.depths[i]) if model.embed_dims[i] == width
+    ]
     if not slots:
         circ = {i: model.embed_dims[i] for i in circulant}
         raise ConversionError(
             f'no circulant block of width {width} (CA-DeiT-{_CADEIT_WIDTHS.get(width, "?").upper()}) in '
             f'{_describe(model)}: its circulant stages have widths {circ}; CA-DeiT blocks only fit a '
-            'circulant stage of their width (choose stage_attentions accordingly)')
+            'circulant stage of their width (choose stage_attentions accordingly)'
+        )
     source_blocks = list(range(depth)) if source_blocks is None else [int(b) for b in source_blocks]
     bad = [b for b in source_blocks if not 0 <= b < depth]
     if bad:
-        raise ConversionError(f'source blocks {bad} out of range: the CA-DeiT checkpoint has {depth} blocks')
+        raise ConversionError(
+            f'source blocks {bad} out of range: the CA-DeiT checkpoint has {depth} blocks'
+        )
 
     out, loaded_from = OrderedDict(), {}
     if base is not None:
         base_sd, _ = unwrap_state_dict(base)
-        bad = [f'  {k}: base {tuple(v.shape)} vs model {tuple(target[k].shape)}'
-               for k, v in base_sd.items() if k in target and v.shape != target[k].shape]
+        bad = [
+            f'  {k}: base {tuple(v.shape)} vs model {tuple(target[k].shape)}'
+            for k, v in base_sd.items()
+            if k in target and v.shape != target[k].shape
+        ]
         if bad:
-            raise ConversionError(f'the base checkpoint does not fit {_describe(model)}:\n' + '\n'.join(bad[:6]))
+            raise ConversionError(
+                f'the base checkpoint does not fit {_describe(model)}:\n' + '\n'.join(bad[:6])
+            )
         for k, v in base_sd.items():
             if k in target:
                 out[k] = _contiguous_copy(v)
@@ -507,25 +629,41 @@ def convert_cadeit(ckpt, model, source_blocks: Optional[Sequence[int]] = None, b
     for (i, j), b in zip(slots, source_blocks):
         for src_key, candidates in CADEIT_BLOCK_KEY_MAP.items():
             src = f'blocks.{b}.{src_key}'
-            dst = next((f'{attr}.{i}.blocks.{j}.{c}' for c in candidates
-                        if f'{attr}.{i}.blocks.{j}.{c}' in target), None)
+            dst = next(
+                (
+                    f'{attr}.{i}.blocks.{j}.{c}'
+                    for c in candidates
+                    if f'{attr}.{i}.blocks.{j}.{c}' in target
+                ),
+                None,
+            )
             if src not in sd or dst is None:
                 continue
             value, want = sd[src], target[dst].shape
-            if value.shape != want and value.numel() == math.prod(want) and len(want) == 4 \
-                    and tuple(want[2:]) == (1, 1):  # Linear -> 1x1 conv (PVT MixFFN)
+            if (
+                value.shape != want
+                and value.numel() == math.prod(want)
+                and len(want) == 4
+                and tuple(want[2:]) == (1, 1)
+            ):  # Linear -> 1x1 conv (PVT MixFFN)
                 value = value.reshape(want)
             if value.shape == want:
                 out[dst] = _contiguous_copy(value)
                 loaded_from[dst] = [src]
-    meta = dict(meta or {}, cadeit_width=width, cadeit_blocks=[b for _, b in zip(slots, source_blocks)],
-                cadeit_loaded=sum(not s[0].startswith('(base)') for s in loaded_from.values()),
-                base=base is not None)
+    meta = dict(
+        meta or {},
+        cadeit_width=width,
+        cadeit_blocks=[b for _, b in zip(slots, source_blocks)],
+        cadeit_loaded=sum(not s[0].startswith('(base)') for s in loaded_from.values()),
+        base=base is not None,
+    )
     return _finish(model, out, loaded_from, list(sd) + outside, 'ca-deit', meta=meta)
 
 
 # --------------------------------------------------------------------------- output
-def default_output_path(model, arch, suffix: str = 'in1k', root: str = 'work_dirs/pretrained') -> str:
+def default_output_path(
+    model, arch, suffix: str = 'in1k', root: str = 'work_dirs/pretrained'
+) -> str:
     """``{root}/{variant}_{suffix}.pth`` with the config names' variant, e.g.
     ``ca_pvt_s``, ``core_swin_t``; a non-default stage layout is spelled out
     (``pvt_s_circulant-circulant-circulant-sra``)."""
@@ -534,7 +672,7 @@ def default_output_path(model, arch, suffix: str = 'in1k', root: str = 'work_dir
     kinds = tuple(model.stage_attentions)
     k = model.num_replaced_stages
     for attention, prefix in (('circulant', 'ca'), ('core', 'core')):
-        if kinds == (attention, ) * k + (model.original_attention, ) * (len(kinds) - k):
+        if kinds == (attention,) * k + (model.original_attention,) * (len(kinds) - k):
             return osp.join(root, f'{prefix}_{family}_{letter}_{suffix}.pth')
     return osp.join(root, f'{family}_{letter}_{"-".join(kinds)}_{suffix}.pth')
 
@@ -543,6 +681,7 @@ def save_checkpoint(result: ConversionResult, path: str) -> str:
     """Write ``{'state_dict': ..., 'meta': ...}`` to ``path`` atomically
     (:func:`mmcirc.utils.fileio.atomic_open`); returns ``path``."""
     from mmcirc.utils.fileio import atomic_open
+
     path = osp.expanduser(path)
     with atomic_open(path, 'wb') as f:
         torch.save({'state_dict': result.state_dict, 'meta': result.meta}, f)
@@ -555,14 +694,22 @@ def _group(keys: Sequence[str]) -> List[str]:
     for k in keys:
         g = re.sub(r'^(layers|stages)\.\d+\.', r'\1.*.', k)
         g = re.sub(r'\.blocks\.\d+\.', '.blocks.*.', g)
-        g = re.sub(r'^(block|blocks\.)\d+\.(\d+\.)?', lambda m: m.group(1) + '*.' + ('*.' if m.group(2) else ''), g)
+        g = re.sub(
+            r'^(block|blocks\.)\d+\.(\d+\.)?',
+            lambda m: m.group(1) + '*.' + ('*.' if m.group(2) else ''),
+            g,
+        )
         g = re.sub(r'^(patch_embed|pos_embed)\d+', r'\1*', g)
         counts[g] = counts.get(g, 0) + 1
     return [f'{g} (x{n})' if n > 1 else g for g, n in counts.items()]
 
 
-def format_summary(result: ConversionResult, title: str, verbose: bool = False,
-                   more_hint: str = 'verbose=True lists all') -> str:
+def format_summary(
+    result: ConversionResult,
+    title: str,
+    verbose: bool = False,
+    more_hint: str = 'verbose=True lists all',
+) -> str:
     """Human-readable report of a conversion (``verbose``: every key; otherwise long
     lists are cut, with ``more_hint`` saying how to see them whole)."""
 
@@ -587,11 +734,22 @@ def format_summary(result: ConversionResult, title: str, verbose: bool = False,
 
 
 # --------------------------------------------------------------------------- file to file
-def convert_file(family: str, src: str, out: Optional[str] = None, *, arch='tiny',
-                 attention: str = 'circulant', stage_attentions=None,
-                 backbone_options: Optional[dict] = None, pos_embed_size: Optional[int] = None,
-                 src_layout: str = 'auto', trust: bool = False, cadeit: bool = False,
-                 source_blocks: Optional[Sequence[int]] = None, base: Optional[str] = None):
+def convert_file(
+    family: str,
+    src: str,
+    out: Optional[str] = None,
+    *,
+    arch='tiny',
+    attention: str = 'circulant',
+    stage_attentions=None,
+    backbone_options: Optional[dict] = None,
+    pos_embed_size: Optional[int] = None,
+    src_layout: str = 'auto',
+    trust: bool = False,
+    cadeit: bool = False,
+    source_blocks: Optional[Sequence[int]] = None,
+    base: Optional[str] = None,
+):
     """Convert the checkpoint file ``src`` for a ``family`` pyramid and save it.
 
     The target is :func:`build_backbone` ``(family, arch, attention, stage_attentions,
@@ -607,27 +765,46 @@ def convert_file(family: str, src: str, out: Optional[str] = None, *, arch='tiny
     (a ``ValueError``) naming the parameter or tensor that does not fit.
     """
     if backbone_options is not None and not isinstance(backbone_options, dict):
-        raise ConversionError(f'backbone_options must be a dict, got {type(backbone_options).__name__}')
+        raise ConversionError(
+            f'backbone_options must be a dict, got {type(backbone_options).__name__}'
+        )
     kwargs = dict(backbone_options or {})
     if pos_embed_size is not None:
-        if isinstance(pos_embed_size, bool) or not isinstance(pos_embed_size, int) or pos_embed_size < 1:
-            raise ConversionError(f'pos_embed_size must be a positive int (px), got {pos_embed_size!r}')
+        if (
+            isinstance(pos_embed_size, bool)
+            or not isinstance(pos_embed_size, int)
+            or pos_embed_size < 1
+        ):
+            raise ConversionError(
+                f'pos_embed_size must be a positive int (px), got {pos_embed_size!r}'
+            )
         kwargs['pretrain_img_size'] = pos_embed_size
-    model = build_backbone(family, arch=arch, attention=attention, stage_attentions=stage_attentions,
-                           **kwargs)
+    model = build_backbone(
+        family, arch=arch, attention=attention, stage_attentions=stage_attentions, **kwargs
+    )
     ckpt = load_source(src, trust=trust)
-    meta = dict(source=osp.basename(src), arch=repr(arch),
-                backbone_options={k: repr(v) for k, v in kwargs.items()})
+    meta = dict(
+        source=osp.basename(src),
+        arch=repr(arch),
+        backbone_options={k: repr(v) for k, v in kwargs.items()},
+    )
     if cadeit:
         base_ckpt = load_source(base, trust=trust) if base else None
         result = convert_cadeit(ckpt, model, source_blocks=source_blocks, base=base_ckpt, meta=meta)
         width = result.meta['cadeit_width']
         suffix = f'ca-deit-{_CADEIT_WIDTHS.get(width, "w" + str(width))}'
-        title = (f'CA-DeiT (width {width}, blocks {result.meta["cadeit_blocks"]}: '
-                 f'{result.meta["cadeit_loaded"]} tensors) -> {_describe(model)}')
+        title = (
+            f'CA-DeiT (width {width}, blocks {result.meta["cadeit_blocks"]}: '
+            f'{result.meta["cadeit_loaded"]} tensors) -> {_describe(model)}'
+        )
     else:
-        result = convert_pyramid(ckpt, model, src_layout=src_layout,
-                                 resize_pos_embed=pos_embed_size is not None, meta=meta)
+        result = convert_pyramid(
+            ckpt,
+            model,
+            src_layout=src_layout,
+            resize_pos_embed=pos_embed_size is not None,
+            meta=meta,
+        )
         suffix = 'in1k'
         title = f'{family.upper()} ({result.source_layout} layout) -> {_describe(model)}'
     out = out or default_output_path(model, arch, suffix)

@@ -23,6 +23,7 @@ check every tensor against the built model (shape, and nothing missing, nothing 
 over), and write atomically (:func:`mmcirc.models.convert.save_checkpoint`);
 :func:`convert_isotropic_file` does it from file to file.
 """
+
 import os.path as osp
 import re
 from collections import OrderedDict
@@ -32,9 +33,17 @@ import torch
 
 from .convert import ConversionError, ConversionResult, load_source, save_checkpoint
 
-__all__ = ['convert_cadeit_official', 'convert_veca_official', 'cadeit_arch_of', 'veca_settings_of',
-           'format_isotropic_summary', 'convert_isotropic_file', 'CheckpointKindError',
-           'CADEIT_LETTERS', 'VECA_FAMILIES']
+__all__ = [
+    'convert_cadeit_official',
+    'convert_veca_official',
+    'cadeit_arch_of',
+    'veca_settings_of',
+    'format_isotropic_summary',
+    'convert_isotropic_file',
+    'CheckpointKindError',
+    'CADEIT_LETTERS',
+    'VECA_FAMILIES',
+]
 
 CADEIT_LETTERS = {'tiny': 't', 'small': 's', 'base': 'b'}
 VECA_FAMILIES = ('small', 'splus', 'base', 'large')
@@ -42,8 +51,11 @@ VECA_FAMILIES = ('small', 'splus', 'base', 'large')
 
 #: kind -> (name, what its file holds, in short and in full)
 _KINDS = {
-    'cadeit': ('CA-DeiT', '{"model": ...} with circulant attention',
-               '{"model": state dict} with blocks.*.attn.gate.0.weight (circulant attention)'),
+    'cadeit': (
+        'CA-DeiT',
+        '{"model": ...} with circulant attention',
+        '{"model": state dict} with blocks.*.attn.gate.0.weight (circulant attention)',
+    ),
     'veca': ('VECA', '{"student": ..., "config": ...}', '{"student": state dict, "config": {...}}'),
 }
 
@@ -63,8 +75,9 @@ def _kind(ckpt) -> str:
         return 'veca'
     if isinstance(ckpt, dict):
         sd = ckpt.get('model', ckpt.get('state_dict', ckpt))
-        if isinstance(sd, dict) and any(re.match(r'^(module\.)?blocks\.\d+\.attn\.gate\.0\.weight$', str(k))
-                                        for k in sd):
+        if isinstance(sd, dict) and any(
+            re.match(r'^(module\.)?blocks\.\d+\.attn\.gate\.0\.weight$', str(k)) for k in sd
+        ):
             return 'cadeit'
     return 'other'
 
@@ -77,8 +90,9 @@ def _expect_kind(ckpt, want: str) -> None:
     if kind == want:
         return
     if kind in _KINDS:
-        raise CheckpointKindError(f'this is a {_KINDS[kind][0]} checkpoint ({_KINDS[kind][1]}), not {name}',
-                                  found=kind)
+        raise CheckpointKindError(
+            f'this is a {_KINDS[kind][0]} checkpoint ({_KINDS[kind][1]}), not {name}', found=kind
+        )
     keys = list(ckpt)[:6] if isinstance(ckpt, dict) else type(ckpt).__name__
     raise ConversionError(f'not a {name} checkpoint: expected {_KINDS[want][2]}, got {keys}')
 
@@ -92,19 +106,36 @@ def _tensors(sd, what: str) -> 'OrderedDict[str, torch.Tensor]':
     return out
 
 
-def _result(model, out: 'OrderedDict', sources: dict, extra_out: 'OrderedDict', source_keys, meta,
-            prefix='backbone.') -> ConversionResult:
+def _result(
+    model,
+    out: 'OrderedDict',
+    sources: dict,
+    extra_out: 'OrderedDict',
+    source_keys,
+    meta,
+    prefix='backbone.',
+) -> ConversionResult:
     """Check ``out`` (model keys) against ``model``: same shapes, nothing missing."""
     target = model.state_dict()
-    bad = [f'  {k}: checkpoint {tuple(v.shape)} vs model {tuple(target[k].shape)}'
-           for k, v in out.items() if k in target and v.shape != target[k].shape]
+    bad = [
+        f'  {k}: checkpoint {tuple(v.shape)} vs model {tuple(target[k].shape)}'
+        for k, v in out.items()
+        if k in target and v.shape != target[k].shape
+    ]
     if bad:
-        raise ConversionError(f'{len(bad)} tensor(s) do not fit {type(model).__name__}:\n' + '\n'.join(bad[:6]))
-    result = ConversionResult(state_dict=OrderedDict(), source_layout='official',
-                              sizes={prefix + k: v.numel() for k, v in target.items()})
+        raise ConversionError(
+            f'{len(bad)} tensor(s) do not fit {type(model).__name__}:\n' + '\n'.join(bad[:6])
+        )
+    result = ConversionResult(
+        state_dict=OrderedDict(),
+        source_layout='official',
+        sizes={prefix + k: v.numel() for k, v in target.items()},
+    )
     for k in target:
         if k in out:
-            result.state_dict[prefix + k] = out[k].detach().clone(memory_format=torch.contiguous_format)
+            result.state_dict[prefix + k] = (
+                out[k].detach().clone(memory_format=torch.contiguous_format)
+            )
             result.loaded.append(prefix + k)
             result.sources[prefix + k] = list(sources[k])
         else:
@@ -116,16 +147,24 @@ def _result(model, out: 'OrderedDict', sources: dict, extra_out: 'OrderedDict', 
         result.sizes[k] = v.numel()
     used = {s for k in result.loaded for s in result.sources[k]}
     result.unused = [k for k in source_keys if k not in used] + [k for k in out if k not in target]
-    result.meta = dict(converter='mmcirc.models.convert_isotropic', loaded=len(result.loaded),
-                       new=list(result.new), unused=list(result.unused), **meta)
+    result.meta = dict(
+        converter='mmcirc.models.convert_isotropic',
+        loaded=len(result.loaded),
+        new=list(result.new),
+        unused=list(result.unused),
+        **meta,
+    )
     return result
 
 
 def format_isotropic_summary(result: ConversionResult, title: str) -> str:
     """loaded / new / unused counts (and the keys of the last two)."""
     n = sum(result.sizes.get(k, 0) for k in result.loaded)
-    lines = [title, f'loaded: {len(result.loaded)} tensors ({n:,} values)',
-             f'new (not in the checkpoint): {len(result.new)} tensors']
+    lines = [
+        title,
+        f'loaded: {len(result.loaded)} tensors ({n:,} values)',
+        f'new (not in the checkpoint): {len(result.new)} tensors',
+    ]
     lines += [f'    {k}' for k in result.new]
     lines.append(f'unused (in the checkpoint, not loaded): {len(result.unused)} tensors')
     lines += [f'    {k}' for k in result.unused]
@@ -143,12 +182,28 @@ def cadeit_arch_of(sd) -> dict:
     width = int(w.shape[0])
     depth = 1 + max(int(m.group(1)) for m in (re.match(r'^blocks\.(\d+)\.', k) for k in sd) if m)
     ratio = sd['blocks.0.mlp.fc1.weight'].shape[0] / width
-    info = dict(embed_dims=width, depth=depth, mlp_ratio=float(ratio), patch_size=int(w.shape[-1]),
-                in_channels=int(w.shape[1]),
-                num_classes=int(sd['head.weight'].shape[0]) if 'head.weight' in sd else None)
+    info = dict(
+        embed_dims=width,
+        depth=depth,
+        mlp_ratio=float(ratio),
+        patch_size=int(w.shape[-1]),
+        in_channels=int(w.shape[1]),
+        num_classes=int(sd['head.weight'].shape[0]) if 'head.weight' in sd else None,
+    )
     from .backbones.ca_deit import CADeiT
-    info['name'] = next((n for n in CADEIT_LETTERS if CADeiT.arch_zoo[n] == dict(
-        embed_dims=width, depth=depth, mlp_ratio=ratio)), None) if info['patch_size'] == 16 else None
+
+    info['name'] = (
+        next(
+            (
+                n
+                for n in CADEIT_LETTERS
+                if CADeiT.arch_zoo[n] == dict(embed_dims=width, depth=depth, mlp_ratio=ratio)
+            ),
+            None,
+        )
+        if info['patch_size'] == 16
+        else None
+    )
     return info
 
 
@@ -160,9 +215,10 @@ def convert_cadeit_official(ckpt, arch=None, meta: Optional[dict] = None):
     sd = ckpt.get('model', ckpt.get('state_dict', ckpt))
     sd = _tensors(sd, 'CA-DeiT checkpoint')
     if all(k.startswith('module.') for k in sd):
-        sd = OrderedDict((k[len('module.'):], v) for k, v in sd.items())
+        sd = OrderedDict((k[len('module.') :], v) for k, v in sd.items())
     info = cadeit_arch_of(sd)
     from .backbones.ca_deit import CADeiT
+
     found = dict(embed_dims=info['embed_dims'], depth=info['depth'], mlp_ratio=info['mlp_ratio'])
     if arch is not None:
         try:
@@ -170,32 +226,49 @@ def convert_cadeit_official(ckpt, arch=None, meta: Optional[dict] = None):
         except ValueError as err:
             raise ConversionError(str(err)) from None
         if {k: float(v) for k, v in want.items()} != {k: float(v) for k, v in found.items()}:
-            raise ConversionError(f'arch {arch!r} is {want} but the checkpoint has {found}'
-                                  + (f': use arch {info["name"]!r}' if info['name'] else ''))
-    model = CADeiT(arch=info['name'] or found, patch_size=info['patch_size'], in_channels=info['in_channels'])
+            raise ConversionError(
+                f'arch {arch!r} is {want} but the checkpoint has {found}'
+                + (f': use arch {info["name"]!r}' if info['name'] else '')
+            )
+    model = CADeiT(
+        arch=info['name'] or found, patch_size=info['patch_size'], in_channels=info['in_channels']
+    )
     out, sources, head = OrderedDict(), {}, OrderedDict()
     for k, v in sd.items():
         if k.startswith('head.'):
-            head['head.fc.' + k[len('head.'):]] = (v, [k])
+            head['head.fc.' + k[len('head.') :]] = (v, [k])
         else:
             out[k], sources[k] = v, [k]
     missing = [k for k in model.state_dict() if k not in out]
     if missing:
-        raise ConversionError(f'the CA-DeiT checkpoint lacks {len(missing)} tensor(s) of the model '
-                              f'(truncated or foreign?): {missing[:4]}')
-    m = dict(meta or {}, family='deit', arch=info['name'] or found, patch_size=info['patch_size'],
-             num_classes=info['num_classes'])
+        raise ConversionError(
+            f'the CA-DeiT checkpoint lacks {len(missing)} tensor(s) of the model '
+            f'(truncated or foreign?): {missing[:4]}'
+        )
+    m = dict(
+        meta or {},
+        family='deit',
+        arch=info['name'] or found,
+        patch_size=info['patch_size'],
+        num_classes=info['num_classes'],
+    )
     return _result(model, out, sources, head, list(sd), m), model
 
 
 # --------------------------------------------------------------------------- VECA
 #: config key -> VECAViT argument, for the settings that change the model.
 _VECA_CONFIG_ARGS = {
-    'patch_size': 'patch_size', 'in_channels': 'in_channels', 'patch_embed_use_ln': 'patch_norm',
-    'rope_p_zero_freqs': 'rope_p_zero_freqs', 'rope_zero_freqs_from': 'rope_zero_freqs_from',
-    'rope_shift_coords': 'rope_shift_coords', 'rope_jitter_coords': 'rope_jitter_coords',
-    'rope_rescale_coords': 'rope_rescale_coords', 'nested_chunk_size': 'core_chunk',
-    'distill_output_dim': 'out_channels', 'dropout': 'dropout',
+    'patch_size': 'patch_size',
+    'in_channels': 'in_channels',
+    'patch_embed_use_ln': 'patch_norm',
+    'rope_p_zero_freqs': 'rope_p_zero_freqs',
+    'rope_zero_freqs_from': 'rope_zero_freqs_from',
+    'rope_shift_coords': 'rope_shift_coords',
+    'rope_jitter_coords': 'rope_jitter_coords',
+    'rope_rescale_coords': 'rope_rescale_coords',
+    'nested_chunk_size': 'core_chunk',
+    'distill_output_dim': 'out_channels',
+    'dropout': 'dropout',
 }
 
 
@@ -203,16 +276,21 @@ def veca_settings_of(config: dict) -> tuple:
     """``(family, kwargs)``: the official family name and the VECAViT arguments a
     saved VECA config implies (the official loader's defaults where absent)."""
     if not isinstance(config, dict):
-        raise ConversionError(f'VECA checkpoint: "config" must be a dict, got {type(config).__name__}')
+        raise ConversionError(
+            f'VECA checkpoint: "config" must be a dict, got {type(config).__name__}'
+        )
     family = str(config.get('model_family', 'base')).lower()
     if family not in VECA_FAMILIES:
-        raise ConversionError(f'VECA config model_family must be one of {VECA_FAMILIES}, got {family!r}')
+        raise ConversionError(
+            f'VECA config model_family must be one of {VECA_FAMILIES}, got {family!r}'
+        )
     config = dict(config)
     if 'matryoshka_chunk_size' in config:  # the official loader's older name
         config['nested_chunk_size'] = config['matryoshka_chunk_size']
     kwargs = {arg: config[key] for key, arg in _VECA_CONFIG_ARGS.items() if key in config}
     if kwargs.get('out_channels') is not None and family in VECA_FAMILIES:
         from .backbones.veca import VECAViT
+
         if kwargs['out_channels'] == VECAViT.arch_zoo[family]['embed_dims']:
             kwargs['out_channels'] = None
     return family, kwargs
@@ -228,18 +306,26 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
     for k, v in _tensors(ckpt['student'], 'VECA checkpoint "student"').items():
         for prefix in ('module.', 'student.'):  # the official loader strips these, in this order
             if k.startswith(prefix):
-                k = k[len(prefix):]
+                k = k[len(prefix) :]
         sd[k] = v
     from .backbones.veca import VECAViT
+
     try:
         model = VECAViT(arch=family if arch is None else arch, **kwargs)
     except ValueError as err:
         raise ConversionError(f'cannot build VECAViT from the checkpoint config: {err}') from None
-    chunks = sorted(int(m.group(1)) for m in (re.match(r'^query_token_chunks\.(\d+)$', k) for k in sd) if m)
-    if chunks != list(range(len(chunks))) or not chunks or \
-            [f'qcoord_chunks.{i}' in sd for i in chunks] != [True] * len(chunks):
-        raise ConversionError('VECA checkpoint: the core bank chunks query_token_chunks.{i} / qcoord_chunks.{i} '
-                              f'are missing or incomplete (found chunks {chunks}); truncated or foreign file?')
+    chunks = sorted(
+        int(m.group(1)) for m in (re.match(r'^query_token_chunks\.(\d+)$', k) for k in sd) if m
+    )
+    if (
+        chunks != list(range(len(chunks)))
+        or not chunks
+        or [f'qcoord_chunks.{i}' in sd for i in chunks] != [True] * len(chunks)
+    ):
+        raise ConversionError(
+            'VECA checkpoint: the core bank chunks query_token_chunks.{i} / qcoord_chunks.{i} '
+            f'are missing or incomplete (found chunks {chunks}); truncated or foreign file?'
+        )
     out, sources = OrderedDict(), {}
     tok = [f'query_token_chunks.{i}' for i in chunks]
     crd = [f'qcoord_chunks.{i}' for i in chunks]
@@ -253,27 +339,44 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
     missing = [k for k in target if k not in out]
     if missing:
         given = 'the given arch' if arch is not None else f'model_family {family!r} of its config'
-        raise ConversionError(f'the VECA checkpoint lacks {len(missing)} tensor(s) of VECAViT for {given} '
-                              f'(truncated, or another family?): {missing[:4]}')
+        raise ConversionError(
+            f'the VECA checkpoint lacks {len(missing)} tensor(s) of VECAViT for {given} '
+            f'(truncated, or another family?): {missing[:4]}'
+        )
     bad = [k for k in target if out[k].shape != target[k].shape]
     if bad:
-        raise ConversionError(f'the VECA checkpoint does not fit VECAViT for model_family {family!r}'
-                              f'{" (given arch)" if arch is not None else ""}: '
-                              + '; '.join(f'{k}: checkpoint {tuple(out[k].shape)} vs model '
-                                          f'{tuple(target[k].shape)}' for k in bad[:4]))
+        raise ConversionError(
+            f'the VECA checkpoint does not fit VECAViT for model_family {family!r}'
+            f'{" (given arch)" if arch is not None else ""}: '
+            + '; '.join(
+                f'{k}: checkpoint {tuple(out[k].shape)} vs model {tuple(target[k].shape)}'
+                for k in bad[:4]
+            )
+        )
     import inspect
+
     defaults = {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
-    backbone = dict(type='VECAViT', arch=family if arch is None else arch,
-                    **{k: v for k, v in kwargs.items() if defaults.get(k) != v})
-    m = dict(meta or {}, family='veca', model_family=family, backbone=backbone,
-             nested_budgets=list(ckpt['config'].get('nested_budgets', [])) if isinstance(
-                 ckpt.get('config'), dict) else [])
+    backbone = dict(
+        type='VECAViT',
+        arch=family if arch is None else arch,
+        **{k: v for k, v in kwargs.items() if defaults.get(k) != v},
+    )
+    m = dict(
+        meta or {},
+        family='veca',
+        model_family=family,
+        backbone=backbone,
+        nested_budgets=list(ckpt['config'].get('nested_budgets', []))
+        if isinstance(ckpt.get('config'), dict)
+        else [],
+    )
     return _result(model, out, sources, OrderedDict(), list(sd), m), model
 
 
 # --------------------------------------------------------------------------- file to file
-def convert_isotropic_file(kind: str, src: str, out: Optional[str] = None, *, arch=None,
-                           trust: bool = False):
+def convert_isotropic_file(
+    kind: str, src: str, out: Optional[str] = None, *, arch=None, trust: bool = False
+):
     """Convert the official CA-DeiT (``kind='deit'``) or VECA (``'veca'``) checkpoint
     file ``src`` and save it atomically to ``out`` (default
     ``work_dirs/pretrained/<variant>_official.pth``). ``arch`` (name or dict) checks
@@ -292,8 +395,10 @@ def convert_isotropic_file(kind: str, src: str, out: Optional[str] = None, *, ar
         result, model = convert_veca_official(ckpt, arch=arch, meta=meta)
         fam = result.meta['model_family'] if arch is None else 'custom'
         variant = f'veca_{fam}'
-        title = (f'VECA ({fam}, {model.embed_dims} wide, {model.num_layers} blocks, '
-                 f'{model.num_cores_max} cores) -> VECAViT')
+        title = (
+            f'VECA ({fam}, {model.embed_dims} wide, {model.num_layers} blocks, '
+            f'{model.num_cores_max} cores) -> VECAViT'
+        )
     out = out or osp.join('work_dirs', 'pretrained', f'{variant}_official.pth')
     save_checkpoint(result, out)
     return result, out, title

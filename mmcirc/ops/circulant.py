@@ -27,6 +27,7 @@ autocast disabled; the result is cast back to the autocast / input dtype.
 
 This file depends on torch only.
 """
+
 import contextlib
 import math
 from numbers import Real
@@ -35,8 +36,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ['circulant_attention', 'CirculantAttention', 'next_fast_len',
-           'fft_grid', 'export_mode', 'get_fft_impl', 'set_fft_impl']
+__all__ = [
+    'circulant_attention',
+    'CirculantAttention',
+    'next_fast_len',
+    'fft_grid',
+    'export_mode',
+    'get_fft_impl',
+    'set_fft_impl',
+]
 
 BOUNDARIES = ('circular', 'zero')
 SCALES = ('sqrt_n', 'n')
@@ -84,20 +92,30 @@ def _num_heads(channels, num_heads):
     """Validate ``num_heads`` (None = one head per channel); return it."""
     if num_heads is None:
         return channels
-    if (isinstance(num_heads, bool) or not isinstance(num_heads, int)
-            or num_heads < 1 or channels % num_heads):
-        raise ValueError(f'num_heads must be None or a positive int dividing '
-                         f'the channel count {channels}, got {num_heads!r}')
+    if (
+        isinstance(num_heads, bool)
+        or not isinstance(num_heads, int)
+        or num_heads < 1
+        or channels % num_heads
+    ):
+        raise ValueError(
+            f'num_heads must be None or a positive int dividing '
+            f'the channel count {channels}, got {num_heads!r}'
+        )
     return num_heads
 
 
 def _check_scale(scale):
-    ok = (scale in SCALES if isinstance(scale, str) else
-          isinstance(scale, Real) and not isinstance(scale, bool)
-          and math.isfinite(scale) and scale > 0)
+    ok = (
+        scale in SCALES
+        if isinstance(scale, str)
+        else isinstance(scale, Real)
+        and not isinstance(scale, bool)
+        and math.isfinite(scale)
+        and scale > 0
+    )
     if not ok:
-        raise ValueError(f"scale must be 'sqrt_n', 'n' or a positive float, "
-                         f'got {scale!r}')
+        raise ValueError(f"scale must be 'sqrt_n', 'n' or a positive float, got {scale!r}")
 
 
 def _scale_value(scale, n, d):
@@ -139,8 +157,8 @@ def _irfft2(x, grid, hw):
     """irfft2 of (..., Ph, Pw//2+1) on ``grid``, cropped to (..., H, W)."""
     if tuple(grid) == tuple(hw):
         return torch.fft.irfft2(x, s=grid)
-    x = torch.fft.ifft(x, dim=-2)[..., :hw[0], :]  # (..., H, Pw//2+1)
-    return torch.fft.irfft(x, n=grid[1], dim=-1)[..., :hw[1]]  # (..., H, W)
+    x = torch.fft.ifft(x, dim=-2)[..., : hw[0], :]  # (..., H, Pw//2+1)
+    return torch.fft.irfft(x, n=grid[1], dim=-1)[..., : hw[1]]  # (..., H, W)
 
 
 def _valid_offsets(hw, grid, device):
@@ -149,8 +167,7 @@ def _valid_offsets(hw, grid, device):
     (h, w), (ph, pw) = hw, grid
     r = torch.arange(ph, device=device)
     c = torch.arange(pw, device=device)
-    return (((r < h) | (r > ph - h))[:, None]
-            & ((c < w) | (c > pw - w))[None, :])
+    return ((r < h) | (r > ph - h))[:, None] & ((c < w) | (c > pw - w))[None, :]
 
 
 def _row_mass(p, hw):
@@ -163,7 +180,7 @@ def _row_mass(p, hw):
     """
     h, w = hw
     # wrapped (..., Ph, Pw) -> ordered by offset (..., 2H-1, 2W-1)
-    p = torch.roll(p, (h - 1, w - 1), (-2, -1))[..., :2 * h - 1, :2 * w - 1]
+    p = torch.roll(p, (h - 1, w - 1), (-2, -1))[..., : 2 * h - 1, : 2 * w - 1]
     return _box_sums(p, hw)
 
 
@@ -193,8 +210,7 @@ def _head_blocks(channels, num_heads, grid, batch=1, device_type='cpu'):
     per_head = 3 * batch * d * grid[0] * (grid[1] // 2 + 1) * 8  # q, k, v
     budget = CUDA_BLOCK_BYTES if device_type == 'cuda' else BLOCK_BYTES
     step = d * max(1, min(num_heads, budget // per_head))
-    return [slice(i, min(i + step, channels))
-            for i in range(0, channels, step)]
+    return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
 
 
 def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
@@ -215,8 +231,9 @@ def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
     p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, Ph, Pw)
     # Eq. 16: FFT(o) = conj(P) V, per channel of the head
     pf = torch.fft.rfft2(p).conj()  # (B, heads, Ph, Pw//2+1), lazy conj
-    o = pf * v if d == 1 else (pf.unsqueeze(2) * v.view(
-        b, num_heads, d, *f)).view(b, c, *f)  # (B, C, Ph, Pw//2+1)
+    o = (
+        pf * v if d == 1 else (pf.unsqueeze(2) * v.view(b, num_heads, d, *f)).view(b, c, *f)
+    )  # (B, C, Ph, Pw//2+1)
     o = _irfft2(o, grid, hw)  # (B, C, H, W)
     if boundary == 'zero':  # renormalise rows of A over in-map tokens
         z = _row_mass(p, hw).unsqueeze(2)  # (B, heads, 1, H, W)
@@ -295,12 +312,18 @@ def _dft_bases(grid, dtype, device):
     norm = p.to(dtype)  # Ph
     j = torch.arange(grid[1], device=device)  # (Pw,)
     p = j[-1:] + 1  # Pw as a (1,) tensor
-    u = j[:grid[1] // 2 + 1]  # (U,)
+    u = j[: grid[1] // 2 + 1]  # (U,)
     ang = (j[:, None] * u[None, :] % p).to(dtype) * (2 * math.pi) / p
     cw, sw = ang.cos(), ang.sin()  # (Pw, U)
     wts = (2 - (u == 0).to(dtype) - (2 * u == p).to(dtype)) / (norm * p)
-    return ch, sh, cw, sw, (cw * wts).transpose(0, 1), \
-        (sw * wts).transpose(0, 1)  # ..., (U, Pw), (U, Pw)
+    return (
+        ch,
+        sh,
+        cw,
+        sw,
+        (cw * wts).transpose(0, 1),
+        (sw * wts).transpose(0, 1),
+    )  # ..., (U, Pw), (U, Pw)
 
 
 def _dft2(x, bases, hw):
@@ -344,8 +367,8 @@ def _attend_dft(q, k, v, hw, grid, num_heads, bases, boundary):
         # offsets -(H-1)..-1 sit at rows H..2H-2 of the exact grid, 0..H-1
         # at rows 0..H-1 (likewise columns): order by slicing (no roll,
         # whose symbolic shifts do not export)
-        p = torch.cat([p[..., hw[0]:, :], p[..., :hw[0], :]], dim=-2)
-        p = torch.cat([p[..., hw[1]:], p[..., :hw[1]]], dim=-1)
+        p = torch.cat([p[..., hw[0] :, :], p[..., : hw[0], :]], dim=-2)
+        p = torch.cat([p[..., hw[1] :], p[..., : hw[1]]], dim=-1)
         o = o / _box_sums(p, hw).unsqueeze(2)  # (B, heads, d, H, W)
     return o.reshape(b, c, *hw)  # (B, C, H, W)
 
@@ -368,10 +391,12 @@ def _circulant_attention_dft(q, k, v, boundary, num_heads, scale):
     cdt, odt = _dtypes(q)
     with _fp32_region_if_autocast(q):
         bases = _dft_bases(grid, cdt, q.device)
-        q, k, v = (_dft2(t.to(cdt).permute(0, 3, 1, 2), bases, (h, w))
-                   for t in (q, k, v))  # (B, C, Ph, U) pairs
-        o = _attend_dft((q[0] * s, q[1] * s), k, v, (h, w), grid, heads,
-                        bases, boundary)  # (B, C, H, W)
+        q, k, v = (
+            _dft2(t.to(cdt).permute(0, 3, 1, 2), bases, (h, w)) for t in (q, k, v)
+        )  # (B, C, Ph, U) pairs
+        o = _attend_dft(
+            (q[0] * s, q[1] * s), k, v, (h, w), grid, heads, bases, boundary
+        )  # (B, C, H, W)
     return o.permute(0, 2, 3, 1).to(odt, memory_format=torch.contiguous_format)
 
 
@@ -379,20 +404,22 @@ def _circulant_attention_dft(q, k, v, boundary, num_heads, scale):
 def _check_maps(q, k, v):
     for name, t in (('q', q), ('k', k), ('v', v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f'{name} must be a 4-D tensor (B, H, W, C), got '
-                             f'{getattr(t, "shape", type(t))}')
+            raise ValueError(
+                f'{name} must be a 4-D tensor (B, H, W, C), got {getattr(t, "shape", type(t))}'
+            )
         if not t.is_floating_point():
             raise ValueError(f'{name} must be floating point, got {t.dtype}')
     if not q.shape == k.shape == v.shape:
-        raise ValueError(f'q, k, v must have the same shape (B, H, W, C), '
-                         f'got {tuple(q.shape)}, {tuple(k.shape)}, '
-                         f'{tuple(v.shape)}')
+        raise ValueError(
+            f'q, k, v must have the same shape (B, H, W, C), '
+            f'got {tuple(q.shape)}, {tuple(k.shape)}, '
+            f'{tuple(v.shape)}'
+        )
     if min(q.shape[1:]) < 1:
         raise ValueError(f'q, k, v need H, W, C >= 1, got {tuple(q.shape)}')
 
 
-def circulant_attention(q, k, v, *, boundary='circular', num_heads=None,
-                        scale='sqrt_n'):
+def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='sqrt_n'):
     """Circulant attention (Eqs. 15-16) of feature maps.
 
     Args:
@@ -424,10 +451,10 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None,
         q, k, v = (t.to(cdt).permute(0, 3, 1, 2) for t in (q, k, v))
         o = []
         for sl in _head_blocks(c, heads, grid, b, q.device.type):  # heads
-            qb, kb, vb = (torch.fft.rfft2(t[:, sl].contiguous(), s=grid)
-                          for t in (q, k, v))  # (B, Cb, Ph, Pw//2+1) each
-            o.append(_attend_spectra(qb, kb, vb, (h, w), grid,
-                                     qb.shape[1] // d, s, boundary))
+            qb, kb, vb = (
+                torch.fft.rfft2(t[:, sl].contiguous(), s=grid) for t in (q, k, v)
+            )  # (B, Cb, Ph, Pw//2+1) each
+            o.append(_attend_spectra(qb, kb, vb, (h, w), grid, qb.shape[1] // d, s, boundary))
         o = torch.cat(o, dim=1)  # (B, C, H, W)
     return o.permute(0, 2, 3, 1).to(odt, memory_format=torch.contiguous_format)
 
@@ -450,10 +477,8 @@ def _linear_cf(layer, x, channels_last=False):
     w = layer.weight.expand(b, -1, -1)  # (B, C_out, C_in)
     if channels_last:  # (B, N, C_in) @ (B, C_in, C_out)
         x, w = x.transpose(1, 2), w.transpose(1, 2)
-        return torch.baddbmm(layer.bias, x, w) if layer.bias is not None \
-            else torch.bmm(x, w)
-    return torch.baddbmm(layer.bias[:, None], w, x) \
-        if layer.bias is not None else torch.bmm(w, x)
+        return torch.baddbmm(layer.bias, x, w) if layer.bias is not None else torch.bmm(x, w)
+    return torch.baddbmm(layer.bias[:, None], w, x) if layer.bias is not None else torch.bmm(w, x)
 
 
 class CirculantAttention(nn.Module):
@@ -477,8 +502,7 @@ class CirculantAttention(nn.Module):
         proj_drop (float): dropout after the output projection.
     """
 
-    def __init__(self, dim, num_heads=None, boundary='circular',
-                 scale='sqrt_n', proj_drop=0.):
+    def __init__(self, dim, num_heads=None, boundary='circular', scale='sqrt_n', proj_drop=0.0):
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f'dim must be a positive int, got {dim!r}')
@@ -494,29 +518,33 @@ class CirculantAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def extra_repr(self):
-        return (f'dim={self.dim}, num_heads={self.num_heads}, '
-                f'boundary={self.boundary!r}, scale={self.scale!r}')
+        return (
+            f'dim={self.dim}, num_heads={self.num_heads}, '
+            f'boundary={self.boundary!r}, scale={self.scale!r}'
+        )
 
     def forward(self, x, hw_shape):
         """x: (B, N, C) tokens of an H x W map (row-major), hw_shape = (H, W).
         Returns (B, N, C)."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            raise ValueError(f'x must be a 3-D tensor (B, N, C), got '
-                             f'{getattr(x, "shape", type(x))}')
+            raise ValueError(
+                f'x must be a 3-D tensor (B, N, C), got {getattr(x, "shape", type(x))}'
+            )
         if x.shape[-1] != self.dim:
-            raise ValueError(f'x must have dim={self.dim} channels, got '
-                             f'{x.shape[-1]}')
-        if (not isinstance(hw_shape, (tuple, list)) or len(hw_shape) != 2
-                or not all(isinstance(n, (int, torch.SymInt))
-                           and not isinstance(n, bool) and n >= 1
-                           for n in hw_shape)):
-            raise ValueError(f'hw_shape must be (H, W) with positive ints, '
-                             f'got {hw_shape!r}')
+            raise ValueError(f'x must have dim={self.dim} channels, got {x.shape[-1]}')
+        if (
+            not isinstance(hw_shape, (tuple, list))
+            or len(hw_shape) != 2
+            or not all(
+                isinstance(n, (int, torch.SymInt)) and not isinstance(n, bool) and n >= 1
+                for n in hw_shape
+            )
+        ):
+            raise ValueError(f'hw_shape must be (H, W) with positive ints, got {hw_shape!r}')
         b, n, c = x.shape
         h, w = hw_shape
         if n != h * w:
-            raise ValueError(f'x has N={n} tokens but hw_shape='
-                             f'{tuple(hw_shape)} gives H*W={h * w}')
+            raise ValueError(f'x has N={n} tokens but hw_shape={tuple(hw_shape)} gives H*W={h * w}')
         if _FFT_IMPL == 'dft':  # export path (real arithmetic, no torch.fft)
             return self._forward_dft(x, (h, w))
         grid = fft_grid(h, w, self.boundary)
@@ -532,15 +560,14 @@ class CirculantAttention(nn.Module):
             # with the zero padding of boundary='zero' (grid > H x W)
             x = torch.fft.rfft2(x, s=grid)  # (B, C, Ph, Pw//2+1)
             y = t.new_empty(t.shape)  # gated output o * t, (B, C, N)
-            for sl in _head_blocks(c, self.num_heads, grid, b,
-                                   x.device.type):
+            for sl in _head_blocks(c, self.num_heads, grid, b, x.device.type):
                 # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
                 qkv = _linear_spectrum(wb, x)  # (B, 3Cb, Ph, Pw//2+1)
                 q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, Pw//2+1) each
                 o = _attend_spectra(  # Eqs. 15-16, (B, Cb, H, W)
-                    q, k, v, (h, w), grid, q.shape[1] * self.num_heads // c,
-                    1.0, self.boundary)
+                    q, k, v, (h, w), grid, q.shape[1] * self.num_heads // c, 1.0, self.boundary
+                )
                 y[:, sl] = o.flatten(2).to(odt) * t[:, sl]  # gate, (B, Cb, N)
         return self.proj_drop(_linear_cf(self.proj, y, channels_last=True))
 
@@ -560,10 +587,10 @@ class CirculantAttention(nn.Module):
             f = xr.shape[-2:]  # (Ph, U)
             wqkv = self.qkv.weight.to(cdt)  # (3C, C): W_q (scaled by s), W_k, W_v
             wqkv = torch.cat([wqkv[:c] * s, wqkv[c:]])
-            xr, xi = (torch.matmul(wqkv, z.reshape(b, c, -1)).reshape(
-                b, 3 * c, *f) for z in (xr, xi))  # (B, 3C, Ph, U)
+            xr, xi = (
+                torch.matmul(wqkv, z.reshape(b, c, -1)).reshape(b, 3 * c, *f) for z in (xr, xi)
+            )  # (B, 3C, Ph, U)
             q, k, v = zip(xr.chunk(3, dim=1), xi.chunk(3, dim=1))  # pairs
-            o = _attend_dft(q, k, v, hw, grid, self.num_heads, bases,
-                            self.boundary)  # (B, C, H, W)
+            o = _attend_dft(q, k, v, hw, grid, self.num_heads, bases, self.boundary)  # (B, C, H, W)
             y = o.reshape(b, c, n).to(odt) * t  # gate, (B, C, N)
         return self.proj_drop(_linear_cf(self.proj, y, channels_last=True))

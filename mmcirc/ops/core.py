@@ -57,8 +57,9 @@ def _positive_int(name, value, allow_none=False):
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f'{name} must be a positive int'
-                         f'{" or None" if allow_none else ""}, got {value!r}')
+        raise ValueError(
+            f'{name} must be a positive int{" or None" if allow_none else ""}, got {value!r}'
+        )
 
 
 def select_cores(bank, num_cores, batch_size=None):
@@ -73,12 +74,17 @@ def select_cores(bank, num_cores, batch_size=None):
         Tensor: ``bank[:num_cores]`` (a view, expanded over the batch).
     """
     if not isinstance(bank, torch.Tensor) or bank.dim() != 2:
-        raise ValueError(f'bank must be a 2-D tensor (C_max, C), got '
-                         f'{getattr(bank, "shape", type(bank))}')
-    if (isinstance(num_cores, bool) or not isinstance(num_cores, int)
-            or not 1 <= num_cores <= bank.shape[0]):
-        raise ValueError(f'num_cores must be an int in [1, {bank.shape[0]}] '
-                         f'(the bank size), got {num_cores!r}')
+        raise ValueError(
+            f'bank must be a 2-D tensor (C_max, C), got {getattr(bank, "shape", type(bank))}'
+        )
+    if (
+        isinstance(num_cores, bool)
+        or not isinstance(num_cores, int)
+        or not 1 <= num_cores <= bank.shape[0]
+    ):
+        raise ValueError(
+            f'num_cores must be an int in [1, {bank.shape[0]}] (the bank size), got {num_cores!r}'
+        )
     _positive_int('batch_size', batch_size, allow_none=True)
     cores = bank[:num_cores]
     if batch_size is None:
@@ -106,27 +112,34 @@ class CoreAttention(nn.Module):
     returns ``(y, new_cores)``: (B, N, C) and (B, C', C).
     """
 
-    def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.,
-                 proj_drop=0., chunk_size=None,
-                 chunk_threshold=DEFAULT_CHUNK_THRESHOLD,
-                 fold_projections=None):
+    def __init__(
+        self,
+        dim,
+        num_heads,
+        qkv_bias=True,
+        attn_drop=0.0,
+        proj_drop=0.0,
+        chunk_size=None,
+        chunk_threshold=DEFAULT_CHUNK_THRESHOLD,
+        fold_projections=None,
+    ):
         super().__init__()
         _positive_int('dim', dim)
         _positive_int('num_heads', num_heads)
         if dim % num_heads:
-            raise ValueError(f'num_heads must divide dim={dim}, '
-                             f'got {num_heads}')
+            raise ValueError(f'num_heads must divide dim={dim}, got {num_heads}')
         _positive_int('chunk_size', chunk_size, allow_none=True)
         _positive_int('chunk_threshold', chunk_threshold)
         if not 0 <= attn_drop < 1:
             raise ValueError(f'attn_drop must be in [0, 1), got {attn_drop!r}')
         if fold_projections not in (None, True, False):
-            raise ValueError(f'fold_projections must be None, True or False, '
-                             f'got {fold_projections!r}')
+            raise ValueError(
+                f'fold_projections must be None, True or False, got {fold_projections!r}'
+            )
         self.dim = dim
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         self.attn_drop = attn_drop
         self.chunk_size = chunk_size
         self.chunk_threshold = chunk_threshold
@@ -144,9 +157,11 @@ class CoreAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def extra_repr(self):
-        return (f'dim={self.dim}, num_heads={self.num_heads}, '
-                f'chunk_size={self.chunk_size}, '
-                f'chunk_threshold={self.chunk_threshold}')
+        return (
+            f'dim={self.dim}, num_heads={self.num_heads}, '
+            f'chunk_size={self.chunk_size}, '
+            f'chunk_threshold={self.chunk_threshold}'
+        )
 
     # ------------------------------------------------------------ helpers
     def _chunk_len(self, n):
@@ -175,7 +190,8 @@ class CoreAttention(nn.Module):
         """fn(*args) on one chunk; checkpointed under autograd, so that the
         chunk's scores are recomputed in backward instead of stored."""
         if torch.is_grad_enabled() and any(
-                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            isinstance(a, torch.Tensor) and a.requires_grad for a in args
+        ):
             return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
 
@@ -202,12 +218,14 @@ class CoreAttention(nn.Module):
             m_new = torch.maximum(m, m_new)
         e = torch.exp(s - m_new)  # (..., rows, n)
         de = self._drop(e)
-        new = [e.sum(-1, keepdim=True), de @ v,  # den, acc (..., rows, dv)
-               de.sum(-1, keepdim=True) if track_mass else None]
+        new = [
+            e.sum(-1, keepdim=True),
+            de @ v,  # den, acc (..., rows, dv)
+            de.sum(-1, keepdim=True) if track_mass else None,
+        ]
         if m is not None:  # rescale the old state to the new max and add
             corr = torch.exp(m - m_new)
-            new = [None if t is None else old * corr + t
-                   for old, t in zip((den, acc, mass), new)]
+            new = [None if t is None else old * corr + t for old, t in zip((den, acc, mass), new)]
         return (m_new, *new)
 
     def _gather(self, cores, x, chunk, fold):
@@ -220,26 +238,22 @@ class CoreAttention(nn.Module):
         track = fold and self.training and self.attn_drop > 0
         if chunk >= x.shape[1] and not track:  # all patches at once (fused)
             k, v = self._patch_kv(x, fold)
-            q, k, v = (q, k, v) if not fold else (
-                q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
+            q, k, v = (q, k, v) if not fold else (q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
             out = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=self.attn_drop if self.training else 0.,
-                scale=1.0)  # (B, h, C', dh) or (B, 1, h*C', C)
+                q, k, v, dropout_p=self.attn_drop if self.training else 0.0, scale=1.0
+            )  # (B, h, C', dh) or (B, 1, h*C', C)
             out, mass = out.squeeze(1) if fold else out, None
         else:  # stream over chunks of patches with an online softmax
-            state = (None, ) * 4  # m, den, acc, mass
+            state = (None,) * 4  # m, den, acc, mass
             for xc in x.split(chunk, dim=1):
-                state = self._run(self._gather_step, q, xc, fold, track,
-                                  *state)
+                state = self._run(self._gather_step, q, xc, fold, track, *state)
             _, den, acc, mass = state
             out = acc / den  # sum_n p_n v_n: (B, h, C', dh) or (B, h*C', C)
         if fold:  # W_vp,h (sum_n p_n x_n) + b_h sum_n p_n: (B, h, C', dh)
-            out = out.view(b, h, nc, c) @ self.v_patch.weight.view(
-                h, dh, c).transpose(-1, -2)
+            out = out.view(b, h, nc, c) @ self.v_patch.weight.view(h, dh, c).transpose(-1, -2)
             if self.v_patch.bias is not None:
                 bias = self.v_patch.bias.view(h, 1, dh)
-                out = out + (bias if mass is None else
-                             bias * (mass / den).view(b, h, nc, 1))
+                out = out + (bias if mass is None else bias * (mass / den).view(b, h, nc, 1))
         return out.transpose(1, 2).reshape(b, nc, c)  # (B, C', C)
 
     # ------------------------------------------------------------ broadcast
@@ -257,7 +271,8 @@ class CoreAttention(nn.Module):
         b, n, c = xc.shape
         q = self._heads(self.q_patch(xc))  # (B, h, n, dh)
         o = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+            q, k, v, dropout_p=self.attn_drop if self.training else 0.0
+        )
         return self.proj(o.transpose(1, 2).reshape(b, n, c))
 
     def _broadcast(self, x, cores, chunk, fold):
@@ -269,11 +284,14 @@ class CoreAttention(nn.Module):
         if fold:
             wq = self.q_patch.weight.view(h, dh, c)
             k_t = (k @ wq).view(b, h * nc, c) * self.scale  # W_qp,h^T k_h
-            beta = (k @ self.q_patch.bias.view(h, dh, 1)).view(b, 1, h * nc) \
-                * self.scale if self.q_patch.bias is not None else \
-                k.new_zeros(b, 1, h * nc)  # b_qp,h . k_h
-            v_t = (v @ self.proj.weight.view(c, h, dh).permute(1, 2, 0)
-                   ).reshape(b, h * nc, c)  # v_h W_o,h^T
+            beta = (
+                (k @ self.q_patch.bias.view(h, dh, 1)).view(b, 1, h * nc) * self.scale
+                if self.q_patch.bias is not None
+                else k.new_zeros(b, 1, h * nc)
+            )  # b_qp,h . k_h
+            v_t = (v @ self.proj.weight.view(c, h, dh).permute(1, 2, 0)).reshape(
+                b, h * nc, c
+            )  # v_h W_o,h^T
             bias = self.proj.bias
             if bias is not None and not (self.training and self.attn_drop):
                 # each head's weights sum to 1: b_o = sum_h P_h (b_o / h)
@@ -283,10 +301,10 @@ class CoreAttention(nn.Module):
             fn, args = self._broadcast_plain, (k, v)
         if chunk >= x.shape[1]:
             return fn(x, *args)
-        y = x.new_empty(x.shape[:2] + (c, ))
+        y = x.new_empty(x.shape[:2] + (c,))
         start = 0
         for xc in x.split(chunk, dim=1):
-            y[:, start:start + xc.shape[1]] = self._run(fn, xc, *args)
+            y[:, start : start + xc.shape[1]] = self._run(fn, xc, *args)
             start += xc.shape[1]
         return y
 
@@ -296,21 +314,28 @@ class CoreAttention(nn.Module):
         Returns (y (B, N, C), new_cores (B, C', C)).
         """
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            raise ValueError(f'x must be a 3-D tensor (B, N, C), got '
-                             f'{getattr(x, "shape", type(x))}')
+            raise ValueError(
+                f'x must be a 3-D tensor (B, N, C), got {getattr(x, "shape", type(x))}'
+            )
         if not isinstance(cores, torch.Tensor) or cores.dim() != 3:
-            raise ValueError(f'cores must be a 3-D tensor (B, C\', C), got '
-                             f'{getattr(cores, "shape", type(cores))}')
+            raise ValueError(
+                f"cores must be a 3-D tensor (B, C', C), got {getattr(cores, 'shape', type(cores))}"
+            )
         if x.shape[-1] != self.dim or cores.shape[-1] != self.dim:
-            raise ValueError(f'x and cores must have dim={self.dim} channels, '
-                             f'got {x.shape[-1]} and {cores.shape[-1]}')
+            raise ValueError(
+                f'x and cores must have dim={self.dim} channels, '
+                f'got {x.shape[-1]} and {cores.shape[-1]}'
+            )
         if cores.shape[0] != x.shape[0]:
-            raise ValueError(f'cores batch {cores.shape[0]} must equal x '
-                             f'batch {x.shape[0]} (select_cores expands a '
-                             f'bank)')
+            raise ValueError(
+                f'cores batch {cores.shape[0]} must equal x '
+                f'batch {x.shape[0]} (select_cores expands a '
+                f'bank)'
+            )
         if cores.shape[1] < 1 or x.shape[1] < 1:
-            raise ValueError(f'x needs N >= 1 patches and cores C\' >= 1, got '
-                             f'N={x.shape[1]}, C\'={cores.shape[1]}')
+            raise ValueError(
+                f"x needs N >= 1 patches and cores C' >= 1, got N={x.shape[1]}, C'={cores.shape[1]}"
+            )
         chunk = self._chunk_len(x.shape[1])
         fold = self._fold(cores.shape[1])
         g = self._gather(cores, x, chunk, fold)  # (B, C', C)

@@ -3,6 +3,7 @@
 The tools follow mmdet's command line for every library; which library runs a config
 is read from its ``default_scope`` (``mmdet``, ``mmseg`` or ``mmpretrain``).
 """
+
 import functools
 import os
 import os.path as osp
@@ -26,8 +27,10 @@ def parse_hw(text: str, flag: str, multiple: int = 1):
     if len(hw) == 1:
         hw = hw * 2
     if len(hw) != 2 or any(s < multiple or s % multiple for s in hw):
-        raise CLIError(f'{flag}: each size must be S or HxW with multiples of {multiple} '
-                       f'(>= {multiple}), got {text!r}')
+        raise CLIError(
+            f'{flag}: each size must be S or HxW with multiples of {multiple} '
+            f'(>= {multiple}), got {text!r}'
+        )
     return hw
 
 
@@ -42,14 +45,17 @@ def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
     if not osp.isfile(path):
         raise CLIError(f'config file not found: {path}')
     import mmcirc  # noqa: F401  (registers models, hooks and the safe checkpoint loader)
+
     cfg = Config.fromfile(path)
     cfg.launcher = launcher
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     scope = cfg.get('default_scope')
     if scope not in LIBRARIES:
-        raise CLIError(f'{path}: default_scope={scope!r}; expected one of {LIBRARIES} '
-                       "(inherit an mmdet::, mmseg:: or mmpretrain:: base config)")
+        raise CLIError(
+            f'{path}: default_scope={scope!r}; expected one of {LIBRARIES} '
+            '(inherit an mmdet::, mmseg:: or mmpretrain:: base config)'
+        )
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
@@ -63,10 +69,17 @@ def apply_common_args(parser):
 
     parser.add_argument('--work-dir', help='directory for logs, checkpoints and results')
     parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override config settings, key=value (e.g. train_cfg.max_iters=10)')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher')
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override config settings, key=value (e.g. train_cfg.max_iters=10)',
+    )
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher',
+    )
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     return parser
 
@@ -82,19 +95,29 @@ def build_runner(cfg):
     import torch.distributed as dist
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
+
     if cfg.get('launcher', 'none') != 'none' and not torch.cuda.is_available():
         # mmengine assumes GPUs in distributed runs: init_dist calls cuda.set_device and
         # the default DDP wrapper passes device_ids. Without GPUs, join the torchrun group
         # over gloo here (the Runner reuses it) and wrap with DDP on the CPU.
         if cfg.launcher == 'pytorch' and not dist.is_initialized():
             dist.init_process_group(backend='gloo')
-        cfg.setdefault('model_wrapper_cfg', dict(
-            type='MMDistributedDataParallel', device_ids=None, broadcast_buffers=False,
-            find_unused_parameters=cfg.get('find_unused_parameters', False)))
+        cfg.setdefault(
+            'model_wrapper_cfg',
+            dict(
+                type='MMDistributedDataParallel',
+                device_ids=None,
+                broadcast_buffers=False,
+                find_unused_parameters=cfg.get('find_unused_parameters', False),
+            ),
+        )
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     if dist.is_initialized():
-        print(f'[mmcirc] process rank {dist.get_rank()} of world size {dist.get_world_size()} '
-              f'({dist.get_backend()})', flush=True)
+        print(
+            f'[mmcirc] process rank {dist.get_rank()} of world size {dist.get_world_size()} '
+            f'({dist.get_backend()})',
+            flush=True,
+        )
     return runner
 
 
@@ -112,6 +135,7 @@ def run_and_release(runner, method: str):
     gone).
     """
     import torch.distributed as dist
+
     try:
         result = getattr(runner, method)()
     except BaseException:

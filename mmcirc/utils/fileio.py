@@ -7,6 +7,7 @@ it over the target (``os.replace``: atomic on POSIX within one file system), the
 fsyncs the folder so the rename itself survives a power cut. A reader sees the old
 file or the new one, never a mix; on failure the temporary file is removed.
 """
+
 import contextlib
 import os
 import os.path as osp
@@ -90,8 +91,9 @@ def atomic_write_many(files: Dict[str, Union[bytes, str]]) -> None:
                 data = data.encode('utf-8')
             path = osp.abspath(osp.expanduser(os.fspath(path)))
             os.makedirs(osp.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp',
-                                       dir=osp.dirname(path))
+            fd, tmp = tempfile.mkstemp(
+                prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=osp.dirname(path)
+            )
             staged.append((tmp, path))
             with os.fdopen(fd, 'wb') as f:
                 f.write(data)

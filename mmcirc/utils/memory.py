@@ -1,5 +1,6 @@
 """Process memory, the one reader mmcirc's tools and benchmarks use (Linux ``/proc``,
 falling back to ``getrusage`` elsewhere)."""
+
 import os
 import resource
 

@@ -5,6 +5,7 @@ mmengine's logger from printing every parameter.
 tensor at INFO through mmengine's current logger; a tool that builds a model with
 random weights (or loads a checkpoint) runs them inside :func:`quiet_logger`.
 """
+
 import contextlib
 import logging
 
@@ -16,6 +17,7 @@ def quiet_logger(level=logging.WARNING):
     """Inside the block, mmengine's current logger shows ``level`` and above only; its
     own level is restored afterwards (also after an exception). Yields the logger."""
     from mmengine.logging import MMLogger
+
     logger = MMLogger.get_current_instance()
     saved = logger.level
     logger.setLevel(level)

@@ -1,6 +1,7 @@
 """mmcirc.analysis.attention_maps: the BCCB projection against a brute-force average
 over explicit offset classes, its projection properties, and hooks that capture exactly
 the matrices (kernels, gather weights) the layers use."""
+
 import itertools
 import math
 import os.path as osp
@@ -14,9 +15,17 @@ from helpers import REPO
 sys.path.insert(0, osp.join(REPO, 'tests', 'ops'))
 from dense_reference import circulant_attention_dense, offset_index  # noqa: E402
 
-from mmcirc.analysis.attention_maps import (AttentionCapture, bccb_distance, bccb_expand,  # noqa: E402
-                                            bccb_kernel, bccb_project, centre_kernel,
-                                            find_attention_layers, gather_entropy, shuffle_tokens)
+from mmcirc.analysis.attention_maps import (
+    AttentionCapture,
+    bccb_distance,
+    bccb_expand,  # noqa: E402
+    bccb_kernel,
+    bccb_project,
+    centre_kernel,
+    find_attention_layers,
+    gather_entropy,
+    shuffle_tokens,
+)
 from mmcirc.ops import CirculantAttention, CoreAttention  # noqa: E402
 
 
@@ -33,8 +42,9 @@ def _brute_projection(attn, q_grid, k_grid):
     offset of key j from the key cell that covers query i, average each group."""
     (hq, wq), (hk, wk) = q_grid, k_grid
     groups = {}
-    for (r, c), (kr, kc) in itertools.product(itertools.product(range(hq), range(wq)),
-                                              itertools.product(range(hk), range(wk))):
+    for (r, c), (kr, kc) in itertools.product(
+        itertools.product(range(hq), range(wq)), itertools.product(range(hk), range(wk))
+    ):
         cr, cc = math.floor(r * hk / hq), math.floor(c * wk / wq)
         m = ((kr - cr) % hk, (kc - cc) % wk)
         groups.setdefault(m, []).append((r * wq + c, kr * wk + kc))
@@ -66,7 +76,9 @@ def test_bccb_matrix_is_its_own_projection():
 @pytest.mark.parametrize('q_grid,k_grid', [((3, 4), (3, 4)), ((6, 4), (3, 2)), ((5, 7), (2, 3))])
 def test_projection_matches_brute_force_class_average(q_grid, k_grid):
     attn = _random_attention(2, q_grid[0] * q_grid[1], k_grid[0] * k_grid[1])
-    torch.testing.assert_close(bccb_project(attn, q_grid, k_grid), _brute_projection(attn, q_grid, k_grid))
+    torch.testing.assert_close(
+        bccb_project(attn, q_grid, k_grid), _brute_projection(attn, q_grid, k_grid)
+    )
 
 
 @pytest.mark.parametrize('q_grid,k_grid', [((4, 5), None), ((6, 4), (3, 2))])
@@ -94,8 +106,10 @@ def test_distance_equals_direct_frobenius_ratio():
     direct = (attn - bccb_project(attn, (4, 5))).norm(dim=(-2, -1)) / attn.norm(dim=(-2, -1))
     torch.testing.assert_close(bccb_distance(attn, (4, 5)), direct)
     assert direct.min().item() > 0.1  # a random softmax matrix is far from BCCB
-    pooled = (attn - bccb_project(attn, (4, 5))).square().sum((0, -2, -1)) / attn.square().sum((0, -2, -1))
-    torch.testing.assert_close(bccb_distance(attn, (4, 5), reduce_dims=(0, )), pooled.sqrt())
+    pooled = (attn - bccb_project(attn, (4, 5))).square().sum((0, -2, -1)) / attn.square().sum(
+        (0, -2, -1)
+    )
+    torch.testing.assert_close(bccb_distance(attn, (4, 5), reduce_dims=(0,)), pooled.sqrt())
 
 
 def test_reduced_key_grid_kernel_equals_query_pooled_kernel():
@@ -117,13 +131,15 @@ def test_circulant_attentions_own_matrix_is_bccb(hw):
     v = torch.eye(n, dtype=torch.float64).view(1, h, w, n)
     attn = circulant_attention_dense(q, k, v, num_heads=1).view(n, n)  # rows: A[i, :]
     assert bccb_distance(attn, hw).item() < 1e-7
-    torch.testing.assert_close(bccb_kernel(attn, hw).sum(), torch.tensor(1., dtype=torch.float64))
+    torch.testing.assert_close(bccb_kernel(attn, hw).sum(), torch.tensor(1.0, dtype=torch.float64))
     zero = circulant_attention_dense(q, k, v, boundary='zero', num_heads=1).view(n, n)
     assert bccb_distance(zero, hw).item() > 1e-3  # no wrap-around: not circulant
 
 
 def test_shuffled_tokens_keep_entries_and_break_bccb():
-    m = _bccb_from_kernel(torch.softmax(torch.randn(4, 4, dtype=torch.float64).flatten(), 0).view(4, 4))
+    m = _bccb_from_kernel(
+        torch.softmax(torch.randn(4, 4, dtype=torch.float64).flatten(), 0).view(4, 4)
+    )
     s = shuffle_tokens(m, torch.Generator().manual_seed(0))
     torch.testing.assert_close(s.flatten().sort().values, m.flatten().sort().values)
     torch.testing.assert_close(s.sum(-1).sort().values, m.sum(-1).sort().values)
@@ -144,8 +160,10 @@ def test_centre_kernel_puts_offset_zero_in_the_middle():
 
 
 def test_gather_entropy_uniform_and_one_hot():
-    w = torch.tensor([[0.25] * 4, [1., 0, 0, 0]])
-    torch.testing.assert_close(gather_entropy(w), torch.tensor([math.log(4), 0.], dtype=torch.float64))
+    w = torch.tensor([[0.25] * 4, [1.0, 0, 0, 0]])
+    torch.testing.assert_close(
+        gather_entropy(w), torch.tensor([math.log(4), 0.0], dtype=torch.float64)
+    )
 
 
 # --------------------------------------------------------------------------- mmcirc ops
@@ -159,7 +177,7 @@ def test_circulant_capture_is_the_kernel_the_layer_uses(boundary, heads):
     x = torch.randn(b, h * w, c, dtype=torch.float64)
     with AttentionCapture(mod) as cap:
         out = mod(x, (h, w))
-    (rec, ) = cap.records
+    (rec,) = cap.records
     assert rec.kind == 'circulant' and rec.q_grid == (h, w)
     nh = c if heads is None else heads
     p = rec.weights  # (B, heads, H, W) or (B, heads, 2H-1, 2W-1)
@@ -185,7 +203,7 @@ def test_core_capture_is_the_gather_the_layer_uses():
     cores = torch.randn(b, ncores, c, dtype=torch.float64)
     with AttentionCapture(mod) as cap:
         _, new_cores = mod(x, cores)
-    (rec, ) = cap.records
+    (rec,) = cap.records
     gather = rec.weights
     assert gather.shape == (b, heads, ncores, n)
     torch.testing.assert_close(gather.sum(-1), torch.ones(b, heads, ncores, dtype=torch.float64))
@@ -196,10 +214,13 @@ def test_core_capture_is_the_gather_the_layer_uses():
 
 def test_find_attention_layers_filters_kinds():
     model = torch.nn.ModuleDict(dict(a=CirculantAttention(4), b=CoreAttention(4, 2)))
-    assert [(n, k) for n, k, _ in find_attention_layers(model)] == [('a', 'circulant'), ('b', 'core')]
-    assert [n for n, _, _ in find_attention_layers(model, ('core', ))] == ['b']
+    assert [(n, k) for n, k, _ in find_attention_layers(model)] == [
+        ('a', 'circulant'),
+        ('b', 'core'),
+    ]
+    assert [n for n, _, _ in find_attention_layers(model, ('core',))] == ['b']
     with pytest.raises(ValueError, match='kinds'):
-        find_attention_layers(model, ('dense', ))
+        find_attention_layers(model, ('dense',))
 
 
 # --------------------------------------------------------------------------- mmdet layers
@@ -215,6 +236,7 @@ def test_pvt_sra_capture_is_the_matrix_the_layer_uses():
     x + out_proj(A V) == the layer's attention output, and the head mean equals the
     weights torch's nn.MultiheadAttention returns itself."""
     from mmdet.models.backbones.pvt import PVTEncoderLayer
+
     torch.manual_seed(0)
     layer = PVTEncoderLayer(embed_dims=16, num_heads=2, feedforward_channels=32, sr_ratio=2).eval()
     sra = layer.attn
@@ -225,7 +247,7 @@ def test_pvt_sra_capture_is_the_matrix_the_layer_uses():
         xn = layer.norm1(x)
         out = sra(xn, (6, 8), identity=x)
     handle.remove()
-    (rec, ) = cap.records
+    (rec,) = cap.records
     assert rec.kind == 'sra' and rec.q_grid == (6, 8) and rec.k_grid == (3, 4)
     attn = rec.weights  # (B, 2, 48, 12)
     mha = sra.attn
@@ -240,8 +262,11 @@ def test_swin_window_capture_is_the_matrix_the_block_uses():
     """Shifted-window block (relative position bias + shift mask): the window attention
     output equals proj(A V) with the captured A, window by window."""
     from mmdet.models.backbones.swin import SwinBlock
+
     torch.manual_seed(0)
-    block = SwinBlock(embed_dims=16, num_heads=2, feedforward_channels=32, window_size=3, shift=True).eval()
+    block = SwinBlock(
+        embed_dims=16, num_heads=2, feedforward_channels=32, window_size=3, shift=True
+    ).eval()
     wmsa = block.attn.w_msa
     torch.nn.init.normal_(wmsa.relative_position_bias_table, std=0.5)
     seen = []
@@ -249,12 +274,12 @@ def test_swin_window_capture_is_the_matrix_the_block_uses():
     with AttentionCapture(block) as cap, torch.no_grad():
         block(torch.randn(1, 6 * 9, 16), (6, 9))
     handle.remove()
-    (rec, ) = cap.records
-    (windows, out), = seen
+    (rec,) = cap.records
+    ((windows, out),) = seen
     assert rec.kind == 'window' and rec.q_grid == rec.k_grid == (3, 3)
     attn = rec.weights  # (6 windows, 2, 9, 9)
     assert attn.shape == (6, 2, 9, 9)
-    v = (windows @ wmsa.qkv.weight[32:].T + wmsa.qkv.bias[32:])
+    v = windows @ wmsa.qkv.weight[32:].T + wmsa.qkv.bias[32:]
     torch.testing.assert_close(out, wmsa.proj(_mha_output(attn, v, 2)), rtol=1e-5, atol=1e-5)
     # the shift mask reached the capture: some pairs of a border window are cut off
     assert (attn < 1e-20).any()
@@ -265,10 +290,15 @@ def test_mmpretrain_vit_capture_is_the_matrix_the_layer_uses():
     """mmpretrain ViT without class token: the attention output equals proj(A V); the
     grid is the patch embedding's output."""
     from mmpretrain.models import VisionTransformer
+
     torch.manual_seed(0)
-    vit = VisionTransformer(arch=dict(embed_dims=16, num_layers=1, num_heads=2, feedforward_channels=32),
-                            img_size=(24, 40), patch_size=8, with_cls_token=False,
-                            out_type='avg_featmap')
+    vit = VisionTransformer(
+        arch=dict(embed_dims=16, num_layers=1, num_heads=2, feedforward_channels=32),
+        img_size=(24, 40),
+        patch_size=8,
+        with_cls_token=False,
+        out_type='avg_featmap',
+    )
     vit.eval()
     attn_mod = vit.layers[0].attn
     seen = []
@@ -276,31 +306,43 @@ def test_mmpretrain_vit_capture_is_the_matrix_the_layer_uses():
     with AttentionCapture(vit) as cap, torch.no_grad():
         vit(torch.randn(1, 3, 24, 40))
     handle.remove()
-    (rec, ) = cap.records
+    (rec,) = cap.records
     assert rec.kind == 'vit' and rec.q_grid == rec.k_grid == (3, 5)
-    (x, out), = seen
+    ((x, out),) = seen
     v = x @ attn_mod.qkv.weight[32:].T + attn_mod.qkv.bias[32:]
-    torch.testing.assert_close(out, attn_mod.proj(_mha_output(rec.weights, v, 2)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        out, attn_mod.proj(_mha_output(rec.weights, v, 2)), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize('class_token', [False, True])
 def test_timm_vit_capture_drops_prefix_tokens(class_token):
     import timm.models.vision_transformer as tv
+
     torch.manual_seed(0)
-    vit = tv.VisionTransformer(img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2,
-                               class_token=class_token, global_pool='token' if class_token else 'avg',
-                               num_classes=0).eval()
+    vit = tv.VisionTransformer(
+        img_size=32,
+        patch_size=8,
+        embed_dim=16,
+        depth=1,
+        num_heads=2,
+        class_token=class_token,
+        global_pool='token' if class_token else 'avg',
+        num_classes=0,
+    ).eval()
     attn_mod = vit.blocks[0].attn
     seen = []
     handle = attn_mod.register_forward_hook(lambda m, a, o: seen.append((a[0], o)))
     with AttentionCapture(vit) as cap, torch.no_grad():
         vit(torch.randn(1, 3, 32, 32))
     handle.remove()
-    (rec, ) = cap.records
+    (rec,) = cap.records
     assert rec.kind == 'vit' and rec.q_grid == (4, 4) and rec.weights.shape == (1, 2, 16, 16)
     if not class_token:
-        (x, out), = seen
+        ((x, out),) = seen
         v = x @ attn_mod.qkv.weight[32:].T + attn_mod.qkv.bias[32:]
-        torch.testing.assert_close(out, attn_mod.proj(_mha_output(rec.weights, v, 2)), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            out, attn_mod.proj(_mha_output(rec.weights, v, 2)), rtol=1e-5, atol=1e-5
+        )
     else:  # the patch block of a row no longer sums to 1: the class token took a share
         assert (rec.weights.sum(-1) < 1 - 1e-6).all()

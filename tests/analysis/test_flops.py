@@ -7,6 +7,7 @@ complex x real = 2; softmax / exp = 1 per element; SDPA = B Lq Lk (E + Ev)
 plus B Lq Lk softmax. Every expected number below is computed from these
 formulas, never with the module's own helpers.
 """
+
 import math
 
 import pytest
@@ -19,7 +20,7 @@ from mmcirc.ops import CirculantAttention, CoreAttention
 
 
 def nlogn(n):
-    return n * math.log2(n) if n > 1 else 0.
+    return n * math.log2(n) if n > 1 else 0.0
 
 
 def cfft(n):  # one complex FFT of n points
@@ -69,18 +70,17 @@ def test_complex_2d_and_nd(hw):
     h, w = hw
     x = torch.randn(b, c, h, w)
     z = torch.randn(b, c, h, w, dtype=torch.complex64)
-    assert ops(lambda t: torch.fft.fft2(t), z)[0] == pytest.approx(
-        b * c * cfft(h * w))
-    assert ops(lambda t: torch.fft.ifft2(t), z)[0] == pytest.approx(
-        b * c * cfft(h * w))
+    assert ops(lambda t: torch.fft.fft2(t), z)[0] == pytest.approx(b * c * cfft(h * w))
+    assert ops(lambda t: torch.fft.ifft2(t), z)[0] == pytest.approx(b * c * cfft(h * w))
     # fftn without dim transforms every axis: one transform of b*c*h*w points
-    assert ops(lambda t: torch.fft.fftn(t), z)[0] == pytest.approx(
-        cfft(b * c * h * w))
-    assert ops(lambda t: torch.fft.rfftn(t, dim=(-2, -1)), x)[0] == \
-        pytest.approx(b * c * rfft(h * w))
+    assert ops(lambda t: torch.fft.fftn(t), z)[0] == pytest.approx(cfft(b * c * h * w))
+    assert ops(lambda t: torch.fft.rfftn(t, dim=(-2, -1)), x)[0] == pytest.approx(
+        b * c * rfft(h * w)
+    )
     spec = torch.fft.rfftn(x, dim=(-2, -1))
-    assert ops(lambda t: torch.fft.irfftn(t, s=(h, w), dim=(-2, -1)),
-               spec)[0] == pytest.approx(b * c * rfft(h * w))
+    assert ops(lambda t: torch.fft.irfftn(t, s=(h, w), dim=(-2, -1)), spec)[0] == pytest.approx(
+        b * c * rfft(h * w)
+    )
 
 
 def test_1d_with_padding():
@@ -90,21 +90,19 @@ def test_1d_with_padding():
     x = torch.randn(b, c, h, w)
     total, _ = ops(lambda t: torch.fft.rfft(t, n=20, dim=-1), x)
     assert total == pytest.approx(b * c * h * rfft(20))
-    total, _ = ops(
-        lambda t: torch.fft.fft(torch.fft.rfft(t, n=20, dim=-1), n=30, dim=-2),
-        x)
+    total, _ = ops(lambda t: torch.fft.fft(torch.fft.rfft(t, n=20, dim=-1), n=30, dim=-2), x)
     assert total == pytest.approx(b * c * h * rfft(20) + b * c * 11 * cfft(30))
     spec = torch.randn(b, c, 30, 11, dtype=torch.complex64)
-    total, _ = ops(lambda t: torch.fft.irfft(torch.fft.ifft(t, dim=-2), n=20),
-                   spec)
+    total, _ = ops(lambda t: torch.fft.irfft(torch.fft.ifft(t, dim=-2), n=20), spec)
     assert total == pytest.approx(b * c * 11 * cfft(30) + b * c * 30 * rfft(20))
 
 
 def test_fft_is_not_zero_and_plain_mmengine_misses_it():
     from mmengine.analysis import FlopAnalyzer
+
     x = torch.randn(1, 4, 16, 16)
     m = Fn(lambda t: torch.fft.irfft2(torch.fft.rfft2(t), s=(16, 16)))
-    plain = FlopAnalyzer(m, (x, ))
+    plain = FlopAnalyzer(m, (x,))
     plain.unsupported_ops_warnings(False)
     assert plain.total() == 0
     assert count_flops(m, x) == pytest.approx(2 * 4 * 1.25 * 256 * 8)
@@ -131,14 +129,12 @@ def test_softmax():
 @pytest.mark.parametrize('lq,lk,e,ev', [(10, 7, 8, 8), (5, 12, 4, 6)])
 def test_sdpa(lq, lk, e, ev):
     b, h = 2, 3
-    q, k, v = torch.randn(b, h, lq, e), torch.randn(b, h, lk, e), \
-        torch.randn(b, h, lk, ev)
+    q, k, v = torch.randn(b, h, lq, e), torch.randn(b, h, lk, e), torch.randn(b, h, lk, ev)
     total, by_op = ops(F.scaled_dot_product_attention, q, k, v)
     assert by_op['sdpa'] == b * h * lq * lk * e + b * h * lq * lk * ev
     assert by_op['softmax'] == b * h * lq * lk
     # equals the explicit formulation counted by matmul + softmax handles
-    ref, _ = ops(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v,
-                 q, k, v)
+    ref, _ = ops(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v, q, k, v)
     assert total == ref
 
 
@@ -163,30 +159,37 @@ def test_einsum_from_mmengine():
 
 def test_register_flop_handles_for_mmengine_helpers():
     from mmengine.analysis import get_model_complexity_info
+
     m = Fn(lambda t: torch.fft.rfft2(t))
     with register_flop_handles():
-        inside = get_model_complexity_info(m, inputs=(torch.randn(1, 2, 8, 8), ),
-                                           show_table=False, show_arch=False)
-    after = get_model_complexity_info(m, inputs=(torch.randn(1, 2, 8, 8), ),
-                                      show_table=False, show_arch=False)
+        inside = get_model_complexity_info(
+            m, inputs=(torch.randn(1, 2, 8, 8),), show_table=False, show_arch=False
+        )
+    after = get_model_complexity_info(
+        m, inputs=(torch.randn(1, 2, 8, 8),), show_table=False, show_arch=False
+    )
     assert inside['flops'] == pytest.approx(2 * 1.25 * 64 * 6)
     assert after['flops'] == 0
 
 
 # ------------------------------------------------- circulant attention module
-PRODUCTS = ('linear', 'matmul', 'mm', 'addmm', 'bmm', 'baddbmm', 'einsum',
-            'sdpa')
+PRODUCTS = ('linear', 'matmul', 'mm', 'addmm', 'bmm', 'baddbmm', 'einsum', 'sdpa')
 
 
 def grouped(by_op):
     """Counts grouped by what they compute, independent of which torch op a
     module uses for it (nn.Linear vs bmm on its weight, SDPA vs matmuls)."""
-    return dict(products=sum(by_op.get(k, 0) for k in PRODUCTS),
-                softmax=by_op.get('softmax', 0) + by_op.get('exp', 0),
-                fft=by_op.get('fft', 0),
-                complex_mul=by_op.get('complex_mul', 0),
-                other=sum(v for k, v in by_op.items() if k not in PRODUCTS
-                          and k not in ('softmax', 'exp', 'fft', 'complex_mul')))
+    return dict(
+        products=sum(by_op.get(k, 0) for k in PRODUCTS),
+        softmax=by_op.get('softmax', 0) + by_op.get('exp', 0),
+        fft=by_op.get('fft', 0),
+        complex_mul=by_op.get('complex_mul', 0),
+        other=sum(
+            v
+            for k, v in by_op.items()
+            if k not in PRODUCTS and k not in ('softmax', 'exp', 'fft', 'complex_mul')
+        ),
+    )
 
 
 def assert_groups(by_op, expected):
@@ -206,14 +209,17 @@ def test_circulant_attention_circular(hw, num_heads):
     fc = flop_counter(attn, torch.randn(b, n, c), hw_shape=hw)
     linears = b * n * c * c + b * n * c * c  # gate + proj
     qkv = b * (3 * c) * c * (2 * h * fw)  # real W on real and imaginary parts
-    fft = (b * c * rfft(n)  # rfft2(x)
-           + b * heads * rfft(n)  # irfft2(conj(Q) K) -> a
-           + b * heads * rfft(n)  # rfft2(p)
-           + b * c * rfft(n))  # irfft2(conj(P) V) -> o
+    fft = (
+        b * c * rfft(n)  # rfft2(x)
+        + b * heads * rfft(n)  # irfft2(conj(Q) K) -> a
+        + b * heads * rfft(n)  # rfft2(p)
+        + b * c * rfft(n)
+    )  # irfft2(conj(P) V) -> o
     cmul = 4 * b * c * h * fw * 2  # conj(Q) K and conj(P) V
     softmax = b * heads * n
-    assert_groups(fc.by_operator(), dict(products=linears + qkv, fft=fft,
-                                         complex_mul=cmul, softmax=softmax))
+    assert_groups(
+        fc.by_operator(), dict(products=linears + qkv, fft=fft, complex_mul=cmul, softmax=softmax)
+    )
     assert fc.total() == pytest.approx(linears + qkv + fft + cmul + softmax)
     assert fc.unsupported_ops() == {}
     # the FFT share is real
@@ -230,14 +236,23 @@ def test_circulant_attention_zero_boundary():
     fw = pw // 2 + 1
     attn = CirculantAttention(c, boundary='zero').eval()
     fc = flop_counter(attn, torch.randn(b, h * w, c), hw_shape=(h, w))
-    fft = (b * c * rfft(ph * pw)  # rfft2(x, s=grid)
-           + b * c * rfft(ph * pw)  # irfft2 -> a on the grid
-           + b * c * rfft(ph * pw)  # rfft2(p)
-           + b * c * fw * cfft(ph) + b * c * h * rfft(pw))  # cropped inverse
-    assert_groups(fc.by_operator(), dict(
-        products=2 * b * h * w * c * c  # gate, proj
-        + b * 3 * c * c * 2 * ph * fw,  # qkv on the padded spectrum
-        fft=fft, softmax=b * c * ph * pw, complex_mul=2 * 4 * b * c * ph * fw))
+    fft = (
+        b * c * rfft(ph * pw)  # rfft2(x, s=grid)
+        + b * c * rfft(ph * pw)  # irfft2 -> a on the grid
+        + b * c * rfft(ph * pw)  # rfft2(p)
+        + b * c * fw * cfft(ph)
+        + b * c * h * rfft(pw)
+    )  # cropped inverse
+    assert_groups(
+        fc.by_operator(),
+        dict(
+            products=2 * b * h * w * c * c  # gate, proj
+            + b * 3 * c * c * 2 * ph * fw,  # qkv on the padded spectrum
+            fft=fft,
+            softmax=b * c * ph * pw,
+            complex_mul=2 * 4 * b * c * ph * fw,
+        ),
+    )
 
 
 # ------------------------------------------------------ core attention module
@@ -246,18 +261,24 @@ def core_expected(b, n, c, heads, k, fold):
     cores_side = 4 * b * k * c * c  # q_core, core_proj, k_core, v_core
     softmax = b * heads * k * n + b * heads * n * k  # gather + broadcast
     if not fold:
-        return dict(products=cores_side
-                    + 4 * b * n * c * c  # k/v/q_patch + proj on the patches
-                    + 2 * b * k * n * c  # gather: scores + weighted sum
-                    + 2 * b * n * k * c,  # broadcast: scores + weighted sum
-                    softmax=softmax)
+        return dict(
+            products=cores_side
+            + 4 * b * n * c * c  # k/v/q_patch + proj on the patches
+            + 2 * b * k * n * c  # gather: scores + weighted sum
+            + 2 * b * n * k * c,  # broadcast: scores + weighted sum
+            softmax=softmax,
+        )
     # folded: per head, the patch-side weights move onto the cores:
     # q W_k,h, W_v,h out, W_q,h^T k, v W_o,h (4 k c^2) and b_q . k (k c);
     # gather and broadcast then run on raw C-wide patches for every head
-    return dict(products=cores_side + 4 * b * k * c * c + b * k * c
-                + 2 * b * heads * k * n * c  # gather vs raw patches
-                + 2 * b * n * heads * k * c,  # broadcast vs raw patches
-                softmax=softmax)
+    return dict(
+        products=cores_side
+        + 4 * b * k * c * c
+        + b * k * c
+        + 2 * b * heads * k * n * c  # gather vs raw patches
+        + 2 * b * n * heads * k * c,  # broadcast vs raw patches
+        softmax=softmax,
+    )
 
 
 @pytest.mark.parametrize('fold', [False, True])
@@ -286,8 +307,7 @@ def test_chunked_core_attention_counts_the_same():
     x, cores = torch.randn(b, n, c), torch.randn(b, k, c)
     for fold in (False, True):
         whole = CoreAttention(c, heads, fold_projections=fold).eval()
-        chunked = CoreAttention(c, heads, fold_projections=fold,
-                                chunk_size=32).eval()
+        chunked = CoreAttention(c, heads, fold_projections=fold, chunk_size=32).eval()
         chunked.load_state_dict(whole.state_dict())
         by_whole = grouped(flop_counter(whole, (x, cores)).by_operator())
         by_chunk = grouped(flop_counter(chunked, (x, cores)).by_operator())
@@ -295,9 +315,10 @@ def test_chunked_core_attention_counts_the_same():
         # (b, heads, C') state for each of the 2 further chunks
         by_whole['softmax'] += 2 * b * heads * k
         assert by_chunk == pytest.approx(by_whole)
-        assert by_whole == pytest.approx(core_expected(b, n, c, heads, k, fold)
-                                         | dict(fft=0, complex_mul=0, other=0,
-                                                softmax=by_whole['softmax']))
+        assert by_whole == pytest.approx(
+            core_expected(b, n, c, heads, k, fold)
+            | dict(fft=0, complex_mul=0, other=0, softmax=by_whole['softmax'])
+        )
 
 
 # ------------------------------------------------------------------ misc
@@ -315,7 +336,7 @@ def test_multihead_attention_fast_path_and_unfused():
     unfused path (meta tensors) both give 4 projections + 2 products +
     softmax."""
     b, n, e, heads = 2, 30, 16, 4
-    expected = (4 * b * n * e * e + 2 * b * n * n * e + b * heads * n * n)
+    expected = 4 * b * n * e * e + 2 * b * n * n * e + b * heads * n * n
     mha = nn.MultiheadAttention(e, heads, batch_first=True).eval()
     assert count_flops(SelfAttn(mha), torch.randn(b, n, e)) == expected
     with torch.device('meta'):
@@ -352,6 +373,7 @@ class TinyNet(nn.Module):
 
 def test_get_complexity():
     from mmcirc.analysis import attention_modules, get_complexity
+
     net = TinyNet().eval()
     res = get_complexity(net, (3, 4, 6))
     n, c = 24, 8
@@ -360,8 +382,7 @@ def test_get_complexity():
     assert res['by_module']['embed'] == n * 3 * c
     assert res['by_module']['head'] == n * c * 5
     assert res['attention_flops'] == res['by_module']['attn'] > 0
-    assert res['flops'] == pytest.approx(n * 3 * c + n * c * 5
-                                         + res['attention_flops'])
+    assert res['flops'] == pytest.approx(n * 3 * c + n * c * 5 + res['attention_flops'])
 
 
 def test_get_flops_tool(tmp_path):
@@ -370,14 +391,20 @@ def test_get_flops_tool(tmp_path):
     import json
 
     from helpers import run_tool
+
     cfg = tmp_path / 'capvt.py'
-    cfg.write_text("default_scope = 'mmdet'\n"
-                   "custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)\n"
-                   "model = dict(type='CAPVT', arch=dict(embed_dims=[16, 32, 40, 64], "
-                   "depths=[1, 1, 1, 1], num_heads=[1, 2, 5, 8]))\n")
+    cfg.write_text(
+        "default_scope = 'mmdet'\n"
+        "custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)\n"
+        "model = dict(type='CAPVT', arch=dict(embed_dims=[16, 32, 40, 64], "
+        'depths=[1, 1, 1, 1], num_heads=[1, 2, 5, 8]))\n'
+    )
     out = tmp_path / 'flops.json'
-    proc = run_tool(['tools/analysis/get_flops.py', str(cfg), '--shape', '64', '96',
-                     '--out-json', str(out)], cwd=tmp_path, timeout=300)
+    proc = run_tool(
+        ['tools/analysis/get_flops.py', str(cfg), '--shape', '64', '96', '--out-json', str(out)],
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert '| stage 1 | circulant |' in proc.stdout
     res = json.loads(out.read_text())
     assert res['shape'] == [64, 96] and res['mode'] == 'full'
@@ -396,21 +423,24 @@ def test_backbone_difference_is_the_attention_alone():
     counter that lost an op inside the traced backbone (the FFTs, say) fails."""
     from mmdet.registry import MODELS
     from mmdet.utils import register_all_modules
+
     register_all_modules(init_default_scope=False)
     arch = dict(embed_dims=[16, 32, 40, 64], depths=[1, 2, 1, 1], num_heads=[1, 2, 5, 8])
     ca = MODELS.build(dict(type='CAPVT', arch=arch)).eval()
     twin = MODELS.build(dict(type='CAPVT', arch=arch, stage_attentions='sra')).eval()
     img = torch.randn(1, 3, 64, 96)
-    fc_ca, fc_twin = flop_counter(ca, (img, )), flop_counter(twin, (img, ))
+    fc_ca, fc_twin = flop_counter(ca, (img,)), flop_counter(twin, (img,))
     sra = fc_twin.by_module()
-    expected = 0.
+    expected = 0.0
     for stage, (h, w), c in ((0, (16, 24), 16), (1, (8, 12), 32)):
         n, fw = h * w, w // 2 + 1
-        circulant = (2 * n * c * c  # gate + proj
-                     + 3 * c * c * 2 * h * fw  # qkv on the spectrum
-                     + 4 * c * rfft(n)  # rfft2 x, irfft2 a, rfft2 p, irfft2 o (d = 1)
-                     + 2 * 4 * c * h * fw  # conj(Q) K, conj(P) V
-                     + c * n)  # softmax
+        circulant = (
+            2 * n * c * c  # gate + proj
+            + 3 * c * c * 2 * h * fw  # qkv on the spectrum
+            + 4 * c * rfft(n)  # rfft2 x, irfft2 a, rfft2 p, irfft2 o (d = 1)
+            + 2 * 4 * c * h * fw  # conj(Q) K, conj(P) V
+            + c * n
+        )  # softmax
         cpe = 9 * n * c  # depthwise 3x3 (bias not counted, as mmengine's convs)
         for blk in range(arch['depths'][stage]):
             expected += circulant + cpe - sra[f'layers.{stage}.blocks.{blk}.attn']

@@ -1,15 +1,24 @@
 """mmcirc.analysis.vis: what the attention-visualisation tools take from the package."""
+
 import json
 
 from mmcirc.analysis.vis import short_name, strip_pretrained, write_outputs
 
 
 def test_strip_pretrained_drops_only_pretrained_inits():
-    cfg = dict(type='Detector', pretrained='a.pth',
-               backbone=dict(type='B', init_cfg=dict(type='Pretrained', checkpoint='b.pth')),
-               neck=dict(type='N', init_cfg=[dict(type='Pretrained', checkpoint='c.pth'),
-                                             dict(type='Xavier', layer='Conv2d')]),
-               heads=[dict(type='H', init_cfg=dict(type='Normal', std=0.01))])
+    cfg = dict(
+        type='Detector',
+        pretrained='a.pth',
+        backbone=dict(type='B', init_cfg=dict(type='Pretrained', checkpoint='b.pth')),
+        neck=dict(
+            type='N',
+            init_cfg=[
+                dict(type='Pretrained', checkpoint='c.pth'),
+                dict(type='Xavier', layer='Conv2d'),
+            ],
+        ),
+        heads=[dict(type='H', init_cfg=dict(type='Normal', std=0.01))],
+    )
     strip_pretrained(cfg)
     assert cfg['pretrained'] is None
     assert cfg['backbone']['init_cfg'] is None
@@ -25,8 +34,11 @@ def test_short_name_is_a_file_name_part():
 
 def test_write_outputs_lists_the_files_and_writes_the_json_last(tmp_path):
     record = dict(value=1)
-    write_outputs({tmp_path / 'out' / 'b.png': b'PNG-B', tmp_path / 'out' / 'a.png': b'PNG-A'},
-                  record, tmp_path / 'out' / 'r.json')
+    write_outputs(
+        {tmp_path / 'out' / 'b.png': b'PNG-B', tmp_path / 'out' / 'a.png': b'PNG-A'},
+        record,
+        tmp_path / 'out' / 'r.json',
+    )
     assert (tmp_path / 'out' / 'a.png').read_bytes() == b'PNG-A'
     saved = json.loads((tmp_path / 'out' / 'r.json').read_text())
     assert saved == dict(value=1, outputs=['a.png', 'b.png', 'r.json'])

@@ -6,6 +6,7 @@ The forward checks what a wrong channel count, stride or class count would break
 neck's outputs against the strides the heads' prior generators assume, the heads'
 outputs against the classes the config names, and every output finite.
 """
+
 import json
 import math
 import os
@@ -86,14 +87,15 @@ def _found():
     names = set()
     for root, dirs, files in os.walk(CONFIG_DIR):
         dirs[:] = [d for d in dirs if d != '_base_' and not d.startswith(('.', '__'))]
-        names.update(osp.relpath(osp.join(root, f), CONFIG_DIR) for f in files
-                     if f.endswith('.py'))
+        names.update(osp.relpath(osp.join(root, f), CONFIG_DIR) for f in files if f.endswith('.py'))
     return names
 
 
 def test_configs_listed():
     found = _found()
-    assert not found - set(EXPECTED), f'configs not listed in EXPECTED: {sorted(found - set(EXPECTED))}'
+    assert not found - set(EXPECTED), (
+        f'configs not listed in EXPECTED: {sorted(found - set(EXPECTED))}'
+    )
     assert not set(EXPECTED) - found, f'listed configs missing: {sorted(set(EXPECTED) - found)}'
 
 
@@ -132,7 +134,9 @@ def build(cfg):
     if key not in _last:
         _last.clear()
         init_default_scope(cfg.default_scope)
-        registry = dict(zip(('mmdet', 'mmseg', 'mmpretrain'), model_registries()))[cfg.default_scope]
+        registry = dict(zip(('mmdet', 'mmseg', 'mmpretrain'), model_registries()))[
+            cfg.default_scope
+        ]
         torch.manual_seed(0)
         _last[key] = registry.build(cfg.model).eval()
     return _last[key]
@@ -164,6 +168,7 @@ def _strides(generator):
 
 def _check_classifier(cfg, model, img):
     from mmpretrain.models import ImageClassifier
+
     assert isinstance(model, ImageClassifier)
     logits = model(img, mode='tensor')
     assert logits.shape == (1, cfg.model.head.num_classes)
@@ -172,12 +177,13 @@ def _check_classifier(cfg, model, img):
 
 def _check_segmentor(cfg, model, img):
     from mmseg.models.segmentors import BaseSegmentor
+
     assert isinstance(model, BaseSegmentor)
     feats = []  # what the heads read: the neck's output, else the backbone's
     last = model.neck if model.with_neck else model.backbone
     hook = last.register_forward_hook(lambda m, i, o: feats.append(o))
     try:
-        (sample, ) = model.predict(img)  # the test path (whole or slide) back to input size
+        (sample,) = model.predict(img)  # the test path (whole or slide) back to input size
     finally:
         hook.remove()
     assert sample.seg_logits.data.shape == (cfg.model.decode_head.num_classes, H, W)
@@ -193,13 +199,21 @@ def _check_segmentor(cfg, model, img):
 def _check_detector(cfg, model, img):
     from mmdet.models.detectors import BaseDetector, TwoStageDetector
     from mmdet.structures import DetDataSample
+
     assert isinstance(model, BaseDetector)
     if isinstance(model, TwoStageDetector):  # the mask head's cost grows with the proposals
         model.rpn_head.test_cfg.max_per_img = 16
     neck_out = []
     hook = model.neck.register_forward_hook(lambda m, i, o: neck_out.append(o))
-    sample = DetDataSample(metainfo=dict(img_shape=(H, W), ori_shape=(H, W), pad_shape=(H, W),
-                                         batch_input_shape=(H, W), scale_factor=(1.0, 1.0)))
+    sample = DetDataSample(
+        metainfo=dict(
+            img_shape=(H, W),
+            ori_shape=(H, W),
+            pad_shape=(H, W),
+            batch_input_shape=(H, W),
+            scale_factor=(1.0, 1.0),
+        )
+    )
     try:
         out = model(img, [sample], mode='tensor')
     finally:
@@ -213,7 +227,9 @@ def _check_detector(cfg, model, img):
     else:
         head, num_classes = model.bbox_head, cfg.model.bbox_head.num_classes
         cls_scores, bbox_preds = out
-        assert [c.shape[1] for c in cls_scores] == [head.num_base_priors * num_classes] * len(cls_scores)
+        assert [c.shape[1] for c in cls_scores] == [head.num_base_priors * num_classes] * len(
+            cls_scores
+        )
         assert [b.shape[-2:] for b in bbox_preds] == _grid(_strides(head.prior_generator))
     # the neck's levels are where the head's anchors assume them
     assert [f.shape[-2:] for f in neck_out[0]] == _grid(_strides(head.prior_generator))
@@ -250,11 +266,22 @@ def test_config_builds_and_runs(name):
 
 
 BROKEN = {  # one wrong channel count each, where a neck or head reads its input
-    'det_neck': ('ca_pvt_t_retinanet_coco.py', 'model = dict(neck=dict(in_channels=[64, 128, 256, 512]))'),
-    'seg_neck': ('ca_pvt_t_fpn_80k_ade20k.py', 'model = dict(neck=dict(in_channels=[64, 128, 320, 320]))'),
-    'decode_head': ('ca_swin_t_upernet_160k_ade20k.py',
-                    'model = dict(decode_head=dict(in_channels=[96, 192, 384, 384]))'),
-    'auxiliary_head': ('ca_swin_t_upernet_160k_ade20k.py', 'model = dict(auxiliary_head=dict(in_channels=768))'),
+    'det_neck': (
+        'ca_pvt_t_retinanet_coco.py',
+        'model = dict(neck=dict(in_channels=[64, 128, 256, 512]))',
+    ),
+    'seg_neck': (
+        'ca_pvt_t_fpn_80k_ade20k.py',
+        'model = dict(neck=dict(in_channels=[64, 128, 320, 320]))',
+    ),
+    'decode_head': (
+        'ca_swin_t_upernet_160k_ade20k.py',
+        'model = dict(decode_head=dict(in_channels=[96, 192, 384, 384]))',
+    ),
+    'auxiliary_head': (
+        'ca_swin_t_upernet_160k_ade20k.py',
+        'model = dict(auxiliary_head=dict(in_channels=768))',
+    ),
     'cls_head': ('ca_pvt_t_in1k.py', 'model = dict(head=dict(in_channels=320))'),
 }
 

@@ -1,5 +1,6 @@
 """The configs of the released isotropic models (CA-DeiT, VECA) build and run a tiny
 forward (pretrained init switched off; real model sizes, a 64 x 64 input)."""
+
 import os.path as osp
 
 import pytest
@@ -11,8 +12,15 @@ import mmcirc  # noqa: F401
 from helpers import REPO
 from mmcirc.registry import model_registries
 
-CONFIGS = ['ca_deit_t_in1k.py', 'ca_deit_s_in1k.py', 'ca_deit_b_in1k.py', 'ca_deit_s_upernet_160k_ade20k.py',
-           'veca_b_upernet_160k_ade20k.py', 'veca_b_linear_40k_ade20k.py', 'ca_deit_s_mask-rcnn_1x_coco.py']
+CONFIGS = [
+    'ca_deit_t_in1k.py',
+    'ca_deit_s_in1k.py',
+    'ca_deit_b_in1k.py',
+    'ca_deit_s_upernet_160k_ade20k.py',
+    'veca_b_upernet_160k_ade20k.py',
+    'veca_b_linear_40k_ade20k.py',
+    'ca_deit_s_mask-rcnn_1x_coco.py',
+]
 SIZE = 64
 
 
@@ -46,8 +54,15 @@ def test_config_builds_and_runs(name):
             assert out.shape == (1, 150, SIZE // stride, SIZE // stride)
         else:
             from mmdet.structures import DetDataSample
-            sample = DetDataSample(metainfo=dict(img_shape=(SIZE, SIZE), ori_shape=(SIZE, SIZE),
-                                                 pad_shape=(SIZE, SIZE), scale_factor=(1.0, 1.0)))
+
+            sample = DetDataSample(
+                metainfo=dict(
+                    img_shape=(SIZE, SIZE),
+                    ori_shape=(SIZE, SIZE),
+                    pad_shape=(SIZE, SIZE),
+                    scale_factor=(1.0, 1.0),
+                )
+            )
             feats = model.extract_feat(img)
             assert [f.shape[-1] for f in feats] == [SIZE // s for s in (4, 8, 16, 32)] + [1]
             results = model.predict(img, [sample])
@@ -63,7 +78,10 @@ def test_cadeit_in1k_evaluates_converted_file(tmp_path):
 
     from mmcirc.models.convert import save_checkpoint
     from mmcirc.models.convert_isotropic import convert_cadeit_official
-    fix = torch.load(osp.join(REPO, 'tests', 'fixtures', 'official', 'ca_deit_official.pth'), weights_only=True)
+
+    fix = torch.load(
+        osp.join(REPO, 'tests', 'fixtures', 'official', 'ca_deit_official.pth'), weights_only=True
+    )
     result, _ = convert_cadeit_official(fix['checkpoint'])
     path = save_checkpoint(result, str(tmp_path / 'ca_deit_official.pth'))
     cfg = Config.fromfile(osp.join(REPO, 'configs', 'ca_deit_t_in1k.py'))
@@ -74,4 +92,6 @@ def test_cadeit_in1k_evaluates_converted_file(tmp_path):
     load_checkpoint(model, path, strict=True)
     with torch.no_grad():  # the classifier on the fixture input (already normalised)
         logits = model(fix['input'], mode='tensor')
-    torch.testing.assert_close(logits, fix['logits'], rtol=1e-5, atol=1e-5 * float(fix['logits'].abs().max()))
+    torch.testing.assert_close(
+        logits, fix['logits'], rtol=1e-5, atol=1e-5 * float(fix['logits'].abs().max())
+    )

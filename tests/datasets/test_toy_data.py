@@ -1,4 +1,5 @@
 """Tests for the toy dataset generator (mmcirc/datasets/toy_data.py and its CLI)."""
+
 import importlib.util
 import json
 import os
@@ -11,9 +12,14 @@ import pytest
 from PIL import Image
 
 from mmcirc.datasets import toy_data
-from mmcirc.datasets.toy_data import (TOY_CLS_CLASSES, TOY_DET_CLASSES,
-                                      TOY_DET_PALETTE, TOY_SEG_CLASSES,
-                                      TOY_SEG_PALETTE, make_toy_data)
+from mmcirc.datasets.toy_data import (
+    TOY_CLS_CLASSES,
+    TOY_DET_CLASSES,
+    TOY_DET_PALETTE,
+    TOY_SEG_CLASSES,
+    TOY_SEG_PALETTE,
+    make_toy_data,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = REPO / 'tools' / 'dataset_converters' / 'make_toy_data.py'
@@ -33,18 +39,16 @@ def _files(root):
     root = Path(root)
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted(root.rglob('*')) if p.is_file()
+        for p in sorted(root.rglob('*'))
+        if p.is_file()
     }
 
 
 # ---------------------------------------------------------------- determinism
 def test_same_seed_is_byte_identical_and_other_seed_differs(toy_root, tmp_path):
-    make_toy_data('all', tmp_path / 'a', num_train=NUM_TRAIN, num_val=NUM_VAL,
-                  seed=0)
-    make_toy_data('all', tmp_path / 'b', num_train=NUM_TRAIN, num_val=NUM_VAL,
-                  seed=1)
-    ref, same, other = _files(toy_root), _files(tmp_path / 'a'), _files(
-        tmp_path / 'b')
+    make_toy_data('all', tmp_path / 'a', num_train=NUM_TRAIN, num_val=NUM_VAL, seed=0)
+    make_toy_data('all', tmp_path / 'b', num_train=NUM_TRAIN, num_val=NUM_VAL, seed=1)
+    ref, same, other = _files(toy_root), _files(tmp_path / 'a'), _files(tmp_path / 'b')
     assert len(ref) > 3 * (NUM_TRAIN + NUM_VAL)
     assert sorted(same) == sorted(ref)
     for rel in ref:  # JSON, PNG, txt and (same Pillow) JPEG bytes
@@ -53,8 +57,10 @@ def test_same_seed_is_byte_identical_and_other_seed_differs(toy_root, tmp_path):
     for suffix in ('.json', '.png', '.jpg'):  # ... different content
         changed = [r for r in ref if r.endswith(suffix) and other[r] != ref[r]]
         assert changed, suffix
-    assert other['toy_coco/annotations/instances_train2017.json'] != ref[
-        'toy_coco/annotations/instances_train2017.json']
+    assert (
+        other['toy_coco/annotations/instances_train2017.json']
+        != ref['toy_coco/annotations/instances_train2017.json']
+    )
 
 
 def test_val_split_does_not_depend_on_num_train(toy_root, tmp_path):
@@ -75,7 +81,8 @@ def test_coco_annotations_match_polygons_and_images(toy_root, split, num):
     assert [c['id'] for c in coco.loadCats(coco.getCatIds())] == [1, 2, 3]
     assert [c['name'] for c in coco.loadCats([1, 2, 3])] == list(TOY_DET_CLASSES)
     assert sorted(p.name for p in (root / f'{split}2017').iterdir()) == sorted(
-        img['file_name'] for img in coco.imgs.values())
+        img['file_name'] for img in coco.imgs.values()
+    )
 
     seen_cats = set()
     for img_id, img in coco.imgs.items():
@@ -113,12 +120,12 @@ def test_coco_annotations_match_polygons_and_images(toy_root, split, num):
             if visible.sum() < 20:
                 continue
             mean = pixels[visible].mean(axis=0)
-            nearest = np.argmin(((palette - mean)**2).sum(axis=1))
+            nearest = np.argmin(((palette - mean) ** 2).sum(axis=1))
             assert nearest + 1 == ann['category_id']
             ring = np.zeros_like(visible)
             x, y, w, h = ann['bbox']
             # background just outside the bbox looks different from the shape
-            ring[max(y - 3, 0):y + h + 3, max(x - 3, 0):x + w + 3] = True
+            ring[max(y - 3, 0) : y + h + 3, max(x - 3, 0) : x + w + 3] = True
             ring &= ~np.any(masks, axis=0)
             if ring.sum() > 20:
                 assert np.abs(pixels[ring].mean(axis=0) - mean).max() > 40
@@ -135,13 +142,13 @@ def test_ade_layout_and_labels(toy_root):
     palette = np.asarray(TOY_SEG_PALETTE, dtype=np.float64)
     color_sums = np.zeros((num_classes + 1, 3))
     counts = np.zeros(num_classes + 1)
-    for split, prefix, num in (('training', 'ADE_train', NUM_TRAIN),
-                               ('validation', 'ADE_val', NUM_VAL)):
+    for split, prefix, num in (
+        ('training', 'ADE_train', NUM_TRAIN),
+        ('validation', 'ADE_val', NUM_VAL),
+    ):
         imgs = sorted((root / 'images' / split).iterdir())
         anns = sorted((root / 'annotations' / split).iterdir())
-        assert [p.name for p in imgs] == [
-            f'{prefix}_{i:08d}.jpg' for i in range(1, num + 1)
-        ]
+        assert [p.name for p in imgs] == [f'{prefix}_{i:08d}.jpg' for i in range(1, num + 1)]
         assert [p.stem for p in anns] == [p.stem for p in imgs]
         assert all(p.suffix == '.png' for p in anns)
         for img_path, ann_path in zip(imgs, anns):
@@ -162,7 +169,7 @@ def test_ade_layout_and_labels(toy_root):
     # own palette entry (shape colours, sky above ground)
     assert (counts > 0).all()
     means = color_sums[1:] / counts[1:, None]
-    dists = ((means[:, None] - palette[None])**2).sum(axis=2)
+    dists = ((means[:, None] - palette[None]) ** 2).sum(axis=2)
     assert dists.argmin(axis=1).tolist() == list(range(num_classes))
     zero_fracs = np.asarray(zero_fracs)
     assert (zero_fracs > 0).all()  # every map has some ignore pixels ...
@@ -174,10 +181,10 @@ def test_imagenet_layout_and_meta(toy_root):
     root = toy_root / 'toy_imagenet'
     assert list(TOY_CLS_CLASSES) == sorted(TOY_CLS_CLASSES)  # folder order
     for split, num in (('train', NUM_TRAIN), ('val', NUM_VAL)):
-        assert sorted(p.name for p in (root / split).iterdir()) == list(
-            TOY_CLS_CLASSES)
-        files = sorted(p.relative_to(root / split).as_posix()
-                       for p in (root / split).rglob('*.jpg'))
+        assert sorted(p.name for p in (root / split).iterdir()) == list(TOY_CLS_CLASSES)
+        files = sorted(
+            p.relative_to(root / split).as_posix() for p in (root / split).rglob('*.jpg')
+        )
         assert len(files) == num
         lines = (root / 'meta' / f'{split}.txt').read_text().splitlines()
         entries = [line.split(' ') for line in lines]
@@ -191,52 +198,49 @@ def test_imagenet_layout_and_meta(toy_root):
 
 
 # -------------------------------------------------------- arguments and I/O
-@pytest.mark.parametrize('kwargs,name', [
-    (dict(num_train=0), 'num_train'),
-    (dict(num_val=-1), 'num_val'),
-    (dict(num_val=2.5), 'num_val'),
-    (dict(img_size=16), 'img_size'),
-    (dict(img_size='160x8'), 'img_size'),
-    (dict(img_size='big'), 'img_size'),
-    (dict(seed=-1), 'seed'),
-    (dict(datasets='cityscapes'), 'dataset'),
-    (dict(datasets=[]), 'dataset'),
-])
-def test_bad_arguments_raise_value_error_and_write_nothing(
-        tmp_path, kwargs, name):
-    args = dict(datasets='all', out_dir=tmp_path / 'out', num_train=2,
-                num_val=1)
+@pytest.mark.parametrize(
+    'kwargs,name',
+    [
+        (dict(num_train=0), 'num_train'),
+        (dict(num_val=-1), 'num_val'),
+        (dict(num_val=2.5), 'num_val'),
+        (dict(img_size=16), 'img_size'),
+        (dict(img_size='160x8'), 'img_size'),
+        (dict(img_size='big'), 'img_size'),
+        (dict(seed=-1), 'seed'),
+        (dict(datasets='cityscapes'), 'dataset'),
+        (dict(datasets=[]), 'dataset'),
+    ],
+)
+def test_bad_arguments_raise_value_error_and_write_nothing(tmp_path, kwargs, name):
+    args = dict(datasets='all', out_dir=tmp_path / 'out', num_train=2, num_val=1)
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
         make_toy_data(**args)
-    assert not (tmp_path / 'out').exists() or not any(
-        (tmp_path / 'out').iterdir())
+    assert not (tmp_path / 'out').exists() or not any((tmp_path / 'out').iterdir())
 
 
 def test_img_size_is_height_by_width(tmp_path):
     assert toy_data.parse_img_size('128x160') == (128, 160)
     assert toy_data.parse_img_size((64, 96)) == (64, 96)
     assert toy_data.parse_img_size(96) == (96, 96)
-    make_toy_data(['ade', 'coco'], tmp_path, num_train=1, num_val=1,
-                  img_size='64x96')  # 64 rows, 96 columns
-    ann = json.loads((tmp_path / 'toy_coco/annotations/'
-                      'instances_val2017.json').read_text())
+    make_toy_data(
+        ['ade', 'coco'], tmp_path, num_train=1, num_val=1, img_size='64x96'
+    )  # 64 rows, 96 columns
+    ann = json.loads((tmp_path / 'toy_coco/annotations/instances_val2017.json').read_text())
     assert (ann['images'][0]['height'], ann['images'][0]['width']) == (64, 96)
-    with Image.open(tmp_path / ADE /
-                    'annotations/training/ADE_train_00000001.png') as seg:
+    with Image.open(tmp_path / ADE / 'annotations/training/ADE_train_00000001.png') as seg:
         assert seg.size == (96, 64)  # PIL: (width, height)
     assert not (tmp_path / 'toy_imagenet').exists()
 
 
 def test_default_coco_images_are_160_wide_128_high(toy_root):
-    ann = json.loads((toy_root / 'toy_coco/annotations/'
-                      'instances_val2017.json').read_text())
+    ann = json.loads((toy_root / 'toy_coco/annotations/instances_val2017.json').read_text())
     assert {(i['height'], i['width']) for i in ann['images']} == {(128, 160)}
     assert toy_data.DEFAULT_IMG_SIZES['coco'] == (128, 160)
 
 
-def test_rerun_overwrites_cleanly_and_failure_keeps_old_data(
-        tmp_path, monkeypatch):
+def test_rerun_overwrites_cleanly_and_failure_keeps_old_data(tmp_path, monkeypatch):
     make_toy_data('ade', tmp_path, num_train=5, num_val=2, seed=0)
     make_toy_data('ade', tmp_path, num_train=2, num_val=1, seed=0)
     assert len(list((tmp_path / ADE / 'images/training').iterdir())) == 2
@@ -261,13 +265,27 @@ def test_rerun_overwrites_cleanly_and_failure_keeps_old_data(
 
 def test_cli(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(CLI), 'coco', 'imagenet', '--out',
-         str(tmp_path), '--seed', '0', '--num-train', '3', '--num-val', '2'],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        [
+            sys.executable,
+            str(CLI),
+            'coco',
+            'imagenet',
+            '--out',
+            str(tmp_path),
+            '--seed',
+            '0',
+            '--num-train',
+            '3',
+            '--num-val',
+            '2',
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        'toy_coco', 'toy_imagenet'
-    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['toy_coco', 'toy_imagenet']
     ref = tmp_path / 'ref'
     make_toy_data('coco', ref, num_train=3, num_val=2, seed=0)
     assert _files(tmp_path / 'toy_coco') == _files(ref / 'toy_coco')
@@ -280,13 +298,15 @@ def _cli_main():
     return module.main
 
 
-@pytest.mark.parametrize('argv,name', [
-    (['coco', '--num-val', '0'], 'num_val'),
-    (['voc'], 'voc'),
-    (['coco', '--img-size', '160x8'], 'img_size'),
-])
-def test_cli_bad_argument_is_one_error_line_exit_1(tmp_path, capsys, argv,
-                                                    name):
+@pytest.mark.parametrize(
+    'argv,name',
+    [
+        (['coco', '--num-val', '0'], 'num_val'),
+        (['voc'], 'voc'),
+        (['coco', '--img-size', '160x8'], 'img_size'),
+    ],
+)
+def test_cli_bad_argument_is_one_error_line_exit_1(tmp_path, capsys, argv, name):
     with pytest.raises(SystemExit) as exc:
         _cli_main()(argv + ['--out', str(tmp_path / 'x')])
     assert exc.value.code == 1
@@ -296,8 +316,19 @@ def test_cli_bad_argument_is_one_error_line_exit_1(tmp_path, capsys, argv,
 
 
 def test_cli_img_size_is_height_by_width(tmp_path, capsys):
-    _cli_main()(['coco', '--out', str(tmp_path), '--num-train', '1',
-                 '--num-val', '1', '--img-size', '64x96'])
+    _cli_main()(
+        [
+            'coco',
+            '--out',
+            str(tmp_path),
+            '--num-train',
+            '1',
+            '--num-val',
+            '1',
+            '--img-size',
+            '64x96',
+        ]
+    )
     with Image.open(tmp_path / 'toy_coco/val2017/000000000001.jpg') as img:
         assert img.size == (96, 64)  # PIL: (width, height)
 
@@ -315,10 +346,8 @@ def test_mmdet_coco_dataset_loads_toy_coco(toy_root):
             data_prefix=dict(img=f'{split}2017/'),
             metainfo=dict(classes=TOY_DET_CLASSES, palette=TOY_DET_PALETTE),
             filter_cfg=dict(filter_empty_gt=True, min_size=4),
-            pipeline=[
-                LoadImageFromFile(),
-                LoadAnnotations(with_bbox=True, with_mask=True)
-            ])
+            pipeline=[LoadImageFromFile(), LoadAnnotations(with_bbox=True, with_mask=True)],
+        )
         assert len(ds) == num
         assert ds.metainfo['classes'] == TOY_DET_CLASSES
         sample = ds[0]
@@ -333,7 +362,8 @@ def test_mmdet_coco_dataset_loads_toy_coco(toy_root):
         for box, mask in zip(boxes, masks):
             ys, xs = np.nonzero(mask)
             np.testing.assert_allclose(
-                box, [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], atol=1)
+                box, [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], atol=1
+            )
 
 
 def test_mmseg_base_seg_dataset_loads_toy_ade(toy_root):
@@ -345,14 +375,13 @@ def test_mmseg_base_seg_dataset_loads_toy_ade(toy_root):
     num_classes = len(TOY_SEG_CLASSES)
     ds = BaseSegDataset(
         data_root=str(root),
-        data_prefix=dict(
-            img_path='images/validation',
-            seg_map_path='annotations/validation'),
+        data_prefix=dict(img_path='images/validation', seg_map_path='annotations/validation'),
         img_suffix='.jpg',
         seg_map_suffix='.png',
         reduce_zero_label=True,
         metainfo=dict(classes=TOY_SEG_CLASSES, palette=TOY_SEG_PALETTE),
-        pipeline=[LoadImageFromFile(), LoadAnnotations()])
+        pipeline=[LoadImageFromFile(), LoadAnnotations()],
+    )
     assert len(ds) == NUM_VAL
     assert ds.metainfo['classes'] == TOY_SEG_CLASSES
     sample = ds[0]
@@ -379,7 +408,8 @@ def test_mmpretrain_custom_dataset_loads_toy_imagenet(toy_root):
         data_prefix='val',
         ann_file='meta/val.txt',
         metainfo=dict(classes=TOY_CLS_CLASSES),
-        pipeline=[])
+        pipeline=[],
+    )
     assert len(from_meta) == NUM_VAL
     for ds in (scanned, from_meta):
         for i in range(len(ds)):

@@ -5,6 +5,7 @@ generation); the compiled run uses the ``aot_eager`` backend (AOT autograd's tra
 graph run by eager kernels), which checks what dynamo captured without inductor's
 C++ build on the CPU.
 """
+
 import pytest
 import torch
 
@@ -13,12 +14,18 @@ BACKBONES = {
     'CAPVT': dict(type='CAPVT', arch=TINY_PVT),  # circulant stages 1-2, SRA 3-4
     'CAPVT-zero': dict(type='CAPVT', arch=TINY_PVT, boundary='zero'),
     'CorePVT': dict(type='CorePVT', arch=TINY_PVT, num_cores_max=4),
-    'CASwin': dict(type='CASwin', arch=dict(embed_dims=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 2)),
-                   window_size=2),
+    'CASwin': dict(
+        type='CASwin',
+        arch=dict(embed_dims=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 2)),
+        window_size=2,
+    ),
     # the released isotropic models: circulant (CA-DeiT), core-periphery + RoPE (VECA)
     'CADeiT': dict(type='CADeiT', arch=dict(embed_dims=16, depth=2), out_indices=(0, 1)),
-    'VECAViT': dict(type='VECAViT', arch=dict(embed_dims=16, num_layers=2, num_heads=2, mlp_ratio=2.,
-                                              num_cores=8), out_indices=(0, 1)),
+    'VECAViT': dict(
+        type='VECAViT',
+        arch=dict(embed_dims=16, num_layers=2, num_heads=2, mlp_ratio=2.0, num_cores=8),
+        out_indices=(0, 1),
+    ),
 }
 NUM_OUTS = {'CADeiT': 2, 'VECAViT': 2}  # the pyramids: 4
 
@@ -35,6 +42,7 @@ def test_backbone_compiles_to_one_graph_equal_to_eager(name):
     import mmcirc  # noqa: F401  (registers the backbones)
     from mmdet.registry import MODELS
     from mmengine.registry import init_default_scope
+
     init_default_scope('mmdet')
     torch.manual_seed(0)
     backbone = MODELS.build(dict(BACKBONES[name])).eval()

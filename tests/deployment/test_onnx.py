@@ -6,6 +6,7 @@ stage 2 core, stages 3-4 PVT's spatial-reduction attention. The reference is the
 model in torch on the default (torch.fft) path. Dynamic sizes: the attention layers
 alone at three sizes of one graph, and a whole detector.
 """
+
 import os
 import os.path as osp
 
@@ -17,8 +18,14 @@ from helpers import FIXTURE_CONFIGS
 pytest.importorskip('onnxscript', reason='pip install -r requirements.txt (onnx, onnxscript)')
 ort = pytest.importorskip('onnxruntime', reason='pip install -r requirements.txt (onnxruntime)')
 
-from mmcirc.deployment.onnx import (ExportError, TensorModel, build_model,  # noqa: E402
-                                    check_exportable, export_onnx, second_shape)
+from mmcirc.deployment.onnx import (
+    ExportError,
+    TensorModel,
+    build_model,  # noqa: E402
+    check_exportable,
+    export_onnx,
+    second_shape,
+)
 from mmcirc.utils.cli import load_config  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('two_torch_threads')
@@ -29,8 +36,11 @@ MIXED = ('circulant', 'core', 'sra', 'sra')
 
 
 def _model(config, boundary='circular', **backbone):
-    opts = {'model.backbone.stage_attentions': MIXED, 'model.backbone.boundary': boundary,
-            'model.backbone.num_cores_max': 4}
+    opts = {
+        'model.backbone.stage_attentions': MIXED,
+        'model.backbone.boundary': boundary,
+        'model.backbone.num_cores_max': 4,
+    }
     opts.update({f'model.backbone.{k}': v for k, v in backbone.items()})
     torch.manual_seed(0)
     return build_model(load_config(config, opts))
@@ -39,6 +49,7 @@ def _model(config, boundary='circular', **backbone):
 def _kinds(model):
     from mmcirc.ops.circulant import CirculantAttention
     from mmcirc.ops.core import CoreAttention
+
     kinds = set()
     for m in model.modules():
         if isinstance(m, CirculantAttention):
@@ -56,6 +67,7 @@ class _Layers(torch.nn.Module):
         super().__init__()
         from mmcirc.ops.circulant import CirculantAttention
         from mmcirc.ops.core import CoreAttention
+
         self.circ = CirculantAttention(c, boundary='circular')
         self.zero = CirculantAttention(c, num_heads=2, boundary='zero')
         self.core = CoreAttention(c, 2)
@@ -74,28 +86,42 @@ def test_attention_layers_export_with_dynamic_sizes(tmp_path):
     """One graph, DFT lengths following H and W: equal to torch (default path) at
     three sizes, non-square and odd among them."""
     from mmcirc.ops.circulant import export_mode
+
     torch.manual_seed(0)
     model = _Layers().eval()
     dim = torch.export.Dim
     example = torch.randn(2, 4, 7, 12)
     with export_mode(), torch.no_grad():
         program = torch.onnx.export(
-            model, (example, ), dynamo=True, input_names=['img'],
-            dynamic_shapes=({0: dim('b', min=1, max=64), 2: dim('h', min=1, max=512),
-                             3: dim('w', min=1, max=512)}, ))
+            model,
+            (example,),
+            dynamo=True,
+            input_names=['img'],
+            dynamic_shapes=(
+                {
+                    0: dim('b', min=1, max=64),
+                    2: dim('h', min=1, max=512),
+                    3: dim('w', min=1, max=512),
+                },
+            ),
+        )
     program.save(str(tmp_path / 'layers.onnx'))
     sess = ort.InferenceSession(str(tmp_path / 'layers.onnx'), providers=['CPUExecutionProvider'])
     for shape in [(1, 4, 6, 10), (2, 4, 9, 5), (1, 4, 8, 8)]:
         x = torch.randn(*shape)
         with torch.no_grad():
             ref = model(x)
-        (out, ) = sess.run(None, {'img': x.numpy()})
-        torch.testing.assert_close(torch.from_numpy(out), ref, rtol=0,
-                                   atol=1e-4 * float(ref.abs().max()))
+        (out,) = sess.run(None, {'img': x.numpy()})
+        torch.testing.assert_close(
+            torch.from_numpy(out), ref, rtol=0, atol=1e-4 * float(ref.abs().max())
+        )
 
 
-@pytest.mark.parametrize('config,boundary', [(DET, 'circular'), (SEG, 'zero')],
-                         ids=['retinanet-circular+core', 'fpn-zero+core'])
+@pytest.mark.parametrize(
+    'config,boundary',
+    [(DET, 'circular'), (SEG, 'zero')],
+    ids=['retinanet-circular+core', 'fpn-zero+core'],
+)
 def test_export_matches_torch_in_onnxruntime(tmp_path, config, boundary):
     model = _model(config, boundary)
     assert _kinds(model) == {boundary, 'core'}
@@ -116,8 +142,7 @@ def test_export_matches_torch_in_onnxruntime(tmp_path, config, boundary):
         assert len(ref) == 1 and tuple(ref[0].shape[-2:]) == (16, 24)
     for o, r in zip(outs, ref):
         assert o.shape == tuple(r.shape)
-        torch.testing.assert_close(torch.from_numpy(o), r, rtol=0,
-                                   atol=1e-4 * float(r.abs().max()))
+        torch.testing.assert_close(torch.from_numpy(o), r, rtol=0, atol=1e-4 * float(r.abs().max()))
 
 
 def test_dynamic_pyramid_export_matches_torch_at_two_sizes(tmp_path):
@@ -134,6 +159,7 @@ def test_failed_verification_leaves_no_file(tmp_path, monkeypatch):
     """Fault injection: the graph is written, then the ONNX Runtime check fails; the
     temporary file is removed and no FILE.onnx appears."""
     from mmcirc.deployment import onnx as dep
+
     written = []
 
     class _Program:
@@ -149,17 +175,19 @@ def test_failed_verification_leaves_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(dep, '_export', lambda *args, **kwargs: _Program())
     monkeypatch.setattr(dep, 'verify_onnx', _fail)
     with pytest.raises(ExportError, match='differs'):
-        dep.export_onnx(TensorModel(_model(SEG)), (64, 96), str(tmp_path / 'seg.onnx'),
-                        verify=True)
+        dep.export_onnx(TensorModel(_model(SEG)), (64, 96), str(tmp_path / 'seg.onnx'), verify=True)
     assert written and osp.dirname(written[0]) == str(tmp_path)  # temp file in the folder
     assert os.listdir(tmp_path) == []
 
 
 def test_chunked_core_gather_cannot_be_dynamic():
     model = _model(DET, core_chunk_size=16)
-    with pytest.raises(ExportError, match=r'layer backbone\.layers\.1\.blocks\.0\.attn '
-                                          r'\(CoreAttention, chunk_size=16\).*'
-                                          r'core_chunk_size=None'):
+    with pytest.raises(
+        ExportError,
+        match=r'layer backbone\.layers\.1\.blocks\.0\.attn '
+        r'\(CoreAttention, chunk_size=16\).*'
+        r'core_chunk_size=None',
+    ):
         check_exportable(model, dynamic=True)
     check_exportable(model, dynamic=False)  # a fixed size unrolls the loop
 

@@ -2,6 +2,7 @@
 models, checked with ONNX Runtime against the model in torch (default FFT path);
 the exact adaptive pooling a dynamic graph uses; the refusal of dynamic Swin windows.
 """
+
 import os
 import os.path as osp
 
@@ -14,9 +15,14 @@ from helpers import FIXTURE_CONFIGS
 pytest.importorskip('onnxscript', reason='pip install -r requirements.txt (onnx, onnxscript)')
 ort = pytest.importorskip('onnxruntime', reason='pip install -r requirements.txt (onnxruntime)')
 
-from mmcirc.deployment.onnx import (ExportError, TensorModel,  # noqa: E402
-                                    adaptive_avg_pool2d_matmul, build_model, check_exportable,
-                                    export_onnx)
+from mmcirc.deployment.onnx import (
+    ExportError,
+    TensorModel,  # noqa: E402
+    adaptive_avg_pool2d_matmul,
+    build_model,
+    check_exportable,
+    export_onnx,
+)
 from mmcirc.utils.cli import load_config  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('two_torch_threads')
@@ -42,14 +48,15 @@ def _check_in_onnxruntime(path, tensor_model, shape):
     assert len(outs) == len(ref)
     for o, r in zip(outs, ref):
         assert o.shape == tuple(r.shape)
-        torch.testing.assert_close(torch.from_numpy(o), r, rtol=0,
-                                   atol=1e-4 * float(r.abs().max()))
+        torch.testing.assert_close(torch.from_numpy(o), r, rtol=0, atol=1e-4 * float(r.abs().max()))
     return ref
 
 
-@pytest.mark.parametrize('config,backbone,features', [
-    (CADEIT_SEG, 'CADeiT', False), (VECA_SEG, 'VECAViT', False), (CADEIT_DET, 'CADeiT', True)],
-    ids=['ca-deit-upernet', 'veca-upernet', 'ca-deit-mask-rcnn-features'])
+@pytest.mark.parametrize(
+    'config,backbone,features',
+    [(CADEIT_SEG, 'CADeiT', False), (VECA_SEG, 'VECAViT', False), (CADEIT_DET, 'CADeiT', True)],
+    ids=['ca-deit-upernet', 'veca-upernet', 'ca-deit-mask-rcnn-features'],
+)
 def test_static_export_matches_torch(tmp_path, config, backbone, features):
     model = _model(config)
     assert type(model.backbone).__name__ == backbone
@@ -92,10 +99,18 @@ def test_matmul_adaptive_pooling_equals_torch(size):
 def test_dynamic_swin_window_stage_is_refused_naming_layer_and_options():
     model = _model(SWIN_SEG)
     assert model.backbone.stage_attentions[2] == 'window'
-    with pytest.raises(ExportError, match=r'^layer backbone\.stages\.2\.blocks\.0 \(WindowBlock in '
-                                          r'stage 3, .*without --dynamic.*stage_attentions'):
+    with pytest.raises(
+        ExportError,
+        match=r'^layer backbone\.stages\.2\.blocks\.0 \(WindowBlock in '
+        r'stage 3, .*without --dynamic.*stage_attentions',
+    ):
         check_exportable(model, dynamic=True)
     check_exportable(model, dynamic=False)  # a fixed size exports
     # the same backbone with circulant / core stages has nothing to refuse
-    check_exportable(_model(SWIN_SEG, {'model.backbone.stage_attentions':
-                                       ['circulant', 'circulant', 'core', 'core']}), dynamic=True)
+    check_exportable(
+        _model(
+            SWIN_SEG,
+            {'model.backbone.stage_attentions': ['circulant', 'circulant', 'core', 'core']},
+        ),
+        dynamic=True,
+    )

@@ -1,4 +1,5 @@
 """Safe checkpoint loading: mmengine's own types load, anything else is refused."""
+
 import collections
 import pickle
 import warnings
@@ -24,11 +25,18 @@ def _runner_like_checkpoint():
     buf.update(0.5)
     buf.update(0.25)
     return {
-        'meta': {'epoch': 1, 'iter': 2, 'seed': np.int64(7), 'dtype': np.dtype('float32'),
-                 'hist': np.arange(4, dtype=np.int64)},
+        'meta': {
+            'epoch': 1,
+            'iter': 2,
+            'seed': np.int64(7),
+            'dtype': np.dtype('float32'),
+            'hist': np.arange(4, dtype=np.int64),
+        },
         'state_dict': collections.OrderedDict(w=torch.ones(2)),
-        'message_hub': {'log_scalars': {'train/loss': buf},
-                        'runtime_info': {'lr': np.float64(0.1)}},
+        'message_hub': {
+            'log_scalars': {'train/loss': buf},
+            'runtime_info': {'lr': np.float64(0.1)},
+        },
     }
 
 
@@ -43,6 +51,7 @@ def test_mmengine_types_load(tmp_path):
 
 def test_mmengine_uses_the_safe_loader(tmp_path):
     import mmcirc  # noqa: F401  installs the loader
+
     assert CheckpointLoader._get_checkpoint_loader('/any/local.pth') is load_from_local_safely
     path = tmp_path / 'ok.pth'
     torch.save(_runner_like_checkpoint(), path)

@@ -1,4 +1,5 @@
 """Atomic checkpoint saving and resuming from the newest checkpoint that loads."""
+
 import os
 
 import pytest
@@ -12,13 +13,13 @@ from mmcirc.engine import AtomicLocalBackend, UnsafeCheckpointError, find_resuma
 
 
 def _save(path, step):
-    torch.save({'meta': {'iter': step}, 'state_dict': {'w': torch.full((4, ), float(step))}}, path)
+    torch.save({'meta': {'iter': step}, 'state_dict': {'w': torch.full((4,), float(step))}}, path)
 
 
 def _corrupt(path, how):
     data = path.read_bytes()
     if how == 'truncated':
-        path.write_bytes(data[:len(data) // 2])
+        path.write_bytes(data[: len(data) // 2])
     elif how == 'empty':
         path.write_bytes(b'')
     else:  # random bytes of the same length

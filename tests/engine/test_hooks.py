@@ -1,4 +1,5 @@
 """NestedCoreHook: the C' distribution of nested core training, and rank agreement."""
+
 import collections
 import logging
 import os
@@ -82,9 +83,14 @@ def test_model_without_elastic_module_is_an_error():
         NestedCoreHook(max_cores=8).before_train_iter(runner, 0)
 
 
-@pytest.mark.parametrize('kwargs, name', [
-    (dict(max_cores=0), 'max_cores'), (dict(max_cores=8, p_max=1.5), 'p_max'),
-    (dict(max_cores=8, eval_num_cores=9), 'eval_num_cores')])
+@pytest.mark.parametrize(
+    'kwargs, name',
+    [
+        (dict(max_cores=0), 'max_cores'),
+        (dict(max_cores=8, p_max=1.5), 'p_max'),
+        (dict(max_cores=8, eval_num_cores=9), 'eval_num_cores'),
+    ],
+)
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         NestedCoreHook(**kwargs)

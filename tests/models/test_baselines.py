@@ -1,6 +1,7 @@
 """mmcirc.models.baselines: the benchmarks' baseline attention against softmax
 attention written out, the elastic core bank, bad arguments, the registry, and an
 import with torch alone."""
+
 import math
 import subprocess
 import sys
@@ -59,12 +60,15 @@ def test_core_bank_only_its_first_cores_take_part():
     assert not torch.allclose(m(x)[0], y)
 
 
-@pytest.mark.parametrize('make,name', [
-    (lambda: SDPASelfAttention(6, num_heads=4), 'num_heads'),
-    (lambda: MHASelfAttention(0), 'dim'),
-    (lambda: CoreAttentionWithBank(8, num_cores=9, bank_size=8), 'num_cores'),
-    (lambda: CoreAttentionWithBank(8, bank_size=0), 'bank_size'),
-])
+@pytest.mark.parametrize(
+    'make,name',
+    [
+        (lambda: SDPASelfAttention(6, num_heads=4), 'num_heads'),
+        (lambda: MHASelfAttention(0), 'dim'),
+        (lambda: CoreAttentionWithBank(8, num_cores=9, bank_size=8), 'num_cores'),
+        (lambda: CoreAttentionWithBank(8, bank_size=0), 'bank_size'),
+    ],
+)
 def test_bad_arguments_name_the_parameter(make, name):
     with pytest.raises(ValueError, match=name):
         make()
@@ -72,11 +76,14 @@ def test_bad_arguments_name_the_parameter(make, name):
 
 def test_registered_for_configs():
     from mmdet.registry import MODELS
-    m = MODELS.build(dict(type='CoreAttentionWithBank', dim=8, num_heads=2, num_cores=4, bank_size=4))
+
+    m = MODELS.build(
+        dict(type='CoreAttentionWithBank', dim=8, num_heads=2, num_cores=4, bank_size=4)
+    )
     assert isinstance(m, CoreAttentionWithBank) and m.bank.shape == (4, 8)
 
 
-SCRIPT = r'''
+SCRIPT = r"""
 import sys, types
 for name in ('mmengine', 'mmcv', 'mmdet', 'mmseg', 'mmpretrain'):
     sys.modules[name] = None  # importing any of them now fails
@@ -89,11 +96,15 @@ import torch
 from mmcirc.models.baselines import CoreAttentionWithBank, SDPASelfAttention
 x = torch.randn(1, 16, 8)
 print(tuple(SDPASelfAttention(8)(x).shape), tuple(CoreAttentionWithBank(8, 1, 2, 4)(x)[1].shape))
-'''
+"""
 
 
 def test_import_with_torch_only():
-    proc = subprocess.run([sys.executable, '-c', f'REPO = {REPO!r}\n' + SCRIPT], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, '-c', f'REPO = {REPO!r}\n' + SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == '(1, 16, 8) (1, 2, 8)'

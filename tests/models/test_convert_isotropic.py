@@ -1,6 +1,7 @@
 """Converters of the released isotropic models (mmcirc.models.convert_isotropic) on the
 official-code fixtures (tests/fixtures/official, see make_official_fixtures.py): what
 is loaded, new and unused is compared with the official state dicts' own keys."""
+
 import os.path as osp
 
 import pytest
@@ -8,8 +9,12 @@ import torch
 
 from helpers import REPO
 from mmcirc.models.convert import ConversionError
-from mmcirc.models.convert_isotropic import (CheckpointKindError, convert_cadeit_official, convert_veca_official,
-                                           veca_settings_of)
+from mmcirc.models.convert_isotropic import (
+    CheckpointKindError,
+    convert_cadeit_official,
+    convert_veca_official,
+    veca_settings_of,
+)
 
 FIXTURES = osp.join(REPO, 'tests', 'fixtures', 'official')
 
@@ -33,9 +38,14 @@ def test_cadeit_everything_loaded():
 
 def test_cadeit_named_arch_detected():
     from mmcirc.models.backbones import CADeiT
+
     with torch.device('meta'):
         sd = CADeiT(arch='small').state_dict()
-    sd = {k: torch.zeros(v.shape) for k, v in sd.items() if 'blocks.' not in k or k.startswith('blocks.0.')}
+    sd = {
+        k: torch.zeros(v.shape)
+        for k, v in sd.items()
+        if 'blocks.' not in k or k.startswith('blocks.0.')
+    }
     for k in list(sd):  # 12 blocks, but tiny tensors are enough for the detection: copy block 0
         if k.startswith('blocks.0.'):
             for i in range(1, 12):
@@ -47,13 +57,17 @@ def test_cadeit_named_arch_detected():
 
 
 def test_cadeit_converter_refuses_veca():
-    with pytest.raises(CheckpointKindError, match='this is a VECA checkpoint .*, not CA-DeiT') as err:
+    with pytest.raises(
+        CheckpointKindError, match='this is a VECA checkpoint .*, not CA-DeiT'
+    ) as err:
         convert_cadeit_official(_fix('veca_official.pth')['checkpoint'])
     assert err.value.found == 'veca'
 
 
 def test_foreign_checkpoint_says_what_was_expected():
-    with pytest.raises(ConversionError, match=r'not a VECA checkpoint: expected \{"student"') as err:
+    with pytest.raises(
+        ConversionError, match=r'not a VECA checkpoint: expected \{"student"'
+    ) as err:
         convert_veca_official({'model': {'w': torch.zeros(1)}})
     assert not isinstance(err.value, CheckpointKindError)
 
@@ -70,19 +84,29 @@ def test_veca_everything_loaded():
     src = fix['checkpoint']['student']
     result, model = convert_veca_official(fix['checkpoint'], arch=fix['arch'])
     assert result.new == [] and result.unused == []
-    names = {k[len('module.'):]: v for k, v in src.items()}
+    names = {k[len('module.') :]: v for k, v in src.items()}
     chunks = sorted(k for k in names if k.startswith('query_token_chunks.'))
     coords = sorted(k for k in names if k.startswith('qcoord_chunks.'))
     assert len(chunks) == 3
-    torch.testing.assert_close(result.state_dict['backbone.cores'],
-                               torch.cat([names[k][0] for k in chunks]), rtol=0, atol=0)
-    torch.testing.assert_close(result.state_dict['backbone.core_coords'],
-                               torch.cat([names[k][0] for k in coords]), rtol=0, atol=0)
+    torch.testing.assert_close(
+        result.state_dict['backbone.cores'],
+        torch.cat([names[k][0] for k in chunks]),
+        rtol=0,
+        atol=0,
+    )
+    torch.testing.assert_close(
+        result.state_dict['backbone.core_coords'],
+        torch.cat([names[k][0] for k in coords]),
+        rtol=0,
+        atol=0,
+    )
     assert result.sources['backbone.cores'] == chunks
     for key, value in names.items():
         if 'chunks' not in key:
             assert torch.equal(result.state_dict['backbone.' + key], value), key
-    assert result.meta['backbone']['patch_size'] == 8 and result.meta['backbone']['out_channels'] == 40
+    assert (
+        result.meta['backbone']['patch_size'] == 8 and result.meta['backbone']['out_channels'] == 40
+    )
 
 
 def test_veca_arch_from_config():
@@ -97,13 +121,17 @@ def test_veca_arch_from_config():
 def test_veca_student_prefix():
     fix = _fix('veca_official.pth')
     ckpt = fix['checkpoint']
-    ckpt['student'] = {'module.student.' + k[len('module.'):]: v for k, v in ckpt['student'].items()}
+    ckpt['student'] = {
+        'module.student.' + k[len('module.') :]: v for k, v in ckpt['student'].items()
+    }
     result, _ = convert_veca_official(ckpt, arch=fix['arch'])
     assert result.new == [] and result.unused == []
 
 
 def test_veca_converter_refuses_cadeit():
-    with pytest.raises(CheckpointKindError, match='this is a CA-DeiT checkpoint .*, not VECA') as err:
+    with pytest.raises(
+        CheckpointKindError, match='this is a CA-DeiT checkpoint .*, not VECA'
+    ) as err:
         convert_veca_official(_fix('ca_deit_official.pth')['checkpoint'])
     assert err.value.found == 'cadeit' and isinstance(err.value, ConversionError)
 
@@ -127,22 +155,37 @@ def test_veca_output_loads_through_init_cfg(tmp_path):
     converter's output file reproduces the official outputs."""
     from mmcirc.models.backbones import VECAViT
     from mmcirc.models.convert import save_checkpoint
+
     fix = _fix('veca_official.pth')
     result, _ = convert_veca_official(fix['checkpoint'], arch=fix['arch'])
     path = save_checkpoint(result, str(tmp_path / 'veca.pth'))
-    model = VECAViT(arch=fix['arch'], patch_size=8, out_channels=40, num_cores=16, out_type='global_token',
-                    init_cfg=dict(type='Pretrained', checkpoint=path, prefix='backbone.'))
+    model = VECAViT(
+        arch=fix['arch'],
+        patch_size=8,
+        out_channels=40,
+        num_cores=16,
+        out_type='global_token',
+        init_cfg=dict(type='Pretrained', checkpoint=path, prefix='backbone.'),
+    )
     model.init_weights()
     model.eval()
     with torch.no_grad():
         token = model(fix['input'])[0]
-    torch.testing.assert_close(token, fix['global_16'], rtol=1e-5, atol=1e-5 * float(fix['global_16'].abs().max()))
+    torch.testing.assert_close(
+        token, fix['global_16'], rtol=1e-5, atol=1e-5 * float(fix['global_16'].abs().max())
+    )
 
 
 def test_foreign_checkpoints_refused():
     """A plain DeiT (no gate, no CPE) and an arbitrary dict are neither CA-DeiT nor VECA."""
-    deit = {'model': {'cls_token': torch.zeros(1, 1, 8), 'pos_embed': torch.zeros(1, 5, 8),
-                      'blocks.0.attn.qkv.weight': torch.zeros(24, 8), 'blocks.0.attn.qkv.bias': torch.zeros(24)}}
+    deit = {
+        'model': {
+            'cls_token': torch.zeros(1, 1, 8),
+            'pos_embed': torch.zeros(1, 5, 8),
+            'blocks.0.attn.qkv.weight': torch.zeros(24, 8),
+            'blocks.0.attn.qkv.bias': torch.zeros(24),
+        }
+    }
     with pytest.raises(ConversionError, match='not a CA-DeiT checkpoint.*circulant attention'):
         convert_cadeit_official(deit)
     with pytest.raises(ConversionError, match=r'not a VECA checkpoint: expected \{"student"'):

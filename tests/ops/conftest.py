@@ -1,4 +1,5 @@
 """Shared fixtures of the operator tests."""
+
 import pytest
 import torch
 

@@ -4,6 +4,7 @@ They materialise every score and the full N x N attention matrix with explicit
 index arithmetic and never call the code under test (no FFT, no chunking, no
 folded projections).
 """
+
 import math
 
 import torch
@@ -28,8 +29,7 @@ def offset_index(h, w, boundary):
     raise ValueError(boundary)
 
 
-def circulant_attention_dense(q, k, v, boundary='circular', num_heads=None,
-                              scale='sqrt_n'):
+def circulant_attention_dense(q, k, v, boundary='circular', num_heads=None, scale='sqrt_n'):
     """Dense circulant attention on (B, H, W, C); returns (B, H, W, C).
 
     a[m] = s * sum over pairs (i, j) with j - i = m (in-map pairs only for
@@ -54,8 +54,9 @@ def circulant_attention_dense(q, k, v, boundary='circular', num_heads=None,
     for bi in range(b):
         for hi in range(heads):
             pair = qh[bi, :, hi] @ kh[bi, :, hi].T  # (N, N): q_i . k_j
-            a = torch.zeros(n_off, dtype=q.dtype).index_add(
-                0, idx.flatten(), pair.flatten()) * s  # a[m]
+            a = (
+                torch.zeros(n_off, dtype=q.dtype).index_add(0, idx.flatten(), pair.flatten()) * s
+            )  # a[m]
             if boundary == 'zero':
                 hit = torch.zeros(n_off, dtype=torch.bool)
                 hit[idx.flatten()] = True  # every offset occurs in some pair
@@ -73,13 +74,14 @@ def circulant_module_dense(module, x, hw_shape):
     project q, k, v in token space, dense attention, gate, projection."""
     b, n, c = x.shape
     h, w = hw_shape
-    gate = torch.nn.functional.silu(x @ module.gate[0].weight.T
-                                    + module.gate[0].bias)
+    gate = torch.nn.functional.silu(x @ module.gate[0].weight.T + module.gate[0].bias)
     q, k, v = (x @ module.qkv.weight.T).chunk(3, dim=-1)
     o = circulant_attention_dense(
         *(t.reshape(b, h, w, c) for t in (q, k, v)),
-        boundary=module.boundary, num_heads=module.num_heads,
-        scale=module.scale).reshape(b, n, c)
+        boundary=module.boundary,
+        num_heads=module.num_heads,
+        scale=module.scale,
+    ).reshape(b, n, c)
     return (o * gate) @ module.proj.weight.T + module.proj.bias
 
 
@@ -113,9 +115,7 @@ def core_attention_dense(module, x, cores):
     broadcast: x' = MHA(x W_qp, c' W_kc, c' W_vc);    y  = proj(x')
     """
     h = module.num_heads
-    g = mha_dense(cores, x, x, module.q_core, module.k_patch, module.v_patch,
-                  h)
+    g = mha_dense(cores, x, x, module.q_core, module.k_patch, module.v_patch, h)
     new_cores = cores + _linear(g, module.core_proj)
-    xb = mha_dense(x, new_cores, new_cores, module.q_patch, module.k_core,
-                   module.v_core, h)
+    xb = mha_dense(x, new_cores, new_cores, module.q_patch, module.k_core, module.v_core, h)
     return _linear(xb, module.proj), new_cores

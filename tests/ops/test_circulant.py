@@ -1,14 +1,13 @@
 """Circulant attention against the dense O(N^2) reference (tests/ops)."""
+
 import math
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dense_reference import (circulant_attention_dense, circulant_module_dense,
-                             offset_index)
-from mmcirc.ops import (CirculantAttention, circulant, circulant_attention,
-                        fft_grid, next_fast_len)
+from dense_reference import circulant_attention_dense, circulant_module_dense, offset_index
+from mmcirc.ops import CirculantAttention, circulant, circulant_attention, fft_grid, next_fast_len
 
 BOUNDARIES = ['circular', 'zero']
 SIZES = [(4, 4), (5, 7), (3, 3), (7, 11), (13, 1), (1, 6), (1, 1)]
@@ -16,8 +15,7 @@ SIZES = [(4, 4), (5, 7), (3, 3), (7, 11), (13, 1), (1, 6), (1, 1)]
 
 def _maps(b, h, w, c, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, h, w, c, generator=g, dtype=dtype)
-            for _ in range(3)]
+    return [torch.randn(b, h, w, c, generator=g, dtype=dtype) for _ in range(3)]
 
 
 # ------------------------------------------------------------ exactness
@@ -27,8 +25,7 @@ def _maps(b, h, w, c, dtype=torch.float64, seed=0):
 @pytest.mark.parametrize('scale', ['sqrt_n', 'n'])
 def test_functional_matches_dense_float64(boundary, hw, num_heads, scale):
     q, k, v = _maps(2, *hw, 4)
-    out = circulant_attention(q, k, v, boundary=boundary, num_heads=num_heads,
-                              scale=scale)
+    out = circulant_attention(q, k, v, boundary=boundary, num_heads=num_heads, scale=scale)
     ref = circulant_attention_dense(q, k, v, boundary, num_heads, scale)
     assert out.shape == q.shape and out.dtype == torch.float64
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
@@ -40,8 +37,7 @@ def test_functional_float32_matches_dense(boundary, hw):
     # Unit-variance maps give O(1) logits. (With a very peaky p the zero
     # boundary divides by a tiny Z[i] and float32 error grows as eps / Z.)
     q, k, v = _maps(2, *hw, 6)
-    out = circulant_attention(*(t.float() for t in (q, k, v)),
-                              boundary=boundary, num_heads=3)
+    out = circulant_attention(*(t.float() for t in (q, k, v)), boundary=boundary, num_heads=3)
     ref = circulant_attention_dense(q, k, v, boundary, 3)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
@@ -90,11 +86,9 @@ def test_batch_elements_independent(boundary):
 
 def test_non_contiguous_inputs():
     q, k, v = _maps(2, 5, 4, 3)
-    qt, kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2)
-                  for t in (q, k, v))
+    qt, kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
     assert not qt.is_contiguous()
-    torch.testing.assert_close(circulant_attention(qt, kt, vt),
-                               circulant_attention(q, k, v))
+    torch.testing.assert_close(circulant_attention(qt, kt, vt), circulant_attention(q, k, v))
 
 
 @pytest.mark.parametrize('boundary', BOUNDARIES)
@@ -102,15 +96,15 @@ def test_non_contiguous_inputs():
 def test_gradcheck(boundary, num_heads):
     q, k, v = (t.requires_grad_() for t in _maps(1, 3, 4, 2))
     assert torch.autograd.gradcheck(
-        lambda q, k, v: circulant_attention(q, k, v, boundary=boundary,
-                                            num_heads=num_heads),
-        (q, k, v), fast_mode=True)
+        lambda q, k, v: circulant_attention(q, k, v, boundary=boundary, num_heads=num_heads),
+        (q, k, v),
+        fast_mode=True,
+    )
 
 
 @pytest.mark.parametrize('boundary', BOUNDARIES)
 @pytest.mark.parametrize('num_heads', [None, 2])
-def test_blocks_of_heads_give_the_same_result(boundary, num_heads,
-                                              monkeypatch):
+def test_blocks_of_heads_give_the_same_result(boundary, num_heads, monkeypatch):
     """Processing heads in cache-sized blocks (here: one head per block) is
     exact, forward and backward, for the functional and the module."""
     torch.manual_seed(0)
@@ -120,9 +114,8 @@ def test_blocks_of_heads_give_the_same_result(boundary, num_heads,
 
     def run():
         y = m(x, (4, 5))
-        gx, = torch.autograd.grad(y.square().sum(), x)
-        return y, gx, circulant_attention(q, k, v, boundary=boundary,
-                                          num_heads=num_heads)
+        (gx,) = torch.autograd.grad(y.square().sum(), x)
+        return y, gx, circulant_attention(q, k, v, boundary=boundary, num_heads=num_heads)
 
     whole = run()
     assert len(circulant._head_blocks(6, 6, (8, 9), 2)) == 1
@@ -153,9 +146,9 @@ def test_next_fast_len_is_minimal_5_smooth():
         assert not any(smooth(j) for j in range(n, m))
 
 
-@pytest.mark.parametrize('hw, grid', [
-    ((4, 4), (8, 8)), ((5, 7), (9, 15)), ((1, 1), (1, 1)),
-    ((97, 131), (200, 270))])
+@pytest.mark.parametrize(
+    'hw, grid', [((4, 4), (8, 8)), ((5, 7), (9, 15)), ((1, 1), (1, 1)), ((97, 131), (200, 270))]
+)
 def test_zero_grid_covers_all_offsets(hw, grid):
     assert fft_grid(*hw, 'zero') == grid
     assert fft_grid(*hw, 'circular') == hw
@@ -191,15 +184,18 @@ def test_module_matches_dense(boundary, hw):
     m = CirculantAttention(4, boundary=boundary, scale='n')
     x = torch.randn(2, hw[0] * hw[1], 4)
     ref = circulant_module_dense(m.double(), x.double(), hw)
-    torch.testing.assert_close(m.float()(x, hw).double(), ref, rtol=1e-5,
-                               atol=1e-5)
+    torch.testing.assert_close(m.float()(x, hw).double(), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_module_parameter_names_match_official():
     m = CirculantAttention(8)
     assert set(dict(m.named_parameters())) == {
-        'gate.0.weight', 'gate.0.bias', 'qkv.weight', 'proj.weight',
-        'proj.bias'}
+        'gate.0.weight',
+        'gate.0.bias',
+        'qkv.weight',
+        'proj.weight',
+        'proj.bias',
+    }
 
 
 @pytest.mark.parametrize('boundary', BOUNDARIES)
@@ -207,8 +203,7 @@ def test_module_gradcheck(boundary):
     torch.manual_seed(0)
     m = CirculantAttention(2, boundary=boundary).double()
     x = torch.randn(1, 6, 2, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: m(x, (2, 3)), (x, ),
-                                    fast_mode=True)
+    assert torch.autograd.gradcheck(lambda x: m(x, (2, 3)), (x,), fast_mode=True)
 
 
 # ------------------------------------------------------------ mixed precision
@@ -246,8 +241,7 @@ def test_autocast_bf16_functional_no_nan_256():
         out = circulant_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
     assert out.dtype == torch.bfloat16
     assert torch.isfinite(out).all()
-    ref = circulant_attention(q.bfloat16().float(), k.bfloat16().float(),
-                              v.bfloat16().float())
+    ref = circulant_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float())
     torch.testing.assert_close(out.float(), ref, rtol=0.02, atol=0.02)
 
 
@@ -265,51 +259,60 @@ def test_half_input_without_autocast_returns_half():
     out = circulant_attention(q, k, v)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(
-        out.float(), circulant_attention(q.float(), k.float(), v.float()),
-        rtol=0.02, atol=0.02)
+        out.float(), circulant_attention(q.float(), k.float(), v.float()), rtol=0.02, atol=0.02
+    )
 
 
 # ------------------------------------------------------------ bad input
 _q = torch.zeros(1, 4, 4, 2)
 
 
-@pytest.mark.parametrize('args, kwargs, match', [
-    ((_q[0], _q[0], _q[0]), {}, 'q must be a 4-D'),
-    ((_q, _q[..., :1], _q), {}, 'same shape'),
-    ((_q, _q, _q.expand(2, -1, -1, -1)), {}, 'same shape'),
-    ((_q.long(), _q.long(), _q.long()), {}, 'floating point'),
-    ((_q, _q, _q), {'boundary': 'reflect'}, 'boundary must be one of'),
-    ((_q, _q, _q), {'scale': 'log'}, 'scale must be'),
-    ((_q, _q, _q), {'scale': -1.0}, 'scale must be'),
-    ((_q, _q, _q), {'scale': True}, 'scale must be'),
-    ((_q, _q, _q), {'num_heads': 3}, 'num_heads must be'),
-    ((_q, _q, _q), {'num_heads': 0}, 'num_heads must be'),
-    ((_q[:, :0], _q[:, :0], _q[:, :0]), {}, 'H, W, C >= 1'),
-])
+@pytest.mark.parametrize(
+    'args, kwargs, match',
+    [
+        ((_q[0], _q[0], _q[0]), {}, 'q must be a 4-D'),
+        ((_q, _q[..., :1], _q), {}, 'same shape'),
+        ((_q, _q, _q.expand(2, -1, -1, -1)), {}, 'same shape'),
+        ((_q.long(), _q.long(), _q.long()), {}, 'floating point'),
+        ((_q, _q, _q), {'boundary': 'reflect'}, 'boundary must be one of'),
+        ((_q, _q, _q), {'scale': 'log'}, 'scale must be'),
+        ((_q, _q, _q), {'scale': -1.0}, 'scale must be'),
+        ((_q, _q, _q), {'scale': True}, 'scale must be'),
+        ((_q, _q, _q), {'num_heads': 3}, 'num_heads must be'),
+        ((_q, _q, _q), {'num_heads': 0}, 'num_heads must be'),
+        ((_q[:, :0], _q[:, :0], _q[:, :0]), {}, 'H, W, C >= 1'),
+    ],
+)
 def test_functional_bad_input(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         circulant_attention(*args, **kwargs)
 
 
-@pytest.mark.parametrize('kwargs, match', [
-    ({'dim': 0}, 'dim must be'),
-    ({'dim': 6, 'num_heads': 4}, 'num_heads must be'),
-    ({'dim': 4, 'boundary': 'wrap'}, 'boundary must be one of'),
-    ({'dim': 4, 'scale': 0}, 'scale must be'),
-])
+@pytest.mark.parametrize(
+    'kwargs, match',
+    [
+        ({'dim': 0}, 'dim must be'),
+        ({'dim': 6, 'num_heads': 4}, 'num_heads must be'),
+        ({'dim': 4, 'boundary': 'wrap'}, 'boundary must be one of'),
+        ({'dim': 4, 'scale': 0}, 'scale must be'),
+    ],
+)
 def test_module_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         CirculantAttention(**kwargs)
 
 
-@pytest.mark.parametrize('x_shape, hw, match', [
-    ((1, 12, 4), (3, 5), 'N=12 tokens'),
-    ((1, 12, 3), (3, 4), 'dim=4'),
-    ((12, 4), (3, 4), '3-D tensor'),
-    ((1, 12, 4), (12, ), 'hw_shape must be'),
-    ((1, 12, 4), (3.0, 4), 'hw_shape must be'),
-    ((1, 0, 4), (0, 4), 'hw_shape must be'),
-])
+@pytest.mark.parametrize(
+    'x_shape, hw, match',
+    [
+        ((1, 12, 4), (3, 5), 'N=12 tokens'),
+        ((1, 12, 3), (3, 4), 'dim=4'),
+        ((12, 4), (3, 4), '3-D tensor'),
+        ((1, 12, 4), (12,), 'hw_shape must be'),
+        ((1, 12, 4), (3.0, 4), 'hw_shape must be'),
+        ((1, 0, 4), (0, 4), 'hw_shape must be'),
+    ],
+)
 def test_module_bad_input(x_shape, hw, match):
     m = CirculantAttention(4)
     with pytest.raises(ValueError, match=match):

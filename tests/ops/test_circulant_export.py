@@ -3,14 +3,20 @@
 It must equal the default torch.fft path and the dense O(N^2) reference, in
 float64, for both boundaries and any H x W, and run without complex tensors.
 """
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dense_reference import circulant_attention_dense, circulant_module_dense
 from mmcirc.ops import circulant
-from mmcirc.ops.circulant import (CirculantAttention, circulant_attention,
-                                  export_mode, get_fft_impl, set_fft_impl)
+from mmcirc.ops.circulant import (
+    CirculantAttention,
+    circulant_attention,
+    export_mode,
+    get_fft_impl,
+    set_fft_impl,
+)
 
 BOUNDARIES = ['circular', 'zero']
 # square, non-square, odd, prime, single row/column, single token
@@ -19,14 +25,12 @@ SIZES = [(4, 4), (5, 7), (6, 9), (7, 11), (13, 1), (1, 6), (1, 1)]
 
 def _maps(b, h, w, c, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, h, w, c, generator=g, dtype=dtype)
-            for _ in range(3)]
+    return [torch.randn(b, h, w, c, generator=g, dtype=dtype) for _ in range(3)]
 
 
 def _module(boundary, num_heads, dim=4, scale='sqrt_n', seed=0):
     torch.manual_seed(seed)
-    m = CirculantAttention(dim, num_heads=num_heads, boundary=boundary,
-                           scale=scale).double()
+    m = CirculantAttention(dim, num_heads=num_heads, boundary=boundary, scale=scale).double()
     with torch.no_grad():  # non-trivial gate/projection biases
         for p in m.parameters():
             p.normal_(0, 0.5)
@@ -36,13 +40,11 @@ def _module(boundary, num_heads, dim=4, scale='sqrt_n', seed=0):
 @pytest.mark.parametrize('boundary', BOUNDARIES)
 @pytest.mark.parametrize('hw', SIZES)
 @pytest.mark.parametrize('num_heads', [None, 2])
-def test_functional_export_path_equals_default_and_dense(boundary, hw,
-                                                         num_heads):
+def test_functional_export_path_equals_default_and_dense(boundary, hw, num_heads):
     q, k, v = _maps(2, *hw, 4)
     ref = circulant_attention(q, k, v, boundary=boundary, num_heads=num_heads)
     with export_mode():
-        out = circulant_attention(q, k, v, boundary=boundary,
-                                  num_heads=num_heads)
+        out = circulant_attention(q, k, v, boundary=boundary, num_heads=num_heads)
     assert out.shape == q.shape and out.dtype == torch.float64
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
     dense = circulant_attention_dense(q, k, v, boundary, num_heads)
@@ -68,8 +70,7 @@ def test_module_export_path_equals_default_and_dense(boundary, hw, num_heads):
     with export_mode():
         out = m(x, hw)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(out, circulant_module_dense(m, x, hw),
-                               rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out, circulant_module_dense(m, x, hw), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize('boundary', BOUNDARIES)
@@ -94,8 +95,7 @@ def test_module_export_path_gradients_equal_default(boundary):
         x.grad = None
         with export_mode(enabled):
             (m(x, (5, 6)) * w).sum().backward()
-        grads.append([x.grad.clone()] + [p.grad.clone()
-                                         for p in m.parameters()])
+        grads.append([x.grad.clone()] + [p.grad.clone() for p in m.parameters()])
     for a, b in zip(*grads):
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-11)
 
@@ -110,7 +110,7 @@ class _RecordOps(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self.ops.add(func.overloadpacket.__name__)
-        for t in out if isinstance(out, (tuple, list)) else (out, ):
+        for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor) and t.is_complex():
                 self.complex = True
         return out
@@ -142,7 +142,10 @@ def test_export_mode_restores_previous_impl_on_error():
 
 
 def test_set_fft_impl_rejects_unknown():
-    with pytest.raises(ValueError, match=r"impl must be one of \('torch', "
-                                         r"'dft'\), got 'onnx'"):
+    with pytest.raises(
+        ValueError,
+        match=r"impl must be one of \('torch', "
+        r"'dft'\), got 'onnx'",
+    ):
         set_fft_impl('onnx')
     assert circulant.get_fft_impl() == 'torch'

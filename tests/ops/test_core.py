@@ -1,4 +1,5 @@
 """Core attention against a dense multi-head attention reference."""
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -56,8 +57,10 @@ def test_broadcast_is_mha_of_patches_over_cores(fold):
     m = _module(fold_projections=fold)
     x, cores = _inputs()
     y = m._broadcast(x, cores, chunk=x.shape[1], fold=fold)
-    ref = mha_dense(x, cores, cores, m.q_patch, m.k_core, m.v_core,
-                    m.num_heads) @ m.proj.weight.T + m.proj.bias
+    ref = (
+        mha_dense(x, cores, cores, m.q_patch, m.k_core, m.v_core, m.num_heads) @ m.proj.weight.T
+        + m.proj.bias
+    )
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-12)
 
 
@@ -75,8 +78,7 @@ def test_no_qkv_bias_matches_dense():
     x, cores = _inputs()
     for fold in FOLDS:
         m.fold_projections = fold
-        torch.testing.assert_close(m(x, cores)[0],
-                                   core_attention_dense(m, x, cores)[0])
+        torch.testing.assert_close(m(x, cores)[0], core_attention_dense(m, x, cores)[0])
 
 
 @pytest.mark.parametrize('fold', FOLDS)
@@ -119,7 +121,7 @@ class _MaxNumel(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in (out if isinstance(out, (tuple, list)) else (out, )):
+        for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
                 self.max = max(self.max, t.numel())
         return out
@@ -136,8 +138,7 @@ def test_chunking_bounds_the_largest_intermediate(fold):
         m(x, cores)
     assert rec.max <= n * dim  # the input/output size itself
     # the recorder does see a full (heads * C', N) score map when one is made
-    q = torch.randn(1, 2 * num_cores, dim) if fold else torch.randn(
-        1, 2, num_cores, dim // 2)
+    q = torch.randn(1, 2 * num_cores, dim) if fold else torch.randn(1, 2, num_cores, dim // 2)
     with torch.no_grad(), _MaxNumel() as rec:
         m._gather_step(q, x, fold, False, None, None, None, None)
     assert rec.max >= 2 * num_cores * n
@@ -146,13 +147,11 @@ def test_chunking_bounds_the_largest_intermediate(fold):
 @pytest.mark.parametrize('fold', FOLDS)
 @pytest.mark.parametrize('chunk_size', [None, 3])
 def test_gradcheck(fold, chunk_size):
-    m = _module(dim=4, num_heads=2, fold_projections=fold,
-                chunk_size=chunk_size)
+    m = _module(dim=4, num_heads=2, fold_projections=fold, chunk_size=chunk_size)
     x, cores = _inputs(b=1, n=7, num_cores=2, dim=4)
     x.requires_grad_()
     cores.requires_grad_()
-    assert torch.autograd.gradcheck(lambda x, c: m(x, c), (x, cores),
-                                    fast_mode=True)
+    assert torch.autograd.gradcheck(lambda x, c: m(x, c), (x, cores), fast_mode=True)
 
 
 def test_chunked_parameter_grads_equal_unchunked():
@@ -177,8 +176,7 @@ def test_every_parameter_gets_a_gradient():
         x, cores = _inputs()
         y, c = m(x, cores)
         (y.sum() + c.sum()).backward()
-        assert all(p.grad is not None and p.grad.abs().sum() > 0
-                   for p in m.parameters())
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
 
 
 # ------------------------------------------------------------ elastic cores
@@ -223,8 +221,7 @@ def test_prefix_cores_work_with_the_layer():
     x, _ = _inputs()
     for num_cores in (1, 2, 16):
         cores = select_cores(bank, num_cores, batch_size=2)
-        torch.testing.assert_close(m(x, cores)[0],
-                                   core_attention_dense(m, x, cores)[0])
+        torch.testing.assert_close(m(x, cores)[0], core_attention_dense(m, x, cores)[0])
 
 
 # ------------------------------------------------------------ bad input
@@ -240,31 +237,35 @@ def test_select_cores_bad_bank(bank):
         select_cores(bank, 1)
 
 
-@pytest.mark.parametrize('kwargs, match', [
-    ({'dim': 6, 'num_heads': 4}, 'num_heads must divide'),
-    ({'dim': 0, 'num_heads': 1}, 'dim must be'),
-    ({'dim': 4, 'num_heads': 0}, 'num_heads must be'),
-    ({'dim': 4, 'num_heads': 1, 'chunk_size': 0}, 'chunk_size must be'),
-    ({'dim': 4, 'num_heads': 1, 'chunk_threshold': None},
-     'chunk_threshold must be'),
-    ({'dim': 4, 'num_heads': 1, 'attn_drop': 1.0}, 'attn_drop must be'),
-    ({'dim': 4, 'num_heads': 1, 'fold_projections': 'yes'},
-     'fold_projections must be'),
-])
+@pytest.mark.parametrize(
+    'kwargs, match',
+    [
+        ({'dim': 6, 'num_heads': 4}, 'num_heads must divide'),
+        ({'dim': 0, 'num_heads': 1}, 'dim must be'),
+        ({'dim': 4, 'num_heads': 0}, 'num_heads must be'),
+        ({'dim': 4, 'num_heads': 1, 'chunk_size': 0}, 'chunk_size must be'),
+        ({'dim': 4, 'num_heads': 1, 'chunk_threshold': None}, 'chunk_threshold must be'),
+        ({'dim': 4, 'num_heads': 1, 'attn_drop': 1.0}, 'attn_drop must be'),
+        ({'dim': 4, 'num_heads': 1, 'fold_projections': 'yes'}, 'fold_projections must be'),
+    ],
+)
 def test_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         CoreAttention(**kwargs)
 
 
-@pytest.mark.parametrize('x_shape, cores_shape, match', [
-    ((2, 10, 4), (2, 0, 4), "C' >= 1"),
-    ((2, 0, 4), (2, 3, 4), 'N >= 1'),
-    ((2, 10, 4), (1, 3, 4), 'cores batch'),
-    ((2, 10, 4), (2, 3, 5), 'dim=4'),
-    ((2, 10, 5), (2, 3, 4), 'dim=4'),
-    ((10, 4), (2, 3, 4), 'x must be a 3-D'),
-    ((2, 10, 4), (3, 4), 'cores must be a 3-D'),
-])
+@pytest.mark.parametrize(
+    'x_shape, cores_shape, match',
+    [
+        ((2, 10, 4), (2, 0, 4), "C' >= 1"),
+        ((2, 0, 4), (2, 3, 4), 'N >= 1'),
+        ((2, 10, 4), (1, 3, 4), 'cores batch'),
+        ((2, 10, 4), (2, 3, 5), 'dim=4'),
+        ((2, 10, 5), (2, 3, 4), 'dim=4'),
+        ((10, 4), (2, 3, 4), 'x must be a 3-D'),
+        ((2, 10, 4), (3, 4), 'cores must be a 3-D'),
+    ],
+)
 def test_bad_input(x_shape, cores_shape, match):
     m = CoreAttention(4, 2)
     with pytest.raises(ValueError, match=match):
@@ -277,14 +278,12 @@ def test_attention_dropout_is_unbiased(fold):
     """E[new cores under attention dropout] = new cores without dropout.
 
     2000 copies of one sample in a batch draw independent masks."""
-    m = _module(dim=4, num_heads=1, attn_drop=0.5, fold_projections=fold,
-                chunk_size=4)
+    m = _module(dim=4, num_heads=1, attn_drop=0.5, fold_projections=fold, chunk_size=4)
     x, cores = _inputs(b=1, n=9, num_cores=2, dim=4)
     with torch.no_grad():
         c = m.eval()(x, cores)[1]
         torch.manual_seed(0)
-        c_drop = m.train()(x.expand(2000, -1, -1),
-                           cores.expand(2000, -1, -1))[1]
+        c_drop = m.train()(x.expand(2000, -1, -1), cores.expand(2000, -1, -1))[1]
     assert not torch.allclose(c_drop[0], c[0])
     torch.testing.assert_close(c_drop.mean(0), c[0], rtol=0.03, atol=0.03)
 

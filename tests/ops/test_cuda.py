@@ -5,14 +5,14 @@ CI has no GPU, so these tests are skipped there (the skip names the reason); the
 run wherever torch sees a CUDA device, e.g. ``python -m pytest tests/ops/test_cuda.py``
 on the lent GPU machine (torch alone is enough: ``mmcirc.ops`` needs no OpenMMLab).
 """
+
 import pytest
 import torch
 
 from dense_reference import circulant_module_dense, core_attention_dense
 from mmcirc.ops import CirculantAttention, CoreAttention, select_cores
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason='needs a CUDA device')
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 CUDA = 'cuda'
 # non-square, odd and prime sides (cuFFT plans for non-power-of-two sizes)
 SIZES = [(8, 8), (7, 11), (13, 1), (37, 53)]
@@ -55,8 +55,9 @@ def test_circulant_cuda_gradients_match_cpu_float64(boundary):
     m32(x32, hw).square().sum().backward()
     torch.testing.assert_close(x32.grad.cpu().double(), x64.grad, rtol=1e-3, atol=1e-5)
     for (name, p64), p32 in zip(m64.named_parameters(), m32.parameters()):
-        torch.testing.assert_close(p32.grad.cpu().double(), p64.grad, rtol=1e-3,
-                                   atol=1e-5, msg=name)
+        torch.testing.assert_close(
+            p32.grad.cpu().double(), p64.grad, rtol=1e-3, atol=1e-5, msg=name
+        )
 
 
 @pytest.mark.parametrize('boundary', ['circular', 'zero'])

@@ -1,5 +1,6 @@
 """tools/analysis: the benchmarks and the complexity plot run end to end on tiny
 inputs, and what they report is checked against analytic counts where one exists."""
+
 import json
 import math
 import os.path as osp
@@ -17,9 +18,24 @@ def _load(path):
 
 def test_benchmark_attention_reports_every_method(tmp_path):
     methods = ['sdpa', 'circ-circ', 'core-8']
-    run_tool(['tools/analysis/benchmark_attention.py', '--sizes', '8', '--repeat', '2',
-              '--threads', '1', '--no-backward', '--methods', *methods,
-              '--out-dir', str(tmp_path)], cwd=tmp_path, timeout=300)
+    run_tool(
+        [
+            'tools/analysis/benchmark_attention.py',
+            '--sizes',
+            '8',
+            '--repeat',
+            '2',
+            '--threads',
+            '1',
+            '--no-backward',
+            '--methods',
+            *methods,
+            '--out-dir',
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        timeout=300,
+    )
     res = _load(tmp_path / 'results.json')
     for m in methods:
         r = res['results'][f'{m}|8|fwd']
@@ -30,9 +46,27 @@ def test_benchmark_attention_reports_every_method(tmp_path):
 
 
 def test_benchmark_backbone_side_by_side(tmp_path):
-    run_tool(['tools/analysis/benchmark_backbone.py', '--models', 'pvt_s', 'circ_pvt_s',
-              '--sizes', '64', '--repeats', '2', '--min-repeats', '1', '--threads', '1',
-              '--flops', '--out-dir', str(tmp_path)], cwd=tmp_path, timeout=600)
+    run_tool(
+        [
+            'tools/analysis/benchmark_backbone.py',
+            '--models',
+            'pvt_s',
+            'circ_pvt_s',
+            '--sizes',
+            '64',
+            '--repeats',
+            '2',
+            '--min-repeats',
+            '1',
+            '--threads',
+            '1',
+            '--flops',
+            '--out-dir',
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
     res = {r['model']: r for r in _load(tmp_path / 'results_cpu.json')['results']}
     assert set(res) == {'pvt_s', 'circ_pvt_s'}
     for r in res.values():
@@ -51,25 +85,45 @@ def _sdpa_block_macs(n, c):
 def _circulant_block_macs(h, w, c):
     """CirculantAttention, d = 1 (tests/analysis/test_flops.py writes out the terms)."""
     n, fw = h * w, w // 2 + 1
-    return (2 * n * c * c + 3 * c * c * 2 * h * fw + 4 * c * 1.25 * n * math.log2(n)
-            + 2 * 4 * c * h * fw + c * n)
+    return (
+        2 * n * c * c
+        + 3 * c * c * 2 * h * fw
+        + 4 * c * 1.25 * n * math.log2(n)
+        + 2 * 4 * c * h * fw
+        + c * n
+    )
 
 
 def test_plot_complexity_counts_match_analytic(tmp_path):
-    run_tool(['tools/analysis/plot_complexity.py', '--dims', '16', '--block-sides', '8', '16',
-              '--models', 'circ_pvt_s', '--sizes', '64', '--out-dir', str(tmp_path)],
-             cwd=tmp_path, timeout=600)
+    run_tool(
+        [
+            'tools/analysis/plot_complexity.py',
+            '--dims',
+            '16',
+            '--block-sides',
+            '8',
+            '16',
+            '--models',
+            'circ_pvt_s',
+            '--sizes',
+            '64',
+            '--out-dir',
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
     res = _load(tmp_path / 'complexity.json')
     block = res['block']['series']
     for side in (8, 16):
         n = side * side
         sdpa = next(e for e in block['self-attention (SDPA)'] if e['side'] == side)
-        circ = next(e for k, s in block.items() if k.startswith('circulant') for e in s
-                    if e['side'] == side)
+        circ = next(
+            e for k, s in block.items() if k.startswith('circulant') for e in s if e['side'] == side
+        )
         assert sdpa['gmacs'] * 1e9 == pytest.approx(_sdpa_block_macs(n, 16), rel=1e-9)
-        assert circ['gmacs'] * 1e9 == pytest.approx(_circulant_block_macs(side, side, 16),
-                                                    rel=1e-9)
-    (entry, ) = res['backbones']['series']['all-circulant PVT-S']
+        assert circ['gmacs'] * 1e9 == pytest.approx(_circulant_block_macs(side, side, 16), rel=1e-9)
+    (entry,) = res['backbones']['series']['all-circulant PVT-S']
     assert entry['size'] == 64 and entry['gmacs'] > 0
     assert (tmp_path / 'block.png').is_file() and (tmp_path / 'backbones.png').is_file()
 
@@ -80,6 +134,7 @@ def cadeit_tool():
     sys.path.insert(0, osp.join(REPO, 'tools', 'analysis'))
     try:
         import benchmark_cadeit
+
         yield benchmark_cadeit
     finally:
         sys.path.remove(osp.join(REPO, 'tools', 'analysis'))
@@ -97,20 +152,36 @@ def test_cadeit_parameters_follow_the_official_layout(cadeit_tool):
 
 
 def test_cadeit_cli_runs_and_counts(tmp_path):
-    run_tool(['tools/analysis/benchmark_cadeit.py', '--device', 'cpu', '--sizes', '224',
-              '--repeat', '1', '--flops', '--out-dir', str(tmp_path)], cwd=tmp_path,
-             timeout=600)
+    run_tool(
+        [
+            'tools/analysis/benchmark_cadeit.py',
+            '--device',
+            'cpu',
+            '--sizes',
+            '224',
+            '--repeat',
+            '1',
+            '--flops',
+            '--out-dir',
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
     res = _load(tmp_path / 'results_cpu.json')['results']
     deit, ca = res['deit_t|224'], res['ca_deit_t|224']
     assert deit['finite'] and ca['finite']
     assert deit['gmacs'] == pytest.approx(1.26, rel=0.02)  # DeiT-T: 1.3 GFLOPs published
     assert 0 < ca['gmacs'] < 2 * deit['gmacs']
     table = (tmp_path / 'table_cpu.md').read_text()
-    assert f"{deit['time_ms'] / ca['time_ms']:.2f}x" in table
+    assert f'{deit["time_ms"] / ca["time_ms"]:.2f}x' in table
 
 
 def test_cadeit_cli_rejects_bad_sizes(tmp_path):
-    proc = run_tool(['tools/analysis/benchmark_cadeit.py', '--sizes', '100'], cwd=tmp_path,
-                    check=False, timeout=120)
-    assert proc.returncode == 2 and '--sizes must be multiples of the patch size 16' in \
-        proc.stderr
+    proc = run_tool(
+        ['tools/analysis/benchmark_cadeit.py', '--sizes', '100'],
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and '--sizes must be multiples of the patch size 16' in proc.stderr

@@ -2,6 +2,7 @@
 a 64 x 96 image: the files are written, the JSON agrees with the model's layout, and bad
 input ends as one ``error:`` line (exit 1) with nothing written. One run goes through the
 command line; the others call ``main(argv)`` in this process (the imports are shared)."""
+
 import importlib.util
 import json
 import os.path as osp
@@ -29,7 +30,7 @@ def _tool(name):
 
 
 def _only_dir(root):
-    (sub, ) = [p for p in root.iterdir() if p.is_dir()]
+    (sub,) = [p for p in root.iterdir() if p.is_dir()]
     return sub
 
 
@@ -39,6 +40,7 @@ def pvt_checkpoint(tmp_path_factory):
     import torch
     from mmdet.apis import init_detector
     from mmcirc.utils.cli import load_config
+
     cfg = load_config(CA_PVT)
     torch.manual_seed(1)
     model = init_detector(cfg, None, device='cpu')
@@ -49,15 +51,30 @@ def pvt_checkpoint(tmp_path_factory):
 
 
 def test_bccb_score_writes_scores_for_every_sra_layer(tmp_path, pvt_checkpoint):
-    run_tool(['tools/analysis/bccb_score.py', CA_PVT, pvt_checkpoint, '--demo', 'astronaut',
-              '--size', '64x96', '--out-dir', str(tmp_path)], cwd=tmp_path, timeout=300)
+    run_tool(
+        [
+            'tools/analysis/bccb_score.py',
+            CA_PVT,
+            pvt_checkpoint,
+            '--demo',
+            'astronaut',
+            '--size',
+            '64x96',
+            '--out-dir',
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        timeout=300,
+    )
     out = _only_dir(tmp_path)
     assert out.name == 'ca_pvt_retinanet_tiny_astronaut_64x96'
     res = json.loads((out / 'bccb_score.json').read_text())
     # stages 3-4 are SRA: 1 block each, 1 and 2 heads; 64x96 -> 4x6 (sr 2: 2x3 keys), 2x3
     layers = res['layers']
     assert [(e['kind'], e['heads'], e['q_grid'], e['k_grid']) for e in layers] == [
-        ('sra', 1, [4, 6], [2, 3]), ('sra', 2, [2, 3], [2, 3])]
+        ('sra', 1, [4, 6], [2, 3]),
+        ('sra', 2, [2, 3], [2, 3]),
+    ]
     for e in layers:
         for key in ('distance', 'random', 'shuffled'):
             assert len(e[key]) == e['heads'] and all(0 <= v <= 1 for v in e[key]), (key, e)
@@ -72,8 +89,12 @@ def test_bccb_score_writes_scores_for_every_sra_layer(tmp_path, pvt_checkpoint):
 
 def test_bccb_score_swin_windows_in_process(tmp_path, capsys):
     """mmseg config, random weights: window layers on the 2 x 2 window grid."""
-    assert _tool('bccb_score').main([CA_SWIN, '--demo', 'astronaut', '--size', '64x64',
-                                     '--out-dir', str(tmp_path)]) == 0
+    assert (
+        _tool('bccb_score').main(
+            [CA_SWIN, '--demo', 'astronaut', '--size', '64x64', '--out-dir', str(tmp_path)]
+        )
+        == 0
+    )
     res = json.loads((_only_dir(tmp_path) / 'bccb_score.json').read_text())
     assert res['random_weights'] and [e['kind'] for e in res['layers']] == ['window', 'window']
     assert all(e['q_grid'] == [2, 2] and e['random'] is None for e in res['layers'])
@@ -81,17 +102,33 @@ def test_bccb_score_swin_windows_in_process(tmp_path, capsys):
 
 
 def test_vis_circulant_writes_kernels_and_erf(tmp_path):
-    assert _tool('vis_circulant').main([CA_PVT, '--demo', 'astronaut', '--size', '64x96', '--channels', '4',
-                                        '--out-dir', str(tmp_path)]) == 0
+    assert (
+        _tool('vis_circulant').main(
+            [
+                CA_PVT,
+                '--demo',
+                'astronaut',
+                '--size',
+                '64x96',
+                '--channels',
+                '4',
+                '--out-dir',
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = _only_dir(tmp_path)
     res = json.loads((out / 'vis_circulant.json').read_text())
     # stages 1-2 circulant, d = 1: 8 and 16 kernels on 16x24 and 8x12 maps
     assert [(e['heads'], e['grid'], e['kernel_shape']) for e in res['layers']] == [
-        (8, [16, 24], [16, 24]), (16, [8, 12], [8, 12])]
+        (8, [16, 24], [16, 24]),
+        (16, [8, 12], [8, 12]),
+    ]
     for e in res['layers']:
         assert len(e['channels']) == e['heads']
         assert all(1 <= c['effective_offsets'] <= 16 * 24 for c in e['channels'])
-        assert (out / f"kernels_{e['name'].replace('backbone.', '', 1)}.png").is_file()
+        assert (out / f'kernels_{e["name"].replace("backbone.", "", 1)}.png').is_file()
     assert [r['output'] for r in res['erf']] == [0, 1, 2, 3]
     assert all(0 < r['r50_px'] <= r['r90_px'] for r in res['erf'])
     assert (out / 'erf.png').stat().st_size > 1000
@@ -99,18 +136,55 @@ def test_vis_circulant_writes_kernels_and_erf(tmp_path):
 
 def test_vis_circulant_zero_boundary_overlay(tmp_path):
     """boundary='zero': kernels over the (2H-1) x (2W-1) offsets, painted on the image."""
-    assert _tool('vis_circulant').main([CA_PVT, '--demo', 'astronaut', '--size', '64x96', '--channels', '2',
-                                        '--overlay', '--no-erf', '--cfg-options', 'model.backbone.boundary=zero',
-                                        '--out-dir', str(tmp_path)]) == 0
+    assert (
+        _tool('vis_circulant').main(
+            [
+                CA_PVT,
+                '--demo',
+                'astronaut',
+                '--size',
+                '64x96',
+                '--channels',
+                '2',
+                '--overlay',
+                '--no-erf',
+                '--cfg-options',
+                'model.backbone.boundary=zero',
+                '--out-dir',
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = _only_dir(tmp_path)
     res = json.loads((out / 'vis_circulant.json').read_text())
-    assert [(e['boundary'], e['kernel_shape']) for e in res['layers']] == [('zero', [31, 47]), ('zero', [15, 23])]
+    assert [(e['boundary'], e['kernel_shape']) for e in res['layers']] == [
+        ('zero', [31, 47]),
+        ('zero', [15, 23]),
+    ]
     assert res['erf'] == [] and not (out / 'erf.png').exists()
 
 
 def test_vis_cores_writes_maps_per_core_count(tmp_path):
-    assert _tool('vis_cores').main([CORE_PVT, '--demo', 'astronaut', '--size', '64x96', '--num-cores', '2',
-                                    'mobile', '--show', '2', '--out-dir', str(tmp_path)]) == 0
+    assert (
+        _tool('vis_cores').main(
+            [
+                CORE_PVT,
+                '--demo',
+                'astronaut',
+                '--size',
+                '64x96',
+                '--num-cores',
+                '2',
+                'mobile',
+                '--show',
+                '2',
+                '--out-dir',
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = _only_dir(tmp_path)
     res = json.loads((out / 'vis_cores.json').read_text())
     assert res['num_cores'] == [2, 8]
@@ -137,8 +211,11 @@ def _error(tool, argv, capsys):
 
 
 def test_config_without_such_layers_is_one_line(tmp_path, capsys):
-    msg = _error('vis_cores', [CA_PVT, '--demo', 'astronaut', '--size', '64x64', '--out-dir', str(tmp_path)],
-                 capsys)
+    msg = _error(
+        'vis_cores',
+        [CA_PVT, '--demo', 'astronaut', '--size', '64x64', '--out-dir', str(tmp_path)],
+        capsys,
+    )
     assert 'no core attention layer' in msg and 'circulant' in msg
     assert not any(tmp_path.iterdir())
 
@@ -146,19 +223,38 @@ def test_config_without_such_layers_is_one_line(tmp_path, capsys):
 def test_unreadable_image_is_one_line(tmp_path, capsys):
     bad = tmp_path / 'broken.jpg'
     bad.write_bytes(b'not an image')
-    msg = _error('vis_circulant', [CA_PVT, '--img', str(bad), '--out-dir', str(tmp_path / 'out')], capsys)
+    msg = _error(
+        'vis_circulant', [CA_PVT, '--img', str(bad), '--out-dir', str(tmp_path / 'out')], capsys
+    )
     assert msg == f'error: cannot read image: {bad}'
     assert not (tmp_path / 'out').exists()
 
 
 @pytest.mark.parametrize('size', ['64x', '8x8', 'big'])
 def test_bad_size_is_one_line(tmp_path, capsys, size):
-    msg = _error('bccb_score', [CA_PVT, '--demo', 'astronaut', '--size', size, '--out-dir', str(tmp_path)],
-                 capsys)
+    msg = _error(
+        'bccb_score',
+        [CA_PVT, '--demo', 'astronaut', '--size', size, '--out-dir', str(tmp_path)],
+        capsys,
+    )
     assert '--size' in msg and 'HxW' in msg
 
 
 def test_core_count_above_the_bank_is_one_line(tmp_path, capsys):
-    msg = _error('vis_cores', [CORE_PVT, '--demo', 'astronaut', '--size', '64x64', '--num-cores', '4', '16',
-                               '--out-dir', str(tmp_path)], capsys)
-    assert "--num-cores must be ints in [1, 8]" in msg and "'16'" in msg
+    msg = _error(
+        'vis_cores',
+        [
+            CORE_PVT,
+            '--demo',
+            'astronaut',
+            '--size',
+            '64x64',
+            '--num-cores',
+            '4',
+            '16',
+            '--out-dir',
+            str(tmp_path),
+        ],
+        capsys,
+    )
+    assert '--num-cores must be ints in [1, 8]' in msg and "'16'" in msg

@@ -1,5 +1,6 @@
 """tools/analysis/benchmark_isotropic.py and benchmark_compile.py run end to end at tiny
 sizes and write their tables; the FLOP counts are checked against published numbers."""
+
 import json
 import os
 import subprocess
@@ -10,13 +11,31 @@ ENV = dict(os.environ, OMP_NUM_THREADS='1')
 
 
 def _run(tool, *args, timeout=600):
-    return subprocess.run([sys.executable, f'tools/analysis/{tool}', *args], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, f'tools/analysis/{tool}', *args],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_isotropic_benchmark_writes_its_table(tmp_path):
-    out = _run('benchmark_isotropic.py', '--models', 'ca_deit_t', 'deit_t', '--sizes', '32',
-               '--depth', '1', '--repeat', '1', '--out-dir', str(tmp_path))
+    out = _run(
+        'benchmark_isotropic.py',
+        '--models',
+        'ca_deit_t',
+        'deit_t',
+        '--sizes',
+        '32',
+        '--depth',
+        '1',
+        '--repeat',
+        '1',
+        '--out-dir',
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     records = json.load(open(tmp_path / 'results.json'))
     rows = records['results'] if isinstance(records, dict) else records
@@ -32,8 +51,19 @@ def test_isotropic_benchmark_bad_size_is_one_line(tmp_path):
 
 
 def test_compile_benchmark_eager_backend_equals_eager(tmp_path):
-    out = _run('benchmark_compile.py', '--models', 'ca_deit_t', '--sizes', '32', '--backend',
-               'eager', '--repeat', '1', '--out-dir', str(tmp_path))
+    out = _run(
+        'benchmark_compile.py',
+        '--models',
+        'ca_deit_t',
+        '--sizes',
+        '32',
+        '--backend',
+        'eager',
+        '--repeat',
+        '1',
+        '--out-dir',
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     text = (tmp_path / 'table.md').read_text()
     assert 'CA-DeiT-T' in text

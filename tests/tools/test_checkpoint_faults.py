@@ -1,5 +1,6 @@
 """Checkpoints that survive a kill, and ``--resume`` past a broken checkpoint, through
 tools/train.py on the toy COCO data (mmdet's RetinaNet, tiny)."""
+
 import os
 import os.path as osp
 import signal
@@ -25,17 +26,28 @@ def test_kill_during_a_save_leaves_the_previous_checkpoint(toy_root, tmp_path):
     cfg.write_text(
         f"_base_ = '{CONFIG}'\n"
         "custom_imports = dict(imports=['mmcirc', 'slow_save_hook'], allow_failed_imports=False)\n"
-        f"custom_hooks = [dict(type='SlowSaveHook', at_iter=4, marker='{marker}')]\n")
-    env = dict(os.environ, PYTHONUNBUFFERED='1',
-               PYTHONPATH=os.pathsep.join([REPO, HOOKS_DIR, os.environ.get('PYTHONPATH', '')]))
-    proc = subprocess.Popen([sys.executable, osp.join(REPO, 'tools', 'train.py'), str(cfg),
-                             '--work-dir', str(work)], cwd=toy_root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        f"custom_hooks = [dict(type='SlowSaveHook', at_iter=4, marker='{marker}')]\n"
+    )
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED='1',
+        PYTHONPATH=os.pathsep.join([REPO, HOOKS_DIR, os.environ.get('PYTHONPATH', '')]),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, osp.join(REPO, 'tools', 'train.py'), str(cfg), '--work-dir', str(work)],
+        cwd=toy_root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     try:
-        assert marker.exists(), f'the save of iteration 4 never reached fsync:\n{proc.stdout.read()[-3000:]}'
+        assert marker.exists(), (
+            f'the save of iteration 4 never reached fsync:\n{proc.stdout.read()[-3000:]}'
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -51,13 +63,32 @@ def test_kill_during_a_save_leaves_the_previous_checkpoint(toy_root, tmp_path):
 
 def test_resume_skips_a_truncated_checkpoint(toy_root, tmp_path):
     work = tmp_path / 'work'
-    run_tool(['tools/train.py', CONFIG, '--work-dir', str(work), '--cfg-options',
-              'train_cfg.val_interval=100'], cwd=toy_root)
+    run_tool(
+        [
+            'tools/train.py',
+            CONFIG,
+            '--work-dir',
+            str(work),
+            '--cfg-options',
+            'train_cfg.val_interval=100',
+        ],
+        cwd=toy_root,
+    )
     latest = work / 'iter_4.pth'
     latest.write_bytes(latest.read_bytes()[:1000])
-    proc = run_tool(['tools/train.py', CONFIG, '--work-dir', str(work), '--resume',
-                     '--cfg-options', 'train_cfg.max_iters=6', 'train_cfg.val_interval=100'],
-                    cwd=toy_root)
+    proc = run_tool(
+        [
+            'tools/train.py',
+            CONFIG,
+            '--work-dir',
+            str(work),
+            '--resume',
+            '--cfg-options',
+            'train_cfg.max_iters=6',
+            'train_cfg.val_interval=100',
+        ],
+        cwd=toy_root,
+    )
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith('warning: --resume')]
     assert len(warnings) == 1
     assert str(latest) in warnings[0] and str(work / 'iter_2.pth') in warnings[0]
@@ -69,8 +100,9 @@ def test_resume_with_no_intact_checkpoint_is_one_line(toy_root, tmp_path):
     work = tmp_path / 'work'
     work.mkdir()
     (work / 'iter_2.pth').write_bytes(os.urandom(512))
-    proc = run_tool(['tools/train.py', CONFIG, '--work-dir', str(work), '--resume'],
-                    cwd=toy_root, check=False)
+    proc = run_tool(
+        ['tools/train.py', CONFIG, '--work-dir', str(work), '--resume'], cwd=toy_root, check=False
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith('error: --resume: no intact checkpoint')
     assert 'Traceback' not in proc.stderr

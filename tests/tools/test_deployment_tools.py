@@ -1,4 +1,5 @@
 """tools/deployment: pytorch2onnx's one-line errors and the GPU benchmark's CPU run."""
+
 import json
 import os
 import os.path as osp
@@ -27,44 +28,69 @@ def _run(main, argv, capsys):
 
 def test_missing_checkpoint_is_one_line_and_writes_nothing(tmp_path, export_main, capsys):
     out = tmp_path / 'm.onnx'
-    code, err = _run(export_main, [DET, str(tmp_path / 'nope.pth'), '--shape', '64', '96',
-                                   '--out', str(out)], capsys)
+    code, err = _run(
+        export_main,
+        [DET, str(tmp_path / 'nope.pth'), '--shape', '64', '96', '--out', str(out)],
+        capsys,
+    )
     assert code == 1 and err == [f'error: checkpoint file not found: {tmp_path / "nope.pth"}']
     assert os.listdir(tmp_path) == []
 
 
 def test_shape_too_small_is_one_line_and_writes_nothing(tmp_path, export_main, capsys):
-    code, err = _run(export_main, [DET, '--shape', '8', '96', '--out', str(tmp_path / 'm.onnx')],
-                     capsys)
+    code, err = _run(
+        export_main, [DET, '--shape', '8', '96', '--out', str(tmp_path / 'm.onnx')], capsys
+    )
     assert code == 1 and len(err) == 1 and err[0].startswith('error: shape 8x96')
     assert os.listdir(tmp_path) == []
 
 
 def test_dynamic_shape_must_follow_the_size_divisor(tmp_path, export_main, capsys):
-    code, err = _run(export_main, [DET, '--shape', '64', '100', '--dynamic',
-                                   '--out', str(tmp_path / 'm.onnx')], capsys)
-    assert code == 1 and err == ['error: shape 64x100: a dynamic graph takes H and W that are '
-                                 'multiples of size_divisor=32 (the total stride); pick such a '
-                                 'shape']
+    code, err = _run(
+        export_main,
+        [DET, '--shape', '64', '100', '--dynamic', '--out', str(tmp_path / 'm.onnx')],
+        capsys,
+    )
+    assert code == 1 and err == [
+        'error: shape 64x100: a dynamic graph takes H and W that are '
+        'multiples of size_divisor=32 (the total stride); pick such a '
+        'shape'
+    ]
     assert os.listdir(tmp_path) == []
 
 
 def test_chunked_core_gather_names_layer_and_option(tmp_path, export_main, capsys):
-    code, err = _run(export_main, [
-        DET, '--shape', '64', '96', '--dynamic', '--out', str(tmp_path / 'm.onnx'),
-        '--cfg-options', 'model.backbone.stage_attentions=[core,core,sra,sra]',
-        'model.backbone.core_chunk_size=16'], capsys)
+    code, err = _run(
+        export_main,
+        [
+            DET,
+            '--shape',
+            '64',
+            '96',
+            '--dynamic',
+            '--out',
+            str(tmp_path / 'm.onnx'),
+            '--cfg-options',
+            'model.backbone.stage_attentions=[core,core,sra,sra]',
+            'model.backbone.core_chunk_size=16',
+        ],
+        capsys,
+    )
     assert code == 1 and len(err) == 1
-    assert err[0].startswith('error: layer backbone.layers.0.blocks.0.attn (CoreAttention, '
-                             'chunk_size=16)')
+    assert err[0].startswith(
+        'error: layer backbone.layers.0.blocks.0.attn (CoreAttention, chunk_size=16)'
+    )
     assert 'core_chunk_size=None' in err[0]
     assert os.listdir(tmp_path) == []
 
 
 def test_dynamic_swin_window_stage_is_one_line_and_writes_nothing(tmp_path, export_main, capsys):
     swin = osp.join(FIXTURE_CONFIGS, 'ca_swin_upernet_tiny.py')
-    code, err = _run(export_main, [swin, '--shape', '64', '96', '--dynamic',
-                                   '--out', str(tmp_path / 'm.onnx')], capsys)
+    code, err = _run(
+        export_main,
+        [swin, '--shape', '64', '96', '--dynamic', '--out', str(tmp_path / 'm.onnx')],
+        capsys,
+    )
     assert code == 1 and len(err) == 1
     assert err[0].startswith('error: layer backbone.stages.2.blocks.0 (WindowBlock in stage 3, ')
     assert 'without --dynamic' in err[0] and 'model.backbone.stage_attentions' in err[0]
@@ -72,8 +98,9 @@ def test_dynamic_swin_window_stage_is_one_line_and_writes_nothing(tmp_path, expo
 
 
 def test_out_must_be_onnx(tmp_path, export_main, capsys):
-    code, err = _run(export_main, [DET, '--shape', '64', '96', '--out', str(tmp_path / 'm.pt')],
-                     capsys)
+    code, err = _run(
+        export_main, [DET, '--shape', '64', '96', '--out', str(tmp_path / 'm.pt')], capsys
+    )
     assert code == 1 and err == [f'error: --out must name a .onnx file, got {tmp_path / "m.pt"}']
 
 
@@ -81,20 +108,46 @@ def test_benchmark_gpu_runs_on_cpu(tmp_path):
     """The GPU script's code paths (eager and torch.compile, bf16 and fp32, the table)
     on the CPU at a tiny size with 2 blocks; compile with the 'eager' backend."""
     pytest.importorskip('timm')
-    run_tool(['tools/deployment/benchmark_gpu.py', '--device', 'cpu', '--sizes', '32',
-              '--batches', '1', '--depth', '2', '--repeat', '1', '--compile-backend', 'eager',
-              '--out-dir', str(tmp_path)], cwd=tmp_path, timeout=600)
+    run_tool(
+        [
+            'tools/deployment/benchmark_gpu.py',
+            '--device',
+            'cpu',
+            '--sizes',
+            '32',
+            '--batches',
+            '1',
+            '--depth',
+            '2',
+            '--repeat',
+            '1',
+            '--compile-backend',
+            'eager',
+            '--out-dir',
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
     res = json.loads((tmp_path / 'results_cpu.json').read_text())
     cells = res['results']
-    assert set(cells) == {f'{m}|32|1|{p}|{mode}' for m in ('deit_t', 'ca_deit_t')
-                          for p in ('bf16', 'fp32') for mode in ('eager', 'compile')}
+    assert set(cells) == {
+        f'{m}|32|1|{p}|{mode}'
+        for m in ('deit_t', 'ca_deit_t')
+        for p in ('bf16', 'fp32')
+        for mode in ('eager', 'compile')
+    }
     assert all(c['finite'] and c['time_ms'] > 0 for c in cells.values()), cells
     table = (tmp_path / 'table_cpu.md').read_text()
     ca, deit = cells['ca_deit_t|32|1|fp32|compile'], cells['deit_t|32|1|fp32|compile']
-    assert f"{deit['time_ms'] / ca['time_ms']:.2f}x" in table
+    assert f'{deit["time_ms"] / ca["time_ms"]:.2f}x' in table
 
 
 def test_benchmark_gpu_rejects_bad_sizes(tmp_path):
-    proc = run_tool(['tools/deployment/benchmark_gpu.py', '--sizes', '100'], cwd=tmp_path,
-                    check=False, timeout=120)
+    proc = run_tool(
+        ['tools/deployment/benchmark_gpu.py', '--sizes', '100'],
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 2 and '--sizes must be multiples of the patch size 16' in proc.stderr

@@ -5,13 +5,21 @@ are read from the JSON files mmengine writes (vis_data/scalars.json, <timestamp>
 The configs in tests/fixtures/configs inherit the real ones in configs/ and only shrink
 widths, image sizes and schedules.
 """
+
 import os.path as osp
 
 import pytest
 import torch
 
-from helpers import (FIXTURE_CONFIGS, assert_metric, evaluated_metrics, run_dirs, run_tool,
-                     train_iters, train_scalars)
+from helpers import (
+    FIXTURE_CONFIGS,
+    assert_metric,
+    evaluated_metrics,
+    run_dirs,
+    run_tool,
+    train_iters,
+    train_scalars,
+)
 
 FAMILIES = {  # config, its metric, the metric's upper bound (COCO: 1; mmseg, mmpretrain: %)
     'retinanet': ('ca_pvt_retinanet_tiny.py', 'coco/bbox_mAP', 1),
@@ -28,14 +36,25 @@ def train_losses(work_dir):
 
 
 def train(config, work_dir, cwd, *extra):
-    return run_tool(['tools/train.py', osp.join(FIXTURE_CONFIGS, config), '--work-dir',
-                     str(work_dir), *extra], cwd=cwd)
+    return run_tool(
+        ['tools/train.py', osp.join(FIXTURE_CONFIGS, config), '--work-dir', str(work_dir), *extra],
+        cwd=cwd,
+    )
 
 
 def evaluate(config, checkpoint, work_dir, cwd, *extra):
     """Run tools/test.py; (its metrics from WORK_DIR/<timestamp>/<timestamp>.json, its log)."""
-    proc = run_tool(['tools/test.py', osp.join(FIXTURE_CONFIGS, config), str(checkpoint),
-                     '--work-dir', str(work_dir), *extra], cwd=cwd)
+    proc = run_tool(
+        [
+            'tools/test.py',
+            osp.join(FIXTURE_CONFIGS, config),
+            str(checkpoint),
+            '--work-dir',
+            str(work_dir),
+            *extra,
+        ],
+        cwd=cwd,
+    )
     return evaluated_metrics(work_dir), proc.stdout + proc.stderr
 
 
@@ -65,11 +84,22 @@ def test_resume_continues_from_checkpoint(toy_root, tmp_path):
 
 def test_distributed_training_on_two_processes(toy_root, tmp_path):
     work = tmp_path / 'dist'
-    proc = run_tool(['tools/dist_train.sh', osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py'),
-                     '2', '--work-dir', str(work), '--cfg-options', 'train_cfg.max_iters=4',
-                     'train_cfg.val_interval=4'], cwd=toy_root, env={'PORT': '29531'})
+    proc = run_tool(
+        [
+            'tools/dist_train.sh',
+            osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py'),
+            '2',
+            '--work-dir',
+            str(work),
+            '--cfg-options',
+            'train_cfg.max_iters=4',
+            'train_cfg.val_interval=4',
+        ],
+        cwd=toy_root,
+        env={'PORT': '29531'},
+    )
     assert 'process rank 1 of world size 2' in proc.stdout + proc.stderr  # only the log shows it
-    (val, ) = [r for r in train_scalars(work) if 'coco/bbox_mAP' in r]
+    (val,) = [r for r in train_scalars(work) if 'coco/bbox_mAP' in r]
     assert_metric(val, 'coco/bbox_mAP', 1)
     assert train_iters(work) == [1, 2, 3, 4] and (work / 'iter_4.pth').is_file()
 
@@ -77,12 +107,25 @@ def test_distributed_training_on_two_processes(toy_root, tmp_path):
 def test_core_count_changed_at_test_time(toy_root, tmp_path):
     config = 'core_pvt_cls_tiny.py'
     work = tmp_path / 'work'
-    train(config, work, toy_root, '--cfg-options', 'train_cfg.max_iters=2',
-          'train_cfg.val_interval=2', 'default_hooks.checkpoint.interval=2')
+    train(
+        config,
+        work,
+        toy_root,
+        '--cfg-options',
+        'train_cfg.max_iters=2',
+        'train_cfg.val_interval=2',
+        'default_hooks.checkpoint.interval=2',
+    )
     # the active core count is only in the log (NestedCoreHook)
     _, default = evaluate(config, work / 'iter_2.pth', tmp_path / 't8', toy_root)
     assert 'testing with 8 active cores' in default
-    metrics, elastic = evaluate(config, work / 'iter_2.pth', tmp_path / 't2', toy_root,
-                                '--cfg-options', 'model.backbone.num_cores=2')
+    metrics, elastic = evaluate(
+        config,
+        work / 'iter_2.pth',
+        tmp_path / 't2',
+        toy_root,
+        '--cfg-options',
+        'model.backbone.num_cores=2',
+    )
     assert 'testing with 2 active cores' in elastic
     assert_metric(metrics, 'accuracy/top1', 100)

@@ -2,6 +2,7 @@
 tiny CA-DeiT / VECA UperNets (overrides, progress, one-line errors), and its tools-side
 modules (tools/_image_io.py: sizes, images, PNGs; tools/_dense_baseline.py: the
 memory-capped child)."""
+
 import json
 import math
 import os
@@ -37,7 +38,9 @@ model = dict(
 
 def _tiny_config(tmp_path):
     path = tmp_path / 'tiny_allcirc.py'
-    path.write_text(TINY.format(base=osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py')))
+    path.write_text(
+        TINY.format(base=osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py'))
+    )
     return str(path)
 
 
@@ -45,13 +48,18 @@ def _checkpoint(cfg_path, tmp_path):
     """Random weights (classifier spread out, so many labels appear) saved as a
     checkpoint that both the tool and the reference load."""
     from mmcirc.apis import highres as hr
+
     model = hr.build_segmentor(hr.load_highres_config(cfg_path))
     torch.manual_seed(0)
     with torch.no_grad():
         model.decode_head.conv_seg.weight.normal_(0, 2.0)
     path = tmp_path / 'tiny.pth'
-    meta = dict(dataset_meta=dict(classes=list(model.dataset_meta['classes']),
-                                  palette=[list(p) for p in model.dataset_meta['palette']]))
+    meta = dict(
+        dataset_meta=dict(
+            classes=list(model.dataset_meta['classes']),
+            palette=[list(p) for p in model.dataset_meta['palette']],
+        )
+    )
     torch.save(dict(state_dict=model.state_dict(), meta=meta), path)
     return str(path)
 
@@ -62,6 +70,7 @@ def _reference(cfg_path, ckpt, img_path):
     from mmengine.config import Config
     from mmseg.apis import inference_model, init_model
     import mmcirc  # noqa: F401
+
     cfg = Config.fromfile(cfg_path)
     cfg.model.test_cfg = dict(mode='whole')
     cfg.test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackSegInputs')]
@@ -73,16 +82,32 @@ def test_outputs_match_mmseg_inference_model(tmp_path):
     cfg = _tiny_config(tmp_path)
     ckpt = _checkpoint(cfg, tmp_path)
     rng = np.random.RandomState(1)
-    img = cv2.resize(rng.randint(0, 256, (6, 8, 3)).astype(np.uint8), (131, 97),
-                     interpolation=cv2.INTER_CUBIC)
+    img = cv2.resize(
+        rng.randint(0, 256, (6, 8, 3)).astype(np.uint8), (131, 97), interpolation=cv2.INTER_CUBIC
+    )
     img_path = str(tmp_path / 'scene.png')
     cv2.imwrite(img_path, img)
     out = tmp_path / 'out'
-    proc = run_tool(['tools/infer_highres.py', cfg, ckpt, '--img', img_path, '--out-dir', str(out),
-                     '--boundary', 'zero', '--dense-baseline'], cwd=tmp_path)
+    proc = run_tool(
+        [
+            'tools/infer_highres.py',
+            cfg,
+            ckpt,
+            '--img',
+            img_path,
+            '--out-dir',
+            str(out),
+            '--boundary',
+            'zero',
+            '--dense-baseline',
+        ],
+        cwd=tmp_path,
+    )
     base = out / 'scene_97x131_tiny_allcirc_zero'
     files = sorted(p.name for p in out.iterdir())
-    assert files == sorted(base.name + s for s in ('.json', '_labels.png', '_mask.png', '_overlay.png'))
+    assert files == sorted(
+        base.name + s for s in ('.json', '_labels.png', '_mask.png', '_overlay.png')
+    )
 
     labels = cv2.imread(f'{base}_labels.png', cv2.IMREAD_UNCHANGED)
     mask = cv2.imread(f'{base}_mask.png', cv2.IMREAD_UNCHANGED)
@@ -95,11 +120,15 @@ def test_outputs_match_mmseg_inference_model(tmp_path):
     ref = _reference(str(ref_cfg), ckpt, img_path)
     assert len(np.unique(ref)) > 5
     np.testing.assert_array_equal(labels, ref)
-    palette = np.array(torch.load(ckpt, weights_only=False)['meta']['dataset_meta']['palette'], np.uint8)
+    palette = np.array(
+        torch.load(ckpt, weights_only=False)['meta']['dataset_meta']['palette'], np.uint8
+    )
     np.testing.assert_array_equal(mask[..., ::-1], palette[ref])
 
     rec = json.loads((out / f'{base.name}.json').read_text())
-    assert rec['input_size'] == [97, 131] and rec['checkpoint'] == ckpt and not rec['random_weights']
+    assert (
+        rec['input_size'] == [97, 131] and rec['checkpoint'] == ckpt and not rec['random_weights']
+    )
     assert rec['overrides'] == {'boundary': 'zero'} and rec['backbone']['boundary'] == 'zero'
     assert rec['backbone']['stage_attentions'] == ['circulant'] * 4
     assert rec['test_cfg']['mode'] == 'whole' and rec['upsample'] == 'banded'
@@ -110,8 +139,10 @@ def test_outputs_match_mmseg_inference_model(tmp_path):
     assert dense['mem_cap_gb'] == 20 and dense['time_s'] > 0
     lines = proc.stdout.strip().splitlines()
     assert any('dense baseline sra-sra-sra-sra' in ln and 'ran in' in ln for ln in lines)
-    assert any(ln.startswith('scene 97x131 | CAPVT circulant-circulant-circulant-circulant')
-               for ln in lines)
+    assert any(
+        ln.startswith('scene 97x131 | CAPVT circulant-circulant-circulant-circulant')
+        for ln in lines
+    )
     assert 'task/s' not in proc.stderr  # no progress bar: stderr is not a terminal here
 
 
@@ -120,8 +151,18 @@ def test_unreadable_image_is_one_line_error_without_outputs(tmp_path):
     bad.write_bytes(b'\xff\xd8 truncated')
     out = tmp_path / 'out'
     for path in (str(bad), str(tmp_path / 'missing.png')):
-        proc = run_tool(['tools/infer_highres.py', osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py'),
-                         '--img', path, '--out-dir', str(out)], cwd=tmp_path, check=False)
+        proc = run_tool(
+            [
+                'tools/infer_highres.py',
+                osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py'),
+                '--img',
+                path,
+                '--out-dir',
+                str(out),
+            ],
+            cwd=tmp_path,
+            check=False,
+        )
         assert proc.returncode == 1
         assert proc.stderr.strip().splitlines() == [f'error: cannot read image: {path}']
         assert not out.exists()
@@ -129,11 +170,24 @@ def test_unreadable_image_is_one_line_error_without_outputs(tmp_path):
 
 def test_unknown_override_is_one_line_error(tmp_path):
     cfg = osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py')
-    proc = run_tool(['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--boundary', 'wrap',
-                     '--out-dir', str(tmp_path / 'out')], cwd=tmp_path, check=False)
+    proc = run_tool(
+        [
+            'tools/infer_highres.py',
+            cfg,
+            '--demo',
+            'astronaut',
+            '--boundary',
+            'wrap',
+            '--out-dir',
+            str(tmp_path / 'out'),
+        ],
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "error: --boundary must be one of ('circular', 'zero'), got 'wrap'"]
+        "error: --boundary must be one of ('circular', 'zero'), got 'wrap'"
+    ]
     assert not (tmp_path / 'out').exists()
 
 
@@ -142,11 +196,15 @@ def test_image_below_the_minimum_size_is_one_line_error(tmp_path):
     cv2.imwrite(str(img), np.zeros((1, 1, 3), np.uint8))
     # CA-PVT-T's paper layout keeps SRA (sr_ratio 2) in stage 3, at stride 16: 17 px at least
     cfg = osp.join(REPO, 'configs', 'ca_pvt_t_fpn_80k_ade20k.py')
-    proc = run_tool(['tools/infer_highres.py', cfg, '--img', str(img), '--out-dir', str(tmp_path / 'out')],
-                    cwd=tmp_path, check=False)
+    proc = run_tool(
+        ['tools/infer_highres.py', cfg, '--img', str(img), '--out-dir', str(tmp_path / 'out')],
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        'error: image dot is 1x1: ca_pvt_t_fpn_80k_ade20k needs at least 17x17 (use --size)']
+        'error: image dot is 1x1: ca_pvt_t_fpn_80k_ade20k needs at least 17x17 (use --size)'
+    ]
     assert not (tmp_path / 'out').exists()
 
 
@@ -155,22 +213,51 @@ def test_cadeit_boundary_with_progress_bar(tmp_path):
     step per block (2), the neck, the head and each band of 16 of the 150 classes."""
     cfg = _isotropic_config(tmp_path, CADEIT)
     out = tmp_path / 'out'
-    proc = run_tool(['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--size', '40x56', '--boundary',
-                     'zero', '--progress', '--out-dir', str(out)], cwd=tmp_path)
+    proc = run_tool(
+        [
+            'tools/infer_highres.py',
+            cfg,
+            '--demo',
+            'astronaut',
+            '--size',
+            '40x56',
+            '--boundary',
+            'zero',
+            '--progress',
+            '--out-dir',
+            str(out),
+        ],
+        cwd=tmp_path,
+    )
     base = out / 'astronaut_40x56_tiny_ca_deit_s_upernet_160k_ade20k_zero'
     rec = json.loads(base.with_suffix('.json').read_text())
     assert rec['backbone'] == dict(type='CADeiT', boundary='zero', scale='sqrt_n')
     assert cv2.imread(f'{base}_labels.png', cv2.IMREAD_UNCHANGED).shape == (40, 56)
     steps = 2 + 1 + 1 + math.ceil(150 / 16)
     bar = proc.stderr.split('\r')
-    assert sum(f'] {k}/{steps},' in part for part in bar for k in range(1, steps + 1)) == steps, proc.stderr
+    assert sum(f'] {k}/{steps},' in part for part in bar for k in range(1, steps + 1)) == steps, (
+        proc.stderr
+    )
 
 
 def test_veca_num_cores(tmp_path):
     cfg = _isotropic_config(tmp_path, VECA)
     out = tmp_path / 'out'
-    proc = run_tool(['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--size', '48', '--num-cores', '8',
-                     '--out-dir', str(out)], cwd=tmp_path)
+    proc = run_tool(
+        [
+            'tools/infer_highres.py',
+            cfg,
+            '--demo',
+            'astronaut',
+            '--size',
+            '48',
+            '--num-cores',
+            '8',
+            '--out-dir',
+            str(out),
+        ],
+        cwd=tmp_path,
+    )
     rec = json.loads((out / 'astronaut_48x48_tiny_veca_b_upernet_160k_ade20k_nc8.json').read_text())
     assert rec['backbone'] == dict(type='VECAViT', num_cores=8, num_cores_max=16)
     assert rec['overrides'] == {'num_cores': 8} and rec['input_size'] == [48, 48]
@@ -187,30 +274,64 @@ def _main_in_process(argv, capsys):
 
 
 def test_veca_num_cores_outside_its_bank_is_one_line_error(tmp_path, capsys):
-    code, lines = _main_in_process([_isotropic_config(tmp_path, VECA), '--demo', 'astronaut', '--num-cores', '12',
-                                    '--out-dir', str(tmp_path / 'out')], capsys)
+    code, lines = _main_in_process(
+        [
+            _isotropic_config(tmp_path, VECA),
+            '--demo',
+            'astronaut',
+            '--num-cores',
+            '12',
+            '--out-dir',
+            str(tmp_path / 'out'),
+        ],
+        capsys,
+    )
     assert code == 1 and len(lines) == 1, lines
-    assert lines[0].startswith('error: --num-cores must be a multiple of 8 in [8, 16]') and lines[0].endswith('got 12')
+    assert lines[0].startswith('error: --num-cores must be a multiple of 8 in [8, 16]') and lines[
+        0
+    ].endswith('got 12')
     assert not (tmp_path / 'out').exists()
 
 
 def test_dense_baseline_of_an_isotropic_model_is_one_line_error(tmp_path, capsys):
-    code, lines = _main_in_process([_isotropic_config(tmp_path, CADEIT), '--demo', 'astronaut', '--dense-baseline',
-                                    '--out-dir', str(tmp_path / 'out')], capsys)
+    code, lines = _main_in_process(
+        [
+            _isotropic_config(tmp_path, CADEIT),
+            '--demo',
+            'astronaut',
+            '--dense-baseline',
+            '--out-dir',
+            str(tmp_path / 'out'),
+        ],
+        capsys,
+    )
     assert code == 1 and len(lines) == 1, lines
-    assert lines[0].startswith('error: --dense-baseline needs a pyramid backbone') and "'CADeiT'" in lines[0]
+    assert (
+        lines[0].startswith('error: --dense-baseline needs a pyramid backbone')
+        and "'CADeiT'" in lines[0]
+    )
     assert not (tmp_path / 'out').exists()
 
 
 # --------------------------------------------------------------------------- tools-side modules
-@pytest.mark.parametrize('kwargs,text', [
-    (dict(boundary='wrap'), "--boundary must be one of ('circular', 'zero'), got 'wrap'"),
-    (dict(scale='log'), "--scale must be one of ('sqrt_n', 'n') or a positive float, got 'log'"),
-    (dict(num_cores='0'), "--num-cores must be a positive int (<= num_cores_max, 64 by default) or one of "
-                          "('mobile', 'edge', 'server'), got '0'"),
-])
+@pytest.mark.parametrize(
+    'kwargs,text',
+    [
+        (dict(boundary='wrap'), "--boundary must be one of ('circular', 'zero'), got 'wrap'"),
+        (
+            dict(scale='log'),
+            "--scale must be one of ('sqrt_n', 'n') or a positive float, got 'log'",
+        ),
+        (
+            dict(num_cores='0'),
+            '--num-cores must be a positive int (<= num_cores_max, 64 by default) or one of '
+            "('mobile', 'edge', 'server'), got '0'",
+        ),
+    ],
+)
 def test_library_errors_become_flag_errors(kwargs, text):
     from mmcirc.apis import highres as hr
+
     with pytest.raises(CLIError) as err:
         with infer_highres.as_cli_errors():
             hr.validate_overrides(**kwargs)
@@ -244,8 +365,9 @@ def test_colorize_and_overlay():
     np.testing.assert_array_equal(color, np.array([[[10, 20, 30], [200, 100, 0]]], np.uint8))
     img = np.full((1, 2, 3), 100, np.uint8)
     # BGR image, RGB mask: 0.25 * 100 + 0.75 * mask[..., ::-1], rounded
-    np.testing.assert_array_equal(imio.overlay(img, color, 0.75),
-                                  np.array([[[48, 40, 33], [25, 100, 175]]], np.uint8))
+    np.testing.assert_array_equal(
+        imio.overlay(img, color, 0.75), np.array([[[48, 40, 33], [25, 100, 175]]], np.uint8)
+    )
 
 
 def test_write_atomic_leaves_nothing_on_failure(tmp_path):
@@ -269,9 +391,12 @@ def test_dense_baseline_child_reports_out_of_memory(tmp_path):
     which a 6 GiB address-space cap refuses at once; the child reports it."""
     cfg = _tiny_config(tmp_path)
     rng = np.random.RandomState(0)
-    img = cv2.resize(rng.randint(0, 256, (7, 9, 3)).astype(np.uint8), (1024, 1024), interpolation=cv2.INTER_CUBIC)
-    res = db.run_dense_baseline(cfg, img, mem_cap_gb=6, cfg_options={'model.backbone.sr_ratios': [1, 1, 1, 1]},
-                                timeout=600)
+    img = cv2.resize(
+        rng.randint(0, 256, (7, 9, 3)).astype(np.uint8), (1024, 1024), interpolation=cv2.INTER_CUBIC
+    )
+    res = db.run_dense_baseline(
+        cfg, img, mem_cap_gb=6, cfg_options={'model.backbone.sr_ratios': [1, 1, 1, 1]}, timeout=600
+    )
     assert res['status'] == 'out_of_memory', res
     assert res['stage_attentions'] == ['sra'] * 4
     assert res['failed_during'] == 'inference' and res['time_s'] is not None

@@ -2,6 +2,7 @@
 official-code fixtures (tests/fixtures/official): report, output, one-line errors and
 no output file on bad input. One run per tool goes through a fresh process; the error
 cases call the scripts' ``main`` in this process (same code, no second start-up)."""
+
 import importlib.util
 import os.path as osp
 import subprocess
@@ -23,6 +24,7 @@ def _fix(name):
 
 def _load(path):
     from mmcirc.engine import load_from_local_safely
+
     return load_from_local_safely(str(path))
 
 
@@ -30,7 +32,9 @@ def _tool_main(tool):
     folder = osp.join(REPO, 'tools', 'model_converters')
     if folder not in sys.path:
         sys.path.insert(0, folder)  # the scripts import their sibling _cli
-    spec = importlib.util.spec_from_file_location('mmcirc_test_' + osp.basename(tool)[:-3], osp.join(REPO, tool))
+    spec = importlib.util.spec_from_file_location(
+        'mmcirc_test_' + osp.basename(tool)[:-3], osp.join(REPO, tool)
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main
@@ -69,7 +73,9 @@ def test_cadeit_cli_report_and_output(tmp_path):
     assert 'new (not in the checkpoint): 0 tensors' in proc.stdout
     assert 'unused (in the checkpoint, not loaded): 0 tensors' in proc.stdout
     out = _load(tmp_path / 'out.pth')
-    assert torch.equal(out['state_dict']['head.fc.weight'], fix['checkpoint']['model']['head.weight'])
+    assert torch.equal(
+        out['state_dict']['head.fc.weight'], fix['checkpoint']['model']['head.weight']
+    )
     assert out['meta']['source'] == 'ca_deit_small.pth'
 
 
@@ -101,9 +107,11 @@ def test_cadeit_checkpoint_to_veca_converter(tmp_path, run_main):
 def test_truncated_checkpoint(tmp_path, run_main):
     torch.save(_fix('veca_official.pth')['checkpoint'], tmp_path / 'full.pt')
     data = (tmp_path / 'full.pt').read_bytes()
-    (tmp_path / 'cut.pt').write_bytes(data[:len(data) // 2])
+    (tmp_path / 'cut.pt').write_bytes(data[: len(data) // 2])
     for tool in (VECA, CADEIT):
-        proc = run_main(tool, ['cut.pt', 'out.pth'] + (['--family', 'deit'] if tool == CADEIT else []), tmp_path)
+        proc = run_main(
+            tool, ['cut.pt', 'out.pth'] + (['--family', 'deit'] if tool == CADEIT else []), tmp_path
+        )
         _one_line_error(proc, 'cannot read cut.pt')
         assert not (tmp_path / 'out.pth').exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ['cut.pt', 'full.pt']
@@ -121,6 +129,7 @@ def test_wrong_arch(tmp_path, run_main):
 def test_unsafe_pickle_refused(tmp_path, run_main):
     """The official VECA loader unpickles everything; ours refuses foreign objects."""
     import argparse
+
     fix = _fix('veca_official.pth')
     ckpt = dict(fix['checkpoint'], extra=argparse.Namespace(a=1))
     torch.save(ckpt, tmp_path / 'veca.pt')

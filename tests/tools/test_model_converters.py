@@ -1,5 +1,6 @@
 """tools/model_converters/*_to_mmcirc.py from the command line (fake checkpoints of
 tests/models/test_convert.py)."""
+
 import importlib.util
 import os.path as osp
 
@@ -7,29 +8,37 @@ import torch
 
 from helpers import REPO, run_tool
 
-_spec = importlib.util.spec_from_file_location('mmcirc_tests_convert_fakes',
-                                               osp.join(REPO, 'tests', 'models', 'test_convert.py'))
+_spec = importlib.util.spec_from_file_location(
+    'mmcirc_tests_convert_fakes', osp.join(REPO, 'tests', 'models', 'test_convert.py')
+)
 fakes = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fakes)
 
 
 def _load(path):
     from mmcirc.engine import load_from_local_safely
+
     return load_from_local_safely(str(path))
 
 
 def test_pvt_cli_default_output(tmp_path):
     src = fakes.official_pvt()
     torch.save(src, tmp_path / 'pvt_fake.pth')  # the whai362 files are bare state dicts
-    proc = run_tool(['tools/model_converters/pvt_to_mmcirc.py', 'pvt_fake.pth', '--arch', repr(fakes.PVT_ARCH)],
-                    cwd=tmp_path)
+    proc = run_tool(
+        ['tools/model_converters/pvt_to_mmcirc.py', 'pvt_fake.pth', '--arch', repr(fakes.PVT_ARCH)],
+        cwd=tmp_path,
+    )
     out = tmp_path / 'work_dirs' / 'pretrained' / 'ca_pvt_custom_in1k.pth'
     assert 'saved work_dirs/pretrained/ca_pvt_custom_in1k.pth' in proc.stdout
-    assert 'PVT (official layout) -> CAPVT' in proc.stdout and 'unused from the source' in proc.stdout
+    assert (
+        'PVT (official layout) -> CAPVT' in proc.stdout and 'unused from the source' in proc.stdout
+    )
     ckpt = _load(out)
     assert ckpt['meta']['source'] == 'pvt_fake.pth' and ckpt['meta']['source_layout'] == 'official'
-    assert torch.equal(ckpt['state_dict']['layers.3.blocks.0.attn.attn.out_proj.weight'],
-                       src['block4.0.attn.proj.weight'])
+    assert torch.equal(
+        ckpt['state_dict']['layers.3.blocks.0.attn.attn.out_proj.weight'],
+        src['block4.0.attn.proj.weight'],
+    )
     assert not any(k.startswith('backbone.') for k in ckpt['state_dict'])
 
 
@@ -38,29 +47,69 @@ def test_swin_then_cadeit_cli(tmp_path):
     cadeit = fakes.official_cadeit(width=16, depth=2)
     torch.save(cadeit, tmp_path / 'ca_deit.pth')
     arch = repr(fakes.SWIN_ARCH)
-    run_tool(['tools/model_converters/swin_to_mmcirc.py', 'swin.pth', 'base.pth', '--arch', arch,
-              '--backbone-options', 'window_size=7'], cwd=tmp_path)
-    proc = run_tool(['tools/model_converters/cadeit_to_mmcirc.py', 'ca_deit.pth', 'out.pth', '--arch', arch,
-                     '--base', 'base.pth', '--source-blocks', '1', '0'], cwd=tmp_path)
+    run_tool(
+        [
+            'tools/model_converters/swin_to_mmcirc.py',
+            'swin.pth',
+            'base.pth',
+            '--arch',
+            arch,
+            '--backbone-options',
+            'window_size=7',
+        ],
+        cwd=tmp_path,
+    )
+    proc = run_tool(
+        [
+            'tools/model_converters/cadeit_to_mmcirc.py',
+            'ca_deit.pth',
+            'out.pth',
+            '--arch',
+            arch,
+            '--base',
+            'base.pth',
+            '--source-blocks',
+            '1',
+            '0',
+        ],
+        cwd=tmp_path,
+    )
     assert 'CA-DeiT (width 16, blocks [1, 0]: 30 tensors) -> CASwin' in proc.stdout
     base, out = _load(tmp_path / 'base.pth'), _load(tmp_path / 'out.pth')
-    assert torch.equal(out['state_dict']['stages.1.blocks.0.attn.gate.0.weight'],
-                       cadeit['model']['blocks.1.attn.gate.0.weight'])
-    assert torch.equal(out['state_dict']['stages.2.blocks.1.attn.w_msa.relative_position_bias_table'],
-                       base['state_dict']['stages.2.blocks.1.attn.w_msa.relative_position_bias_table'])
+    assert torch.equal(
+        out['state_dict']['stages.1.blocks.0.attn.gate.0.weight'],
+        cadeit['model']['blocks.1.attn.gate.0.weight'],
+    )
+    assert torch.equal(
+        out['state_dict']['stages.2.blocks.1.attn.w_msa.relative_position_bias_table'],
+        base['state_dict']['stages.2.blocks.1.attn.w_msa.relative_position_bias_table'],
+    )
     assert out['meta']['cadeit_blocks'] == [1, 0]
     assert not any(k.startswith('stages.1.') for k in out['meta']['new'])
 
 
 def test_cli_errors(tmp_path):
-    proc = run_tool(['tools/model_converters/swin_to_mmcirc.py', 'missing.pth'], cwd=tmp_path, check=False)
+    proc = run_tool(
+        ['tools/model_converters/swin_to_mmcirc.py', 'missing.pth'], cwd=tmp_path, check=False
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip() == 'error: checkpoint not found: missing.pth'
 
     torch.save(fakes.official_pvt(), tmp_path / 'pvt_fake.pth')
-    proc = run_tool(['tools/model_converters/pvt_to_mmcirc.py', 'pvt_fake.pth', 'x.pth',
-                     '--arch', repr(dict(fakes.PVT_ARCH, embed_dims=(16, 32, 40, 64)))], cwd=tmp_path, check=False)
+    proc = run_tool(
+        [
+            'tools/model_converters/pvt_to_mmcirc.py',
+            'pvt_fake.pth',
+            'x.pth',
+            '--arch',
+            repr(dict(fakes.PVT_ARCH, embed_dims=(16, 32, 40, 64))),
+        ],
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr
-    assert ('layers.0.patch_embed.projection.weight: checkpoint (8, 3, 4, 4) vs model (16, 3, 4, 4)'
-            in proc.stderr)
+    assert (
+        'layers.0.patch_embed.projection.weight: checkpoint (8, 3, 4, 4) vs model (16, 3, 4, 4)'
+        in proc.stderr
+    )
     assert not (tmp_path / 'x.pth').exists()

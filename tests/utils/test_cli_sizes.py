@@ -1,4 +1,5 @@
 """mmcirc.utils.cli.parse_hw: the tools' one size format, S or HxW (height first)."""
+
 import pytest
 
 from mmcirc.utils.cli import CLIError, parse_hw
@@ -11,5 +12,7 @@ def test_square_and_height_first():
 
 @pytest.mark.parametrize('text', ['0', '17', '8x16', 'axb', '1x2x3', ''])
 def test_bad_sizes_name_the_flag_and_the_rule(text):
-    with pytest.raises(CLIError, match=r"^--sizes: each size must be S or HxW with multiples of 16"):
+    with pytest.raises(
+        CLIError, match=r'^--sizes: each size must be S or HxW with multiples of 16'
+    ):
         parse_hw(text, '--sizes', 16)

@@ -1,4 +1,5 @@
 """Atomic writes: the target holds the old content or the new, never a part."""
+
 import os
 
 import pytest

@@ -1,4 +1,5 @@
 """quiet_logger: mmengine's current logger hides INFO inside the block only."""
+
 import logging
 
 import pytest

@@ -8,6 +8,7 @@ library side is :mod:`mmcirc.analysis.vis`; image files and ``--size`` are
 Import it as a sibling module (``import _vis_common``: a script's own folder is on
 ``sys.path``). Errors are :class:`~mmcirc.utils.cli.CLIError` worded for the command line.
 """
+
 import os.path as osp
 import re
 import sys
@@ -30,21 +31,28 @@ MIN_SIDE = vis.MIN_SIDE
 def add_common_args(parser, tool):
     """CONFIG [CHECKPOINT] (--img PATH | --demo NAME) [--size HxW] [--out-dir] ..."""
     from mmengine.config import DictAction
+
     parser.add_argument('config', help='mmdet / mmseg / mmpretrain config file')
-    parser.add_argument('checkpoint', nargs='?', help='checkpoint (omit: random weights, '
-                        'init_weights under --seed)')
+    parser.add_argument(
+        'checkpoint', nargs='?', help='checkpoint (omit: random weights, init_weights under --seed)'
+    )
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument('--img', metavar='PATH', help='image file')
-    src.add_argument('--demo', metavar='NAME', help="scikit-image sample: 'astronaut' "
-                     "(also 'chelsea', 'coffee')")
-    parser.add_argument('--size', help='HxW: resize the image to exactly H x W (e.g. 512x512), '
-                        'S: its longer side to S; either replaces the resizes and crops of the '
-                        "config's test pipeline")
+    src.add_argument(
+        '--demo', metavar='NAME', help="scikit-image sample: 'astronaut' (also 'chelsea', 'coffee')"
+    )
+    parser.add_argument(
+        '--size',
+        help='HxW: resize the image to exactly H x W (e.g. 512x512), '
+        'S: its longer side to S; either replaces the resizes and crops of the '
+        "config's test pipeline",
+    )
     parser.add_argument('--out-dir', default=f'work_dirs/analysis/{tool}', help='output folder')
     parser.add_argument('--seed', type=int, default=0, help='seed of random weights (0)')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, key=value')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
+    )
     return parser
 
 
@@ -67,14 +75,16 @@ def check_args(args):
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
     size = _image_io.parse_size(args.size)
-    sides = (size, ) if isinstance(size, int) else (size or ())
+    sides = (size,) if isinstance(size, int) else (size or ())
     if any(s < MIN_SIDE for s in sides):
-        raise CLIError(f'--size must be at least {MIN_SIDE} px per side (HxW, e.g. 512x512), '
-                       f'got {args.size!r}')
+        raise CLIError(
+            f'--size must be at least {MIN_SIDE} px per side (HxW, e.g. 512x512), got {args.size!r}'
+        )
     if not (args.device == 'cpu' or re.fullmatch(r'cuda(:\d+)?', args.device)):
         raise CLIError(f"--device must be 'cpu' or 'cuda[:N]', got {args.device!r}")
     if args.device.startswith('cuda'):
         import torch
+
         if not torch.cuda.is_available():
             raise CLIError(f'--device {args.device}: CUDA is not available here')
     return size
@@ -85,14 +95,18 @@ def load_image(args, size):
     if args.demo is not None:
         img, name, src = _image_io.demo_image(args.demo), args.demo, f'skimage.data.{args.demo}()'
     else:
-        img, name, src = (_image_io.read_image(args.img), osp.splitext(osp.basename(args.img))[0],
-                          args.img)
+        img, name, src = (
+            _image_io.read_image(args.img),
+            osp.splitext(osp.basename(args.img))[0],
+            args.img,
+        )
     return name, _image_io.resize_image(img, size), src
 
 
 def load_cfg(args):
     """The config (``--cfg-options`` merged) without pretrained weights to load."""
     from mmcirc.utils.cli import load_config
+
     cfg = load_config(args.config, args.cfg_options)
     vis.strip_pretrained(cfg.model)
     return cfg
@@ -119,6 +133,7 @@ def setup(args, kinds, what):
     overlays), ``hw`` (H, W), ``out`` (the run's output folder) and ``t0``.
     """
     from mmcirc.analysis.attention_maps import find_attention_layers
+
     quiet_warnings()
     size = check_args(args)
     img_name, img, img_src = load_image(args, size)
@@ -128,8 +143,10 @@ def setup(args, kinds, what):
     layers = find_attention_layers(model.backbone, kinds)
     if not layers:
         found = sorted({k for _, k, _ in find_attention_layers(model.backbone)})
-        raise CLIError(f'{args.config}: no {what} in {type(model.backbone).__name__}'
-                       + (f' (it has {", ".join(found)} attention)' if found else ''))
+        raise CLIError(
+            f'{args.config}: no {what} in {type(model.backbone).__name__}'
+            + (f' (it has {", ".join(found)} attention)' if found else '')
+        )
     try:
         inputs = vis.prepare_inputs(model, cfg, img, exact_size=size is not None)
     except ValueError as err:
@@ -137,19 +154,35 @@ def setup(args, kinds, what):
     h, w = inputs.shape[-2:]
     cfg_name = osp.splitext(osp.basename(args.config))[0]
     return types.SimpleNamespace(
-        size=size, img_name=img_name, img_src=img_src, cfg=cfg, model=model, layers=layers,
-        inputs=inputs.to(args.device), image=vis.display_image(model, inputs), hw=(h, w), t0=t0,
-        out=osp.join(args.out_dir, f'{cfg_name}_{img_name}_{h}x{w}'))
+        size=size,
+        img_name=img_name,
+        img_src=img_src,
+        cfg=cfg,
+        model=model,
+        layers=layers,
+        inputs=inputs.to(args.device),
+        image=vis.display_image(model, inputs),
+        hw=(h, w),
+        t0=t0,
+        out=osp.join(args.out_dir, f'{cfg_name}_{img_name}_{h}x{w}'),
+    )
 
 
 def record_header(args, run):
     """The JSON fields every tool writes first: what ran on which image and input."""
-    return dict(config=args.config, checkpoint=args.checkpoint,
-                random_weights=args.checkpoint is None, seed=args.seed, image=run.img_src,
-                input_size=list(run.hw), backbone=type(run.model.backbone).__name__)
+    return dict(
+        config=args.config,
+        checkpoint=args.checkpoint,
+        random_weights=args.checkpoint is None,
+        seed=args.seed,
+        image=run.img_src,
+        input_size=list(run.hw),
+        backbone=type(run.model.backbone).__name__,
+    )
 
 
 def progress(n):
     """mmengine's progress bar over ``n`` tasks (printed to stdout)."""
     from mmengine.utils import ProgressBar
+
     return ProgressBar(n)

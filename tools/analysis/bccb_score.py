@@ -27,6 +27,7 @@ shuffled), ``layer_<name>.png`` (bars per head) and ``example_<name>.png`` (one 
 A, P(A), the kernel of P(A) with offset 0 at the centre and the central query's row on
 the key grid; model and random weights).
 """
+
 import argparse
 import math
 import os.path as osp
@@ -44,7 +45,9 @@ DISPLAY = 384  # largest side of a displayed matrix (block-averaged beyond)
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     vc.add_common_args(parser, 'bccb_score')
-    parser.add_argument('--head', type=int, default=0, help='head shown in the example heat maps (0)')
+    parser.add_argument(
+        '--head', type=int, default=0, help='head shown in the example heat maps (0)'
+    )
     args = parser.parse_args(argv)
     if args.head < 0:
         raise CLIError(f'--head must be >= 0, got {args.head}')
@@ -55,6 +58,7 @@ def parse_args(argv=None):
 def _display(mat):
     """Block-average a (Nq, Nk) matrix to at most DISPLAY x DISPLAY (numpy, float)."""
     import torch.nn.functional as F
+
     nq, nk = mat.shape
     m = mat.float()[None, None]
     if max(nq, nk) > DISPLAY:
@@ -65,32 +69,51 @@ def _display(mat):
 def _example(attn, q_grid, k_grid, head):
     """One head's A, P(A), kernel (centred) and central query row, for display."""
     from mmcirc.analysis.attention_maps import bccb_expand, bccb_kernel, centre_kernel
+
     w = attn.shape[0] // 2  # the middle window (B = 1: the only matrix otherwise)
     a = attn[w, head]  # (Nq, Nk)
     kernel = bccb_kernel(a, q_grid, k_grid)  # (Hk, Wk)
     proj = bccb_expand(kernel, q_grid)
     i = (q_grid[0] // 2) * q_grid[1] + q_grid[1] // 2  # central query
-    return dict(A=_display(a), P=_display(proj), kernel=centre_kernel(kernel).float().numpy(),
-                row=a[i].view(*k_grid).float().numpy(), window=w if attn.shape[0] > 1 else None)
+    return dict(
+        A=_display(a),
+        P=_display(proj),
+        kernel=centre_kernel(kernel).float().numpy(),
+        row=a[i].view(*k_grid).float().numpy(),
+        window=w if attn.shape[0] > 1 else None,
+    )
 
 
 def score(model, inputs, head, seed, bar, shuffle=True):
     """Run the backbone with capture hooks; return {layer: entry} in model order."""
     import torch
-    from mmcirc.analysis.attention_maps import DENSE_KINDS, AttentionCapture, bccb_distance, shuffle_tokens
+    from mmcirc.analysis.attention_maps import (
+        DENSE_KINDS,
+        AttentionCapture,
+        bccb_distance,
+        shuffle_tokens,
+    )
+
     out = {}
 
     def reduce(rec):
         attn = rec.weights  # (B', heads, Nq, Nk)
         key = rec.name if rec.call == 0 else f'{rec.name}#{rec.call}'
         heads = attn.shape[1]
-        e = dict(name=key, kind=rec.kind, q_grid=list(rec.q_grid), k_grid=list(rec.k_grid),
-                 heads=heads, matrices_per_head=attn.shape[0],
-                 distance=bccb_distance(attn, rec.q_grid, rec.k_grid, reduce_dims=(0, )).tolist())
+        e = dict(
+            name=key,
+            kind=rec.kind,
+            q_grid=list(rec.q_grid),
+            k_grid=list(rec.k_grid),
+            heads=heads,
+            matrices_per_head=attn.shape[0],
+            distance=bccb_distance(attn, rec.q_grid, rec.k_grid, reduce_dims=(0,)).tolist(),
+        )
         if shuffle:
             g = torch.Generator().manual_seed(seed + len(out))
-            e['shuffled'] = bccb_distance(shuffle_tokens(attn, g), rec.q_grid, rec.k_grid,
-                                          reduce_dims=(0, )).tolist()
+            e['shuffled'] = bccb_distance(
+                shuffle_tokens(attn, g), rec.q_grid, rec.k_grid, reduce_dims=(0,)
+            ).tolist()
         e['example'] = _example(attn, rec.q_grid, rec.k_grid, min(head, heads - 1))
         e['example_head'] = min(head, heads - 1)
         out[key] = e
@@ -109,6 +132,7 @@ def _mean(v):
 
 def layer_figure(plt, entry, random_entry):
     import numpy as np
+
     series = [('model', entry['distance'], '#1f77b4')]
     if random_entry is not None:
         series.append(('random weights', random_entry['distance'], '#ff7f0e'))
@@ -118,40 +142,60 @@ def layer_figure(plt, entry, random_entry):
     width = 0.8 / len(series)
     x = np.arange(heads)
     for k, (label, vals, colour) in enumerate(series):
-        ax.bar(x + (k - (len(series) - 1) / 2) * width, vals, width, label=f'{label} ({_mean(vals):.3f})',
-               color=colour)
+        ax.bar(
+            x + (k - (len(series) - 1) / 2) * width,
+            vals,
+            width,
+            label=f'{label} ({_mean(vals):.3f})',
+            color=colour,
+        )
     ax.set_xticks(x)
     ax.set_xticklabels([str(h) for h in range(heads)])
     ax.set_xlabel('head')
     ax.set_ylabel('||A - P(A)|| / ||A||')
     ax.set_ylim(0, 1.05 * max(1e-3, max(max(v) for _, v, _ in series)))
-    grids = f"{entry['q_grid'][0]}x{entry['q_grid'][1]} -> {entry['k_grid'][0]}x{entry['k_grid'][1]}"
-    ax.set_title(f"{vis.short_name(entry['name'])} ({entry['kind']}, {grids})", fontsize=8)
+    grids = (
+        f'{entry["q_grid"][0]}x{entry["q_grid"][1]} -> {entry["k_grid"][0]}x{entry["k_grid"][1]}'
+    )
+    ax.set_title(f'{vis.short_name(entry["name"])} ({entry["kind"]}, {grids})', fontsize=8)
     ax.legend(fontsize=6, loc='lower right')
     return vis.figure_png(fig)
 
 
 def summary_figure(plt, layers, random_layers):
     import numpy as np
+
     names = list(layers)
     width = max(layers[n]['heads'] for n in names)
     panels = [('model', {n: layers[n]['distance'] for n in names})]
     if random_layers is not None:
-        panels.append(('random weights', {n: random_layers[n]['distance'] for n in names if n in random_layers}))
+        panels.append(
+            (
+                'random weights',
+                {n: random_layers[n]['distance'] for n in names if n in random_layers},
+            )
+        )
     panels.append(('shuffled tokens', {n: layers[n]['shuffled'] for n in names}))
-    fig, axes = plt.subplots(1, len(panels), figsize=(2.2 + 1.6 * len(panels) + 0.25 * width * len(panels),
-                                                       1.2 + 0.3 * len(names)), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(2.2 + 1.6 * len(panels) + 0.25 * width * len(panels), 1.2 + 0.3 * len(names)),
+        dpi=100,
+        squeeze=False,
+    )
     for ax, (title, data) in zip(axes[0], panels):
         grid = np.full((len(names), width), np.nan)
         for r, n in enumerate(names):
             vals = data.get(n, [])
-            grid[r, :len(vals)] = vals
+            grid[r, : len(vals)] = vals
         im = ax.imshow(grid, vmin=0, vmax=1, cmap='viridis', aspect='auto')
         ax.set_title(f'{title}\nmean {np.nanmean(grid):.3f}', fontsize=8)
         ax.set_xticks(range(width))
         ax.set_xlabel('head', fontsize=7)
         ax.set_yticks(range(len(names)))
-        ax.set_yticklabels([vis.short_name(n) for n in names] if ax is axes[0][0] else [], fontsize=6)
+        ax.set_yticklabels(
+            [vis.short_name(n) for n in names] if ax is axes[0][0] else [], fontsize=6
+        )
         ax.tick_params(labelsize=6)
     fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label='||A - P(A)|| / ||A||')
     return vis.figure_png(fig)
@@ -162,19 +206,25 @@ def example_figure(plt, entry, random_entry):
     fig, axes = plt.subplots(len(rows), 4, figsize=(11, 2.8 * len(rows)), dpi=100, squeeze=False)
     for r, (label, e) in enumerate(rows):
         ex = e['example']
-        win = '' if ex['window'] is None else f", window {ex['window']}"
+        win = '' if ex['window'] is None else f', window {ex["window"]}'
         d = e['distance'][e['example_head']]
-        panels = [(ex['A'], f"{label}: A (head {e['example_head']}{win})"),
-                  (ex['P'], f'P(A), distance {d:.3f}'),
-                  (ex['kernel'], 'kernel of P(A), offset 0 at centre'),
-                  (ex['row'], 'A of the central query (key grid)')]
+        panels = [
+            (ex['A'], f'{label}: A (head {e["example_head"]}{win})'),
+            (ex['P'], f'P(A), distance {d:.3f}'),
+            (ex['kernel'], 'kernel of P(A), offset 0 at centre'),
+            (ex['row'], 'A of the central query (key grid)'),
+        ]
         for ax, (img, title) in zip(axes[r], panels):
-            im = ax.imshow(img, cmap='viridis', interpolation='nearest',
-                           aspect='auto' if img.shape[0] != img.shape[1] else 'equal')
+            im = ax.imshow(
+                img,
+                cmap='viridis',
+                interpolation='nearest',
+                aspect='auto' if img.shape[0] != img.shape[1] else 'equal',
+            )
             ax.set_title(title, fontsize=7)
             ax.tick_params(labelsize=5)
             fig.colorbar(im, ax=ax, shrink=0.75).ax.tick_params(labelsize=5)
-    fig.suptitle(f"{vis.short_name(entry['name'])} ({entry['kind']})", fontsize=9)
+    fig.suptitle(f'{vis.short_name(entry["name"])} ({entry["kind"]})', fontsize=9)
     return vis.figure_png(fig)
 
 
@@ -187,7 +237,10 @@ def _strip(entry):
 def main(argv=None):
     args = parse_args(argv)
     from mmcirc.analysis.attention_maps import DENSE_KINDS
-    run = vc.setup(args, DENSE_KINDS, 'dense attention layer (SRA, Swin window or ViT self-attention)')
+
+    run = vc.setup(
+        args, DENSE_KINDS, 'dense attention layer (SRA, Swin window or ViT self-attention)'
+    )
     header = vc.record_header(args, run)
     model, run.model = run.model, None  # freed before the random-weight model is built
     (h, w), out = run.hw, run.out
@@ -208,18 +261,32 @@ def main(argv=None):
     for name, entry in results.items():
         rnd = None if random_results is None else random_results.get(name)
         files[osp.join(out, f'layer_{vis.short_name(name)}.png')] = layer_figure(plt, entry, rnd)
-        files[osp.join(out, f'example_{vis.short_name(name)}.png')] = example_figure(plt, entry, rnd)
+        files[osp.join(out, f'example_{vis.short_name(name)}.png')] = example_figure(
+            plt, entry, rnd
+        )
     record = dict(
         header,
         definition='||A - P(A)||_F / ||A||_F, P = average over the wrapped 2-D offset '
-                   '(j - cell(i)) mod (Hk, Wk); windows of a head taken together',
-        layers=[dict(_strip(e), random=None if random_results is None else
-                     random_results.get(n, {}).get('distance')) for n, e in results.items()],
-        time_s=round(time.time() - run.t0, 2))
+        '(j - cell(i)) mod (Hk, Wk); windows of a head taken together',
+        layers=[
+            dict(
+                _strip(e),
+                random=None
+                if random_results is None
+                else random_results.get(n, {}).get('distance'),
+            )
+            for n, e in results.items()
+        ],
+        time_s=round(time.time() - run.t0, 2),
+    )
     allv = [v for e in results.values() for v in e['distance']]
-    record['mean'] = dict(model=_mean(allv), shuffled=_mean([v for e in results.values() for v in e['shuffled']]))
+    record['mean'] = dict(
+        model=_mean(allv), shuffled=_mean([v for e in results.values() for v in e['shuffled']])
+    )
     if random_results is not None:
-        record['mean']['random'] = _mean([v for e in random_results.values() for v in e['distance']])
+        record['mean']['random'] = _mean(
+            [v for e in random_results.values() for v in e['distance']]
+        )
     vis.write_outputs(files, record, osp.join(out, 'bccb_score.json'))
     means = ', '.join(f'{k} {v:.3f}' for k, v in record['mean'].items() if not math.isnan(v))
     print(f'mean ||A - P(A)|| / ||A|| over {len(results)} layers: {means}')

@@ -22,6 +22,7 @@ sizes), ``DIR/time_<device>.png``, ``DIR/memory_<device>.png`` and a markdown ta
 with the ratios against each model's baseline. ``--flops`` adds the counted
 FLOPs (multiply-adds, mmcirc.analysis) of each measurement.
 """
+
 import argparse
 import json
 import os
@@ -36,38 +37,72 @@ from mmcirc.utils.fileio import atomic_open
 
 #: name -> (registry scope, backbone config, baseline name or None, label)
 ZOO = {
-    'pvt_s': ('mmdet', dict(type='PyramidVisionTransformer', num_layers=[3, 4, 6, 3]), None,
-              'PVT-S (mmdet)'),
-    'circ_pvt_s': ('mmdet', dict(type='CAPVT', arch='small', stage_attentions='circulant'),
-                   'pvt_s', 'all-circulant PVT-S'),
-    'core_pvt_s': ('mmdet', dict(type='CorePVT', arch='small', stage_attentions='core',
-                                 num_cores=64), 'pvt_s', "all-core PVT-S C'=64"),
-    'core_pvt_s_c8': ('mmdet', dict(type='CorePVT', arch='small', stage_attentions='core',
-                                    num_cores=8), 'pvt_s', "all-core PVT-S C'=8"),
+    'pvt_s': (
+        'mmdet',
+        dict(type='PyramidVisionTransformer', num_layers=[3, 4, 6, 3]),
+        None,
+        'PVT-S (mmdet)',
+    ),
+    'circ_pvt_s': (
+        'mmdet',
+        dict(type='CAPVT', arch='small', stage_attentions='circulant'),
+        'pvt_s',
+        'all-circulant PVT-S',
+    ),
+    'core_pvt_s': (
+        'mmdet',
+        dict(type='CorePVT', arch='small', stage_attentions='core', num_cores=64),
+        'pvt_s',
+        "all-core PVT-S C'=64",
+    ),
+    'core_pvt_s_c8': (
+        'mmdet',
+        dict(type='CorePVT', arch='small', stage_attentions='core', num_cores=8),
+        'pvt_s',
+        "all-core PVT-S C'=8",
+    ),
     'ca_pvt_s': ('mmdet', dict(type='CAPVT', arch='small'), 'pvt_s', 'CA-PVT-S (paper layout)'),
-    'core_pvt_s_paper': ('mmdet', dict(type='CorePVT', arch='small', num_cores=64), 'pvt_s',
-                         "Core-PVT-S (paper layout) C'=64"),
+    'core_pvt_s_paper': (
+        'mmdet',
+        dict(type='CorePVT', arch='small', num_cores=64),
+        'pvt_s',
+        "Core-PVT-S (paper layout) C'=64",
+    ),
     'swin_t': ('mmdet', dict(type='SwinTransformer'), None, 'Swin-T (mmdet)'),
     'swin_t_mmseg': ('mmseg', dict(type='SwinTransformer'), None, 'Swin-T (mmseg)'),
     'ca_swin_t': ('mmdet', dict(type='CASwin', arch='tiny'), 'swin_t', 'CA-Swin-T (paper layout)'),
-    'core_swin_t': ('mmdet', dict(type='CoreSwin', arch='tiny', num_cores=64), 'swin_t',
-                    "Core-Swin-T (paper layout) C'=64"),
+    'core_swin_t': (
+        'mmdet',
+        dict(type='CoreSwin', arch='tiny', num_cores=64),
+        'swin_t',
+        "Core-Swin-T (paper layout) C'=64",
+    ),
 }
-DEFAULT_MODELS = ['pvt_s', 'circ_pvt_s', 'core_pvt_s', 'ca_pvt_s', 'swin_t', 'swin_t_mmseg',
-                  'ca_swin_t']
+DEFAULT_MODELS = [
+    'pvt_s',
+    'circ_pvt_s',
+    'core_pvt_s',
+    'ca_pvt_s',
+    'swin_t',
+    'swin_t_mmseg',
+    'ca_swin_t',
+]
 DEFAULT_SIZES = [224, 512, 1024, 1536, 2048]
 
 
 def build_backbone(name, device='cpu', init=True):
     """Build a ZOO backbone (eval mode) on ``device``."""
     import importlib
+
     scope, cfg, _, _ = ZOO[name]
     importlib.import_module(f'{scope}.utils').register_all_modules(init_default_scope=False)
     registry = importlib.import_module(f'{scope}.registry').MODELS
     import mmcirc  # noqa: F401  (registers CAPVT & co. into mmdet/mmseg/mmpretrain)
+
     model = registry.build(dict(cfg, init_cfg=None))  # on CPU (mmdet calls .item())
     if init:
         from mmcirc.utils.quiet import quiet_logger
+
         with quiet_logger():  # init_weights logs every parameter at INFO
             model.init_weights()
     model = model.to(device)
@@ -81,6 +116,7 @@ def backbone_flops(name, size, model=None, device='cpu'):
     import torch
 
     from mmcirc.analysis import count_flops
+
     model = build_backbone(name, device, init=False) if model is None else model
     return count_flops(model, torch.randn(1, 3, size, size, device=device))
 
@@ -89,6 +125,7 @@ def backbone_flops(name, size, model=None, device='cpu'):
 def _rss_mb():
     """Peak RSS of this process so far, in MiB."""
     from mmcirc.utils.memory import peak_rss_bytes
+
     return peak_rss_bytes() / 2**20
 
 
@@ -97,6 +134,7 @@ def worker(args):
     import gc
 
     import torch
+
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
@@ -140,12 +178,21 @@ def worker(args):
             flops = backbone_flops(args.model, args.size, model, args.device)
         except Exception as e:  # noqa: BLE001
             flops = f'{type(e).__name__}: {e}'[:200]
-    res = dict(model=args.model, size=args.size, device=args.device,
-               threads=torch.get_num_threads(), time_s=statistics.median(times or [warm]),
-               warmup_s=warm, runs=len(times) or 1, times_s=times or [warm],
-               warmup_only=not times,
-               mem_mb=mem, base_mb=base if not cuda else base / 2**20, build_s=build_s,
-               status='ok')
+    res = dict(
+        model=args.model,
+        size=args.size,
+        device=args.device,
+        threads=torch.get_num_threads(),
+        time_s=statistics.median(times or [warm]),
+        warmup_s=warm,
+        runs=len(times) or 1,
+        times_s=times or [warm],
+        warmup_only=not times,
+        mem_mb=mem,
+        base_mb=base if not cuda else base / 2**20,
+        build_s=build_s,
+        status='ok',
+    )
     if isinstance(flops, str):
         res['flops_error'] = flops
     elif flops is not None:
@@ -155,10 +202,25 @@ def worker(args):
 
 def measure(model, size, args):
     """Run one measurement in a fresh subprocess; returns its result dict."""
-    cmd = [sys.executable, osp.abspath(__file__), '--worker', '--model', model, '--size',
-           str(size), '--device', args.device, '--repeats', str(args.repeats),
-           '--min-repeats', str(args.min_repeats), '--budget', str(args.budget),
-           '--single-run-above', str(args.single_run_above)]
+    cmd = [
+        sys.executable,
+        osp.abspath(__file__),
+        '--worker',
+        '--model',
+        model,
+        '--size',
+        str(size),
+        '--device',
+        args.device,
+        '--repeats',
+        str(args.repeats),
+        '--min-repeats',
+        str(args.min_repeats),
+        '--budget',
+        str(args.budget),
+        '--single-run-above',
+        str(args.single_run_above),
+    ]
     if args.threads:
         cmd += ['--threads', str(args.threads)]
     if args.flops:
@@ -168,26 +230,39 @@ def measure(model, size, args):
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return dict(model=model, size=size, device=args.device, status='timeout',
-                    note=f'> {args.timeout:.0f} s')
+        return dict(
+            model=model,
+            size=size,
+            device=args.device,
+            status='timeout',
+            note=f'> {args.timeout:.0f} s',
+        )
     wall = time.perf_counter() - t
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith('RESULT '):
-            res = json.loads(line[len('RESULT '):])
+            res = json.loads(line[len('RESULT ') :])
             res.update(wall_s=wall, load_before=load, load_after=os.getloadavg()[0])
             return res
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     oom = proc.returncode in (-9, 137) or any('out of memory' in s.lower() for s in tail)
-    return dict(model=model, size=size, device=args.device, status='oom' if oom else 'error',
-                note=f'rc={proc.returncode}: ' + ' | '.join(tail)[-300:])
+    return dict(
+        model=model,
+        size=size,
+        device=args.device,
+        status='oom' if oom else 'error',
+        note=f'rc={proc.returncode}: ' + ' | '.join(tail)[-300:],
+    )
 
 
 # ----------------------------------------------------------------------------- report
 def table(results, models, sizes):
     """Markdown table: time, memory, FLOPs and ratios vs each model's baseline."""
     by = {(r['model'], r['size']): r for r in results}
-    lines = ['| size | model | time (s) | peak mem (MB) | GMACs | speed-up vs baseline | '
-             'mem / baseline | load |', '|---:|---|---:|---:|---:|---:|---:|---:|']
+    lines = [
+        '| size | model | time (s) | peak mem (MB) | GMACs | speed-up vs baseline | '
+        'mem / baseline | load |',
+        '|---:|---|---:|---:|---:|---:|---:|---:|',
+    ]
     for size in sizes:
         for m in models:
             r = by.get((m, size))
@@ -198,33 +273,46 @@ def table(results, models, sizes):
             if r['status'] != 'ok':
                 t, mem = r['status'], '-'
             else:
-                t = f"{r['time_s']:.3f}" + ('*' if r.get('warmup_only') else '')
-                mem = f"{r['mem_mb']:.0f}"
-            fl = f"{r['flops'] / 1e9:.1f}" if r.get('flops') else '-'
+                t = f'{r["time_s"]:.3f}' + ('*' if r.get('warmup_only') else '')
+                mem = f'{r["mem_mb"]:.0f}'
+            fl = f'{r["flops"] / 1e9:.1f}' if r.get('flops') else '-'
             ok = r['status'] == 'ok' and b is not None and b['status'] == 'ok'
-            speed = f"{b['time_s'] / r['time_s']:.2f}x" if ok else \
-                (f"> {b['note']}" if b is not None and b['status'] == 'timeout' else '-')
-            memr = f"{r['mem_mb'] / b['mem_mb']:.2f}" if ok and b['mem_mb'] > 0 else '-'
-            load = f"{r['load_before']:.1f}" if 'load_before' in r else '-'
-            lines.append(f"| {size} | {ZOO[m][3]} | {t} | {mem} | {fl} | {speed} | {memr} | "
-                         f"{load} |")
-    lines.append('\n`*` one run (its warm-up), the measurement was too slow to repeat. '
-                 'load: 1-min load average before the measurement (CPU timings are only '
-                 'clean near 0 on an otherwise idle machine).')
+            speed = (
+                f'{b["time_s"] / r["time_s"]:.2f}x'
+                if ok
+                else (f'> {b["note"]}' if b is not None and b['status'] == 'timeout' else '-')
+            )
+            memr = f'{r["mem_mb"] / b["mem_mb"]:.2f}' if ok and b['mem_mb'] > 0 else '-'
+            load = f'{r["load_before"]:.1f}' if 'load_before' in r else '-'
+            lines.append(
+                f'| {size} | {ZOO[m][3]} | {t} | {mem} | {fl} | {speed} | {memr} | {load} |'
+            )
+    lines.append(
+        '\n`*` one run (its warm-up), the measurement was too slow to repeat. '
+        'load: 1-min load average before the measurement (CPU timings are only '
+        'clean near 0 on an otherwise idle machine).'
+    )
     return '\n'.join(lines)
 
 
 def plot(results, models, out_dir, device):
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     paths = []
-    for key, ylabel, fname in (('time_s', 'forward time (s)', 'time'),
-                               ('mem_mb', 'peak memory added by forward (MB)', 'memory')):
+    for key, ylabel, fname in (
+        ('time_s', 'forward time (s)', 'time'),
+        ('mem_mb', 'peak memory added by forward (MB)', 'memory'),
+    ):
         fig, ax = plt.subplots(figsize=(7, 5))
         for m in models:
-            pts = sorted((r['size'], r[key]) for r in results
-                         if r['model'] == m and r['status'] == 'ok' and r[key] > 0)
+            pts = sorted(
+                (r['size'], r[key])
+                for r in results
+                if r['model'] == m and r['status'] == 'ok' and r[key] > 0
+            )
             if pts:
                 style = '--' if ZOO[m][2] is None else '-'
                 ax.plot(*zip(*pts), style, marker='o', label=ZOO[m][3])
@@ -245,21 +333,34 @@ def plot(results, models, out_dir, device):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--models', nargs='+', default=DEFAULT_MODELS, choices=sorted(ZOO),
-                        metavar='MODEL', help=f'from {sorted(ZOO)}')
+    parser.add_argument(
+        '--models',
+        nargs='+',
+        default=DEFAULT_MODELS,
+        choices=sorted(ZOO),
+        metavar='MODEL',
+        help=f'from {sorted(ZOO)}',
+    )
     parser.add_argument('--sizes', nargs='+', type=int, default=DEFAULT_SIZES)
     parser.add_argument('--device', default=None, help='cpu or cuda (default: cuda if present)')
     parser.add_argument('--threads', type=int, default=0, help='CPU threads (0: torch default)')
-    parser.add_argument('--timeout', type=float, default=300., help='seconds per measurement')
+    parser.add_argument('--timeout', type=float, default=300.0, help='seconds per measurement')
     parser.add_argument('--repeats', type=int, default=10, help='most timed runs')
     parser.add_argument('--min-repeats', type=int, default=1, help='fewest timed runs')
-    parser.add_argument('--budget', type=float, default=10., help='seconds of timed runs')
-    parser.add_argument('--single-run-above', type=float, default=30.,
-                        help='warm-up seconds above which the warm-up is the measurement')
+    parser.add_argument('--budget', type=float, default=10.0, help='seconds of timed runs')
+    parser.add_argument(
+        '--single-run-above',
+        type=float,
+        default=30.0,
+        help='warm-up seconds above which the warm-up is the measurement',
+    )
     parser.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_backbone'))
-    parser.add_argument('--flops', action='store_true',
-                        help='also count FLOPs (one more forward per measurement, after '
-                        'the memory reading; counts within --timeout)')
+    parser.add_argument(
+        '--flops',
+        action='store_true',
+        help='also count FLOPs (one more forward per measurement, after '
+        'the memory reading; counts within --timeout)',
+    )
     parser.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
     parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     parser.add_argument('--model', help=argparse.SUPPRESS)
@@ -272,6 +373,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.device is None:
         import torch
+
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if args.worker:
         return worker(args)
@@ -281,20 +383,35 @@ def main(argv=None):
     if osp.isfile(json_path) and not args.fresh:
         with open(json_path) as f:
             old = json.load(f).get('results', [])
-    results = [r for r in old if (r['model'], r['size']) not in
-               {(m, s) for m in args.models for s in args.sizes}]
+    results = [
+        r
+        for r in old
+        if (r['model'], r['size']) not in {(m, s) for m in args.models for s in args.sizes}
+    ]
     sizes = sorted(args.sizes)
     for size in sizes:  # size-major: the models of one size run side by side
         for m in args.models:
-            if any(r['model'] == m and r['size'] < size and r['status'] in ('timeout', 'oom')
-                   for r in results):
-                results.append(dict(model=m, size=size, device=args.device, status='skipped',
-                                    note='smaller size did not finish'))
+            if any(
+                r['model'] == m and r['size'] < size and r['status'] in ('timeout', 'oom')
+                for r in results
+            ):
+                results.append(
+                    dict(
+                        model=m,
+                        size=size,
+                        device=args.device,
+                        status='skipped',
+                        note='smaller size did not finish',
+                    )
+                )
                 continue
             r = measure(m, size, args)
             results.append(r)
-            msg = (f"{r['time_s']:.3f} s ({r['runs']} runs), {r['mem_mb']:.0f} MB"
-                   if r['status'] == 'ok' else f"{r['status']} {r.get('note', '')}")
+            msg = (
+                f'{r["time_s"]:.3f} s ({r["runs"]} runs), {r["mem_mb"]:.0f} MB'
+                if r['status'] == 'ok'
+                else f'{r["status"]} {r.get("note", "")}'
+            )
             print(f'[{size}] {m}: {msg}', flush=True)
             with atomic_open(json_path, 'w') as f:
                 json.dump(dict(device=args.device, results=results), f, indent=1)

@@ -22,6 +22,7 @@ eval mode); memory (CUDA only): ``max_memory_allocated`` of one forward above th
 allocation before it. Writes ``results_<device>[_<amp>].json`` and a markdown table
 to ``--out-dir`` (default ``work_dirs/benchmark_cadeit``).
 """
+
 import argparse
 import contextlib
 import importlib.util
@@ -40,8 +41,12 @@ MODELS = {
     'deit_s': (384, 6, False),
     'ca_deit_s': (384, 6, True),
 }
-LABELS = {'deit_t': 'DeiT-T', 'ca_deit_t': 'CA-DeiT-T', 'deit_s': 'DeiT-S',
-          'ca_deit_s': 'CA-DeiT-S'}
+LABELS = {
+    'deit_t': 'DeiT-T',
+    'ca_deit_t': 'CA-DeiT-T',
+    'deit_s': 'DeiT-S',
+    'ca_deit_s': 'CA-DeiT-S',
+}
 
 
 def _load_ops():
@@ -49,6 +54,7 @@ def _load_ops():
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     import mmcirc.ops
+
     return mmcirc.ops
 
 
@@ -56,13 +62,20 @@ def build(name):
     """timm DeiT (``deit_*``) or CA-DeiT (``ca_deit_*``), eval mode."""
     import torch
     from torch import nn
+
     try:
         from timm.models.vision_transformer import VisionTransformer
     except ImportError:
         sys.exit('benchmark_cadeit.py needs timm: pip install timm')
     width, heads, circulant = MODELS[name]
-    common = dict(img_size=224, patch_size=16, embed_dim=width, depth=12, num_heads=heads,
-                  dynamic_img_size=True)
+    common = dict(
+        img_size=224,
+        patch_size=16,
+        embed_dim=width,
+        depth=12,
+        num_heads=heads,
+        dynamic_img_size=True,
+    )
     if not circulant:
         return VisionTransformer(**common).eval()
     vit = VisionTransformer(**common, class_token=False, global_pool='avg', pos_embed='none')
@@ -95,13 +108,13 @@ def build(name):
 def measure(name, size, args):
     """{'time_ms', 'runs', 'peak_mb', 'finite'} of one model at one input size."""
     import torch
+
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = build(name).to(device)
     img = torch.randn(args.batch, 3, size, size, device=device)
     dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(args.amp)
-    amp = (torch.autocast(device.type, dtype=dtype)
-           if args.amp else contextlib.nullcontext())
+    amp = torch.autocast(device.type, dtype=dtype) if args.amp else contextlib.nullcontext()
 
     def forward():
         with torch.no_grad(), amp:
@@ -130,6 +143,7 @@ def measure(name, size, args):
         res = {'error': 'out of memory'}
     if args.flops and 'error' not in res:
         from mmcirc.analysis import count_flops
+
         res['gmacs'] = count_flops(model.cpu(), img[:1].cpu()) / 1e9
     del model, img
     if device.type == 'cuda':
@@ -138,21 +152,29 @@ def measure(name, size, args):
 
 
 def table(results, args, device_name):
-    lines = [f'Device: {device_name}; batch {args.batch}; '
-             f'{args.amp + " autocast" if args.amp else "float32"}; forward, no grad. '
-             'Speed-up: the DeiT of the same width at the same size over the CA-DeiT.', '',
-             '| size | model | time (ms) | peak mem (MiB) | GMACs | speed-up |',
-             '|---:|---|---:|---:|---:|---:|']
+    lines = [
+        f'Device: {device_name}; batch {args.batch}; '
+        f'{args.amp + " autocast" if args.amp else "float32"}; forward, no grad. '
+        'Speed-up: the DeiT of the same width at the same size over the CA-DeiT.',
+        '',
+        '| size | model | time (ms) | peak mem (MiB) | GMACs | speed-up |',
+        '|---:|---|---:|---:|---:|---:|',
+    ]
     for size in args.sizes:
         for name in args.models:
             r = results.get(f'{name}|{size}', {})
             base = results.get(f'{name[3:]}|{size}', {}) if name.startswith('ca_') else {}
-            cell = (lambda k, f: f.format(r[k]) if k in r else '-')
-            speed = (f"{base['time_ms'] / r['time_ms']:.2f}x"
-                     if 'time_ms' in base and 'time_ms' in r else '-')
-            lines.append(f"| {size} | {LABELS[name]} | "
-                         f"{r.get('error') or cell('time_ms', '{:.1f}')} | "
-                         f"{cell('peak_mb', '{:.0f}')} | {cell('gmacs', '{:.1f}')} | {speed} |")
+            cell = lambda k, f: f.format(r[k]) if k in r else '-'
+            speed = (
+                f'{base["time_ms"] / r["time_ms"]:.2f}x'
+                if 'time_ms' in base and 'time_ms' in r
+                else '-'
+            )
+            lines.append(
+                f'| {size} | {LABELS[name]} | '
+                f'{r.get("error") or cell("time_ms", "{:.1f}")} | '
+                f'{cell("peak_mb", "{:.0f}")} | {cell("gmacs", "{:.1f}")} | {speed} |'
+            )
     return '\n'.join(lines) + '\n'
 
 
@@ -161,8 +183,12 @@ def parse_args(argv=None):
     p.add_argument('--models', nargs='+', default=['deit_t', 'ca_deit_t'], choices=list(MODELS))
     p.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024, 1536, 2048])
     p.add_argument('--device', default=None, help='cuda or cpu (default: cuda if present)')
-    p.add_argument('--amp', choices=['bf16', 'fp16'], default=None,
-                   help='run under torch.autocast with this dtype')
+    p.add_argument(
+        '--amp',
+        choices=['bf16', 'fp16'],
+        default=None,
+        help='run under torch.autocast with this dtype',
+    )
     p.add_argument('--batch', type=int, default=1)
     p.add_argument('--repeat', type=int, default=10, help='timed forwards')
     p.add_argument('--flops', action='store_true', help='count MACs (needs mmengine)')
@@ -179,6 +205,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import torch
+
     if importlib.util.find_spec('timm') is None:
         sys.exit('benchmark_cadeit.py needs timm: pip install timm')
     if args.flops and importlib.util.find_spec('mmengine') is None:
@@ -186,22 +213,35 @@ def main(argv=None):
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     if args.device == 'cuda' and not torch.cuda.is_available():
         sys.exit('--device cuda: CUDA is not available')
-    device_name = (f'cuda ({torch.cuda.get_device_name()}, torch {torch.__version__})'
-                   if args.device == 'cuda' else f'cpu ({torch.get_num_threads()} threads)')
+    device_name = (
+        f'cuda ({torch.cuda.get_device_name()}, torch {torch.__version__})'
+        if args.device == 'cuda'
+        else f'cpu ({torch.get_num_threads()} threads)'
+    )
     results = {}
     for size in args.sizes:
         for name in args.models:
             r = results[f'{name}|{size}'] = measure(name, size, args)
-            print(f'[{size}] {LABELS[name]}: ' + (r.get('error') or (
-                f"{r['time_ms']:.1f} ms" + (f", {r['peak_mb']:.0f} MiB" if 'peak_mb' in r else '')
-                + (f", {r['gmacs']:.1f} GMACs" if 'gmacs' in r else '')
-                + ('' if r['finite'] else ', NON-FINITE OUTPUT'))), flush=True)
+            print(
+                f'[{size}] {LABELS[name]}: '
+                + (
+                    r.get('error')
+                    or (
+                        f'{r["time_ms"]:.1f} ms'
+                        + (f', {r["peak_mb"]:.0f} MiB' if 'peak_mb' in r else '')
+                        + (f', {r["gmacs"]:.1f} GMACs' if 'gmacs' in r else '')
+                        + ('' if r['finite'] else ', NON-FINITE OUTPUT')
+                    )
+                ),
+                flush=True,
+            )
     text = table(results, args, device_name)
     os.makedirs(args.out_dir, exist_ok=True)
     stem = f'{args.device}' + (f'_{args.amp}' if args.amp else '')
     with open(osp.join(args.out_dir, f'results_{stem}.json'), 'w') as f:
-        json.dump(dict(device=device_name, amp=args.amp, batch=args.batch, results=results),
-                  f, indent=1)
+        json.dump(
+            dict(device=device_name, amp=args.amp, batch=args.batch, results=results), f, indent=1
+        )
     with open(osp.join(args.out_dir, f'table_{stem}.md'), 'w') as f:
         f.write(text)
     print('\n' + text)

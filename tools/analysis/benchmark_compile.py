@@ -25,6 +25,7 @@ smoke tests, where inductor's C++ build would take minutes.
 Results: ``DIR/results.json`` and ``DIR/table.md`` (default
 ``work_dirs/benchmark_compile``), rewritten atomically after every measurement.
 """
+
 import argparse
 import datetime
 import json
@@ -63,6 +64,7 @@ def build(name: str):
 
     import mmcirc  # noqa: F401  (registers the backbones)
     from mmdet.registry import MODELS as REGISTRY
+
     init_default_scope('mmdet')
     torch.manual_seed(0)
     model = REGISTRY.build(dict(MODELS[name][0]))
@@ -78,14 +80,14 @@ def build(name: str):
 
 
 def _outputs(out):
-    return [o for o in (out if isinstance(out, (tuple, list)) else (out, ))]
+    return [o for o in (out if isinstance(out, (tuple, list)) else (out,))]
 
 
 def max_rel_diff(out, ref) -> float:
     """max over outputs of max|out - ref| / max|ref|."""
-    worst = 0.
+    worst = 0.0
     for o, r in zip(_outputs(out), _outputs(ref)):
-        scale = float(r.abs().max()) or 1.
+        scale = float(r.abs().max()) or 1.0
         worst = max(worst, float((o - r).abs().max()) / scale)
     return worst
 
@@ -93,14 +95,18 @@ def max_rel_diff(out, ref) -> float:
 def measure(name: str, hw, args) -> dict:
     """Eager vs compiled forward of backbone ``name`` at ``hw`` = (H, W)."""
     import torch
+
     torch._dynamo.reset()
     model = build(name)
     img = torch.randn(1, 3, *hw)
     res = {}
     with torch.no_grad():
         explain = torch._dynamo.explain(model)(img)
-        res.update(graphs=explain.graph_count, graph_breaks=explain.graph_break_count,
-                   break_reasons=[str(r.reason)[:200] for r in explain.break_reasons])
+        res.update(
+            graphs=explain.graph_count,
+            graph_breaks=explain.graph_break_count,
+            break_reasons=[str(r.reason)[:200] for r in explain.break_reasons],
+        )
         torch._dynamo.reset()
         ref = model(img)  # eager warm-up and reference
         compiled = torch.compile(model, backend=args.backend, mode=args.mode, dynamic=False)
@@ -118,9 +124,12 @@ def measure(name: str, hw, args) -> dict:
             t = time.perf_counter()
             compiled(img)
             comp.append(time.perf_counter() - t)
-    res.update(eager_ms=1e3 * statistics.median(eager), compiled_ms=1e3 * statistics.median(comp),
-               eager_times_ms=[round(1e3 * x, 2) for x in eager],
-               compiled_times_ms=[round(1e3 * x, 2) for x in comp])
+    res.update(
+        eager_ms=1e3 * statistics.median(eager),
+        compiled_ms=1e3 * statistics.median(comp),
+        eager_times_ms=[round(1e3 * x, 2) for x in eager],
+        compiled_times_ms=[round(1e3 * x, 2) for x in comp],
+    )
     res['speedup'] = res['eager_ms'] / res['compiled_ms']
     torch._dynamo.reset()
     return res
@@ -131,20 +140,24 @@ def size_label(hw) -> str:
 
 
 def table(results: dict, backend: str, mode: str) -> str:
-    lines = [f'torch.compile backend={backend!r}, mode={mode!r}; batch 1, float32, no grad.',
-             '',
-             '| backbone | size | eager (ms) | compiled (ms) | speed-up | first call (s) | '
-             'graphs / breaks | max rel diff |',
-             '|---|---|---:|---:|---:|---:|---:|---:|']
+    lines = [
+        f'torch.compile backend={backend!r}, mode={mode!r}; batch 1, float32, no grad.',
+        '',
+        '| backbone | size | eager (ms) | compiled (ms) | speed-up | first call (s) | '
+        'graphs / breaks | max rel diff |',
+        '|---|---|---:|---:|---:|---:|---:|---:|',
+    ]
     for key, r in results.items():
         name, size = key.split('|')
         label = MODELS[name][1]
         if 'error' in r:
             lines.append(f'| {label} | {size} | {r["error"]} | - | - | - | - | - |')
             continue
-        lines.append(f'| {label} | {size} | {r["eager_ms"]:.1f} | {r["compiled_ms"]:.1f} | '
-                     f'{r["speedup"]:.2f}x | {r["first_call_s"]:.1f} | '
-                     f'{r["graphs"]} / {r["graph_breaks"]} | {r["max_rel_diff"]:.1e} |')
+        lines.append(
+            f'| {label} | {size} | {r["eager_ms"]:.1f} | {r["compiled_ms"]:.1f} | '
+            f'{r["speedup"]:.2f}x | {r["first_call_s"]:.1f} | '
+            f'{r["graphs"]} / {r["graph_breaks"]} | {r["max_rel_diff"]:.1e} |'
+        )
     return '\n'.join(lines) + '\n'
 
 
@@ -155,15 +168,27 @@ def parse_size(text: str):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--models', nargs='+', default=list(MODELS), metavar='MODEL',
-                   help=f'from {list(MODELS)} (default: all)')
+    p.add_argument(
+        '--models',
+        nargs='+',
+        default=list(MODELS),
+        metavar='MODEL',
+        help=f'from {list(MODELS)} (default: all)',
+    )
     p.add_argument('--sizes', nargs='+', default=DEFAULT_SIZES, metavar='S|HxW')
-    p.add_argument('--backend', default='inductor',
-                   help=f'torch.compile backend, one of {BACKENDS} (default inductor)')
+    p.add_argument(
+        '--backend',
+        default='inductor',
+        help=f'torch.compile backend, one of {BACKENDS} (default inductor)',
+    )
     p.add_argument('--mode', default='default', help=f'torch.compile mode, one of {MODES}')
     p.add_argument('--repeat', type=int, default=5, help='timed calls of each, alternating')
-    p.add_argument('--threads', type=int, default=None,
-                   help="torch intra-op threads (default: torch's, i.e. OMP_NUM_THREADS)")
+    p.add_argument(
+        '--threads',
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's, i.e. OMP_NUM_THREADS)",
+    )
     p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_compile'))
     args = p.parse_args(argv)
     unknown = [m for m in args.models if m not in MODELS]
@@ -186,12 +211,18 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     import torch
+
     if args.threads:
         torch.set_num_threads(args.threads)
-    env = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
-               torch=torch.__version__, threads=torch.get_num_threads(),
-               python=platform.python_version(), backend=args.backend, mode=args.mode,
-               command='python tools/analysis/benchmark_compile.py ' + ' '.join(argv))
+    env = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        python=platform.python_version(),
+        backend=args.backend,
+        mode=args.mode,
+        command='python tools/analysis/benchmark_compile.py ' + ' '.join(argv),
+    )
     results = {}
     for hw in args.sizes:
         for name in args.models:
@@ -202,17 +233,27 @@ def main(argv=None):
             except Exception as err:  # noqa: BLE001  (a backbone that fails to compile: a row)
                 r = dict(error=f'{type(err).__name__}: {str(err).splitlines()[0][:150]}')
             results[key] = r
-            print(f'[{size_label(hw)}] {MODELS[name][1]}: ' + (r.get('error') or (
-                f"eager {r['eager_ms']:.1f} ms, compiled {r['compiled_ms']:.1f} ms "
-                f"({r['speedup']:.2f}x), first call {r['first_call_s']:.1f} s, "
-                f"{r['graphs']} graph(s) / {r['graph_breaks']} break(s), "
-                f"max rel diff {r['max_rel_diff']:.1e}")) + f' [{time.perf_counter() - t:.0f} s]',
-                flush=True)
+            print(
+                f'[{size_label(hw)}] {MODELS[name][1]}: '
+                + (
+                    r.get('error')
+                    or (
+                        f'eager {r["eager_ms"]:.1f} ms, compiled {r["compiled_ms"]:.1f} ms '
+                        f'({r["speedup"]:.2f}x), first call {r["first_call_s"]:.1f} s, '
+                        f'{r["graphs"]} graph(s) / {r["graph_breaks"]} break(s), '
+                        f'max rel diff {r["max_rel_diff"]:.1e}'
+                    )
+                )
+                + f' [{time.perf_counter() - t:.0f} s]',
+                flush=True,
+            )
             text = table(results, args.backend, args.mode)
-            write_atomic(osp.join(args.out_dir, 'results.json'),
-                         json.dumps(dict(environment=env, results=results), indent=1))
+            write_atomic(
+                osp.join(args.out_dir, 'results.json'),
+                json.dumps(dict(environment=env, results=results), indent=1),
+            )
             write_atomic(osp.join(args.out_dir, 'table.md'), text)
-    print('\n' + text + f"\nwritten: {osp.join(args.out_dir, 'table.md')}")
+    print('\n' + text + f'\nwritten: {osp.join(args.out_dir, "table.md")}')
     return results
 
 

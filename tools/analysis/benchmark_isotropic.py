@@ -38,6 +38,7 @@ baseline at each size, so that the two columns of a ratio are measured side by s
 Results go to ``DIR/results.json`` and ``DIR/table.md`` (default
 ``work_dirs/benchmark_isotropic``), rewritten atomically after every measurement.
 """
+
 import argparse
 import contextlib
 import datetime
@@ -68,8 +69,13 @@ MODELS = {
     'vit_b': ('timm', 'vit_base_patch16_224', 'ViT-B'),
 }
 #: circulant / core model -> its plain-attention twin (same width and depth)
-BASELINE = {'ca_deit_t': 'deit_t', 'ca_deit_s': 'deit_s', 'ca_deit_b': 'deit_b',
-            'veca_s': 'vit_s', 'veca_b': 'vit_b'}
+BASELINE = {
+    'ca_deit_t': 'deit_t',
+    'ca_deit_s': 'deit_s',
+    'ca_deit_b': 'deit_b',
+    'veca_s': 'vit_s',
+    'veca_b': 'vit_b',
+}
 DEFAULT_MODELS = ['ca_deit_s', 'deit_s', 'veca_b', 'vit_b']
 DEFAULT_SIZES = ['224', '512', '1024', '2048']
 PATCH = 16
@@ -80,9 +86,11 @@ def _quiet_init():
     """Silence mmengine's per-parameter ``init_weights`` log (INFO) while building; a
     torch-only install has no such logger."""
     import importlib.util
+
     if importlib.util.find_spec('mmengine') is None:
         return contextlib.nullcontext()
     from mmcirc.utils.quiet import quiet_logger
+
     return quiet_logger()
 
 
@@ -90,15 +98,19 @@ def build(name: str, depth: int = None):
     """Model ``name`` of :data:`MODELS` (random weights, eval mode, CPU); ``depth``
     keeps that many blocks (None: the real depth, 12)."""
     import torch
+
     kind, arch, _ = MODELS[name]
     torch.manual_seed(0)
     if kind == 'timm':
         import timm
+
         extra = {} if depth is None else dict(depth=depth)
-        model = timm.create_model(arch, pretrained=False, num_classes=0, img_size=224,
-                                  dynamic_img_size=True, **extra)
+        model = timm.create_model(
+            arch, pretrained=False, num_classes=0, img_size=224, dynamic_img_size=True, **extra
+        )
     elif kind == 'cadeit':
         from mmcirc.models.backbones.ca_deit import CADeiT
+
         if depth is not None:
             arch = dict(CADeiT.arch_zoo[arch], depth=depth)
         model = CADeiT(arch)
@@ -106,6 +118,7 @@ def build(name: str, depth: int = None):
             model.init_weights()
     else:
         from mmcirc.models.backbones.veca import VECAViT
+
         if depth is not None:
             arch = dict(VECAViT.arch_zoo[arch], num_layers=depth)
         model = VECAViT(arch)
@@ -127,6 +140,7 @@ def count_gmacs(name: str, hw, depth: int = None) -> float:
     import torch
 
     from mmcirc.analysis import count_flops
+
     depth = depth or model_depth(name)
     img = torch.randn(1, 3, *hw)
     f1 = count_flops(build(name, depth=1), img)
@@ -144,13 +158,15 @@ def worker(spec: dict) -> dict:
     import torch
 
     from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+
     if spec.get('threads'):
         torch.set_num_threads(spec['threads'])
     name, hw = spec['name'], tuple(spec['hw'])
     model = build(name, spec.get('depth'))
     img = torch.randn(1, 3, *hw)
-    res = dict(params_m=sum(p.numel() for p in model.parameters()) / 1e6,
-               threads=torch.get_num_threads())
+    res = dict(
+        params_m=sum(p.numel() for p in model.parameters()) / 1e6, threads=torch.get_num_threads()
+    )
     gc.collect()
     with torch.no_grad():
         base = rss_bytes()
@@ -159,7 +175,7 @@ def worker(spec: dict) -> dict:
         out = model(img)
         first = time.perf_counter() - t
         res['peak_mb'] = max(peak_rss_bytes() - base, 0) / 2**20
-        outs = out if isinstance(out, (tuple, list)) else (out, )
+        outs = out if isinstance(out, (tuple, list)) else (out,)
         res['finite'] = all(bool(o.isfinite().all()) for o in outs if torch.is_tensor(o))
         del out, outs
         times = [first]
@@ -169,8 +185,12 @@ def worker(spec: dict) -> dict:
                 t = time.perf_counter()
                 model(img)
                 times.append(time.perf_counter() - t)
-    res.update(time_ms=1e3 * statistics.median(times), runs=len(times),
-               times_ms=[round(1e3 * x, 2) for x in times], first_ms=1e3 * first)
+    res.update(
+        time_ms=1e3 * statistics.median(times),
+        runs=len(times),
+        times_ms=[round(1e3 * x, 2) for x in times],
+        first_ms=1e3 * first,
+    )
     del model, img
     gc.collect()
     if spec['flops']:
@@ -200,8 +220,16 @@ def measure(name: str, hw, args) -> dict:
     """Run :func:`worker` for (name, hw) in a forked child (fresh memory counters; the
     parent has imported torch, timm and mmcirc already, so a child starts at once)."""
     import multiprocessing
-    spec = dict(name=name, hw=list(hw), depth=args.depth, repeat=args.repeat,
-                single_run_above=args.single_run_above, flops=args.flops, threads=args.threads)
+
+    spec = dict(
+        name=name,
+        hw=list(hw),
+        depth=args.depth,
+        repeat=args.repeat,
+        single_run_above=args.single_run_above,
+        flops=args.flops,
+        threads=args.threads,
+    )
     ctx = multiprocessing.get_context('fork')
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(spec, send), daemon=True)
@@ -228,9 +256,11 @@ def size_label(hw) -> str:
 
 def table(results: dict, models, sizes) -> str:
     """Markdown table; ratios against each model's baseline when both were measured."""
-    lines = ['| size | model | params (M) | GMACs | time (ms) | peak mem (MiB) | '
-             'speed-up vs baseline | memory vs baseline |',
-             '|---|---|---:|---:|---:|---:|---:|---:|']
+    lines = [
+        '| size | model | params (M) | GMACs | time (ms) | peak mem (MiB) | '
+        'speed-up vs baseline | memory vs baseline |',
+        '|---|---|---:|---:|---:|---:|---:|---:|',
+    ]
     for hw in sizes:
         for name in models:
             r = results.get(f'{name}|{size_label(hw)}')
@@ -238,40 +268,59 @@ def table(results: dict, models, sizes) -> str:
                 continue
             base = results.get(f'{BASELINE.get(name)}|{size_label(hw)}', {})
             if 'error' in r:
-                lines.append(f'| {size_label(hw)} | {MODELS[name][2]} | - | - | {r["error"]} '
-                             f'| - | - | - |')
+                lines.append(
+                    f'| {size_label(hw)} | {MODELS[name][2]} | - | - | {r["error"]} | - | - | - |'
+                )
                 continue
             gmacs = f'{r["gmacs"]:.2f}' if 'gmacs' in r else '-'
-            time_ms = (f'{r["time_ms"]:.1f}' + ('*' if r['runs'] == 1 else '')) if 'time_ms' in r else '-'
-            speed = (f'{base["time_ms"] / r["time_ms"]:.2f}x'
-                     if 'time_ms' in base and 'time_ms' in r else '-')
-            mem = (f'{r["peak_mb"] / base["peak_mb"]:.2f}'
-                   if base.get('peak_mb', 0) > 0 and 'peak_mb' in r else '-')
+            time_ms = (
+                (f'{r["time_ms"]:.1f}' + ('*' if r['runs'] == 1 else '')) if 'time_ms' in r else '-'
+            )
+            speed = (
+                f'{base["time_ms"] / r["time_ms"]:.2f}x'
+                if 'time_ms' in base and 'time_ms' in r
+                else '-'
+            )
+            mem = (
+                f'{r["peak_mb"] / base["peak_mb"]:.2f}'
+                if base.get('peak_mb', 0) > 0 and 'peak_mb' in r
+                else '-'
+            )
             params = f'{r["params_m"]:.2f}' if 'params_m' in r else '-'
             peak = f'{r["peak_mb"]:.0f}' if 'peak_mb' in r else '-'
-            lines.append(f'| {size_label(hw)} | {MODELS[name][2]} | {params} | {gmacs} | '
-                         f'{time_ms} | {peak} | {speed} | {mem} |')
+            lines.append(
+                f'| {size_label(hw)} | {MODELS[name][2]} | {params} | {gmacs} | '
+                f'{time_ms} | {peak} | {speed} | {mem} |'
+            )
     return '\n'.join(lines) + '\n'
 
 
 def environment(argv) -> dict:
     """Date, machine, versions and the command, for the results file."""
     import torch
+
     try:
         import timm
+
         timm_version = timm.__version__
     except ImportError:
         timm_version = None
     cpu = platform.processor()
     with contextlib.suppress(OSError):
         with open('/proc/cpuinfo') as f:
-            cpu = next((line.split(':', 1)[1].strip() for line in f
-                        if line.startswith('model name')), cpu)
-    return dict(date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
-                cpu=cpu, cpu_count=os.cpu_count(),
-                affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else None,
-                torch=torch.__version__, timm=timm_version, python=platform.python_version(),
-                command='python tools/analysis/benchmark_isotropic.py ' + ' '.join(argv))
+            cpu = next(
+                (line.split(':', 1)[1].strip() for line in f if line.startswith('model name')), cpu
+            )
+    return dict(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
+        cpu=cpu,
+        cpu_count=os.cpu_count(),
+        affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else None,
+        torch=torch.__version__,
+        timm=timm_version,
+        python=platform.python_version(),
+        command='python tools/analysis/benchmark_isotropic.py ' + ' '.join(argv),
+    )
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -282,21 +331,46 @@ def parse_size(text: str):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--models', nargs='+', default=DEFAULT_MODELS, metavar='MODEL',
-                   help=f'from {list(MODELS)} (default: {DEFAULT_MODELS})')
-    p.add_argument('--sizes', nargs='+', default=DEFAULT_SIZES, metavar='S|HxW',
-                   help=f'input sizes (default: {DEFAULT_SIZES})')
+    p.add_argument(
+        '--models',
+        nargs='+',
+        default=DEFAULT_MODELS,
+        metavar='MODEL',
+        help=f'from {list(MODELS)} (default: {DEFAULT_MODELS})',
+    )
+    p.add_argument(
+        '--sizes',
+        nargs='+',
+        default=DEFAULT_SIZES,
+        metavar='S|HxW',
+        help=f'input sizes (default: {DEFAULT_SIZES})',
+    )
     p.add_argument('--repeat', type=int, default=5, help='timed forwards after the warm-up')
-    p.add_argument('--single-run-above', type=float, default=20.,
-                   help='seconds: a slower warm-up is the reported time (one run)')
-    p.add_argument('--depth', type=int, default=None,
-                   help='keep the first DEPTH blocks (smoke tests; default: all 12)')
-    p.add_argument('--threads', type=int, default=None,
-                   help='torch intra-op threads (default: torch\'s, i.e. OMP_NUM_THREADS)')
+    p.add_argument(
+        '--single-run-above',
+        type=float,
+        default=20.0,
+        help='seconds: a slower warm-up is the reported time (one run)',
+    )
+    p.add_argument(
+        '--depth',
+        type=int,
+        default=None,
+        help='keep the first DEPTH blocks (smoke tests; default: all 12)',
+    )
+    p.add_argument(
+        '--threads',
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's, i.e. OMP_NUM_THREADS)",
+    )
     p.add_argument('--no-flops', dest='flops', action='store_false', help='skip FLOP counting')
-    p.add_argument('--flops-only', action='store_true',
-                   help='count FLOPs only (no timing) and add them to DIR/results.json')
-    p.add_argument('--timeout', type=float, default=3600., help='seconds per measurement')
+    p.add_argument(
+        '--flops-only',
+        action='store_true',
+        help='count FLOPs only (no timing) and add them to DIR/results.json',
+    )
+    p.add_argument('--timeout', type=float, default=3600.0, help='seconds per measurement')
     p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_isotropic'))
     args = p.parse_args(argv)
     if args.flops_only and not args.flops:
@@ -335,8 +409,10 @@ def _write(args, env, results):
         names += [name] if name not in names else []
         sizes += [size] if size not in sizes else []
     text = table(results, order(names), [parse_size(s) for s in sizes])
-    write_atomic(osp.join(args.out_dir, 'results.json'),
-                 json.dumps(dict(environment=env, results=results), indent=1))
+    write_atomic(
+        osp.join(args.out_dir, 'results.json'),
+        json.dumps(dict(environment=env, results=results), indent=1),
+    )
     write_atomic(osp.join(args.out_dir, 'table.md'), text)
     return text
 
@@ -346,7 +422,11 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     import importlib.util
-    if any(MODELS[m][0] == 'timm' for m in args.models) and importlib.util.find_spec('timm') is None:
+
+    if (
+        any(MODELS[m][0] == 'timm' for m in args.models)
+        and importlib.util.find_spec('timm') is None
+    ):
         raise CLIError('the DeiT / ViT baselines need timm: pip install timm')
     # import everything once here: the forked children start with it
     import timm  # noqa: F401
@@ -355,14 +435,17 @@ def main(argv=None):
     import mmcirc.analysis  # noqa: F401
     import mmcirc.models.backbones.ca_deit  # noqa: F401
     import mmcirc.models.backbones.veca  # noqa: F401
+
     models = order(args.models)
     env = environment(argv)
     results = {}
     json_path = osp.join(args.out_dir, 'results.json')
     if args.flops_only:
         if not osp.isfile(json_path):
-            raise CLIError(f'--flops-only: no {json_path} to add the counts to (run the '
-                           'timing first, or drop --flops-only)')
+            raise CLIError(
+                f'--flops-only: no {json_path} to add the counts to (run the '
+                'timing first, or drop --flops-only)'
+            )
         with open(json_path) as f:
             saved = json.load(f)
         env, results = saved['environment'], saved['results']
@@ -377,15 +460,24 @@ def main(argv=None):
             else:
                 r = results[key] = measure(name, hw, args)
             msg = r.get('error') or ', '.join(
-                ([f"{r['time_ms']:.1f} ms ({r['runs']} run{'s' * (r['runs'] > 1)})",
-                  f"{r['peak_mb']:.0f} MiB"] if 'time_ms' in r else [])
-                + ([f"{r['gmacs']:.2f} GMACs"] if 'gmacs' in r else [])
-                + ([f"FLOPs: {r['gmacs_error']}"] if 'gmacs_error' in r else [])
-                + ([] if r.get('finite', True) else ['NON-FINITE OUTPUT']))
-            print(f'[{size_label(hw)}] {MODELS[name][2]}: {msg} '
-                  f'[{time.perf_counter() - t:.0f} s]', flush=True)
+                (
+                    [
+                        f'{r["time_ms"]:.1f} ms ({r["runs"]} run{"s" * (r["runs"] > 1)})',
+                        f'{r["peak_mb"]:.0f} MiB',
+                    ]
+                    if 'time_ms' in r
+                    else []
+                )
+                + ([f'{r["gmacs"]:.2f} GMACs'] if 'gmacs' in r else [])
+                + ([f'FLOPs: {r["gmacs_error"]}'] if 'gmacs_error' in r else [])
+                + ([] if r.get('finite', True) else ['NON-FINITE OUTPUT'])
+            )
+            print(
+                f'[{size_label(hw)}] {MODELS[name][2]}: {msg} [{time.perf_counter() - t:.0f} s]',
+                flush=True,
+            )
             text = _write(args, env, results)
-    print('\n' + text + f"\nwritten: {osp.join(args.out_dir, 'table.md')}, {json_path}")
+    print('\n' + text + f'\nwritten: {osp.join(args.out_dir, "table.md")}, {json_path}')
     return results
 
 

@@ -9,6 +9,7 @@ size, only PVT's position embeddings are stored for 224) and prints a markdown t
 
     python tools/analysis/count_params.py [--baselines]
 """
+
 import argparse
 
 import mmcirc  # noqa: F401  (registers the backbones)
@@ -19,8 +20,14 @@ def variants():
     """(class name, arch) of every registered pyramid and named arch, and (family base
     class, its original attention kind) per family: read from the registry."""
     from mmcirc.models.backbones.pyramid import registered_pyramids
+
     families = registered_pyramids()
-    rows = [(cls.__name__, arch) for classes in families.values() for cls in classes for arch in cls.arch_zoo]
+    rows = [
+        (cls.__name__, arch)
+        for classes in families.values()
+        for cls in classes
+        for arch in cls.arch_zoo
+    ]
     originals = [(classes[0], classes[0].original_attention) for classes in families.values()]
     return rows, originals
 
@@ -28,9 +35,13 @@ def variants():
 def count(backbone_cfg, num_classes=1000):
     """(backbone params, total params, stage attentions) of the classifier."""
     from mmpretrain.registry import MODELS
-    cfg = dict(type='ImageClassifier', backbone=dict(backbone_cfg, out_indices=(3, )),
-               neck=dict(type='GlobalAveragePooling'),
-               head=dict(type='LinearClsHead', num_classes=num_classes, in_channels=0))
+
+    cfg = dict(
+        type='ImageClassifier',
+        backbone=dict(backbone_cfg, out_indices=(3,)),
+        neck=dict(type='GlobalAveragePooling'),
+        head=dict(type='LinearClsHead', num_classes=num_classes, in_channels=0),
+    )
     backbone = MODELS.build(cfg['backbone'])
     cfg['head']['in_channels'] = backbone.embed_dims[-1]
     model = MODELS.build(cfg)
@@ -47,13 +58,22 @@ def main():
     named, originals = variants()
     rows = [(name, arch, dict(type=name, arch=arch)) for name, arch in named]
     if args.baselines:
-        rows += [(f'{cls.__name__} (all {att})', arch, dict(type=cls.__name__, arch=arch, stage_attentions=att))
-                 for cls, att in originals for arch in cls.arch_zoo]
+        rows += [
+            (
+                f'{cls.__name__} (all {att})',
+                arch,
+                dict(type=cls.__name__, arch=arch, stage_attentions=att),
+            )
+            for cls, att in originals
+            for arch in cls.arch_zoo
+        ]
     print('| model | arch | stage attentions | backbone params (M) | classifier params (M) |')
     print('|---|---|---|---:|---:|')
     for name, arch, cfg in rows:
         n_backbone, total, attentions = count(cfg)
-        print(f"| {name} | {arch} | {'-'.join(attentions)} | {n_backbone / 1e6:.2f} | {total / 1e6:.2f} |")
+        print(
+            f'| {name} | {arch} | {"-".join(attentions)} | {n_backbone / 1e6:.2f} | {total / 1e6:.2f} |'
+        )
 
 
 if __name__ == '__main__':

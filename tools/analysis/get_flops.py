@@ -17,6 +17,7 @@ counts ``extract_feat`` (backbone + neck); ``auto`` falls back to it when the fu
 forward cannot be traced. The tracer runs the forward once
 on ``--device`` (cpu by default).
 """
+
 import argparse
 import json
 import os.path as osp
@@ -31,19 +32,33 @@ DEFAULT_SHAPES = {'mmdet': (800, 1333), 'mmseg': (512, 512), 'mmpretrain': (224,
 
 def parse_args(argv=None):
     from mmengine.config import DictAction
+
     parser = argparse.ArgumentParser(description='Params and FLOPs (MACs) of a model')
     parser.add_argument('config', help='config file (mmdet, mmseg or mmpretrain)')
-    parser.add_argument('--shape', type=int, nargs='+', default=None,
-                        help='input H [W] (default: 800 1333 det, 512 512 seg, 224 224 cls)')
-    parser.add_argument('--mode', choices=['auto', 'full', 'backbone'], default='auto',
-                        help="'full': tensor-mode forward; 'backbone': extract_feat "
-                        "(backbone + neck); 'auto': full, else backbone")
-    parser.add_argument('--num-cores', default=None,
-                        help="active cores C' of core stages (int or mobile/edge/server)")
+    parser.add_argument(
+        '--shape',
+        type=int,
+        nargs='+',
+        default=None,
+        help='input H [W] (default: 800 1333 det, 512 512 seg, 224 224 cls)',
+    )
+    parser.add_argument(
+        '--mode',
+        choices=['auto', 'full', 'backbone'],
+        default='auto',
+        help="'full': tensor-mode forward; 'backbone': extract_feat "
+        "(backbone + neck); 'auto': full, else backbone",
+    )
+    parser.add_argument(
+        '--num-cores',
+        default=None,
+        help="active cores C' of core stages (int or mobile/edge/server)",
+    )
     parser.add_argument('--device', default='cpu', help='cpu or cuda')
     parser.add_argument('--out-json', default=None, help='also write the results here')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, key=value')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
+    )
     args = parser.parse_args(argv)
     if args.shape is not None and len(args.shape) not in (1, 2):
         raise CLIError(f'--shape takes H or H W, got {len(args.shape)} numbers')
@@ -70,11 +85,13 @@ def build_model(cfg):
     import importlib
 
     from mmengine.registry import init_default_scope
+
     scope = cfg.get('default_scope')
     importlib.import_module(f'{scope}.utils').register_all_modules(init_default_scope=False)
     init_default_scope(scope)
     registry = importlib.import_module(f'{scope}.registry').MODELS
     import mmcirc  # noqa: F401  (our backbones)
+
     model = registry.build(strip_pretrained(cfg.model))
     model.eval()  # (some train() overrides, e.g. mmdet Swin's, return None)
     return model
@@ -96,10 +113,18 @@ def forward_fn(model, scope, mode, shape):
         return model.extract_feat
     if scope == 'mmdet':
         from mmdet.structures import DetDataSample
+
         h, w = shape
-        sample = DetDataSample(metainfo=dict(img_id=0, img_shape=(h, w), ori_shape=(h, w),
-                                             pad_shape=(h, w), batch_input_shape=(h, w),
-                                             scale_factor=(1., 1.)))
+        sample = DetDataSample(
+            metainfo=dict(
+                img_id=0,
+                img_shape=(h, w),
+                ori_shape=(h, w),
+                pad_shape=(h, w),
+                batch_input_shape=(h, w),
+                scale_factor=(1.0, 1.0),
+            )
+        )
         return partial(model.forward, data_samples=[sample], mode='tensor')
     if scope in ('mmseg', 'mmpretrain'):
         return partial(model.forward, mode='tensor')
@@ -109,6 +134,7 @@ def forward_fn(model, scope, mode, shape):
 def count(model, fn, inputs):
     """FlopCounter of ``fn(inputs)`` with module names of ``model``."""
     from mmcirc.analysis import flop_counter
+
     had = 'forward' in model.__dict__
     saved = model.__dict__.get('forward')
     model.forward = fn
@@ -127,6 +153,7 @@ def stage_list(backbone):
     ``stages`` (held under ``stages_attr``); for other backbones ``layers`` (mmdet
     PVT) or ``stages`` (Swin); else None."""
     import torch.nn as nn
+
     attr = getattr(backbone, 'stages_attr', None)
     if isinstance(attr, str) and isinstance(getattr(backbone, 'stages', None), nn.ModuleList):
         return attr, backbone.stages
@@ -139,6 +166,7 @@ def stage_list(backbone):
 
 def attention_kind(stage):
     from mmcirc.analysis import attention_modules
+
     kind = getattr(stage, 'attention', None)
     if isinstance(kind, str):
         return kind
@@ -151,6 +179,7 @@ def attention_kind(stage):
 def report(model, fc):
     """Rows (dicts) per backbone stage and top-level part, and the summary."""
     from mmcirc.analysis import attention_modules, count_params
+
     by_module = fc.by_module()
     total = fc.total()
     rows = []
@@ -164,31 +193,66 @@ def report(model, fc):
             name = f'{prefix}{attr}.{i}'
             flops = by_module.get(name, 0)
             attn = sum(by_module.get(f'{name}.{a}', 0) for a in attention_modules(stage))
-            rows.append(dict(part=f'stage {i + 1}', module=name, attention=attention_kind(stage),
-                             flops=flops, attn_flops=attn, params=count_params(stage)))
+            rows.append(
+                dict(
+                    part=f'stage {i + 1}',
+                    module=name,
+                    attention=attention_kind(stage),
+                    flops=flops,
+                    attn_flops=attn,
+                    params=count_params(stage),
+                )
+            )
             staged += flops
         bb_total = by_module.get(prefix.rstrip('.'), total)
         bb_params = count_params(backbone) - sum(r['params'] for r in rows)
-        rows.append(dict(part='backbone other', module=prefix + '*', attention='-',
-                         flops=bb_total - staged, attn_flops=0, params=bb_params))
+        rows.append(
+            dict(
+                part='backbone other',
+                module=prefix + '*',
+                attention='-',
+                flops=bb_total - staged,
+                attn_flops=0,
+                params=bb_params,
+            )
+        )
     elif has_backbone:
-        rows.append(dict(part='backbone', module='backbone', attention='-',
-                         flops=by_module.get('backbone', 0),
-                         attn_flops=sum(by_module.get(f'backbone.{a}', 0)
-                                        for a in attention_modules(backbone)),
-                         params=count_params(backbone)))
+        rows.append(
+            dict(
+                part='backbone',
+                module='backbone',
+                attention='-',
+                flops=by_module.get('backbone', 0),
+                attn_flops=sum(
+                    by_module.get(f'backbone.{a}', 0) for a in attention_modules(backbone)
+                ),
+                params=count_params(backbone),
+            )
+        )
     if has_backbone:
         for name, child in model.named_children():
             if name in ('backbone', 'data_preprocessor'):
                 continue
-            rows.append(dict(part=name, module=name, attention='-', flops=by_module.get(name, 0),
-                             attn_flops=sum(by_module.get(f'{name}.{a}', 0)
-                                            for a in attention_modules(child)),
-                             params=count_params(child)))
+            rows.append(
+                dict(
+                    part=name,
+                    module=name,
+                    attention='-',
+                    flops=by_module.get(name, 0),
+                    attn_flops=sum(
+                        by_module.get(f'{name}.{a}', 0) for a in attention_modules(child)
+                    ),
+                    params=count_params(child),
+                )
+            )
     attn_total = sum(by_module.get(a, 0) for a in attention_modules(model))
-    summary = dict(flops=total, params=count_params(model), attn_flops=attn_total,
-                   by_operator=dict(fc.by_operator()),
-                   unsupported_ops=dict(fc.unsupported_ops()))
+    summary = dict(
+        flops=total,
+        params=count_params(model),
+        attn_flops=attn_total,
+        by_operator=dict(fc.by_operator()),
+        unsupported_ops=dict(fc.unsupported_ops()),
+    )
     return rows, summary
 
 
@@ -200,17 +264,32 @@ def print_table(rows, summary, title):
     print(f'\n{title}\n')
     print('| part | attention | FLOPs | attn FLOPs | attn share | params |')
     print('|---|---|---:|---:|---:|---:|')
-    for r in rows + [dict(part='**total**', attention='', flops=summary['flops'],
-                          attn_flops=summary['attn_flops'], params=summary['params'])]:
-        share = f"{100 * r['attn_flops'] / r['flops']:.1f} %" if r['flops'] else '-'
-        print(f"| {r['part']} | {r['attention']} | {fmt_flops(r['flops'])} | "
-              f"{fmt_flops(r['attn_flops'])} | {share} | {r['params'] / 1e6:.2f} M |")
+    for r in rows + [
+        dict(
+            part='**total**',
+            attention='',
+            flops=summary['flops'],
+            attn_flops=summary['attn_flops'],
+            params=summary['params'],
+        )
+    ]:
+        share = f'{100 * r["attn_flops"] / r["flops"]:.1f} %' if r['flops'] else '-'
+        print(
+            f'| {r["part"]} | {r["attention"]} | {fmt_flops(r["flops"])} | '
+            f'{fmt_flops(r["attn_flops"])} | {share} | {r["params"] / 1e6:.2f} M |'
+        )
     ops = sorted(summary['by_operator'].items(), key=lambda kv: -kv[1])
-    print('\nby operator: ' + ', '.join(
-        f'{k} {fmt_flops(v)} ({100 * v / max(summary["flops"], 1):.1f} %)' for k, v in ops))
+    print(
+        '\nby operator: '
+        + ', '.join(
+            f'{k} {fmt_flops(v)} ({100 * v / max(summary["flops"], 1):.1f} %)' for k, v in ops
+        )
+    )
     if summary['unsupported_ops']:
-        print('not counted (no handle): ' + ', '.join(
-            f'{k} x{v}' for k, v in sorted(summary['unsupported_ops'].items())))
+        print(
+            'not counted (no handle): '
+            + ', '.join(f'{k} x{v}' for k, v in sorted(summary['unsupported_ops'].items()))
+        )
 
 
 @main_guard
@@ -240,18 +319,29 @@ def main(argv=None):
             break
         except Exception as e:  # noqa: BLE001 (report and fall back)
             err = e
-            print(f'note: counting the {mode} forward failed ({type(e).__name__}: '
-                  f'{str(e).splitlines()[0][:200] if str(e) else ""})', file=sys.stderr)
+            print(
+                f'note: counting the {mode} forward failed ({type(e).__name__}: '
+                f'{str(e).splitlines()[0][:200] if str(e) else ""})',
+                file=sys.stderr,
+            )
     if fc is None:
         raise CLIError(f'could not trace the model: {err}')
     rows, summary = report(model, fc)
     what = 'tensor-mode forward' if used == 'full' else 'backbone + neck (extract_feat)'
-    print_table(rows, summary, f'{osp.basename(args.config)}: input 1x3x{shape[0]}x{shape[1]}, '
-                f'{what}; FLOPs = multiply-adds')
+    print_table(
+        rows,
+        summary,
+        f'{osp.basename(args.config)}: input 1x3x{shape[0]}x{shape[1]}, '
+        f'{what}; FLOPs = multiply-adds',
+    )
     if args.out_json:
         with atomic_open(args.out_json, 'w') as f:
-            json.dump(dict(config=args.config, shape=shape, mode=used, rows=rows, **summary),
-                      f, indent=1, default=float)
+            json.dump(
+                dict(config=args.config, shape=shape, mode=used, rows=rows, **summary),
+                f,
+                indent=1,
+                default=float,
+            )
     return rows, summary
 
 

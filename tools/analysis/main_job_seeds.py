@@ -17,6 +17,7 @@ seeds. Each record keeps ``OMP_NUM_THREADS`` (threads change float summation ord
 run one sweep with one setting, e.g. ``OMP_NUM_THREADS=1 taskset -c 0 python ...`` to
 leave the other core free.
 """
+
 import argparse
 import glob
 import json
@@ -32,14 +33,19 @@ JOBS = {
     'det': ('configs/toy/ca_pvt_t_retinanet_toy.py', 'coco/bbox_mAP', 'bbox mAP'),
     'seg': ('configs/toy/ca_pvt_t_fpn_toy_ade.py', 'mIoU', 'mIoU'),
 }
-ATTENTIONS = {'circulant': 'CA-PVT-T (circulant, stages 1-2)', 'sra': 'PVT-T (SRA everywhere)',
-              'core': "Core-PVT-T (core, stages 1-2, C'=64)"}
+ATTENTIONS = {
+    'circulant': 'CA-PVT-T (circulant, stages 1-2)',
+    'sra': 'PVT-T (SRA everywhere)',
+    'core': "Core-PVT-T (core, stages 1-2, C'=64)",
+}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--jobs', nargs='+', default=list(JOBS), choices=list(JOBS))
-    parser.add_argument('--attentions', nargs='+', default=list(ATTENTIONS), choices=list(ATTENTIONS))
+    parser.add_argument(
+        '--attentions', nargs='+', default=list(ATTENTIONS), choices=list(ATTENTIONS)
+    )
     parser.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
     parser.add_argument('--out-dir', default='work_dirs/main_job_seeds')
     return parser.parse_args(argv)
@@ -59,15 +65,37 @@ def run_one(job, attention, seed, out_dir):
     work = osp.join(out_dir, f'{job}_{attention}_seed{seed}')
     opts = ['--cfg-options', f'randomness.seed={seed}', f'model.backbone.attention={attention}']
     t0 = time.time()
-    subprocess.run([sys.executable, 'tools/train.py', config, '--work-dir', work, *opts],
-                   cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, 'tools/train.py', config, '--work-dir', work, *opts],
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     with open(osp.join(work, 'last_checkpoint')) as f:
         ckpt = f.read().strip()
-    subprocess.run([sys.executable, 'tools/test.py', config, ckpt, '--work-dir',
-                    osp.join(work, 'test'), *opts], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-    return dict(job=job, attention=attention, seed=seed, metric=key,
-                value=_metric(osp.join(work, 'test'), key), minutes=(time.time() - t0) / 60,
-                threads=os.environ.get('OMP_NUM_THREADS', 'default'))
+    subprocess.run(
+        [
+            sys.executable,
+            'tools/test.py',
+            config,
+            ckpt,
+            '--work-dir',
+            osp.join(work, 'test'),
+            *opts,
+        ],
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return dict(
+        job=job,
+        attention=attention,
+        seed=seed,
+        metric=key,
+        value=_metric(osp.join(work, 'test'), key),
+        minutes=(time.time() - t0) / 60,
+        threads=os.environ.get('OMP_NUM_THREADS', 'default'),
+    )
 
 
 def table(records):
@@ -78,8 +106,10 @@ def table(records):
             if not vals:
                 continue
             std = statistics.stdev(vals) if len(vals) > 1 else float('nan')
-            lines.append(f'| {JOBS[job][2]} | {ATTENTIONS[att]} | {len(vals)} | '
-                         f'{statistics.mean(vals):.3f} | {std:.3f} | {min(vals):.3f} | {max(vals):.3f} |')
+            lines.append(
+                f'| {JOBS[job][2]} | {ATTENTIONS[att]} | {len(vals)} | '
+                f'{statistics.mean(vals):.3f} | {std:.3f} | {min(vals):.3f} | {max(vals):.3f} |'
+            )
     return '\n'.join(lines) + '\n'
 
 
@@ -89,19 +119,25 @@ def main(argv=None):
     os.makedirs(out_dir, exist_ok=True)
     sys.path.insert(0, REPO)
     from mmcirc.utils.fileio import atomic_write
+
     results_file = osp.join(out_dir, 'results.json')
     records = json.load(open(results_file)) if osp.isfile(results_file) else []
     # seeds outermost: a sweep stopped early still has every model at the same seeds
     for seed in args.seeds:
         for attention in args.attentions:
             for job in args.jobs:
-                if any(r['job'] == job and r['attention'] == attention and r['seed'] == seed
-                       for r in records):
+                if any(
+                    r['job'] == job and r['attention'] == attention and r['seed'] == seed
+                    for r in records
+                ):
                     continue
                 rec = run_one(job, attention, seed, out_dir)
                 records.append(rec)
-                print(f"{job} {attention} seed {seed}: {rec['metric']} = {rec['value']:.4f} "
-                      f"({rec['minutes']:.1f} min)", flush=True)
+                print(
+                    f'{job} {attention} seed {seed}: {rec["metric"]} = {rec["value"]:.4f} '
+                    f'({rec["minutes"]:.1f} min)',
+                    flush=True,
+                )
                 atomic_write(results_file, json.dumps(records, indent=1))
                 atomic_write(osp.join(out_dir, 'table.md'), table(records))
     print(table(records))

@@ -17,6 +17,7 @@ count at one size took longer than ``--max-seconds`` is not run at larger sizes.
 Writes ``DIR/complexity.json``, ``DIR/block.png``, ``DIR/backbones.png`` and prints
 markdown tables (GMACs; FLOPs = multiply-adds).
 """
+
 import argparse
 import json
 import os
@@ -32,6 +33,7 @@ from mmcirc.utils.fileio import atomic_open
 
 def block_variants(dim):
     from mmcirc.ops import CirculantAttention
+
     return {
         'self-attention (SDPA)': lambda: SDPASelfAttention(dim),
         'self-attention (nn.MultiheadAttention)': lambda: MHASelfAttention(dim),
@@ -44,6 +46,7 @@ def block_variants(dim):
 
 def block_flops(name, make, side, dim):
     from mmcirc.analysis import count_flops
+
     with torch.device('meta'):
         m = make().eval()
         x = torch.randn(1, side * side, dim)
@@ -53,34 +56,57 @@ def block_flops(name, make, side, dim):
 
 def parse_args(argv=None):
     from benchmark_backbone import ZOO
+
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--dims', type=int, default=64, help='channels of the block')
-    parser.add_argument('--block-sides', type=int, nargs='+',
-                        default=[7, 14, 28, 56, 64, 112, 128, 256, 512],
-                        help='H = W of the token map of the block')
-    parser.add_argument('--models', nargs='+', choices=sorted(ZOO), metavar='MODEL',
-                        default=['pvt_s', 'ca_pvt_s', 'circ_pvt_s', 'core_pvt_s', 'core_pvt_s_c8',
-                                 'swin_t', 'ca_swin_t'])
-    parser.add_argument('--sizes', type=int, nargs='+',
-                        default=[224, 320, 512, 768, 1024, 1536, 2048])
+    parser.add_argument(
+        '--block-sides',
+        type=int,
+        nargs='+',
+        default=[7, 14, 28, 56, 64, 112, 128, 256, 512],
+        help='H = W of the token map of the block',
+    )
+    parser.add_argument(
+        '--models',
+        nargs='+',
+        choices=sorted(ZOO),
+        metavar='MODEL',
+        default=[
+            'pvt_s',
+            'ca_pvt_s',
+            'circ_pvt_s',
+            'core_pvt_s',
+            'core_pvt_s_c8',
+            'swin_t',
+            'ca_swin_t',
+        ],
+    )
+    parser.add_argument(
+        '--sizes', type=int, nargs='+', default=[224, 320, 512, 768, 1024, 1536, 2048]
+    )
     parser.add_argument('--no-backbones', action='store_true')
     parser.add_argument('--device', default='cpu', help='device of the backbone traces')
-    parser.add_argument('--max-seconds', type=float, default=120.,
-                        help='skip larger sizes of a model once one count took longer')
+    parser.add_argument(
+        '--max-seconds',
+        type=float,
+        default=120.0,
+        help='skip larger sizes of a model once one count took longer',
+    )
     parser.add_argument('--out-dir', default=osp.join('work_dirs', 'complexity'))
     return parser.parse_args(argv)
 
 
 def _plot(series, xlabel, title, path, xs_label=None):
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 5))
     for i, (name, pts) in enumerate(series.items()):
         pts = [(x, y) for x, y in pts if y]
         if pts:  # alternate styles: equal curves (SDPA vs MHA) stay visible
-            ax.plot(*zip(*pts), ls='-' if i % 2 == 0 else '--', marker='os^vDx'[i % 6],
-                    label=name)
+            ax.plot(*zip(*pts), ls='-' if i % 2 == 0 else '--', marker='os^vDx'[i % 6], label=name)
     ax.set_xscale('log', base=2)
     ax.set_yscale('log')
     ax.set_xlabel(xlabel)
@@ -98,8 +124,9 @@ def _md(series, xs, xname):
     lines = [f'| {xname} | ' + ' | '.join(names) + ' |', '|---:|' + '---:|' * len(names)]
     for x in xs:
         vals = [dict(series[n]).get(x) for n in names]
-        lines.append(f'| {x} | ' + ' | '.join('-' if v is None else f'{v:.3g}' for v in vals)
-                     + ' |')
+        lines.append(
+            f'| {x} | ' + ' | '.join('-' if v is None else f'{v:.3g}' for v in vals) + ' |'
+        )
     return '\n'.join(lines)
 
 
@@ -107,18 +134,28 @@ def _md(series, xs, xname):
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
-    out = dict(unit='GMACs (multiply-adds), counted by mmcirc.analysis on the traced graph',
-               block=dict(dims=args.dims, series={}), backbones=dict(series={}, errors={}))
+    out = dict(
+        unit='GMACs (multiply-adds), counted by mmcirc.analysis on the traced graph',
+        block=dict(dims=args.dims, series={}),
+        backbones=dict(series={}, errors={}),
+    )
 
     # -------------------------------------------------------------- one block
     block = {}
     for name, make in block_variants(args.dims).items():
-        block[name] = [(s * s, block_flops(name, make, s, args.dims) / 1e9)
-                       for s in args.block_sides]
-    out['block']['series'] = {k: [dict(tokens=n, side=int(round(n ** .5)), gmacs=g) for n, g in v]
-                              for k, v in block.items()}
-    _plot(block, 'tokens N = H x W', f'one attention layer, C = {args.dims}',
-          osp.join(args.out_dir, 'block.png'))
+        block[name] = [
+            (s * s, block_flops(name, make, s, args.dims) / 1e9) for s in args.block_sides
+        ]
+    out['block']['series'] = {
+        k: [dict(tokens=n, side=int(round(n**0.5)), gmacs=g) for n, g in v]
+        for k, v in block.items()
+    }
+    _plot(
+        block,
+        'tokens N = H x W',
+        f'one attention layer, C = {args.dims}',
+        osp.join(args.out_dir, 'block.png'),
+    )
     print(f'\nOne attention layer, C = {args.dims}, GMACs vs tokens N:\n')
     print(_md(block, [s * s for s in args.block_sides], 'N'))
 
@@ -127,6 +164,7 @@ def main(argv=None):
         import time
 
         from benchmark_backbone import ZOO, backbone_flops, build_backbone
+
         nets = {}
         for m in args.models:
             pts = []
@@ -139,16 +177,24 @@ def main(argv=None):
                     out['backbones']['errors'][f'{m}@{size}'] = f'{type(e).__name__}: {e}'[:300]
                     print(f'{m} at {size}: {type(e).__name__}: {e}'[:300], file=sys.stderr)
                 took = time.perf_counter() - t
-                print(f'{m} at {size}: {pts[-1][1] if pts and pts[-1][0] == size else "-"} '
-                      f'GMACs ({took:.1f} s)', file=sys.stderr)
+                print(
+                    f'{m} at {size}: {pts[-1][1] if pts and pts[-1][0] == size else "-"} '
+                    f'GMACs ({took:.1f} s)',
+                    file=sys.stderr,
+                )
                 if took > args.max_seconds:
                     out['backbones']['errors'][f'{m}>{size}'] = f'skipped: {took:.0f} s at {size}'
                     break
             nets[ZOO[m][3]] = pts
-        out['backbones']['series'] = {k: [dict(size=s, gmacs=g) for s, g in v]
-                                      for k, v in nets.items()}
-        _plot(nets, 'input size (px, square)', 'backbones, batch 1',
-              osp.join(args.out_dir, 'backbones.png'))
+        out['backbones']['series'] = {
+            k: [dict(size=s, gmacs=g) for s, g in v] for k, v in nets.items()
+        }
+        _plot(
+            nets,
+            'input size (px, square)',
+            'backbones, batch 1',
+            osp.join(args.out_dir, 'backbones.png'),
+        )
         print('\nBackbones, GMACs vs input size:\n')
         print(_md(nets, args.sizes, 'size'))
     path = osp.join(args.out_dir, 'complexity.json')

@@ -18,6 +18,7 @@ C'), and ``vis_cores.json`` (per layer, C' and core: entropy in nats, effective 
 ``exp(entropy)``, entropy / log N, largest weight, strongest patch, and the largest
 deviation of a row sum from 1).
 """
+
 import argparse
 import math
 import os.path as osp
@@ -36,9 +37,14 @@ MAX_GRID = 64  # cores shown in one cores_<layer>_C<k>.png
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     vc.add_common_args(parser, 'vis_cores')
-    parser.add_argument('--num-cores', nargs='+', default=['8', '16', '64'], metavar='C',
-                        help="core counts C' to compare: ints in [1, num_cores_max] or "
-                             "mobile (8) / edge (32) / server (64); default 8 16 64")
+    parser.add_argument(
+        '--num-cores',
+        nargs='+',
+        default=['8', '16', '64'],
+        metavar='C',
+        help="core counts C' to compare: ints in [1, num_cores_max] or "
+        'mobile (8) / edge (32) / server (64); default 8 16 64',
+    )
     parser.add_argument('--show', type=int, default=8, help='cores per row of compare_*.png (8)')
     args = parser.parse_args(argv)
     if args.show < 1:
@@ -58,8 +64,10 @@ def parse_counts(values, maximum):
             except ValueError:
                 n = None
         if n is None or not 1 <= n <= maximum:
-            raise CLIError(f'--num-cores must be ints in [1, {maximum}] (the backbone\'s '
-                           f'num_cores_max) or one of {tuple(PRESETS)}, got {v!r}')
+            raise CLIError(
+                f"--num-cores must be ints in [1, {maximum}] (the backbone's "
+                f'num_cores_max) or one of {tuple(PRESETS)}, got {v!r}'
+            )
         out.append(n)
     return sorted(set(out))
 
@@ -68,17 +76,20 @@ def capture_gathers(model, inputs, bar):
     """{layer: (gather (heads, C', N) float64, (h, w))} for the current core count."""
     import torch
     from mmcirc.analysis.attention_maps import AttentionCapture
+
     out = {}
 
     def keep(rec):
         key = rec.name if rec.call == 0 else f'{rec.name}#{rec.call}'
         if rec.q_grid is None:
-            raise CLIError(f'{rec.name}: the patch grid of this core layer is unknown (its block '
-                           'does not pass hw_shape)')
+            raise CLIError(
+                f'{rec.name}: the patch grid of this core layer is unknown (its block '
+                'does not pass hw_shape)'
+            )
         out[key] = (rec.weights[0].double(), tuple(rec.q_grid))
         bar.update()
 
-    with AttentionCapture(model.backbone, kinds=('core', ), callback=keep), torch.no_grad():
+    with AttentionCapture(model.backbone, kinds=('core',), callback=keep), torch.no_grad():
         model.backbone(inputs)
     return out
 
@@ -87,17 +98,26 @@ def gather_stats(gather, grid):
     """Per core (mean over heads): entropy, exp(entropy), entropy / log N, max weight,
     strongest patch; and the largest |row sum - 1|."""
     from mmcirc.analysis.attention_maps import gather_entropy
+
     heads, ncores, n = gather.shape
     ent = gather_entropy(gather)  # (heads, C')
     mean_map = gather.mean(0)  # (C', N)
     top = mean_map.argmax(-1)
-    cores = [dict(entropy=float(ent[:, c].mean()), effective_patches=float(ent[:, c].exp().mean()),
-                  normalised_entropy=float(ent[:, c].mean() / math.log(n)) if n > 1 else 0.0,
-                  max_weight=float(gather[:, c].max(-1).values.mean()),
-                  strongest_patch=[int(top[c]) // grid[1], int(top[c]) % grid[1]])
-             for c in range(ncores)]
-    return dict(cores=cores, row_sum_error=float((gather.sum(-1) - 1).abs().max()),
-                mean_normalised_entropy=sum(c['normalised_entropy'] for c in cores) / ncores)
+    cores = [
+        dict(
+            entropy=float(ent[:, c].mean()),
+            effective_patches=float(ent[:, c].exp().mean()),
+            normalised_entropy=float(ent[:, c].mean() / math.log(n)) if n > 1 else 0.0,
+            max_weight=float(gather[:, c].max(-1).values.mean()),
+            strongest_patch=[int(top[c]) // grid[1], int(top[c]) % grid[1]],
+        )
+        for c in range(ncores)
+    ]
+    return dict(
+        cores=cores,
+        row_sum_error=float((gather.sum(-1) - 1).abs().max()),
+        mean_normalised_entropy=sum(c['normalised_entropy'] for c in cores) / ncores,
+    )
 
 
 def _assignment(mean_map, grid):
@@ -109,8 +129,9 @@ def _assignment(mean_map, grid):
 def compare_figure(plt, name, per_count, image, show):
     counts = sorted(per_count)
     cols = 1 + min(show, max(counts))
-    fig, axes = plt.subplots(len(counts), cols, figsize=(1.7 * cols, 1.8 * len(counts) + 0.3), dpi=100,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(counts), cols, figsize=(1.7 * cols, 1.8 * len(counts) + 0.3), dpi=100, squeeze=False
+    )
     for ax in axes.flat:
         ax.set_axis_off()
     for r, k in enumerate(counts):
@@ -119,17 +140,33 @@ def compare_figure(plt, name, per_count, image, show):
         ax = axes[r][0]
         h, w = image.shape[:2]
         ax.imshow(vis.thumbnail(image), extent=(0, w, h, 0))
-        ax.imshow(_assignment(mean_map, grid), cmap='tab20' if k <= 20 else 'hsv', alpha=0.55,
-                  extent=(0, w, h, 0), interpolation='nearest', vmin=0, vmax=max(k - 1, 1))
+        ax.imshow(
+            _assignment(mean_map, grid),
+            cmap='tab20' if k <= 20 else 'hsv',
+            alpha=0.55,
+            extent=(0, w, h, 0),
+            interpolation='nearest',
+            vmin=0,
+            vmax=max(k - 1, 1),
+        )
         ax.set_title(f"C'={k}: strongest core", fontsize=7)
         for c in range(min(show, k)):
             m = mean_map[c].view(*grid).float().numpy()
-            vis.overlay_map(axes[r][1 + c], image, m, cmap='inferno', vmin=None, vmax=None,
-                            title=f'core {c}, max {m.max():.4f}')
+            vis.overlay_map(
+                axes[r][1 + c],
+                image,
+                m,
+                cmap='inferno',
+                vmin=None,
+                vmax=None,
+                title=f'core {c}, max {m.max():.4f}',
+            )
     grid = per_count[counts[0]][1]
-    fig.suptitle(f'{vis.short_name(name)}: gather weights (mean over heads) on the {grid[0]}x{grid[1]} '
-                 f'patch grid, colours min-max per panel (uniform = {1 / (grid[0] * grid[1]):.4f})',
-                 fontsize=8)
+    fig.suptitle(
+        f'{vis.short_name(name)}: gather weights (mean over heads) on the {grid[0]}x{grid[1]} '
+        f'patch grid, colours min-max per panel (uniform = {1 / (grid[0] * grid[1]):.4f})',
+        fontsize=8,
+    )
     return vis.figure_png(fig)
 
 
@@ -138,16 +175,28 @@ def cores_figure(plt, name, k, gather, grid, image):
     n = min(k, MAX_GRID)
     cols = min(8, n)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(1.5 * cols, 1.5 * rows + 0.3), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(1.5 * cols, 1.5 * rows + 0.3), dpi=100, squeeze=False
+    )
     for ax in axes.flat:
         ax.set_axis_off()
     for c in range(n):
         m = mean_map[c].view(*grid).float().numpy()
-        vis.overlay_map(axes.flat[c], image, m, cmap='inferno', vmin=None, vmax=None,
-                        title=f'core {c}, max {m.max():.4f}')
+        vis.overlay_map(
+            axes.flat[c],
+            image,
+            m,
+            cmap='inferno',
+            vmin=None,
+            vmax=None,
+            title=f'core {c}, max {m.max():.4f}',
+        )
     more = f' (first {n} of {k})' if n < k else ''
-    fig.suptitle(f"{vis.short_name(name)}, C'={k}{more}: gather weights (mean over heads), "
-                 f'colours min-max per panel; uniform = {1 / gather.shape[-1]:.4f}', fontsize=8)
+    fig.suptitle(
+        f"{vis.short_name(name)}, C'={k}{more}: gather weights (mean over heads), "
+        f'colours min-max per panel; uniform = {1 / gather.shape[-1]:.4f}',
+        fontsize=8,
+    )
     return vis.figure_png(fig)
 
 
@@ -158,7 +207,7 @@ def entropy_figure(plt, stats, counts):
         mean = [per[k]['mean_normalised_entropy'] for k in xs]
         lo = [min(c['normalised_entropy'] for c in per[k]['cores']) for k in xs]
         hi = [max(c['normalised_entropy'] for c in per[k]['cores']) for k in xs]
-        line, = ax.plot(xs, mean, 'o-', label=vis.short_name(name), ms=3)
+        (line,) = ax.plot(xs, mean, 'o-', label=vis.short_name(name), ms=3)
         ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
     ax.set_xscale('log', base=2)
     ax.set_xticks(counts)
@@ -166,7 +215,9 @@ def entropy_figure(plt, stats, counts):
     ax.set_xlabel("active cores C'")
     ax.set_ylabel('gather entropy / log N')
     ax.set_ylim(0, 1.02)
-    ax.set_title('how spread each core\'s gather is (1 = uniform; band: min-max over cores)', fontsize=7)
+    ax.set_title(
+        "how spread each core's gather is (1 = uniform; band: min-max over cores)", fontsize=7
+    )
     ax.legend(fontsize=5)
     return vis.figure_png(fig)
 
@@ -174,10 +225,10 @@ def entropy_figure(plt, stats, counts):
 @main_guard
 def main(argv=None):
     args = parse_args(argv)
-    run = vc.setup(args, ('core', ), 'core attention layer')
+    run = vc.setup(args, ('core',), 'core attention layer')
     backbone = run.model.backbone
     if not hasattr(backbone, 'set_num_cores'):
-        raise CLIError(f'{type(backbone).__name__} has no set_num_cores(): cannot vary C\'')
+        raise CLIError(f"{type(backbone).__name__} has no set_num_cores(): cannot vary C'")
     counts = parse_counts(args.num_cores, int(getattr(backbone, 'num_cores_max', 10**9)))
     (h, w), out = run.hw, run.out
     print(f"{len(run.layers)} core layers, input {h}x{w}, C' in {counts}", flush=True)
@@ -196,19 +247,29 @@ def main(argv=None):
     plt = vis.pyplot()
     files, stats = {}, {}
     for name, per in gathers.items():
-        files[osp.join(out, f'compare_{vis.short_name(name)}.png')] = compare_figure(plt, name, per, run.image, args.show)
+        files[osp.join(out, f'compare_{vis.short_name(name)}.png')] = compare_figure(
+            plt, name, per, run.image, args.show
+        )
         for k, (gather, grid) in per.items():
             files[osp.join(out, f'cores_{vis.short_name(name)}_C{k}.png')] = cores_figure(
-                plt, name, k, gather, grid, run.image)
+                plt, name, k, gather, grid, run.image
+            )
         stats[name] = {k: gather_stats(g, grid) for k, (g, grid) in per.items()}
     files[osp.join(out, 'entropy.png')] = entropy_figure(plt, stats, counts)
     record = dict(
         vc.record_header(args, run),
         num_cores=counts,
-        layers=[dict(name=n, grid=list(next(iter(gathers[n].values()))[1]),
-                     heads=int(next(iter(gathers[n].values()))[0].shape[0]),
-                     per_num_cores={str(k): v for k, v in per.items()}) for n, per in stats.items()],
-        time_s=round(time.time() - run.t0, 2))
+        layers=[
+            dict(
+                name=n,
+                grid=list(next(iter(gathers[n].values()))[1]),
+                heads=int(next(iter(gathers[n].values()))[0].shape[0]),
+                per_num_cores={str(k): v for k, v in per.items()},
+            )
+            for n, per in stats.items()
+        ],
+        time_s=round(time.time() - run.t0, 2),
+    )
     vis.write_outputs(files, record, osp.join(out, 'vis_cores.json'))
     for name, per in stats.items():
         line = ', '.join(f"C'={k}: {v['mean_normalised_entropy']:.3f}" for k, v in per.items())

@@ -11,6 +11,7 @@ Writes ``<out>/toy_coco``, ``<out>/toy_ade/ADEChallengeData2016`` and
 ``<out>/toy_imagenet``; see :mod:`mmcirc.datasets.toy_data` for the layouts and the
 class names/palettes to put in config ``metainfo``.
 """
+
 import argparse
 import time
 
@@ -20,20 +21,36 @@ from mmcirc.utils.cli import CLIError, main_guard
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description='Generate deterministic toy datasets of coloured shapes.')
+        description='Generate deterministic toy datasets of coloured shapes.'
+    )
     parser.add_argument(
-        'datasets', nargs='*', default=['all'], metavar='DATASET',
-        help="one or more of: coco, ade, imagenet, all (default: all)")
+        'datasets',
+        nargs='*',
+        default=['all'],
+        metavar='DATASET',
+        help='one or more of: coco, ade, imagenet, all (default: all)',
+    )
     parser.add_argument('--out', default='data', help='output parent directory (default: data)')
     parser.add_argument('--seed', type=int, default=0, help='random seed (default: 0)')
-    parser.add_argument('--num-train', type=int, default=toy_data.DEFAULT_NUM_TRAIN,
-                        help=f'training images per dataset (default: {toy_data.DEFAULT_NUM_TRAIN})')
-    parser.add_argument('--num-val', type=int, default=toy_data.DEFAULT_NUM_VAL,
-                        help=f'validation images per dataset (default: {toy_data.DEFAULT_NUM_VAL})')
     parser.add_argument(
-        '--img-size', default=None,
+        '--num-train',
+        type=int,
+        default=toy_data.DEFAULT_NUM_TRAIN,
+        help=f'training images per dataset (default: {toy_data.DEFAULT_NUM_TRAIN})',
+    )
+    parser.add_argument(
+        '--num-val',
+        type=int,
+        default=toy_data.DEFAULT_NUM_VAL,
+        help=f'validation images per dataset (default: {toy_data.DEFAULT_NUM_VAL})',
+    )
+    parser.add_argument(
+        '--img-size',
+        default=None,
         help="image size 'S' or 'HxW' for every selected dataset (default: "
-        + ', '.join(f'{k} {h}x{w}' for k, (h, w) in toy_data.DEFAULT_IMG_SIZES.items()) + ')')
+        + ', '.join(f'{k} {h}x{w}' for k, (h, w) in toy_data.DEFAULT_IMG_SIZES.items())
+        + ')',
+    )
     return parser.parse_args(argv)
 
 
@@ -43,15 +60,21 @@ def main(argv=None):
     start = time.perf_counter()
     try:
         summaries = toy_data.make_toy_data(
-            datasets=args.datasets, out_dir=args.out, num_train=args.num_train,
-            num_val=args.num_val, img_size=args.img_size, seed=args.seed)
+            datasets=args.datasets,
+            out_dir=args.out,
+            num_train=args.num_train,
+            num_val=args.num_val,
+            img_size=args.img_size,
+            seed=args.seed,
+        )
     except ValueError as e:
         raise CLIError(str(e)) from None
     for name, s in summaries.items():
         counts = ', '.join(
-            f"{split} {s[split]['images']} images"
-            + (f", {s[split]['annotations']} annotations" if 'annotations' in s[split] else '')
-            for split in ('train', 'val'))
+            f'{split} {s[split]["images"]} images'
+            + (f', {s[split]["annotations"]} annotations' if 'annotations' in s[split] else '')
+            for split in ('train', 'val')
+        )
         print(f'{name:9s} -> {s["root"]}: {counts}')
     print(f'done in {time.perf_counter() - start:.2f}s')
 

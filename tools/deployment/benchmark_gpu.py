@@ -26,6 +26,7 @@ Results are written (atomically) after every cell: ``results_<device>.json`` and
 (``--device cpu``) the script runs the same code paths at small sizes (a syntax and
 plumbing check; pick ``--compile-backend eager`` there, inductor's C++ build is slow).
 """
+
 import argparse
 import contextlib
 import importlib.util
@@ -39,7 +40,12 @@ import time
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 MODELS = ('deit_t', 'ca_deit_t', 'deit_s', 'ca_deit_s')
-LABELS = {'deit_t': 'DeiT-T', 'ca_deit_t': 'CA-DeiT-T', 'deit_s': 'DeiT-S', 'ca_deit_s': 'CA-DeiT-S'}
+LABELS = {
+    'deit_t': 'DeiT-T',
+    'ca_deit_t': 'CA-DeiT-T',
+    'deit_s': 'DeiT-S',
+    'ca_deit_s': 'CA-DeiT-S',
+}
 
 
 def _benchmark_cadeit():
@@ -59,17 +65,35 @@ def parse_args(argv=None):
     p.add_argument('--batches', nargs='+', type=int, default=[1, 32])
     p.add_argument('--precisions', nargs='+', default=['bf16', 'fp32'], choices=['bf16', 'fp32'])
     p.add_argument('--modes', nargs='+', default=['eager', 'compile'], choices=['eager', 'compile'])
-    p.add_argument('--compile-mode', default='reduce-overhead',
-                   choices=['default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'])
-    p.add_argument('--compile-backend', default='inductor',
-                   help="torch.compile backend (inductor; 'eager'/'aot_eager' only trace)")
-    p.add_argument('--compile-max-size', type=int, default=2048,
-                   help='compile only up to this size (the launch floor matters at small sizes)')
+    p.add_argument(
+        '--compile-mode',
+        default='reduce-overhead',
+        choices=['default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'],
+    )
+    p.add_argument(
+        '--compile-backend',
+        default='inductor',
+        help="torch.compile backend (inductor; 'eager'/'aot_eager' only trace)",
+    )
+    p.add_argument(
+        '--compile-max-size',
+        type=int,
+        default=2048,
+        help='compile only up to this size (the launch floor matters at small sizes)',
+    )
     p.add_argument('--repeat', type=int, default=10, help='timed calls per cell')
-    p.add_argument('--depth', type=int, default=12,
-                   help='keep the first DEPTH blocks (12: the real models; less: smoke tests)')
-    p.add_argument('--budget-s', type=float, default=480.0,
-                   help='stop starting new cells after this many seconds')
+    p.add_argument(
+        '--depth',
+        type=int,
+        default=12,
+        help='keep the first DEPTH blocks (12: the real models; less: smoke tests)',
+    )
+    p.add_argument(
+        '--budget-s',
+        type=float,
+        default=480.0,
+        help='stop starting new cells after this many seconds',
+    )
     p.add_argument('--out-dir', default=osp.join(ROOT, 'work_dirs', 'benchmark_gpu'))
     args = p.parse_args(argv)
     for name in ('repeat', 'budget_s', 'compile_max_size', 'depth'):
@@ -101,6 +125,7 @@ class Runner:
 
     def __init__(self, args):
         import torch
+
         self.torch, self.args = torch, args
         self.device = torch.device(args.device)
         self.bench = _benchmark_cadeit()
@@ -111,7 +136,7 @@ class Runner:
             self.torch.manual_seed(0)
             model = self.bench.build(name)
             vit = getattr(model, 'vit', model)  # CA-DeiT wraps timm's ViT
-            vit.blocks = vit.blocks[:self.args.depth]
+            vit.blocks = vit.blocks[: self.args.depth]
             self.models[name] = model.to(self.device)
         return self.models[name]
 
@@ -127,6 +152,7 @@ class Runner:
             stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
             if not name.startswith('ca_') and self.device.type == 'cuda':
                 from torch.nn.attention import SDPBackend, sdpa_kernel
+
                 stack.enter_context(sdpa_kernel(SDPBackend.FLASH_ATTENTION))
         return stack
 
@@ -137,8 +163,12 @@ class Runner:
         img = torch.randn(batch, 3, size, size, device=self.device)
         fn = model
         res = {}
-        cudagraphs = mode == 'compile' and args.compile_backend == 'inductor' \
-            and args.compile_mode in ('reduce-overhead', 'max-autotune') and self.device.type == 'cuda'
+        cudagraphs = (
+            mode == 'compile'
+            and args.compile_backend == 'inductor'
+            and args.compile_mode in ('reduce-overhead', 'max-autotune')
+            and self.device.type == 'cuda'
+        )
         if mode == 'compile':
             torch._dynamo.reset()
             kwargs = dict(backend=args.compile_backend, dynamic=False)
@@ -175,7 +205,9 @@ class Runner:
         except torch.OutOfMemoryError:
             res = {'error': 'out of memory'}
         except Exception as err:  # noqa: BLE001  (a failed cell is a result, not the end)
-            res = {'error': f'{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ""}'}
+            res = {
+                'error': f'{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ""}'
+            }
         del img, fn
         if self.device.type == 'cuda':
             torch.cuda.empty_cache()
@@ -198,14 +230,18 @@ def key(name, size, batch, precision, mode):
 
 
 def table(results, args, device_name):
-    lines = [f'Device: {device_name}. Forward, no grad, median of {args.repeat} calls. '
-             f'compile: torch.compile(backend={args.compile_backend!r}'
-             + (f', mode={args.compile_mode!r}). ' if args.compile_backend == 'inductor' else '). ')
-             + f'{args.depth} blocks. '
-             'bf16: autocast (DeiT on the flash SDPA kernel; circulant FFTs in fp32). '
-             'Speed-up: the DeiT of the same width, same batch, precision and mode, over the CA-DeiT.',
-             '', '| batch | precision | size | model | eager (ms) | compiled (ms) | compile (s) | '
-             'peak MiB | speed-up eager | speed-up compiled |', '|---:|---|---:|---|---:|---:|---:|---:|---:|---:|']
+    lines = [
+        f'Device: {device_name}. Forward, no grad, median of {args.repeat} calls. '
+        f'compile: torch.compile(backend={args.compile_backend!r}'
+        + (f', mode={args.compile_mode!r}). ' if args.compile_backend == 'inductor' else '). ')
+        + f'{args.depth} blocks. '
+        'bf16: autocast (DeiT on the flash SDPA kernel; circulant FFTs in fp32). '
+        'Speed-up: the DeiT of the same width, same batch, precision and mode, over the CA-DeiT.',
+        '',
+        '| batch | precision | size | model | eager (ms) | compiled (ms) | compile (s) | '
+        'peak MiB | speed-up eager | speed-up compiled |',
+        '|---:|---|---:|---|---:|---:|---:|---:|---:|---:|',
+    ]
 
     def ms(r):
         return r['time_ms'] if 'time_ms' in r else None
@@ -220,24 +256,30 @@ def table(results, args, device_name):
                         continue
                     speed = []
                     for mode, r in (('eager', e), ('compile', c)):
-                        base = results.get(key(name[3:], size, batch, precision, mode), {}) \
-                            if name.startswith('ca_') else {}
+                        base = (
+                            results.get(key(name[3:], size, batch, precision, mode), {})
+                            if name.startswith('ca_')
+                            else {}
+                        )
                         speed.append(f'{ms(base) / ms(r):.2f}x' if ms(base) and ms(r) else '-')
 
                     def cell(r):
-                        return r.get('error') or (f"{r['time_ms']:.2f}" if 'time_ms' in r else '-')
+                        return r.get('error') or (f'{r["time_ms"]:.2f}' if 'time_ms' in r else '-')
 
                     peak = e.get('peak_mb', c.get('peak_mb'))
-                    compile_s = f"{c['first_call_s']:.1f}" if 'time_ms' in c else '-'
+                    compile_s = f'{c["first_call_s"]:.1f}' if 'time_ms' in c else '-'
                     peak = '-' if peak is None else f'{peak:.0f}'
-                    lines.append(f'| {batch} | {precision} | {size} | {LABELS[name]} | {cell(e)} | '
-                                 f'{cell(c)} | {compile_s} | {peak} | {speed[0]} | {speed[1]} |')
+                    lines.append(
+                        f'| {batch} | {precision} | {size} | {LABELS[name]} | {cell(e)} | '
+                        f'{cell(c)} | {compile_s} | {peak} | {speed[0]} | {speed[1]} |'
+                    )
     return '\n'.join(lines) + '\n'
 
 
 def main(argv=None):
     args = parse_args(argv)
     import torch
+
     if importlib.util.find_spec('timm') is None:
         sys.exit('benchmark_gpu.py needs timm: pip install timm')
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
@@ -245,9 +287,11 @@ def main(argv=None):
         sys.exit('--device cuda: CUDA is not available')
     torch._dynamo.config.automatic_dynamic_shapes = False  # one static graph per size
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    device_name = (f'cuda ({torch.cuda.get_device_name()}, torch {torch.__version__})'
-                   if args.device == 'cuda' else
-                   f'cpu ({torch.get_num_threads()} threads, torch {torch.__version__})')
+    device_name = (
+        f'cuda ({torch.cuda.get_device_name()}, torch {torch.__version__})'
+        if args.device == 'cuda'
+        else f'cpu ({torch.get_num_threads()} threads, torch {torch.__version__})'
+    )
     runner = Runner(args)
     results, skipped = {}, []
     start = time.perf_counter()
@@ -258,17 +302,35 @@ def main(argv=None):
             continue
         r = results[key(*cell)] = runner.cell(*cell)
         name, size, batch, precision, mode = cell
-        print(f'[{batch} x {size}, {precision}, {mode}] {LABELS[name]}: ' + (r.get('error') or (
-            f"{r['time_ms']:.2f} ms (first call {r['first_call_s']:.1f} s"
-            + (f", {r['peak_mb']:.0f} MiB" if 'peak_mb' in r else '') + ')'
-            + ('' if r['finite'] else ', NON-FINITE OUTPUT'))), flush=True)
-        _write_atomic(osp.join(args.out_dir, f'results_{stem}.json'), json.dumps(dict(
-            device=device_name, args=vars(args), results=results, skipped=skipped), indent=1))
+        print(
+            f'[{batch} x {size}, {precision}, {mode}] {LABELS[name]}: '
+            + (
+                r.get('error')
+                or (
+                    f'{r["time_ms"]:.2f} ms (first call {r["first_call_s"]:.1f} s'
+                    + (f', {r["peak_mb"]:.0f} MiB' if 'peak_mb' in r else '')
+                    + ')'
+                    + ('' if r['finite'] else ', NON-FINITE OUTPUT')
+                )
+            ),
+            flush=True,
+        )
+        _write_atomic(
+            osp.join(args.out_dir, f'results_{stem}.json'),
+            json.dumps(
+                dict(device=device_name, args=vars(args), results=results, skipped=skipped),
+                indent=1,
+            ),
+        )
     text = table(results, args, device_name)
     if skipped:
         text += f'\nSkipped (time budget {args.budget_s:g} s): {", ".join(skipped)}\n'
-    _write_atomic(osp.join(args.out_dir, f'results_{stem}.json'), json.dumps(dict(
-        device=device_name, args=vars(args), results=results, skipped=skipped), indent=1))
+    _write_atomic(
+        osp.join(args.out_dir, f'results_{stem}.json'),
+        json.dumps(
+            dict(device=device_name, args=vars(args), results=results, skipped=skipped), indent=1
+        ),
+    )
     _write_atomic(osp.join(args.out_dir, f'table_{stem}.md'), text)
     print('\n' + text)
     return results

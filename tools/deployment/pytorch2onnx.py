@@ -24,6 +24,7 @@ Without CHECKPOINT the weights are random (Pretrained initialisations are skippe
 file appears only when everything succeeded (written to a temporary file in the same
 folder, then renamed); errors are one line (exit 1).
 """
+
 import argparse
 import os.path as osp
 import sys
@@ -37,24 +38,44 @@ from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
 
 def parse_args(argv=None):
     from mmengine.config import DictAction
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('config', help='mmdet / mmseg / mmpretrain config of an mmcirc model')
-    p.add_argument('checkpoint', nargs='?', default=None,
-                   help='weights (.pth); without it the weights are random')
-    p.add_argument('--shape', nargs=2, type=int, required=True, metavar=('H', 'W'),
-                   help='input height and width of the exported graph (and of --verify)')
+    p.add_argument(
+        'checkpoint',
+        nargs='?',
+        default=None,
+        help='weights (.pth); without it the weights are random',
+    )
+    p.add_argument(
+        '--shape',
+        nargs=2,
+        type=int,
+        required=True,
+        metavar=('H', 'W'),
+        help='input height and width of the exported graph (and of --verify)',
+    )
     p.add_argument('--out', required=True, help='output file, FILE.onnx')
     p.add_argument('--dynamic', action='store_true', help='symbolic batch, height and width')
-    p.add_argument('--verify', action='store_true',
-                   help='compare ONNX Runtime (CPU) with torch, 1e-4 relative')
-    p.add_argument('--features', action='store_true',
-                   help='export the backbone + neck (extract_feat) instead of mode=tensor')
-    p.add_argument('--size-divisor', type=int, default=32,
-                   help='with --dynamic, H and W are symbolic multiples of this (the total '
-                        'stride; default 32)')
+    p.add_argument(
+        '--verify', action='store_true', help='compare ONNX Runtime (CPU) with torch, 1e-4 relative'
+    )
+    p.add_argument(
+        '--features',
+        action='store_true',
+        help='export the backbone + neck (extract_feat) instead of mode=tensor',
+    )
+    p.add_argument(
+        '--size-divisor',
+        type=int,
+        default=32,
+        help='with --dynamic, H and W are symbolic multiples of this (the total '
+        'stride; default 32)',
+    )
     p.add_argument('--opset', type=int, default=18, help='ONNX opset (>= 17, default 18)')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction,
-                   help='override config settings, key=value')
+    p.add_argument(
+        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
+    )
     return p.parse_args(argv)
 
 
@@ -73,6 +94,7 @@ def _check_args(args):
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
     import importlib.util
+
     need = ['onnx', 'onnxscript'] + (['onnxruntime'] if args.verify else [])
     missing = [m for m in need if importlib.util.find_spec(m) is None]
     if missing:
@@ -85,22 +107,34 @@ def main(argv=None):
     _check_args(args)
     from mmcirc.deployment.onnx import ExportError, TensorModel, build_model, export_onnx
     from mmcirc.utils.cli import load_config
+
     cfg = load_config(args.config, args.cfg_options)
     try:
         model = build_model(cfg, args.checkpoint)
         tensor_model = TensorModel(model, features=args.features)
         in_channels = int(getattr(getattr(model, 'backbone', None), 'in_channels', 3) or 3)
-        result = export_onnx(tensor_model, tuple(args.shape), args.out, dynamic=args.dynamic,
-                             size_divisor=args.size_divisor, opset=args.opset,
-                             in_channels=in_channels, verify=args.verify)
+        result = export_onnx(
+            tensor_model,
+            tuple(args.shape),
+            args.out,
+            dynamic=args.dynamic,
+            size_divisor=args.size_divisor,
+            opset=args.opset,
+            in_channels=in_channels,
+            verify=args.verify,
+        )
     except ExportError as err:
         raise CLIError(str(err)) from err
     h, w = args.shape
-    print(f'wrote {args.out} ({"dynamic batch/H/W" if args.dynamic else f"{h}x{w}"}, opset '
-          f'{args.opset}, {len(result["outputs"])} outputs: {", ".join(result["outputs"])})')
+    print(
+        f'wrote {args.out} ({"dynamic batch/H/W" if args.dynamic else f"{h}x{w}"}, opset '
+        f'{args.opset}, {len(result["outputs"])} outputs: {", ".join(result["outputs"])})'
+    )
     for r in result.get('verify', []):
-        print(f'verified with ONNX Runtime at {"x".join(map(str, r["shape"]))}: max relative '
-              f'error {r["max_rel_err"]:.2e}')
+        print(
+            f'verified with ONNX Runtime at {"x".join(map(str, r["shape"]))}: max relative '
+            f'error {r["max_rel_err"]:.2e}'
+        )
     return result
 
 

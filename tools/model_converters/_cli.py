@@ -6,6 +6,7 @@ inputs exist before the slow imports, and failures as one ``error:`` line (exit 
 
 Import it as a sibling module (``import _cli``: a script's own folder is on ``sys.path``).
 """
+
 import argparse
 import ast
 import os.path as osp
@@ -13,8 +14,10 @@ import os.path as osp
 from mmcirc.utils.cli import CLIError, main_guard
 
 #: The other released kind's tool, for a CA-DeiT file given to VECA's and vice versa.
-_KIND_TOOLS = {'cadeit': 'tools/model_converters/cadeit_to_mmcirc.py --family deit',
-               'veca': 'tools/model_converters/veca_to_mmcirc.py'}
+_KIND_TOOLS = {
+    'cadeit': 'tools/model_converters/cadeit_to_mmcirc.py --family deit',
+    'veca': 'tools/model_converters/veca_to_mmcirc.py',
+}
 
 
 def pyramid_main(family, description, src_help, arch_help, add_args=None):
@@ -26,11 +29,12 @@ def pyramid_main(family, description, src_help, arch_help, add_args=None):
     def parse_args(argv=None):
         parser = argparse.ArgumentParser(description=description)
         parser.add_argument('src', help=src_help)
-        parser.add_argument('out', nargs='?',
-                            help='output path (default work_dirs/pretrained/<variant>_in1k.pth)')
+        parser.add_argument(
+            'out', nargs='?', help='output path (default work_dirs/pretrained/<variant>_in1k.pth)'
+        )
         parser.add_argument('--arch', default='tiny', help=arch_help)
         add_target_args(parser)
-        parser.add_argument('--src-layout', default='auto', choices=('auto', ) + LAYOUTS[family])
+        parser.add_argument('--src-layout', default='auto', choices=('auto',) + LAYOUTS[family])
         if add_args is not None:
             add_args(parser)
         return parser.parse_args(argv)
@@ -48,16 +52,31 @@ def add_target_args(parser):
     arguments, trust and verbosity. The attention kinds are those of the registered
     blocks that fit the target family (checked when the target is built, so that
     ``--help`` does not import the libraries)."""
-    parser.add_argument('--attention', default='circulant', metavar='KIND',
-                        help='attention of stages 1-2 (the paper layout): circulant (default), core, '
-                             'or any registered block kind of the family')
-    parser.add_argument('--stage-attentions', nargs='+', metavar='KIND',
-                        help='per-stage attention instead: one kind for every stage or one per stage '
-                             '(the registered block kinds of the family)')
-    parser.add_argument('--backbone-options', nargs='+', metavar='KEY=VALUE',
-                        help='extra target arguments, e.g. num_cores_max=32')
-    parser.add_argument('--trust-checkpoint', action='store_true',
-                        help='allow full unpickling of the sources (only for files you trust)')
+    parser.add_argument(
+        '--attention',
+        default='circulant',
+        metavar='KIND',
+        help='attention of stages 1-2 (the paper layout): circulant (default), core, '
+        'or any registered block kind of the family',
+    )
+    parser.add_argument(
+        '--stage-attentions',
+        nargs='+',
+        metavar='KIND',
+        help='per-stage attention instead: one kind for every stage or one per stage '
+        '(the registered block kinds of the family)',
+    )
+    parser.add_argument(
+        '--backbone-options',
+        nargs='+',
+        metavar='KEY=VALUE',
+        help='extra target arguments, e.g. num_cores_max=32',
+    )
+    parser.add_argument(
+        '--trust-checkpoint',
+        action='store_true',
+        help='allow full unpickling of the sources (only for files you trust)',
+    )
     parser.add_argument('--verbose', action='store_true', help='list every key')
 
 
@@ -99,6 +118,7 @@ def _converted(convert, summarize, **kwargs):
     ``summarize(result, title)`` and the path; library errors become CLIError."""
     from mmcirc.models.convert import ConversionError
     from mmcirc.models.convert_isotropic import CheckpointKindError
+
     try:
         result, out, title = convert(**kwargs)
     except CheckpointKindError as err:
@@ -115,6 +135,7 @@ def run(family, args, paths, cadeit=False):
     ``family`` pyramid from the parsed flags; return the exit code (0)."""
     check_files(paths)
     from mmcirc.models.convert import convert_file, format_summary
+
     kinds = args.stage_attentions
     if kinds is not None and len(kinds) == 1:
         kinds = kinds[0]  # one kind for every stage
@@ -122,13 +143,23 @@ def run(family, args, paths, cadeit=False):
     def summarize(result, title):
         return format_summary(result, title, verbose=args.verbose, more_hint='--verbose lists all')
 
-    _converted(convert_file, summarize, family=family, src=args.src, out=args.out,
-               arch=parse_arch(args.arch), attention=args.attention, stage_attentions=kinds,
-               backbone_options=parse_backbone_options(getattr(args, 'backbone_options', None)),
-               pos_embed_size=getattr(args, 'pos_embed_size', None),
-               src_layout=getattr(args, 'src_layout', 'auto'), trust=args.trust_checkpoint,
-               cadeit=cadeit, source_blocks=getattr(args, 'source_blocks', None),
-               base=getattr(args, 'base', None))
+    _converted(
+        convert_file,
+        summarize,
+        family=family,
+        src=args.src,
+        out=args.out,
+        arch=parse_arch(args.arch),
+        attention=args.attention,
+        stage_attentions=kinds,
+        backbone_options=parse_backbone_options(getattr(args, 'backbone_options', None)),
+        pos_embed_size=getattr(args, 'pos_embed_size', None),
+        src_layout=getattr(args, 'src_layout', 'auto'),
+        trust=args.trust_checkpoint,
+        cadeit=cadeit,
+        source_blocks=getattr(args, 'source_blocks', None),
+        base=getattr(args, 'base', None),
+    )
     return 0
 
 
@@ -137,6 +168,14 @@ def run_isotropic(kind, args, paths):
     from the parsed flags; return the exit code (0)."""
     check_files(paths)
     from mmcirc.models.convert_isotropic import convert_isotropic_file, format_isotropic_summary
-    _converted(convert_isotropic_file, format_isotropic_summary, kind=kind, src=args.src, out=args.out, arch=parse_arch(args.arch),
-               trust=getattr(args, 'trust_checkpoint', False))
+
+    _converted(
+        convert_isotropic_file,
+        format_isotropic_summary,
+        kind=kind,
+        src=args.src,
+        out=args.out,
+        arch=parse_arch(args.arch),
+        trust=getattr(args, 'trust_checkpoint', False),
+    )
     return 0

@@ -24,6 +24,7 @@ loaded, nothing is new or unused (mmcirc.models.convert_isotropic):
     python tools/model_converters/cadeit_to_mmcirc.py ca_deit_small.pth --family deit
         # -> work_dirs/pretrained/ca_deit_s_official.pth
 """
+
 import argparse
 import sys
 
@@ -33,17 +34,34 @@ from mmcirc.utils.cli import CLIError, main_guard
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='CA-DeiT checkpoint -> circulant blocks of CA-Swin / CA-PVT')
+    parser = argparse.ArgumentParser(
+        description='CA-DeiT checkpoint -> circulant blocks of CA-Swin / CA-PVT'
+    )
     parser.add_argument('src', help='CA-DeiT checkpoint (timm layout, optionally under "model")')
-    parser.add_argument('out', nargs='?',
-                        help='output path (default work_dirs/pretrained/<variant>_ca-deit-<t|s|b>.pth)')
-    parser.add_argument('--family', default='swin', choices=['swin', 'pvt', 'deit'],
-                        help='target pyramid, or deit: the CA-DeiT model itself (CADeiT)')
-    parser.add_argument('--arch', default=None,
-                        help='target arch name or dict literal (default tiny; deit: read from the checkpoint)')
+    parser.add_argument(
+        'out',
+        nargs='?',
+        help='output path (default work_dirs/pretrained/<variant>_ca-deit-<t|s|b>.pth)',
+    )
+    parser.add_argument(
+        '--family',
+        default='swin',
+        choices=['swin', 'pvt', 'deit'],
+        help='target pyramid, or deit: the CA-DeiT model itself (CADeiT)',
+    )
+    parser.add_argument(
+        '--arch',
+        default=None,
+        help='target arch name or dict literal (default tiny; deit: read from the checkpoint)',
+    )
     _cli.add_target_args(parser)
-    parser.add_argument('--source-blocks', nargs='+', type=int, metavar='K',
-                        help='CA-DeiT blocks to use, in order (default 0 1 2 ...)')
+    parser.add_argument(
+        '--source-blocks',
+        nargs='+',
+        type=int,
+        metavar='K',
+        help='CA-DeiT blocks to use, in order (default 0 1 2 ...)',
+    )
     parser.add_argument('--base', help='checkpoint in mmcirc layout that supplies everything else')
     return parser.parse_args(argv)
 
@@ -52,10 +70,15 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if args.family == 'deit':
-        extra = [f'--{k.replace("_", "-")}' for k in ('stage_attentions', 'backbone_options', 'source_blocks', 'base')
-                 if getattr(args, k) is not None] + (['--attention'] if args.attention != 'circulant' else [])
+        extra = [
+            f'--{k.replace("_", "-")}'
+            for k in ('stage_attentions', 'backbone_options', 'source_blocks', 'base')
+            if getattr(args, k) is not None
+        ] + (['--attention'] if args.attention != 'circulant' else [])
         if extra:
-            raise CLIError(f'{", ".join(extra)} do not apply to --family deit (the whole CA-DeiT is converted)')
+            raise CLIError(
+                f'{", ".join(extra)} do not apply to --family deit (the whole CA-DeiT is converted)'
+            )
         return _cli.run_isotropic('deit', args, [args.src])
     args.arch = args.arch or 'tiny'
     return _cli.run(args.family, args, [args.src, args.base], cadeit=True)

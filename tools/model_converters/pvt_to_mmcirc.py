@@ -14,22 +14,30 @@ core attention left new and what of the source went unused; writes
     python tools/model_converters/pvt_to_mmcirc.py pvt_small.pth --arch small \\
         --stage-attentions circulant circulant circulant sra --pos-embed-size 512
 """
+
 import sys
 
 import _cli  # sibling module: tools/model_converters/_cli.py
 
 
 def _add_args(parser):
-    parser.add_argument('--pos-embed-size', type=int, metavar='PX',
-                        help='image size the target position tables are stored for; source '
-                             'tables of another size are resized (bilinear)')
+    parser.add_argument(
+        '--pos-embed-size',
+        type=int,
+        metavar='PX',
+        help='image size the target position tables are stored for; source '
+        'tables of another size are resized (bilinear)',
+    )
 
 
 main = _cli.pyramid_main(
-    'pvt', 'PVT v1 checkpoint -> CA-PVT / Core-PVT',
+    'pvt',
+    'PVT v1 checkpoint -> CA-PVT / Core-PVT',
     src_help='source checkpoint (official PVT v1 or mmdet layout)',
-    arch_help="tiny, small, medium, large, or a dict literal "
-              "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"", add_args=_add_args)
+    arch_help='tiny, small, medium, large, or a dict literal '
+    "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"",
+    add_args=_add_args,
+)
 
 if __name__ == '__main__':
     sys.exit(main())

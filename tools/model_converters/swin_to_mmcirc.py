@@ -13,15 +13,18 @@ source went unused (stage 1-2 window attention, head, attention masks); writes
         # -> work_dirs/pretrained/ca_swin_t_in1k.pth
     python tools/model_converters/swin_to_mmcirc.py swin_small.pth --arch small --attention core
 """
+
 import sys
 
 import _cli  # sibling module: tools/model_converters/_cli.py
 
 main = _cli.pyramid_main(
-    'swin', 'Swin checkpoint -> CA-Swin / Core-Swin',
+    'swin',
+    'Swin checkpoint -> CA-Swin / Core-Swin',
     src_help='source checkpoint (official Swin, mmdet/mmseg/mmpretrain layout)',
-    arch_help="tiny, small, base, or a dict literal "
-              "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"")
+    arch_help='tiny, small, base, or a dict literal '
+    "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"",
+)
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -12,6 +12,7 @@ the report lists anything new or unused. The output holds ``backbone.*`` keys an
     python tools/model_converters/veca_to_mmcirc.py veca_base.pt
         # -> work_dirs/pretrained/veca_base_official.pth
 """
+
 import argparse
 import sys
 
@@ -23,12 +24,22 @@ from mmcirc.utils.cli import main_guard
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='VECA checkpoint -> mmcirc VECAViT')
     parser.add_argument('src', help="official VECA checkpoint ({'student': ..., 'config': ...})")
-    parser.add_argument('out', nargs='?', help='output path (default work_dirs/pretrained/veca_<family>_official.pth)')
-    parser.add_argument('--arch', default=None,
-                        help="override the config's model_family: small, splus, base, large or a dict literal "
-                             "with embed_dims, num_layers, num_heads, mlp_ratio, num_cores")
-    parser.add_argument('--trust-checkpoint', action='store_true',
-                        help='allow full unpickling of the source (only for files you trust)')
+    parser.add_argument(
+        'out',
+        nargs='?',
+        help='output path (default work_dirs/pretrained/veca_<family>_official.pth)',
+    )
+    parser.add_argument(
+        '--arch',
+        default=None,
+        help="override the config's model_family: small, splus, base, large or a dict literal "
+        'with embed_dims, num_layers, num_heads, mlp_ratio, num_cores',
+    )
+    parser.add_argument(
+        '--trust-checkpoint',
+        action='store_true',
+        help='allow full unpickling of the source (only for files you trust)',
+    )
     return parser.parse_args(argv)
 
 

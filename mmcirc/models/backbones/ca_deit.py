@@ -28,6 +28,7 @@ This file needs torch only; with mmengine installed, :class:`CADeiT` is an mmeng
 ``BaseModule`` (``init_cfg``) registered in the MODELS registries of mmdet, mmseg and
 mmpretrain.
 """
+
 import importlib.util
 from numbers import Integral, Real
 from typing import Optional, Sequence
@@ -70,11 +71,16 @@ def parse_block_indices(out_indices, depth: int) -> tuple:
     """``out_indices`` of an isotropic model (an int or ints in [-depth, depth - 1]) ->
     sorted, non-negative, unique block indices; ValueError naming the range otherwise."""
     if _is_int(out_indices):
-        out_indices = (out_indices, )
-    if not isinstance(out_indices, (list, tuple)) or not out_indices or \
-            not all(_is_int(i) and -depth <= i < depth for i in out_indices):
-        raise ValueError(f'out_indices must be an int or a non-empty sequence of ints in '
-                         f'[-{depth}, {depth - 1}] (blocks 0..{depth - 1}), got {out_indices!r}')
+        out_indices = (out_indices,)
+    if (
+        not isinstance(out_indices, (list, tuple))
+        or not out_indices
+        or not all(_is_int(i) and -depth <= i < depth for i in out_indices)
+    ):
+        raise ValueError(
+            f'out_indices must be an int or a non-empty sequence of ints in '
+            f'[-{depth}, {depth - 1}] (blocks 0..{depth - 1}), got {out_indices!r}'
+        )
     return tuple(sorted({int(i) % depth for i in out_indices}))
 
 
@@ -90,15 +96,15 @@ def _hw(x: torch.Tensor) -> tuple:
 class DropPath(nn.Module):
     """Stochastic depth: drop the whole residual branch per sample (training only)."""
 
-    def __init__(self, drop_prob: float = 0.):
+    def __init__(self, drop_prob: float = 0.0):
         super().__init__()
         self.drop_prob = float(drop_prob)
 
     def forward(self, x):
-        if self.drop_prob == 0. or not self.training:
+        if self.drop_prob == 0.0 or not self.training:
             return x
         keep = 1 - self.drop_prob
-        mask = x.new_empty((x.shape[0], ) + (1, ) * (x.dim() - 1)).bernoulli_(keep)
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
         return x * mask / keep
 
     def extra_repr(self):
@@ -108,7 +114,7 @@ class DropPath(nn.Module):
 class Mlp(nn.Module):
     """fc1 -> GELU -> dropout -> fc2 -> dropout (timm's ``Mlp`` names)."""
 
-    def __init__(self, dim: int, hidden: int, drop: float = 0.):
+    def __init__(self, dim: int, hidden: int, drop: float = 0.0):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
         self.act = nn.GELU()
@@ -151,14 +157,23 @@ class CADeiTBlock(nn.Module):
         norm_eps (float): LayerNorm eps.
     """
 
-    def __init__(self, dim: int, mlp_ratio: float = 4., drop_rate: float = 0., drop_path_rate: float = 0.,
-                 num_heads: Optional[int] = None, boundary: str = 'circular', scale='sqrt_n',
-                 norm_eps: float = 1e-6):
+    def __init__(
+        self,
+        dim: int,
+        mlp_ratio: float = 4.0,
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        num_heads: Optional[int] = None,
+        boundary: str = 'circular',
+        scale='sqrt_n',
+        norm_eps: float = 1e-6,
+    ):
         super().__init__()
         self.cpe = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = CirculantAttention(dim, num_heads=num_heads, boundary=boundary, scale=scale,
-                                       proj_drop=drop_rate)
+        self.attn = CirculantAttention(
+            dim, num_heads=num_heads, boundary=boundary, scale=scale, proj_drop=drop_rate
+        )
         self.drop_path = DropPath(drop_path_rate)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop_rate)
@@ -207,17 +222,31 @@ class CADeiT(BaseModule):
     """
 
     arch_zoo = {
-        'tiny': dict(embed_dims=192, depth=12, mlp_ratio=4.),
-        'small': dict(embed_dims=384, depth=12, mlp_ratio=4.),
-        'base': dict(embed_dims=768, depth=12, mlp_ratio=4.),
+        'tiny': dict(embed_dims=192, depth=12, mlp_ratio=4.0),
+        'small': dict(embed_dims=384, depth=12, mlp_ratio=4.0),
+        'base': dict(embed_dims=768, depth=12, mlp_ratio=4.0),
     }
     arch_zoo.update({'t': arch_zoo['tiny'], 's': arch_zoo['small'], 'b': arch_zoo['base']})
 
-    def __init__(self, arch='tiny', patch_size: int = 16, in_channels: int = 3, out_indices=-1,
-                 out_type: str = 'featmap', final_norm: bool = True, drop_rate: float = 0.,
-                 drop_path_rate: float = 0., circulant_heads: Optional[int] = None, boundary: str = 'circular',
-                 scale='sqrt_n', norm_eps: float = 1e-6, with_cp: bool = False, frozen_stages: int = -1,
-                 norm_eval: bool = False, init_cfg=None):
+    def __init__(
+        self,
+        arch='tiny',
+        patch_size: int = 16,
+        in_channels: int = 3,
+        out_indices=-1,
+        out_type: str = 'featmap',
+        final_norm: bool = True,
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        circulant_heads: Optional[int] = None,
+        boundary: str = 'circular',
+        scale='sqrt_n',
+        norm_eps: float = 1e-6,
+        with_cp: bool = False,
+        frozen_stages: int = -1,
+        norm_eval: bool = False,
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
         name = type(self).__name__
         settings = self._parse_arch(arch)
@@ -236,7 +265,9 @@ class CADeiT(BaseModule):
             if not (isinstance(value, Real) and not isinstance(value, bool) and 0 <= value < 1):
                 raise ValueError(f'{name}: {key} must be in [0, 1), got {value!r}')
         if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.depth:
-            raise ValueError(f'{name}: frozen_stages must be an int in [-1, {self.depth}], got {frozen_stages!r}')
+            raise ValueError(
+                f'{name}: frozen_stages must be an int in [-1, {self.depth}], got {frozen_stages!r}'
+            )
         self.out_indices = parse_block_indices(out_indices, self.depth)
         self.out_type = out_type
         self.final_norm = bool(final_norm)
@@ -248,10 +279,21 @@ class CADeiT(BaseModule):
         self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size)
         dpr = torch.linspace(0, drop_path_rate, self.depth, device='cpu').tolist()  # official rule
         try:
-            self.blocks = nn.ModuleList([
-                CADeiTBlock(self.embed_dims, self.mlp_ratio, drop_rate=drop_rate, drop_path_rate=dpr[i],
-                            num_heads=circulant_heads, boundary=boundary, scale=scale, norm_eps=norm_eps)
-                for i in range(self.depth)])
+            self.blocks = nn.ModuleList(
+                [
+                    CADeiTBlock(
+                        self.embed_dims,
+                        self.mlp_ratio,
+                        drop_rate=drop_rate,
+                        drop_path_rate=dpr[i],
+                        num_heads=circulant_heads,
+                        boundary=boundary,
+                        scale=scale,
+                        norm_eps=norm_eps,
+                    )
+                    for i in range(self.depth)
+                ]
+            )
         except ValueError as err:
             raise ValueError(f'{name}: {err}') from None
         self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps)
@@ -263,21 +305,31 @@ class CADeiT(BaseModule):
         names = ('tiny', 'small', 'base')
         if isinstance(arch, str):
             if arch.lower() not in cls.arch_zoo:
-                raise ValueError(f'{cls.__name__}: arch must be one of {names} or a dict with keys '
-                                 f'embed_dims, depth[, mlp_ratio]; got {arch!r}')
+                raise ValueError(
+                    f'{cls.__name__}: arch must be one of {names} or a dict with keys '
+                    f'embed_dims, depth[, mlp_ratio]; got {arch!r}'
+                )
             return dict(cls.arch_zoo[arch.lower()])
         if not isinstance(arch, dict):
-            raise ValueError(f'{cls.__name__}: arch must be a str in {names} or a dict, got {type(arch).__name__}')
+            raise ValueError(
+                f'{cls.__name__}: arch must be a str in {names} or a dict, got {type(arch).__name__}'
+            )
         if not {'embed_dims', 'depth'} <= set(arch) <= {'embed_dims', 'depth', 'mlp_ratio'}:
-            raise ValueError(f'{cls.__name__}: an arch dict needs the keys embed_dims, depth (and optionally '
-                             f'mlp_ratio), got {sorted(arch)}')
-        out = dict(mlp_ratio=4.)
+            raise ValueError(
+                f'{cls.__name__}: an arch dict needs the keys embed_dims, depth (and optionally '
+                f'mlp_ratio), got {sorted(arch)}'
+            )
+        out = dict(mlp_ratio=4.0)
         out.update(arch)
         for key in ('embed_dims', 'depth'):
             if not _is_int(out[key]) or out[key] < 1:
-                raise ValueError(f'{cls.__name__}: arch {key} must be a positive int, got {out[key]!r}')
+                raise ValueError(
+                    f'{cls.__name__}: arch {key} must be a positive int, got {out[key]!r}'
+                )
         if not (isinstance(out['mlp_ratio'], Real) and out['mlp_ratio'] > 0):
-            raise ValueError(f'{cls.__name__}: arch mlp_ratio must be positive, got {out["mlp_ratio"]!r}')
+            raise ValueError(
+                f'{cls.__name__}: arch mlp_ratio must be positive, got {out["mlp_ratio"]!r}'
+            )
         return out
 
     # ------------------------------------------------------------------ mm contract
@@ -285,7 +337,7 @@ class CADeiT(BaseModule):
         modules = []
         if self.frozen_stages >= 0:
             modules.append(self.patch_embed)
-        modules += list(self.blocks[:max(self.frozen_stages, 0)])
+        modules += list(self.blocks[: max(self.frozen_stages, 0)])
         if self.frozen_stages == self.depth:
             modules.append(self.norm)
         for m in modules:
@@ -310,7 +362,7 @@ class CADeiT(BaseModule):
         if not getattr(self, 'is_init', False):
             for m in self.modules():
                 if isinstance(m, nn.Linear):
-                    nn.init.trunc_normal_(m.weight, std=.02)
+                    nn.init.trunc_normal_(m.weight, std=0.02)
                     if m.bias is not None:
                         nn.init.zeros_(m.bias)
                 elif isinstance(m, nn.LayerNorm):
@@ -348,4 +400,5 @@ class CADeiT(BaseModule):
 
 if _HAS_MMENGINE:  # registration needs the OpenMMLab libraries
     from mmcirc.registry import register_model
+
     register_model(CADeiT)

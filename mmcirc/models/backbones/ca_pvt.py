@@ -23,6 +23,7 @@ mmdet-format state dict with these renames (``MMDET_PVT_KEY_MAP``)::
 Circulant blocks have ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2`` and
 ``ffn.layers.{0,3}``; core stages also hold the bank ``layers.{i}.cores``.
 """
+
 import re
 from numbers import Real
 
@@ -58,7 +59,7 @@ def convert_mmdet_pvt_keys(state_dict, use_abs_pos_embed=True):
         m = _BLOCK_KEY.match(new)
         if m:
             j = int(m.group(2)) - int(bool(use_abs_pos_embed))
-            new = f'layers.{m.group(1)}.blocks.{j}.' + new[m.end():]
+            new = f'layers.{m.group(1)}.blocks.{j}.' + new[m.end() :]
         out[new] = value
     return out
 
@@ -116,7 +117,9 @@ class CAPVT(PyramidBackbone):
     arch_zoo = {
         'tiny': dict(embed_dims=(64, 128, 320, 512), depths=(2, 2, 2, 2), num_heads=(1, 2, 5, 8)),
         'small': dict(embed_dims=(64, 128, 320, 512), depths=(3, 4, 6, 3), num_heads=(1, 2, 5, 8)),
-        'medium': dict(embed_dims=(64, 128, 320, 512), depths=(3, 4, 18, 3), num_heads=(1, 2, 5, 8)),
+        'medium': dict(
+            embed_dims=(64, 128, 320, 512), depths=(3, 4, 18, 3), num_heads=(1, 2, 5, 8)
+        ),
         'large': dict(embed_dims=(64, 128, 320, 512), depths=(3, 8, 27, 3), num_heads=(1, 2, 5, 8)),
     }
     family = 'pvt'
@@ -125,51 +128,129 @@ class CAPVT(PyramidBackbone):
     stages_attr = 'layers'
     conv_init = 'fan_out'
 
-    def __init__(self, arch='tiny', attention=None, stage_attentions=None, pretrain_img_size=224,
-                 in_channels=3, patch_sizes=(4, 2, 2, 2), sr_ratios=(8, 4, 2, 1), mlp_ratios=(8, 8, 4, 4),
-                 qkv_bias=True, out_indices=(0, 1, 2, 3), drop_rate=0., attn_drop_rate=0.,
-                 drop_path_rate=0.1, use_abs_pos_embed=True, norm_after_stage=False, circulant_heads=None,
-                 boundary='circular', scale='sqrt_n', num_cores=None, num_cores_max=64,
-                 core_chunk_size=None, core_cpe=False, act_cfg=dict(type='GELU'),
-                 norm_cfg=dict(type='LN', eps=1e-6), frozen_stages=-1, norm_eval=False, with_cp=False,
-                 block_cfgs=None, init_cfg=None):
+    def __init__(
+        self,
+        arch='tiny',
+        attention=None,
+        stage_attentions=None,
+        pretrain_img_size=224,
+        in_channels=3,
+        patch_sizes=(4, 2, 2, 2),
+        sr_ratios=(8, 4, 2, 1),
+        mlp_ratios=(8, 8, 4, 4),
+        qkv_bias=True,
+        out_indices=(0, 1, 2, 3),
+        drop_rate=0.0,
+        attn_drop_rate=0.0,
+        drop_path_rate=0.1,
+        use_abs_pos_embed=True,
+        norm_after_stage=False,
+        circulant_heads=None,
+        boundary='circular',
+        scale='sqrt_n',
+        num_cores=None,
+        num_cores_max=64,
+        core_chunk_size=None,
+        core_cpe=False,
+        act_cfg=dict(type='GELU'),
+        norm_cfg=dict(type='LN', eps=1e-6),
+        frozen_stages=-1,
+        norm_eval=False,
+        with_cp=False,
+        block_cfgs=None,
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
-        self._setup(arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
-                    boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp,
-                    block_cfgs)
+        self._setup(
+            arch,
+            attention,
+            stage_attentions,
+            out_indices,
+            drop_path_rate,
+            circulant_heads,
+            boundary,
+            scale,
+            num_cores,
+            num_cores_max,
+            frozen_stages,
+            norm_eval,
+            with_cp,
+            block_cfgs,
+        )
         n = self.num_stages
-        patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, lambda v: _is_int(v) and v >= 1)
+        patch_sizes = self._per_stage(
+            'patch_sizes', patch_sizes, n, lambda v: _is_int(v) and v >= 1
+        )
         sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, lambda v: _is_int(v) and v >= 1)
-        mlp_ratios = self._per_stage('mlp_ratios', mlp_ratios, n,
-                                     lambda v: isinstance(v, Real) and not isinstance(v, bool) and v > 0)
+        mlp_ratios = self._per_stage(
+            'mlp_ratios',
+            mlp_ratios,
+            n,
+            lambda v: isinstance(v, Real) and not isinstance(v, bool) and v > 0,
+        )
         if _is_int(pretrain_img_size):
             pretrain_img_size = (pretrain_img_size, pretrain_img_size)
-        if (not isinstance(pretrain_img_size, (tuple, list)) or len(pretrain_img_size) != 2
-                or not all(_is_int(v) and v >= 1 for v in pretrain_img_size)):
-            raise ValueError(f'CAPVT: pretrain_img_size must be a positive int or (H, W), '
-                             f'got {pretrain_img_size!r}')
+        if (
+            not isinstance(pretrain_img_size, (tuple, list))
+            or len(pretrain_img_size) != 2
+            or not all(_is_int(v) and v >= 1 for v in pretrain_img_size)
+        ):
+            raise ValueError(
+                f'CAPVT: pretrain_img_size must be a positive int or (H, W), '
+                f'got {pretrain_img_size!r}'
+            )
         self.use_abs_pos_embed = use_abs_pos_embed
-        common = dict(drop_rate=drop_rate, attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias,
-                      act_cfg=act_cfg, norm_cfg=norm_cfg, ffn_type='mixffn', core_cpe=core_cpe,
-                      core_chunk_size=core_chunk_size)
+        common = dict(
+            drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            qkv_bias=qkv_bias,
+            act_cfg=act_cfg,
+            norm_cfg=norm_cfg,
+            ffn_type='mixffn',
+            core_cpe=core_cpe,
+            core_chunk_size=core_chunk_size,
+        )
 
         self.layers = ModuleList()
         stride = 1
         for i, kind in enumerate(self.stage_attentions):
             dims = self.embed_dims[i]
             stride *= patch_sizes[i]
-            patch_embed = PatchEmbed(in_channels=in_channels if i == 0 else self.embed_dims[i - 1],
-                                     embed_dims=dims, kernel_size=patch_sizes[i], stride=patch_sizes[i],
-                                     padding='corner', bias=True, norm_cfg=norm_cfg)
-            pos_shape = (max(pretrain_img_size[0] // stride, 1), max(pretrain_img_size[1] // stride, 1))
-            pos_embed = AbsolutePositionEmbedding(pos_shape=pos_shape, pos_dim=dims,
-                                                  drop_rate=drop_rate) if use_abs_pos_embed else None
-            blocks = self._build_blocks(i, feedforward_channels=int(mlp_ratios[i] * dims),
-                                        sr_ratio=sr_ratios[i], **common)
+            patch_embed = PatchEmbed(
+                in_channels=in_channels if i == 0 else self.embed_dims[i - 1],
+                embed_dims=dims,
+                kernel_size=patch_sizes[i],
+                stride=patch_sizes[i],
+                padding='corner',
+                bias=True,
+                norm_cfg=norm_cfg,
+            )
+            pos_shape = (
+                max(pretrain_img_size[0] // stride, 1),
+                max(pretrain_img_size[1] // stride, 1),
+            )
+            pos_embed = (
+                AbsolutePositionEmbedding(pos_shape=pos_shape, pos_dim=dims, drop_rate=drop_rate)
+                if use_abs_pos_embed
+                else None
+            )
+            blocks = self._build_blocks(
+                i, feedforward_channels=int(mlp_ratios[i] * dims), sr_ratio=sr_ratios[i], **common
+            )
             norm = build_norm_layer(norm_cfg, dims)[1] if norm_after_stage else None
-            self.layers.append(PyramidStage(kind, blocks, dims, patch_embed=patch_embed, pos_embed=pos_embed,
-                                            norm=norm, num_cores_max=self.num_cores_max,
-                                            num_cores=self.num_cores, with_cp=self.with_cp))
+            self.layers.append(
+                PyramidStage(
+                    kind,
+                    blocks,
+                    dims,
+                    patch_embed=patch_embed,
+                    pos_embed=pos_embed,
+                    norm=norm,
+                    num_cores_max=self.num_cores_max,
+                    num_cores=self.num_cores,
+                    with_cp=self.with_cp,
+                )
+            )
         self._freeze_stages()
 
     def _stem_modules(self):

@@ -16,6 +16,7 @@ attn.w_msa.*, norm2, ffn.layers.0.0, ffn.layers.1}``, ``stages.{i}.downsample.
 ``attn.{gate.0,qkv,proj}``, ``norm2``, ``ffn.*``; core stages also hold
 ``stages.{i}.cores``.
 """
+
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 from mmengine.model import ModuleList
@@ -75,40 +76,108 @@ class CASwin(PyramidBackbone):
     stages_attr = 'stages'
     conv_init = None
 
-    def __init__(self, arch='tiny', attention=None, stage_attentions=None, in_channels=3,
-                 strides=(4, 2, 2, 2), window_size=7, mlp_ratio=4, qkv_bias=True, qk_scale=None,
-                 patch_norm=True, out_indices=(0, 1, 2, 3), drop_rate=0., attn_drop_rate=0.,
-                 drop_path_rate=0.1, circulant_heads=None, boundary='circular', scale='sqrt_n',
-                 num_cores=None, num_cores_max=64, core_chunk_size=None, core_cpe=True,
-                 act_cfg=dict(type='GELU'), norm_cfg=dict(type='LN'), frozen_stages=-1, norm_eval=False,
-                 with_cp=False, block_cfgs=None, init_cfg=None):
+    def __init__(
+        self,
+        arch='tiny',
+        attention=None,
+        stage_attentions=None,
+        in_channels=3,
+        strides=(4, 2, 2, 2),
+        window_size=7,
+        mlp_ratio=4,
+        qkv_bias=True,
+        qk_scale=None,
+        patch_norm=True,
+        out_indices=(0, 1, 2, 3),
+        drop_rate=0.0,
+        attn_drop_rate=0.0,
+        drop_path_rate=0.1,
+        circulant_heads=None,
+        boundary='circular',
+        scale='sqrt_n',
+        num_cores=None,
+        num_cores_max=64,
+        core_chunk_size=None,
+        core_cpe=True,
+        act_cfg=dict(type='GELU'),
+        norm_cfg=dict(type='LN'),
+        frozen_stages=-1,
+        norm_eval=False,
+        with_cp=False,
+        block_cfgs=None,
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
-        self._setup(arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
-                    boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp,
-                    block_cfgs)
+        self._setup(
+            arch,
+            attention,
+            stage_attentions,
+            out_indices,
+            drop_path_rate,
+            circulant_heads,
+            boundary,
+            scale,
+            num_cores,
+            num_cores_max,
+            frozen_stages,
+            norm_eval,
+            with_cp,
+            block_cfgs,
+        )
         n = self.num_stages
         strides = self._per_stage('strides', strides, n, lambda v: _is_int(v) and v >= 1)
         if not _is_int(window_size) or window_size < 1:
             raise ValueError(f'CASwin: window_size must be a positive int, got {window_size!r}')
         patch_norm_cfg = norm_cfg if patch_norm else None
-        common = dict(drop_rate=drop_rate, attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias,
-                      act_cfg=act_cfg, norm_cfg=norm_cfg, ffn_type='ffn', core_cpe=core_cpe,
-                      core_chunk_size=core_chunk_size, window_size=window_size, qk_scale=qk_scale)
+        common = dict(
+            drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            qkv_bias=qkv_bias,
+            act_cfg=act_cfg,
+            norm_cfg=norm_cfg,
+            ffn_type='ffn',
+            core_cpe=core_cpe,
+            core_chunk_size=core_chunk_size,
+            window_size=window_size,
+            qk_scale=qk_scale,
+        )
 
-        self.patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=self.embed_dims[0],
-                                      conv_type='Conv2d', kernel_size=strides[0], stride=strides[0],
-                                      padding='corner', norm_cfg=patch_norm_cfg)
+        self.patch_embed = PatchEmbed(
+            in_channels=in_channels,
+            embed_dims=self.embed_dims[0],
+            conv_type='Conv2d',
+            kernel_size=strides[0],
+            stride=strides[0],
+            padding='corner',
+            norm_cfg=patch_norm_cfg,
+        )
         self.drop_after_pos = nn.Dropout(p=drop_rate)
 
         self.stages = ModuleList()
         for i, kind in enumerate(self.stage_attentions):
             dims = self.embed_dims[i]
             blocks = self._build_blocks(i, feedforward_channels=int(mlp_ratio * dims), **common)
-            downsample = PatchMerging(in_channels=dims, out_channels=self.embed_dims[i + 1],
-                                      stride=strides[i + 1], norm_cfg=patch_norm_cfg) if i < n - 1 else None
-            self.stages.append(PyramidStage(kind, blocks, dims, downsample=downsample,
-                                            num_cores_max=self.num_cores_max, num_cores=self.num_cores,
-                                            with_cp=self.with_cp))
+            downsample = (
+                PatchMerging(
+                    in_channels=dims,
+                    out_channels=self.embed_dims[i + 1],
+                    stride=strides[i + 1],
+                    norm_cfg=patch_norm_cfg,
+                )
+                if i < n - 1
+                else None
+            )
+            self.stages.append(
+                PyramidStage(
+                    kind,
+                    blocks,
+                    dims,
+                    downsample=downsample,
+                    num_cores_max=self.num_cores_max,
+                    num_cores=self.num_cores,
+                    with_cp=self.with_cp,
+                )
+            )
         for i in self.out_indices:  # an LN per output, as mmdet's Swin
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, self.embed_dims[i])[1])
         self._freeze_stages()

@@ -18,6 +18,7 @@ it was. Hence one skeleton with a per-stage choice of attention:
   elastic core counts. The family subclasses (``ca_pvt.py``, ``ca_swin.py``) only say
   how a stage is laid out and what their original block is.
 """
+
 import math
 from numbers import Integral, Real
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -35,7 +36,14 @@ from mmcirc.ops.circulant import BOUNDARIES
 from mmcirc.ops.core import select_cores
 from ..blocks import CirculantBlock, CoreBlock, block_class, block_classes
 
-__all__ = ['CORE_PRESETS', 'CirculantBlock', 'CoreBlock', 'PyramidStage', 'PyramidBackbone', 'registered_pyramids']
+__all__ = [
+    'CORE_PRESETS',
+    'CirculantBlock',
+    'CoreBlock',
+    'PyramidStage',
+    'PyramidBackbone',
+    'registered_pyramids',
+]
 
 #: Deployment presets of the active core count C' (METHOD.md, section 2).
 CORE_PRESETS: Dict[str, int] = {'mobile': 8, 'edge': 32, 'server': 64}
@@ -87,11 +95,21 @@ class PyramidStage(BaseModule):
     stage and this stage's output (before ``downsample``), tokens (B, N, C).
     """
 
-    def __init__(self, attention: str, blocks: List[nn.Module], embed_dims: int,
-                 patch_embed: Optional[nn.Module] = None, pos_embed: Optional[nn.Module] = None,
-                 norm: Optional[nn.Module] = None, downsample: Optional[nn.Module] = None,
-                 num_cores_max: int = 64, num_cores: int = 64, with_cp: bool = False,
-                 carries_cores: Optional[bool] = None, init_cfg=None):
+    def __init__(
+        self,
+        attention: str,
+        blocks: List[nn.Module],
+        embed_dims: int,
+        patch_embed: Optional[nn.Module] = None,
+        pos_embed: Optional[nn.Module] = None,
+        norm: Optional[nn.Module] = None,
+        downsample: Optional[nn.Module] = None,
+        num_cores_max: int = 64,
+        num_cores: int = 64,
+        with_cp: bool = False,
+        carries_cores: Optional[bool] = None,
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
         self.attention = attention
         self.embed_dims = embed_dims
@@ -141,8 +159,12 @@ class PyramidStage(BaseModule):
             for block in self.blocks:
                 x = self._call(block, x, hw_shape)
         else:
-            cores = select_cores(self.cores, self.num_cores).unsqueeze(0).expand(
-                x.shape[0], -1, -1).to(x.dtype)  # (B, C', C); B may be symbolic (export)
+            cores = (
+                select_cores(self.cores, self.num_cores)
+                .unsqueeze(0)
+                .expand(x.shape[0], -1, -1)
+                .to(x.dtype)
+            )  # (B, C', C); B may be symbolic (export)
             if not torch.is_grad_enabled():
                 # a view of the bank made under no_grad still reports requires_grad
                 # without a grad_fn, which trips torch's ModuleTracker (FlopCounterMode)
@@ -165,6 +187,7 @@ def registered_pyramids() -> Dict[str, List[type]]:
     import inspect
 
     from mmcirc.registry import model_registries
+
     out: Dict[str, List[type]] = {}
     for cls in list(model_registries()[0].module_dict.values()):
         if inspect.isclass(cls) and issubclass(cls, PyramidBackbone) and cls.family:
@@ -215,33 +238,45 @@ class PyramidBackbone(BaseModule):
     def _parse_arch(cls, arch) -> dict:
         if isinstance(arch, str):
             if arch.lower() not in cls.arch_zoo:
-                raise ValueError(f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict '
-                                 f'with keys embed_dims, depths, num_heads; got {arch!r}')
+                raise ValueError(
+                    f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict '
+                    f'with keys embed_dims, depths, num_heads; got {arch!r}'
+                )
             arch = cls.arch_zoo[arch.lower()]
         if not isinstance(arch, dict):
-            raise ValueError(f'{cls.__name__}: arch must be a str in {tuple(cls.arch_zoo)} or a dict, '
-                             f'got {type(arch).__name__}')
+            raise ValueError(
+                f'{cls.__name__}: arch must be a str in {tuple(cls.arch_zoo)} or a dict, '
+                f'got {type(arch).__name__}'
+            )
         keys = {'embed_dims', 'depths', 'num_heads'}
         if set(arch) != keys:
-            raise ValueError(f'{cls.__name__}: an arch dict needs exactly the keys {sorted(keys)}, '
-                             f'got {sorted(arch)}')
+            raise ValueError(
+                f'{cls.__name__}: an arch dict needs exactly the keys {sorted(keys)}, '
+                f'got {sorted(arch)}'
+            )
         depths, num_heads = tuple(arch['depths']), tuple(arch['num_heads'])
         embed_dims = cls._stage_widths(arch['embed_dims'], len(depths))
         for name, seq in (('depths', depths), ('num_heads', num_heads), ('embed_dims', embed_dims)):
             if not seq or not all(_is_int(v) and v >= 1 for v in seq):
                 raise ValueError(f'{cls.__name__}: arch {name} must be positive ints, got {seq!r}')
         if not len(depths) == len(num_heads) == len(embed_dims):
-            raise ValueError(f'{cls.__name__}: arch depths, num_heads and embed_dims must have one entry '
-                             f'per stage, got lengths {len(depths)}, {len(num_heads)}, {len(embed_dims)}')
-        return dict(embed_dims=tuple(int(v) for v in embed_dims), depths=tuple(int(v) for v in depths),
-                    num_heads=tuple(int(v) for v in num_heads))
+            raise ValueError(
+                f'{cls.__name__}: arch depths, num_heads and embed_dims must have one entry '
+                f'per stage, got lengths {len(depths)}, {len(num_heads)}, {len(embed_dims)}'
+            )
+        return dict(
+            embed_dims=tuple(int(v) for v in embed_dims),
+            depths=tuple(int(v) for v in depths),
+            num_heads=tuple(int(v) for v in num_heads),
+        )
 
     @classmethod
     def _stage_widths(cls, embed_dims, num_stages: int) -> tuple:
         """Channels per stage from the arch's ``embed_dims`` (a sequence here)."""
         if _is_int(embed_dims):
-            raise ValueError(f'{cls.__name__}: arch embed_dims must list one width per stage, '
-                             f'got {embed_dims!r}')
+            raise ValueError(
+                f'{cls.__name__}: arch embed_dims must list one width per stage, got {embed_dims!r}'
+            )
         return tuple(embed_dims)
 
     @staticmethod
@@ -249,11 +284,13 @@ class PyramidBackbone(BaseModule):
         """Broadcast a scalar to all stages, or check a sequence has one per stage."""
         if isinstance(value, (list, tuple)):
             if len(value) != num_stages:
-                raise ValueError(f'{name} must have {num_stages} entries (one per stage), '
-                                 f'got {len(value)}: {tuple(value)!r}')
+                raise ValueError(
+                    f'{name} must have {num_stages} entries (one per stage), '
+                    f'got {len(value)}: {tuple(value)!r}'
+                )
             values = tuple(value)
         else:
-            values = (value, ) * num_stages
+            values = (value,) * num_stages
         if check is not None:
             for i, v in enumerate(values):
                 if not check(v):
@@ -261,12 +298,16 @@ class PyramidBackbone(BaseModule):
         return values
 
     @classmethod
-    def configured_stage_attentions(cls, attention=None, stage_attentions=None, block_cfgs=None,
-                                    arch='tiny') -> Tuple[str, ...]:
+    def configured_stage_attentions(
+        cls, attention=None, stage_attentions=None, block_cfgs=None, arch='tiny'
+    ) -> Tuple[str, ...]:
         """The per-stage attention kinds a backbone built with these arguments has
         (checked as the constructor checks them), without building it."""
         num_stages = len(cls._parse_arch(arch)['depths'])
-        return tuple(b.kind for b, _ in cls._parse_blocks(attention, stage_attentions, block_cfgs, num_stages))
+        return tuple(
+            b.kind
+            for b, _ in cls._parse_blocks(attention, stage_attentions, block_cfgs, num_stages)
+        )
 
     @classmethod
     def _parse_blocks(cls, attention, stage_attentions, block_cfgs, num_stages: int) -> list:
@@ -279,25 +320,32 @@ class PyramidBackbone(BaseModule):
             raise ValueError(f'{name}: attention must be one of {choices}, got {attention!r}')
         if stage_attentions is None:
             k = cls.num_replaced_stages
-            kinds = (attention, ) * min(k, num_stages) + (cls.original_attention, ) * max(num_stages - k, 0)
+            kinds = (attention,) * min(k, num_stages) + (cls.original_attention,) * max(
+                num_stages - k, 0
+            )
         else:
             if isinstance(stage_attentions, str):
-                stage_attentions = (stage_attentions, ) * num_stages
+                stage_attentions = (stage_attentions,) * num_stages
             kinds = tuple(stage_attentions)
             if len(kinds) != num_stages:
-                raise ValueError(f'{name}: stage_attentions must have {num_stages} entries '
-                                 f'(one per stage), got {len(kinds)}: {kinds!r}')
+                raise ValueError(
+                    f'{name}: stage_attentions must have {num_stages} entries '
+                    f'(one per stage), got {len(kinds)}: {kinds!r}'
+                )
             for i, kind in enumerate(kinds):
                 if kind not in choices:
-                    raise ValueError(f'{name}: stage_attentions[{i}] must be one of {choices}, '
-                                     f'got {kind!r}')
+                    raise ValueError(
+                        f'{name}: stage_attentions[{i}] must be one of {choices}, got {kind!r}'
+                    )
         if block_cfgs is None or isinstance(block_cfgs, dict):
-            cfgs = (block_cfgs, ) * num_stages
+            cfgs = (block_cfgs,) * num_stages
         elif isinstance(block_cfgs, (list, tuple)) and len(block_cfgs) == num_stages:
             cfgs = tuple(block_cfgs)
         else:
-            raise ValueError(f'{name}: block_cfgs must be a dict or a list of {num_stages} dicts / None '
-                             f'(one per stage), got {block_cfgs!r}')
+            raise ValueError(
+                f'{name}: block_cfgs must be a dict or a list of {num_stages} dicts / None '
+                f'(one per stage), got {block_cfgs!r}'
+            )
         out = []
         for i, (kind, cfg) in enumerate(zip(kinds, cfgs)):
             if cfg is not None and not isinstance(cfg, dict):
@@ -312,23 +360,29 @@ class PyramidBackbone(BaseModule):
                 except ValueError as err:
                     raise ValueError(f'{name}: block_cfgs[{i}]: {err}') from None
                 if stage_attentions is not None and block.kind != kind:
-                    raise ValueError(f'{name}: block_cfgs[{i}] type {btype!r} is {block.kind!r} attention '
-                                     f'but stage_attentions[{i}] is {kind!r}')
+                    raise ValueError(
+                        f'{name}: block_cfgs[{i}] type {btype!r} is {block.kind!r} attention '
+                        f'but stage_attentions[{i}] is {kind!r}'
+                    )
             out.append((block, options))
         return out
 
     @staticmethod
     def _parse_out_indices(out_indices, num_stages: int) -> tuple:
         if _is_int(out_indices):
-            out_indices = (out_indices, )
+            out_indices = (out_indices,)
         if not isinstance(out_indices, (list, tuple)) or not out_indices:
-            raise ValueError(f'out_indices must be an int or a non-empty sequence of ints in '
-                             f'[-{num_stages}, {num_stages - 1}], got {out_indices!r}')
+            raise ValueError(
+                f'out_indices must be an int or a non-empty sequence of ints in '
+                f'[-{num_stages}, {num_stages - 1}], got {out_indices!r}'
+            )
         normalised = []
         for idx in out_indices:
             if not _is_int(idx) or not -num_stages <= idx < num_stages:
-                raise ValueError(f'out_indices must be ints in [-{num_stages}, {num_stages - 1}] '
-                                 f'(stages 0..{num_stages - 1}), got {tuple(out_indices)!r}')
+                raise ValueError(
+                    f'out_indices must be ints in [-{num_stages}, {num_stages - 1}] '
+                    f'(stages 0..{num_stages - 1}), got {tuple(out_indices)!r}'
+                )
             normalised.append(int(idx) % num_stages)
         return tuple(sorted(set(normalised)))
 
@@ -336,17 +390,35 @@ class PyramidBackbone(BaseModule):
     def _parse_num_cores(num_cores, num_cores_max: int, name: str = 'num_cores') -> int:
         if isinstance(num_cores, str):
             if num_cores not in CORE_PRESETS:
-                raise ValueError(f'{name} must be an int in [1, {num_cores_max}] or a preset in '
-                                 f'{tuple(CORE_PRESETS)} {CORE_PRESETS}, got {num_cores!r}')
+                raise ValueError(
+                    f'{name} must be an int in [1, {num_cores_max}] or a preset in '
+                    f'{tuple(CORE_PRESETS)} {CORE_PRESETS}, got {num_cores!r}'
+                )
             num_cores = CORE_PRESETS[num_cores]
         if not _is_int(num_cores) or not 1 <= num_cores <= num_cores_max:
-            raise ValueError(f'{name} must be an int in [1, num_cores_max={num_cores_max}] or a preset in '
-                             f'{tuple(CORE_PRESETS)} {CORE_PRESETS}, got {num_cores!r}')
+            raise ValueError(
+                f'{name} must be an int in [1, num_cores_max={num_cores_max}] or a preset in '
+                f'{tuple(CORE_PRESETS)} {CORE_PRESETS}, got {num_cores!r}'
+            )
         return int(num_cores)
 
-    def _setup(self, arch, attention, stage_attentions, out_indices, drop_path_rate, circulant_heads,
-               boundary, scale, num_cores, num_cores_max, frozen_stages, norm_eval, with_cp,
-               block_cfgs=None):
+    def _setup(
+        self,
+        arch,
+        attention,
+        stage_attentions,
+        out_indices,
+        drop_path_rate,
+        circulant_heads,
+        boundary,
+        scale,
+        num_cores,
+        num_cores_max,
+        frozen_stages,
+        norm_eval,
+        with_cp,
+        block_cfgs=None,
+    ):
         """Parse and check the common arguments (ValueError names the parameter)."""
         cls_name = type(self).__name__
         self.arch_settings = self._parse_arch(arch)
@@ -362,29 +434,59 @@ class PyramidBackbone(BaseModule):
         self.out_indices = self._parse_out_indices(out_indices, self.num_stages)
         if boundary not in BOUNDARIES:
             raise ValueError(f'{cls_name}: boundary must be one of {BOUNDARIES}, got {boundary!r}')
-        if not ((isinstance(scale, str) and scale in ('sqrt_n', 'n')) or
-                (isinstance(scale, Real) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0)):
-            raise ValueError(f"{cls_name}: scale must be 'sqrt_n', 'n' or a positive float, got {scale!r}")
+        if not (
+            (isinstance(scale, str) and scale in ('sqrt_n', 'n'))
+            or (
+                isinstance(scale, Real)
+                and not isinstance(scale, bool)
+                and math.isfinite(scale)
+                and scale > 0
+            )
+        ):
+            raise ValueError(
+                f"{cls_name}: scale must be 'sqrt_n', 'n' or a positive float, got {scale!r}"
+            )
         self.boundary, self.scale = boundary, scale
-        self.circulant_heads = self._per_stage('circulant_heads', circulant_heads, self.num_stages,
-                                               lambda v: v is None or (_is_int(v) and v >= 1))
+        self.circulant_heads = self._per_stage(
+            'circulant_heads',
+            circulant_heads,
+            self.num_stages,
+            lambda v: v is None or (_is_int(v) and v >= 1),
+        )
         for i, block in enumerate(self.block_types):
-            block.check_stage(cls_name, i, dict(embed_dims=self.embed_dims[i], num_heads=self.num_heads[i],
-                                                circulant_heads=self.circulant_heads[i]))
+            block.check_stage(
+                cls_name,
+                i,
+                dict(
+                    embed_dims=self.embed_dims[i],
+                    num_heads=self.num_heads[i],
+                    circulant_heads=self.circulant_heads[i],
+                ),
+            )
         if not _is_int(num_cores_max) or num_cores_max < 1:
-            raise ValueError(f'{cls_name}: num_cores_max must be a positive int, got {num_cores_max!r}')
+            raise ValueError(
+                f'{cls_name}: num_cores_max must be a positive int, got {num_cores_max!r}'
+            )
         self.num_cores_max = int(num_cores_max)
-        self._num_cores = self._parse_num_cores(num_cores_max if num_cores is None else num_cores,
-                                                self.num_cores_max)
+        self._num_cores = self._parse_num_cores(
+            num_cores_max if num_cores is None else num_cores, self.num_cores_max
+        )
         if not (isinstance(drop_path_rate, Real) and 0 <= drop_path_rate < 1):
-            raise ValueError(f'{cls_name}: drop_path_rate must be in [0, 1), got {drop_path_rate!r}')
+            raise ValueError(
+                f'{cls_name}: drop_path_rate must be in [0, 1), got {drop_path_rate!r}'
+            )
         total = sum(self.depths)
-        dpr = [drop_path_rate * k / max(total - 1, 1) for k in range(total)]  # linear over all blocks
-        self.drop_path_rates = [dpr[sum(self.depths[:i]):sum(self.depths[:i + 1])]
-                                for i in range(self.num_stages)]
+        dpr = [
+            drop_path_rate * k / max(total - 1, 1) for k in range(total)
+        ]  # linear over all blocks
+        self.drop_path_rates = [
+            dpr[sum(self.depths[:i]) : sum(self.depths[: i + 1])] for i in range(self.num_stages)
+        ]
         if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.num_stages:
-            raise ValueError(f'{cls_name}: frozen_stages must be an int in [-1, {self.num_stages}], '
-                             f'got {frozen_stages!r}')
+            raise ValueError(
+                f'{cls_name}: frozen_stages must be an int in [-1, {self.num_stages}], '
+                f'got {frozen_stages!r}'
+            )
         self.frozen_stages = int(frozen_stages)
         self.norm_eval = bool(norm_eval)
         self.with_cp = bool(with_cp)
@@ -398,14 +500,23 @@ class PyramidBackbone(BaseModule):
         block, options = self.block_types[i], self.block_options[i]
         blocks = []
         for j in range(self.depths[i]):
-            ctx = dict(family_ctx, embed_dims=self.embed_dims[i], num_heads=self.num_heads[i],
-                       drop_path_rate=self.drop_path_rates[i][j], block_index=j,
-                       circulant_heads=self.circulant_heads[i], boundary=self.boundary, scale=self.scale)
+            ctx = dict(
+                family_ctx,
+                embed_dims=self.embed_dims[i],
+                num_heads=self.num_heads[i],
+                drop_path_rate=self.drop_path_rates[i][j],
+                block_index=j,
+                circulant_heads=self.circulant_heads[i],
+                boundary=self.boundary,
+                scale=self.scale,
+            )
             kwargs = dict(block.stage_kwargs(ctx), **options)
             try:
                 blocks.append(block(**kwargs))
             except TypeError as err:
-                raise TypeError(f'{type(self).__name__}: stage {i} block {block.__name__}: {err}') from None
+                raise TypeError(
+                    f'{type(self).__name__}: stage {i} block {block.__name__}: {err}'
+                ) from None
         return blocks
 
     @property
@@ -475,12 +586,12 @@ class PyramidBackbone(BaseModule):
         if not self.is_init:
             for m in self.modules():
                 if isinstance(m, nn.Linear):
-                    trunc_normal_init(m, std=.02, bias=0.)
+                    trunc_normal_init(m, std=0.02, bias=0.0)
                 elif isinstance(m, nn.LayerNorm):
-                    constant_init(m, 1.0, bias=0.)
+                    constant_init(m, 1.0, bias=0.0)
                 elif isinstance(m, nn.Conv2d) and self.conv_init == 'fan_out':
                     fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
-                    normal_init(m, mean=0, std=math.sqrt(2.0 / fan_out), bias=0.)
+                    normal_init(m, mean=0, std=math.sqrt(2.0 / fan_out), bias=0.0)
         super().init_weights()
 
     @property
@@ -496,21 +607,28 @@ class PyramidBackbone(BaseModule):
         size, stride = 1, _stride_of(getattr(self, 'patch_embed', None))
         for stage in self.stages:
             stride *= _stride_of(stage.patch_embed)
-            ratio = max((getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks),
-                        default=1)
+            ratio = max(
+                (getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks), default=1
+            )
             size = max(size, stride * (ratio - 1) + 1)
             stride *= _stride_of(stage.downsample)
         return size
 
     def _check_input_size(self, x: torch.Tensor) -> None:
-        if torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export():
+        if (
+            torch.jit.is_tracing()
+            or torch.compiler.is_compiling()
+            or torch.onnx.is_in_onnx_export()
+        ):
             return  # symbolic shapes: the check would specialise the graph
         h, w = int(x.shape[-2]), int(x.shape[-1])
         minimum = self.min_input_size
         if min(h, w) < minimum:
-            raise ValueError(f'{type(self).__name__}: input size {h}x{w} is below the minimum '
-                             f'{minimum}x{minimum} (spatial-reduction attention needs a map of '
-                             'at least sr_ratio x sr_ratio in its stage)')
+            raise ValueError(
+                f'{type(self).__name__}: input size {h}x{w} is below the minimum '
+                f'{minimum}x{minimum} (spatial-reduction attention needs a map of '
+                'at least sr_ratio x sr_ratio in its stage)'
+            )
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """x (B, in_channels, H, W), H and W >= :attr:`min_input_size`; returns one

@@ -32,6 +32,7 @@ as one tensor (``cores`` (C, D), ``core_coords`` (C, 2)); the converter
 Needs torch only; with mmengine installed :class:`VECAViT` is an mmengine
 ``BaseModule`` registered for mmdet, mmseg and mmpretrain.
 """
+
 import math
 from numbers import Real
 from typing import Optional, Sequence
@@ -63,16 +64,29 @@ class Rotary2D(nn.Module):
     rotated. Pairs are adjacent channels (2i, 2i+1).
     """
 
-    def __init__(self, head_dim: int, base: float = 100., p_zero_freqs: float = 0.125,
-                 zero_freqs_from: str = 'low', shift_coords: Optional[float] = 0.08,
-                 jitter_coords: Optional[float] = None, rescale_coords: Optional[float] = 2.0):
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 100.0,
+        p_zero_freqs: float = 0.125,
+        zero_freqs_from: str = 'low',
+        shift_coords: Optional[float] = 0.08,
+        jitter_coords: Optional[float] = None,
+        rescale_coords: Optional[float] = 2.0,
+    ):
         super().__init__()
         if not _is_int(head_dim) or head_dim % 4:
             raise ValueError(f'head width must be a multiple of 4 for 2-D RoPE, got {head_dim!r}')
         if zero_freqs_from not in ('low', 'high'):
-            raise ValueError(f"rope_zero_freqs_from must be 'low' or 'high', got {zero_freqs_from!r}")
+            raise ValueError(
+                f"rope_zero_freqs_from must be 'low' or 'high', got {zero_freqs_from!r}"
+            )
         self.head_dim, self.base = head_dim, float(base)
-        self.shift_coords, self.jitter_coords, self.rescale_coords = shift_coords, jitter_coords, rescale_coords
+        self.shift_coords, self.jitter_coords, self.rescale_coords = (
+            shift_coords,
+            jitter_coords,
+            rescale_coords,
+        )
         n = head_dim // 4
         periods = self.base ** (torch.arange(n, dtype=torch.float32) * 4 / head_dim)  # (n,)
         n_zero = int(round(float(p_zero_freqs) * n))
@@ -116,7 +130,7 @@ class CorePeripheryAttention(nn.Module):
     """Block-sparse attention over ``[cores; patches]``: cores see everything,
     patches see the cores only. Parameters ``{q,k,v,out}_proj`` (with biases)."""
 
-    def __init__(self, dim: int, num_heads: int, dropout: float = 0.):
+    def __init__(self, dim: int, num_heads: int, dropout: float = 0.0):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.q_proj = nn.Linear(dim, dim)
@@ -126,7 +140,9 @@ class CorePeripheryAttention(nn.Module):
         self.dropout = float(dropout)
         self.out_drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_cores: int) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_cores: int
+    ) -> torch.Tensor:
         """x (B, C'+N, D), cos / sin (B, C'+N, head_dim) -> (B, C'+N, D)."""
         b, t, d = x.shape
 
@@ -134,9 +150,12 @@ class CorePeripheryAttention(nn.Module):
             return y.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
         q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
-        cos, sin = cos.to(q.dtype).unsqueeze(1), sin.to(q.dtype).unsqueeze(1)  # (B, 1, T, d), autocast dtype
+        cos, sin = (
+            cos.to(q.dtype).unsqueeze(1),
+            sin.to(q.dtype).unsqueeze(1),
+        )  # (B, 1, T, d), autocast dtype
         q, k = Rotary2D.rotate(q, cos, sin), Rotary2D.rotate(k, cos, sin)
-        p = self.dropout if self.training else 0.
+        p = self.dropout if self.training else 0.0
         c = num_cores
         cores = F.scaled_dot_product_attention(q[:, :, :c], k, v, dropout_p=p)  # (B, h, C', d)
         patches = F.scaled_dot_product_attention(q[:, :, c:], k[:, :, :c], v[:, :, :c], dropout_p=p)
@@ -148,7 +167,7 @@ class VECABlock(nn.Module):
     """Pre-LN block: core-periphery attention and a SwiGLU MLP (hidden = int(D * ratio)).
     Names: ``norm_attn``, ``attn.*``, ``norm_ffn``, ``fc1`` (to 2 x hidden), ``fc2``."""
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, dropout: float = 0.):
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, dropout: float = 0.0):
         super().__init__()
         hidden = int(dim * mlp_ratio)
         self.norm_attn = nn.LayerNorm(dim)
@@ -197,34 +216,63 @@ class VECAViT(BaseModule):
         'small': dict(embed_dims=384, num_layers=12, num_heads=6, mlp_ratio=2.66667, num_cores=64),
         'splus': dict(embed_dims=384, num_layers=12, num_heads=6, mlp_ratio=4.0, num_cores=64),
         'base': dict(embed_dims=768, num_layers=12, num_heads=12, mlp_ratio=2.66667, num_cores=64),
-        'large': dict(embed_dims=1024, num_layers=24, num_heads=16, mlp_ratio=2.66667, num_cores=64),
+        'large': dict(
+            embed_dims=1024, num_layers=24, num_heads=16, mlp_ratio=2.66667, num_cores=64
+        ),
     }
 
-    def __init__(self, arch='base', patch_size: int = 16, in_channels: int = 3, patch_norm: bool = False,
-                 out_channels: Optional[int] = None, num_cores=None, core_chunk: int = 8, out_indices=-1,
-                 out_type: str = 'featmap', rope_p_zero_freqs: float = 0.125, rope_zero_freqs_from: str = 'low',
-                 rope_shift_coords: Optional[float] = 0.08, rope_jitter_coords: Optional[float] = None,
-                 rope_rescale_coords: Optional[float] = 2.0, dropout: float = 0., with_cp: bool = False,
-                 frozen_stages: int = -1, init_cfg=None):
+    def __init__(
+        self,
+        arch='base',
+        patch_size: int = 16,
+        in_channels: int = 3,
+        patch_norm: bool = False,
+        out_channels: Optional[int] = None,
+        num_cores=None,
+        core_chunk: int = 8,
+        out_indices=-1,
+        out_type: str = 'featmap',
+        rope_p_zero_freqs: float = 0.125,
+        rope_zero_freqs_from: str = 'low',
+        rope_shift_coords: Optional[float] = 0.08,
+        rope_jitter_coords: Optional[float] = None,
+        rope_rescale_coords: Optional[float] = 2.0,
+        dropout: float = 0.0,
+        with_cp: bool = False,
+        frozen_stages: int = -1,
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
         name = type(self).__name__
         s = self._parse_arch(arch)
         self.embed_dims, self.num_layers = s['embed_dims'], s['num_layers']
-        self.num_heads, self.mlp_ratio, self.num_cores_max = s['num_heads'], s['mlp_ratio'], s['num_cores']
+        self.num_heads, self.mlp_ratio, self.num_cores_max = (
+            s['num_heads'],
+            s['mlp_ratio'],
+            s['num_cores'],
+        )
         if self.embed_dims % self.num_heads:
-            raise ValueError(f'{name}: arch num_heads={self.num_heads} must divide embed_dims={self.embed_dims}')
+            raise ValueError(
+                f'{name}: arch num_heads={self.num_heads} must divide embed_dims={self.embed_dims}'
+            )
         if not _is_int(core_chunk) or core_chunk < 1 or self.num_cores_max % core_chunk:
-            raise ValueError(f'{name}: core_chunk must be a positive int dividing the bank size '
-                             f'{self.num_cores_max}, got {core_chunk!r}')
+            raise ValueError(
+                f'{name}: core_chunk must be a positive int dividing the bank size '
+                f'{self.num_cores_max}, got {core_chunk!r}'
+            )
         if out_type not in VECA_OUT_TYPES:
             raise ValueError(f'{name}: out_type must be one of {VECA_OUT_TYPES}, got {out_type!r}')
         if out_channels is not None and (not _is_int(out_channels) or out_channels < 1):
-            raise ValueError(f'{name}: out_channels must be None or a positive int, got {out_channels!r}')
+            raise ValueError(
+                f'{name}: out_channels must be None or a positive int, got {out_channels!r}'
+            )
         if not (isinstance(dropout, Real) and 0 <= dropout < 1):
             raise ValueError(f'{name}: dropout must be in [0, 1), got {dropout!r}')
         if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.num_layers:
-            raise ValueError(f'{name}: frozen_stages must be an int in [-1, {self.num_layers}], '
-                             f'got {frozen_stages!r}')
+            raise ValueError(
+                f'{name}: frozen_stages must be an int in [-1, {self.num_layers}], '
+                f'got {frozen_stages!r}'
+            )
         self.core_chunk = int(core_chunk)
         self.out_type = out_type
         self.out_indices = parse_block_indices(out_indices, self.num_layers)
@@ -240,17 +288,29 @@ class VECAViT(BaseModule):
         self.cores = nn.Parameter(torch.randn(self.num_cores_max, d) / math.sqrt(d))  # (C, D)
         self.core_coords = nn.Parameter(torch.zeros(self.num_cores_max, 2))  # raw (pre-tanh) (x, y)
         try:
-            self.rope = Rotary2D(d // self.num_heads, 100., rope_p_zero_freqs, rope_zero_freqs_from,
-                                 rope_shift_coords, rope_jitter_coords, rope_rescale_coords)
+            self.rope = Rotary2D(
+                d // self.num_heads,
+                100.0,
+                rope_p_zero_freqs,
+                rope_zero_freqs_from,
+                rope_shift_coords,
+                rope_jitter_coords,
+                rope_rescale_coords,
+            )
         except ValueError as err:
             raise ValueError(f'{name}: {err}') from None
         self.pos_linears = nn.ModuleList([nn.Linear(d, 2) for _ in range(self.num_layers - 1)])
-        self.pos_alpha = nn.Parameter(torch.full((self.num_layers - 1, ), 0.01))
-        self.blocks = nn.ModuleList([VECABlock(d, self.num_heads, self.mlp_ratio, dropout)
-                                     for _ in range(self.num_layers)])
+        self.pos_alpha = nn.Parameter(torch.full((self.num_layers - 1,), 0.01))
+        self.blocks = nn.ModuleList(
+            [VECABlock(d, self.num_heads, self.mlp_ratio, dropout) for _ in range(self.num_layers)]
+        )
         self.final_norm = nn.LayerNorm(d)
-        self.output_proj = nn.Identity() if self.out_channels == d else nn.Linear(d, self.out_channels)
-        self._num_cores = self._parse_num_cores(self.num_cores_max if num_cores is None else num_cores)
+        self.output_proj = (
+            nn.Identity() if self.out_channels == d else nn.Linear(d, self.out_channels)
+        )
+        self._num_cores = self._parse_num_cores(
+            self.num_cores_max if num_cores is None else num_cores
+        )
         self._freeze_stages()
 
     # ------------------------------------------------------------------ parsing
@@ -259,26 +319,36 @@ class VECAViT(BaseModule):
         keys = ('embed_dims', 'num_layers', 'num_heads', 'mlp_ratio', 'num_cores')
         if isinstance(arch, str):
             if arch.lower() not in cls.arch_zoo:
-                raise ValueError(f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict with '
-                                 f'keys {keys}; got {arch!r}')
+                raise ValueError(
+                    f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict with '
+                    f'keys {keys}; got {arch!r}'
+                )
             return dict(cls.arch_zoo[arch.lower()])
         if not isinstance(arch, dict) or set(arch) != set(keys):
-            raise ValueError(f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict with exactly '
-                             f'the keys {keys}; got {arch!r}')
+            raise ValueError(
+                f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict with exactly '
+                f'the keys {keys}; got {arch!r}'
+            )
         for key in ('embed_dims', 'num_layers', 'num_heads', 'num_cores'):
             if not _is_int(arch[key]) or arch[key] < 1:
-                raise ValueError(f'{cls.__name__}: arch {key} must be a positive int, got {arch[key]!r}')
+                raise ValueError(
+                    f'{cls.__name__}: arch {key} must be a positive int, got {arch[key]!r}'
+                )
         if not (isinstance(arch['mlp_ratio'], Real) and arch['mlp_ratio'] > 0):
-            raise ValueError(f'{cls.__name__}: arch mlp_ratio must be positive, got {arch["mlp_ratio"]!r}')
+            raise ValueError(
+                f'{cls.__name__}: arch mlp_ratio must be positive, got {arch["mlp_ratio"]!r}'
+            )
         return dict(arch)
 
     def _parse_num_cores(self, num_cores) -> int:
         allowed = list(range(self.core_chunk, self.num_cores_max + 1, self.core_chunk))
         value = VECA_PRESETS.get(num_cores, num_cores) if isinstance(num_cores, str) else num_cores
         if not _is_int(value) or value not in allowed:
-            raise ValueError(f'num_cores must be a multiple of {self.core_chunk} in {allowed} (the bank of '
-                             f'{self.num_cores_max} cores in chunks of {self.core_chunk}) or a preset in '
-                             f'{VECA_PRESETS}, got {num_cores!r}')
+            raise ValueError(
+                f'num_cores must be a multiple of {self.core_chunk} in {allowed} (the bank of '
+                f'{self.num_cores_max} cores in chunks of {self.core_chunk}) or a preset in '
+                f'{VECA_PRESETS}, got {num_cores!r}'
+            )
         return int(value)
 
     # ------------------------------------------------------------------ elastic cores
@@ -299,7 +369,9 @@ class VECAViT(BaseModule):
             modules.append(self.patch_embed)
         if self.frozen_stages >= 1:
             params += [self.cores, self.core_coords, self.pos_alpha]
-            modules += list(self.blocks[:self.frozen_stages]) + list(self.pos_linears[:self.frozen_stages - 1])
+            modules += list(self.blocks[: self.frozen_stages]) + list(
+                self.pos_linears[: self.frozen_stages - 1]
+            )
         if self.frozen_stages == self.num_layers:
             modules += list(self.pos_linears) + [self.final_norm, self.output_proj]
         for m in modules:
@@ -322,11 +394,11 @@ class VECAViT(BaseModule):
         biases, unit norms; the bank ~ randn / sqrt(D), the core coordinates
         atanh of farthest-point samples in [-0.95, 0.95]^2), then ``init_cfg``."""
         if not getattr(self, 'is_init', False):
-            nn.init.trunc_normal_(self.patch_embed.proj.weight, std=.02)
+            nn.init.trunc_normal_(self.patch_embed.proj.weight, std=0.02)
             nn.init.zeros_(self.patch_embed.proj.bias)
             for m in self.modules():
                 if isinstance(m, nn.Linear):
-                    nn.init.trunc_normal_(m.weight, std=.02)
+                    nn.init.trunc_normal_(m.weight, std=0.02)
                     nn.init.zeros_(m.bias)
                 elif isinstance(m, nn.LayerNorm):
                     nn.init.ones_(m.weight)
@@ -342,8 +414,8 @@ class VECAViT(BaseModule):
     def patch_coords(hw: Sequence[int], device) -> torch.Tensor:
         """Grid centres of an H x W patch map in [-1, 1], (H*W, 2) as (x, y), row-major."""
         h, w = hw
-        y = (torch.arange(h, device=device, dtype=torch.float32) + 0.5) * (2. / h) - 1
-        x = (torch.arange(w, device=device, dtype=torch.float32) + 0.5) * (2. / w) - 1
+        y = (torch.arange(h, device=device, dtype=torch.float32) + 0.5) * (2.0 / h) - 1
+        x = (torch.arange(w, device=device, dtype=torch.float32) + 0.5) * (2.0 / w) - 1
         return torch.stack([x.expand(h, w), y[:, None].expand(h, w)], dim=-1).reshape(h * w, 2)
 
     def _block(self, i, x, cos, sin, c):
@@ -376,7 +448,9 @@ class VECAViT(BaseModule):
         c = self._num_cores
         raw = self.core_coords[:c].unsqueeze(0).expand(b, -1, -1)  # (B, C', 2)
         p_img = self.rope.augment(self.patch_coords(hw, x.device).unsqueeze(0).expand(b, -1, -1))
-        x = torch.cat([self.cores[:c].unsqueeze(0).expand(b, -1, -1).to(x.dtype), x], dim=1)  # (B, C'+N, D)
+        x = torch.cat(
+            [self.cores[:c].unsqueeze(0).expand(b, -1, -1).to(x.dtype), x], dim=1
+        )  # (B, C'+N, D)
         outs = []
         for i in range(self.num_layers):
             if i > 0:  # move the core coordinates with the previous block's cores
@@ -395,7 +469,7 @@ def _fps_coords(num: int, pool: int = 1000, coord_range: float = 0.95) -> torch.
     closest to the centre) from ``pool`` uniform points in [-range, range]^2."""
     pts = torch.empty(pool, 2).uniform_(-coord_range, coord_range)
     if num < pool:
-        idx = [int((pts ** 2).sum(1).argmin())]
+        idx = [int((pts**2).sum(1).argmin())]
         dist = ((pts - pts[idx[0]]) ** 2).sum(1)
         for _ in range(1, num):
             idx.append(int(dist.argmax()))
@@ -406,4 +480,5 @@ def _fps_coords(num: int, pool: int = 1000, coord_range: float = 0.95) -> torch.
 
 if _HAS_MMENGINE:
     from mmcirc.registry import register_model
+
     register_model(VECAViT)

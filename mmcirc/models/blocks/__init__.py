@@ -4,11 +4,20 @@ A new attention = an operator (``mmcirc/ops``) + a block file here, registered w
 :func:`mmcirc.registry.register_model` and declaring its ``kind``; the pyramids, the
 high-res overrides, the converters and the tools find it in the registry.
 """
+
 from .base import PyramidBlock, attention_kinds, block_class, block_classes
 from .circulant import CirculantBlock
 from .core import CoreBlock
 from .sra import SRABlock
 from .window import WindowBlock
 
-__all__ = ['PyramidBlock', 'attention_kinds', 'block_class', 'block_classes', 'CirculantBlock',
-           'CoreBlock', 'SRABlock', 'WindowBlock']
+__all__ = [
+    'PyramidBlock',
+    'attention_kinds',
+    'block_class',
+    'block_classes',
+    'CirculantBlock',
+    'CoreBlock',
+    'SRABlock',
+    'WindowBlock',
+]

@@ -20,6 +20,7 @@ to constructor arguments; a block config (``dict(type='CirculantBlock', boundary
 'zero')``) adds or overrides arguments. Which kinds exist, and which a family takes, is
 read from the registry (:func:`block_classes`), never from a hand-kept list.
 """
+
 import inspect
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -63,8 +64,10 @@ class PyramidBlock:
         """Raise ValueError when stage ``i`` of backbone ``owner`` cannot hold this block."""
         dims, heads = ctx['embed_dims'], ctx['num_heads']
         if cls.uses_num_heads and dims % heads:
-            raise ValueError(f'{owner}: num_heads[{i}]={heads} must divide embed_dims[{i}]={dims} '
-                             f'(stage {i} uses {cls.kind!r} attention)')
+            raise ValueError(
+                f'{owner}: num_heads[{i}]={heads} must divide embed_dims[{i}]={dims} '
+                f'(stage {i} uses {cls.kind!r} attention)'
+            )
 
     def added_state_keys(self) -> List[str]:
         """This block's state-dict keys that the family's original block lacks."""
@@ -80,6 +83,7 @@ def block_classes(family: Optional[str] = None) -> Dict[str, type]:
     """``{kind: class}`` of the registered blocks (that fit ``family`` if given), in
     registration order. Raises ValueError if two registered blocks claim one kind."""
     from mmcirc.registry import model_registries
+
     out = {}
     for cls in list(model_registries()[0].module_dict.values()):
         if not (inspect.isclass(cls) and issubclass(cls, PyramidBlock) and cls.kind):
@@ -87,8 +91,10 @@ def block_classes(family: Optional[str] = None) -> Dict[str, type]:
         if family is not None and not cls.fits(family):
             continue
         if cls.kind in out and out[cls.kind] is not cls:
-            raise ValueError(f'two registered blocks claim attention kind {cls.kind!r}: '
-                             f'{out[cls.kind].__name__} and {cls.__name__}')
+            raise ValueError(
+                f'two registered blocks claim attention kind {cls.kind!r}: '
+                f'{out[cls.kind].__name__} and {cls.__name__}'
+            )
         out[cls.kind] = cls
     return out
 
@@ -102,14 +108,17 @@ def block_class(name: str, family: Optional[str] = None) -> type:
     """The registered block of kind ``name`` or class name ``name`` (ValueError if
     none fits ``family``)."""
     from mmcirc.registry import model_registries
+
     kinds = block_classes(family)
     if name in kinds:
         return kinds[name]
     cls = model_registries()[0].module_dict.get(name)
     if inspect.isclass(cls) and issubclass(cls, PyramidBlock) and cls.kind in kinds:
         return cls
-    raise ValueError(f'block type must be a registered block (kinds {tuple(kinds)}, classes '
-                     f'{tuple(c.__name__ for c in kinds.values())}), got {name!r}')
+    raise ValueError(
+        f'block type must be a registered block (kinds {tuple(kinds)}, classes '
+        f'{tuple(c.__name__ for c in kinds.values())}), got {name!r}'
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -118,22 +127,43 @@ def cpe(conv: nn.Conv2d, x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tens
     return conv(nlc_to_nchw(x, hw_shape)).flatten(2).transpose(1, 2)
 
 
-def build_ffn(ffn_type: str, embed_dims: int, feedforward_channels: int, drop_rate: float,
-              drop_path_rate: float, act_cfg: dict) -> nn.Module:
+def build_ffn(
+    ffn_type: str,
+    embed_dims: int,
+    feedforward_channels: int,
+    drop_rate: float,
+    drop_path_rate: float,
+    act_cfg: dict,
+) -> nn.Module:
     """The MLP of a block, as the family writes it: mmcv ``FFN`` (Swin, keys
     ``ffn.layers.0.0`` / ``ffn.layers.1``) or mmdet's ``MixFFN`` without its depthwise
     conv (PVT, 1x1 convs, keys ``ffn.layers.0`` / ``ffn.layers.3``)."""
     dropout_layer = dict(type='DropPath', drop_prob=drop_path_rate)
     if ffn_type == 'ffn':
-        return FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
-                   ffn_drop=drop_rate, dropout_layer=dropout_layer, act_cfg=act_cfg, add_identity=True)
+        return FFN(
+            embed_dims=embed_dims,
+            feedforward_channels=feedforward_channels,
+            num_fcs=2,
+            ffn_drop=drop_rate,
+            dropout_layer=dropout_layer,
+            act_cfg=act_cfg,
+            add_identity=True,
+        )
     if ffn_type == 'mixffn':
-        return MixFFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, act_cfg=act_cfg,
-                      ffn_drop=drop_rate, dropout_layer=dropout_layer, use_conv=False)
+        return MixFFN(
+            embed_dims=embed_dims,
+            feedforward_channels=feedforward_channels,
+            act_cfg=act_cfg,
+            ffn_drop=drop_rate,
+            dropout_layer=dropout_layer,
+            use_conv=False,
+        )
     raise ValueError(f'ffn_type must be one of {FFN_TYPES}, got {ffn_type!r}')
 
 
-def apply_ffn(ffn: nn.Module, x_norm: torch.Tensor, hw_shape, identity: torch.Tensor) -> torch.Tensor:
+def apply_ffn(
+    ffn: nn.Module, x_norm: torch.Tensor, hw_shape, identity: torch.Tensor
+) -> torch.Tensor:
     """``identity + DropPath(MLP(x_norm))`` for either FFN flavour."""
     if isinstance(ffn, MixFFN):
         return ffn(x_norm, hw_shape, identity=identity)

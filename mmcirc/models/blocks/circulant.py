@@ -1,4 +1,5 @@
 """``'circulant'``: the official circulant-attention block (CA-DeiT), for any H x W map."""
+
 from typing import Optional, Sequence
 
 import torch
@@ -42,30 +43,54 @@ class CirculantBlock(PyramidBlock, BaseModule):
     options = ('circulant_heads', 'boundary', 'scale')
     uses_num_heads = False
 
-    def __init__(self, embed_dims: int, feedforward_channels: int, num_heads: Optional[int] = None,
-                 boundary: str = 'circular', scale='sqrt_n', drop_rate: float = 0.,
-                 drop_path_rate: float = 0., ffn_type: str = 'ffn', act_cfg=dict(type='GELU'),
-                 norm_cfg=dict(type='LN'), init_cfg=None):
+    def __init__(
+        self,
+        embed_dims: int,
+        feedforward_channels: int,
+        num_heads: Optional[int] = None,
+        boundary: str = 'circular',
+        scale='sqrt_n',
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        ffn_type: str = 'ffn',
+        act_cfg=dict(type='GELU'),
+        norm_cfg=dict(type='LN'),
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
         self.cpe = nn.Conv2d(embed_dims, embed_dims, 3, padding=1, groups=embed_dims, bias=True)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = CirculantAttention(embed_dims, num_heads=num_heads, boundary=boundary, scale=scale,
-                                       proj_drop=drop_rate)
+        self.attn = CirculantAttention(
+            embed_dims, num_heads=num_heads, boundary=boundary, scale=scale, proj_drop=drop_rate
+        )
         self.drop_path = build_dropout(dict(type='DropPath', drop_prob=drop_path_rate))
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = build_ffn(ffn_type, embed_dims, feedforward_channels, drop_rate, drop_path_rate, act_cfg)
+        self.ffn = build_ffn(
+            ffn_type, embed_dims, feedforward_channels, drop_rate, drop_path_rate, act_cfg
+        )
 
     @classmethod
     def stage_kwargs(cls, ctx: dict) -> dict:
-        keys = ('embed_dims', 'feedforward_channels', 'boundary', 'scale', 'drop_rate', 'drop_path_rate',
-                'ffn_type', 'act_cfg', 'norm_cfg')
+        keys = (
+            'embed_dims',
+            'feedforward_channels',
+            'boundary',
+            'scale',
+            'drop_rate',
+            'drop_path_rate',
+            'ffn_type',
+            'act_cfg',
+            'norm_cfg',
+        )
         return dict({k: ctx[k] for k in keys}, num_heads=ctx['circulant_heads'])
 
     @classmethod
     def check_stage(cls, owner: str, i: int, ctx: dict) -> None:
         dims, heads = ctx['embed_dims'], ctx['circulant_heads']
         if heads is not None and dims % heads:
-            raise ValueError(f'{owner}: circulant_heads[{i}]={heads} must divide embed_dims[{i}]={dims}')
+            raise ValueError(
+                f'{owner}: circulant_heads[{i}]={heads} must divide embed_dims[{i}]={dims}'
+            )
 
     def forward(self, x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
         """x (B, N, C) tokens of an H x W map, hw_shape (H, W); returns (B, N, C)."""

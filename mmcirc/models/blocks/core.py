@@ -1,4 +1,5 @@
 """``'core'``: a core-attention block (patches talk only through the C' cores)."""
+
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -45,30 +46,63 @@ class CoreBlock(PyramidBlock, BaseModule):
     added_keys = ('cpe.', 'attn.')
     options = ('num_cores', 'num_cores_max', 'core_cpe', 'core_chunk_size')
 
-    def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int, qkv_bias: bool = True,
-                 drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
-                 use_cpe: bool = True, chunk_size: Optional[int] = None, ffn_type: str = 'ffn',
-                 act_cfg=dict(type='GELU'), norm_cfg=dict(type='LN'), init_cfg=None):
+    def __init__(
+        self,
+        embed_dims: int,
+        num_heads: int,
+        feedforward_channels: int,
+        qkv_bias: bool = True,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        use_cpe: bool = True,
+        chunk_size: Optional[int] = None,
+        ffn_type: str = 'ffn',
+        act_cfg=dict(type='GELU'),
+        norm_cfg=dict(type='LN'),
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
         if use_cpe:
             self.cpe = nn.Conv2d(embed_dims, embed_dims, 3, padding=1, groups=embed_dims, bias=True)
         else:
             self.cpe = None
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = CoreAttention(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop_rate,
-                                  proj_drop=drop_rate, chunk_size=chunk_size)
+        self.attn = CoreAttention(
+            embed_dims,
+            num_heads,
+            qkv_bias=qkv_bias,
+            attn_drop=attn_drop_rate,
+            proj_drop=drop_rate,
+            chunk_size=chunk_size,
+        )
         self.drop_path = build_dropout(dict(type='DropPath', drop_prob=drop_path_rate))
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = build_ffn(ffn_type, embed_dims, feedforward_channels, drop_rate, drop_path_rate, act_cfg)
+        self.ffn = build_ffn(
+            ffn_type, embed_dims, feedforward_channels, drop_rate, drop_path_rate, act_cfg
+        )
 
     @classmethod
     def stage_kwargs(cls, ctx: dict) -> dict:
-        keys = ('embed_dims', 'num_heads', 'feedforward_channels', 'qkv_bias', 'drop_rate', 'attn_drop_rate',
-                'drop_path_rate', 'ffn_type', 'act_cfg', 'norm_cfg')
-        return dict({k: ctx[k] for k in keys}, use_cpe=ctx['core_cpe'], chunk_size=ctx['core_chunk_size'])
+        keys = (
+            'embed_dims',
+            'num_heads',
+            'feedforward_channels',
+            'qkv_bias',
+            'drop_rate',
+            'attn_drop_rate',
+            'drop_path_rate',
+            'ffn_type',
+            'act_cfg',
+            'norm_cfg',
+        )
+        return dict(
+            {k: ctx[k] for k in keys}, use_cpe=ctx['core_cpe'], chunk_size=ctx['core_chunk_size']
+        )
 
-    def forward(self, x: torch.Tensor, hw_shape: Sequence[int],
-                cores: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, hw_shape: Sequence[int], cores: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """x (B, N, C), hw_shape (H, W), cores (B, C', C) -> (x (B, N, C), cores (B, C', C))."""
         if self.cpe is not None:
             x = x + cpe(self.cpe, x, hw_shape)

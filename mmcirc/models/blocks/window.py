@@ -1,4 +1,5 @@
 """``'window'``: mmdet's Swin block (shifted-window attention), unchanged."""
+
 import math
 from typing import Sequence
 
@@ -18,13 +19,24 @@ class WindowBlock(PyramidBlock, SwinBlock):
     stage is shifted."""
 
     kind = 'window'
-    families = ('swin', )
+    families = ('swin',)
     options = ('window_size', 'qk_scale')
 
     @classmethod
     def stage_kwargs(cls, ctx: dict) -> dict:
-        keys = ('embed_dims', 'num_heads', 'feedforward_channels', 'window_size', 'qkv_bias', 'qk_scale',
-                'drop_rate', 'attn_drop_rate', 'drop_path_rate', 'act_cfg', 'norm_cfg')
+        keys = (
+            'embed_dims',
+            'num_heads',
+            'feedforward_channels',
+            'window_size',
+            'qkv_bias',
+            'qk_scale',
+            'drop_rate',
+            'attn_drop_rate',
+            'drop_path_rate',
+            'act_cfg',
+            'norm_cfg',
+        )
         return dict({k: ctx[k] for k in keys}, shift=ctx['block_index'] % 2 == 1, with_cp=False)
 
     def attention_matrix(self, hw: Sequence[int]) -> dict:

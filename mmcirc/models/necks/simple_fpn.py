@@ -14,6 +14,7 @@ for ``scale`` in ``scale_factors`` (default 4, 2, 1, 0.5: strides 4, 8, 16, 32):
 
 LN is a channel LayerNorm on (B, C, H, W) maps (:class:`LayerNorm2d`).
 """
+
 from typing import Sequence
 
 import torch.nn.functional as F
@@ -47,29 +48,44 @@ class SimpleFeaturePyramid(BaseModule):
 
     SCALES = (4.0, 2.0, 1.0, 0.5)
 
-    def __init__(self, in_channels, out_channels: int = 256, scale_factors: Sequence[float] = (4.0, 2.0, 1.0, 0.5),
-                 num_outs: int = 5, init_cfg=dict(type='Xavier', layer=['Conv2d', 'ConvTranspose2d'],
-                                                   distribution='uniform')):
+    def __init__(
+        self,
+        in_channels,
+        out_channels: int = 256,
+        scale_factors: Sequence[float] = (4.0, 2.0, 1.0, 0.5),
+        num_outs: int = 5,
+        init_cfg=dict(type='Xavier', layer=['Conv2d', 'ConvTranspose2d'], distribution='uniform'),
+    ):
         super().__init__(init_cfg=init_cfg)
         if isinstance(in_channels, (list, tuple)):
             in_channels = in_channels[-1]
         if not isinstance(in_channels, int) or in_channels < 1:
-            raise ValueError(f'SimpleFeaturePyramid: in_channels must be a positive int, got {in_channels!r}')
+            raise ValueError(
+                f'SimpleFeaturePyramid: in_channels must be a positive int, got {in_channels!r}'
+            )
         scale_factors = tuple(float(s) for s in scale_factors)
         if not scale_factors or any(s not in self.SCALES for s in scale_factors):
-            raise ValueError(f'SimpleFeaturePyramid: scale_factors must be taken from {self.SCALES}, '
-                             f'got {scale_factors!r}')
+            raise ValueError(
+                f'SimpleFeaturePyramid: scale_factors must be taken from {self.SCALES}, '
+                f'got {scale_factors!r}'
+            )
         if not isinstance(num_outs, int) or num_outs < len(scale_factors):
-            raise ValueError(f'SimpleFeaturePyramid: num_outs must be an int >= {len(scale_factors)} '
-                             f'(one per scale factor), got {num_outs!r}')
+            raise ValueError(
+                f'SimpleFeaturePyramid: num_outs must be an int >= {len(scale_factors)} '
+                f'(one per scale factor), got {num_outs!r}'
+            )
         self.in_channels, self.out_channels = in_channels, out_channels
         self.scale_factors, self.num_outs = scale_factors, num_outs
         c = in_channels
         self.stages = nn.ModuleList()
         for scale in scale_factors:
             if scale == 4.0:
-                layers = [nn.ConvTranspose2d(c, c // 2, 2, stride=2), LayerNorm2d(c // 2, eps=1e-6), nn.GELU(),
-                          nn.ConvTranspose2d(c // 2, c // 4, 2, stride=2)]
+                layers = [
+                    nn.ConvTranspose2d(c, c // 2, 2, stride=2),
+                    LayerNorm2d(c // 2, eps=1e-6),
+                    nn.GELU(),
+                    nn.ConvTranspose2d(c // 2, c // 4, 2, stride=2),
+                ]
                 width = c // 4
             elif scale == 2.0:
                 layers, width = [nn.ConvTranspose2d(c, c // 2, 2, stride=2)], c // 2
@@ -77,9 +93,12 @@ class SimpleFeaturePyramid(BaseModule):
                 layers, width = [], c
             else:
                 layers, width = [nn.MaxPool2d(2, stride=2)], c
-            layers += [nn.Conv2d(width, out_channels, 1, bias=False), LayerNorm2d(out_channels, eps=1e-6),
-                       nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
-                       LayerNorm2d(out_channels, eps=1e-6)]
+            layers += [
+                nn.Conv2d(width, out_channels, 1, bias=False),
+                LayerNorm2d(out_channels, eps=1e-6),
+                nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
+                LayerNorm2d(out_channels, eps=1e-6),
+            ]
             self.stages.append(nn.Sequential(*layers))
 
     def forward(self, inputs) -> tuple:

@@ -1,4 +1,5 @@
 """Shared settings of the backbone tests."""
+
 import pytest
 import torch
 

@@ -1,5 +1,6 @@
 """The mmdet/mmseg/mmpretrain backbone contract: frozen_stages, norm_eval, with_cp,
 drop_path_rate, init_cfg=Pretrained, train()."""
+
 import pytest
 import torch
 from torch import nn
@@ -96,8 +97,11 @@ def test_with_cp_same_result_and_gradients(cls):
 def test_with_cp_checkpoints_each_block(monkeypatch):
     calls = []
     import mmcirc.models.backbones.pyramid as pyramid
+
     real = pyramid.checkpoint
-    monkeypatch.setattr(pyramid, 'checkpoint', lambda fn, *a, **k: calls.append(fn) or real(fn, *a, **k))
+    monkeypatch.setattr(
+        pyramid, 'checkpoint', lambda fn, *a, **k: calls.append(fn) or real(fn, *a, **k)
+    )
     model = build(CASwin, with_cp=True)
     model.train()
     sum(o.sum() for o in model(torch.randn(1, 3, 32, 32))).backward()
@@ -121,11 +125,17 @@ def test_init_cfg_pretrained_with_prefix(cls, tmp_path):
     torch.manual_seed(0)
     source = build(cls)
     ckpt = tmp_path / 'detector.pth'
-    torch.save({'state_dict': {f'backbone.{k}': v for k, v in source.state_dict().items()},
-                'meta': {}}, ckpt)
+    torch.save(
+        {'state_dict': {f'backbone.{k}': v for k, v in source.state_dict().items()}, 'meta': {}},
+        ckpt,
+    )
     torch.manual_seed(1)
-    target = cls(arch=TINY, stage_attentions=source.stage_attentions, num_cores_max=8,
-                 init_cfg=dict(type='Pretrained', checkpoint=str(ckpt), prefix='backbone.'))
+    target = cls(
+        arch=TINY,
+        stage_attentions=source.stage_attentions,
+        num_cores_max=8,
+        init_cfg=dict(type='Pretrained', checkpoint=str(ckpt), prefix='backbone.'),
+    )
     target.init_weights()
     for (name, a), b in zip(source.state_dict().items(), target.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
@@ -133,7 +143,13 @@ def test_init_cfg_pretrained_with_prefix(cls, tmp_path):
 
 def test_boundary_and_scale_reach_every_circulant_block():
     for cls in (CAPVT, CASwin):
-        model = cls(arch=TINY, stage_attentions='circulant', boundary='zero', scale='n', circulant_heads=(2, 4, 4, 8))
+        model = cls(
+            arch=TINY,
+            stage_attentions='circulant',
+            boundary='zero',
+            scale='n',
+            circulant_heads=(2, 4, 4, 8),
+        )
         attns = [m for m in model.modules() if isinstance(m, CirculantAttention)]
         assert len(attns) == sum(TINY['depths'])
         assert all(a.boundary == 'zero' and a.scale == 'n' for a in attns)
@@ -145,8 +161,13 @@ def test_default_heads_one_per_channel_and_paper_layout():
     assert model.stage_attentions == ('circulant', 'circulant', 'sra', 'sra')
     attns = [m for m in model.modules() if isinstance(m, CirculantAttention)]
     assert all(a.num_heads == a.dim for a in attns)
-    assert CASwin(arch='tiny', attention='core').stage_attentions == ('core', 'core', 'window', 'window')
-    assert CASwin(arch='tiny', stage_attentions='circulant').stage_attentions == ('circulant', ) * 4
+    assert CASwin(arch='tiny', attention='core').stage_attentions == (
+        'core',
+        'core',
+        'window',
+        'window',
+    )
+    assert CASwin(arch='tiny', stage_attentions='circulant').stage_attentions == ('circulant',) * 4
 
 
 def test_block_types_and_cpe():

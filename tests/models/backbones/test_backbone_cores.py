@@ -1,4 +1,5 @@
 """Elastic core counts: C' really changes the work, never the output shapes."""
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -20,8 +21,13 @@ def flops(model, x):
 def core_inputs(model, x):
     """C' seen by every CoreAttention call (the cores argument's second axis)."""
     seen = []
-    hooks = [m.register_forward_hook(lambda mod, args, out: seen.append((args[1].shape[1], out[1].shape[1])))
-             for m in model.modules() if isinstance(m, CoreAttention)]
+    hooks = [
+        m.register_forward_hook(
+            lambda mod, args, out: seen.append((args[1].shape[1], out[1].shape[1]))
+        )
+        for m in model.modules()
+        if isinstance(m, CoreAttention)
+    ]
     with torch.no_grad():
         model(x)
     for h in hooks:
@@ -87,7 +93,9 @@ def test_presets(preset):
 
 
 def test_banks_per_core_stage():
-    model = CoreSwin(arch=TINY, stage_attentions=('core', 'circulant', 'window', 'core'), num_cores_max=12)
+    model = CoreSwin(
+        arch=TINY, stage_attentions=('core', 'circulant', 'window', 'core'), num_cores_max=12
+    )
     model.init_weights()
     banks = {i: s.cores for i, s in enumerate(model.stages) if s.cores is not None}
     assert sorted(banks) == [0, 3]

@@ -1,4 +1,5 @@
 """Bad arguments fail at build time with a ValueError naming the parameter."""
+
 import pytest
 
 from mmcirc.models.backbones import CAPVT, CASwin, CorePVT, CoreSwin
@@ -9,14 +10,34 @@ CASES = [
     # (class, kwargs, text the message must contain)
     (CAPVT, dict(arch='huge'), 'arch'),
     (CASwin, dict(arch='large'), 'arch'),
-    (CAPVT, dict(arch=dict(embed_dims=(8, 16), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4))), 'embed_dims'),
-    (CAPVT, dict(arch=dict(embed_dims=(8, 16, 24, 32), depths=(1, 1, 1), num_heads=(1, 2, 3, 4))), 'depths'),
+    (
+        CAPVT,
+        dict(arch=dict(embed_dims=(8, 16), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4))),
+        'embed_dims',
+    ),
+    (
+        CAPVT,
+        dict(arch=dict(embed_dims=(8, 16, 24, 32), depths=(1, 1, 1), num_heads=(1, 2, 3, 4))),
+        'depths',
+    ),
     (CASwin, dict(arch=dict(embed_dims=8, depths=(1, 1, 1, 1), num_heads=(1, 2, 3))), 'num_heads'),
-    (CAPVT, dict(arch=dict(embed_dims=(8, 16, 24, 32), depths=(1, 0, 1, 1), num_heads=(1, 2, 3, 4))), 'depths'),
+    (
+        CAPVT,
+        dict(arch=dict(embed_dims=(8, 16, 24, 32), depths=(1, 0, 1, 1), num_heads=(1, 2, 3, 4))),
+        'depths',
+    ),
     (CAPVT, dict(arch=dict(depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4))), 'arch'),
-    (CAPVT, dict(arch=TINY, stage_attentions=('circulant', 'window', 'sra', 'sra')), 'stage_attentions[1]'),
-    (CASwin, dict(arch=TINY, stage_attentions=('circulant', 'circulant', 'sra', 'window')), 'stage_attentions[2]'),
-    (CAPVT, dict(arch=TINY, stage_attentions=('circulant', ) * 3), 'stage_attentions'),
+    (
+        CAPVT,
+        dict(arch=TINY, stage_attentions=('circulant', 'window', 'sra', 'sra')),
+        'stage_attentions[1]',
+    ),
+    (
+        CASwin,
+        dict(arch=TINY, stage_attentions=('circulant', 'circulant', 'sra', 'window')),
+        'stage_attentions[2]',
+    ),
+    (CAPVT, dict(arch=TINY, stage_attentions=('circulant',) * 3), 'stage_attentions'),
     (CAPVT, dict(arch=TINY, attention='linear'), 'attention'),
     (CorePVT, dict(arch=TINY, num_cores=0), 'num_cores'),
     (CorePVT, dict(arch=TINY, num_cores=65), 'num_cores'),
@@ -25,7 +46,7 @@ CASES = [
     (CoreSwin, dict(arch=TINY, num_cores='cloud'), 'num_cores'),
     (CorePVT, dict(arch=TINY, num_cores_max=0), 'num_cores_max'),
     (CAPVT, dict(arch=TINY, out_indices=(0, 4)), 'out_indices'),
-    (CASwin, dict(arch=TINY, out_indices=(-5, )), 'out_indices'),
+    (CASwin, dict(arch=TINY, out_indices=(-5,)), 'out_indices'),
     (CASwin, dict(arch=TINY, out_indices=()), 'out_indices'),
     (CAPVT, dict(arch=TINY, frozen_stages=5), 'frozen_stages'),
     (CAPVT, dict(arch=TINY, boundary='reflect'), 'boundary'),
@@ -33,8 +54,11 @@ CASES = [
     (CASwin, dict(arch=TINY, scale=-1.0), 'scale'),
     (CAPVT, dict(arch=TINY, circulant_heads=3), 'circulant_heads'),
     (CAPVT, dict(arch=TINY, circulant_heads=(1, 2, 3)), 'circulant_heads'),
-    (CorePVT, dict(arch=dict(embed_dims=(8, 16, 24, 32), depths=(1, 1, 1, 1), num_heads=(3, 2, 3, 4))),
-     'num_heads[0]'),
+    (
+        CorePVT,
+        dict(arch=dict(embed_dims=(8, 16, 24, 32), depths=(1, 1, 1, 1), num_heads=(3, 2, 3, 4))),
+        'num_heads[0]',
+    ),
     (CAPVT, dict(arch=TINY, sr_ratios=(8, 4, 2)), 'sr_ratios'),
     (CAPVT, dict(arch=TINY, mlp_ratios=(8, 8, 4)), 'mlp_ratios'),
     (CASwin, dict(arch=TINY, strides=(4, 2, 2)), 'strides'),
@@ -42,8 +66,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize('cls,kwargs,needle', CASES,
-                         ids=[f'{c.__name__}-{n}-{i}' for i, (c, _, n) in enumerate(CASES)])
+@pytest.mark.parametrize(
+    'cls,kwargs,needle', CASES, ids=[f'{c.__name__}-{n}-{i}' for i, (c, _, n) in enumerate(CASES)]
+)
 def test_bad_argument_raises_value_error(cls, kwargs, needle):
     with pytest.raises(ValueError) as info:
         cls(**kwargs)

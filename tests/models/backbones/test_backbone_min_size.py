@@ -1,4 +1,5 @@
 """The smallest input a backbone accepts: stated, tight, and a ValueError below it."""
+
 import pytest
 import torch
 
@@ -27,7 +28,9 @@ def test_min_input_size_is_tight(cls, kwargs, expected):
     model = cls(**kwargs).eval()
     with torch.no_grad():
         model(torch.zeros(1, 3, expected, expected + 3))  # runs at the minimum
-        model._check_input_size = lambda x: None  # without the check, one row less fails deep inside
+        model._check_input_size = lambda x: (
+            None
+        )  # without the check, one row less fails deep inside
         with pytest.raises(RuntimeError):
             model(torch.zeros(1, 3, expected - 1, expected + 3))
 
@@ -35,7 +38,9 @@ def test_min_input_size_is_tight(cls, kwargs, expected):
 @pytest.mark.parametrize('cls,kwargs,expected', [c for c in CASES if c[2] > 1])
 def test_below_the_minimum_is_a_value_error_naming_both_sizes(cls, kwargs, expected):
     model = cls(**kwargs).eval()
-    with pytest.raises(ValueError, match=f'input size 1x40 is below the minimum {expected}x{expected}'):
+    with pytest.raises(
+        ValueError, match=f'input size 1x40 is below the minimum {expected}x{expected}'
+    ):
         model(torch.zeros(1, 3, 1, 40))
 
 

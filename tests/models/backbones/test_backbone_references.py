@@ -5,6 +5,7 @@
 * original attention everywhere: equals mmdet's own PyramidVisionTransformer /
   SwinTransformer with the same weights (key mapping of the docstrings).
 """
+
 import importlib.util
 from pathlib import Path
 
@@ -42,8 +43,13 @@ def dense_forward(self, x, hw_shape):
 @pytest.mark.parametrize('cls', [CAPVT, CASwin])
 def test_zero_boundary_backbone_matches_dense_reference(cls, size, heads, monkeypatch):
     torch.manual_seed(0)
-    model = cls(arch=TINY, stage_attentions=('circulant', 'circulant', 'circulant', 'core'),
-                boundary='zero', circulant_heads=heads, num_cores_max=4)
+    model = cls(
+        arch=TINY,
+        stage_attentions=('circulant', 'circulant', 'circulant', 'core'),
+        boundary='zero',
+        circulant_heads=heads,
+        num_cores_max=4,
+    )
     model.init_weights()
     model = sharpen(model).double().eval()
     x = torch.randn(2, 3, *size, dtype=torch.float64)
@@ -69,13 +75,22 @@ def test_zero_and_circular_boundary_differ():
 
 def test_all_sra_capvt_equals_mmdet_pvt():
     from mmdet.models.backbones import PyramidVisionTransformer
+
     torch.manual_seed(0)
-    ref = PyramidVisionTransformer(pretrain_img_size=224, embed_dims=8, num_layers=[1, 2, 1, 1],
-                                   num_heads=[1, 2, 3, 4], drop_path_rate=0.)
+    ref = PyramidVisionTransformer(
+        pretrain_img_size=224,
+        embed_dims=8,
+        num_layers=[1, 2, 1, 1],
+        num_heads=[1, 2, 3, 4],
+        drop_path_rate=0.0,
+    )
     ref.init_weights()
     ref.eval()
-    ours = CAPVT(arch=dict(embed_dims=(8, 16, 24, 32), depths=(1, 2, 1, 1), num_heads=(1, 2, 3, 4)),
-                 stage_attentions='sra', drop_path_rate=0.).eval()
+    ours = CAPVT(
+        arch=dict(embed_dims=(8, 16, 24, 32), depths=(1, 2, 1, 1), num_heads=(1, 2, 3, 4)),
+        stage_attentions='sra',
+        drop_path_rate=0.0,
+    ).eval()
     ours.load_state_dict(convert_mmdet_pvt_keys(ref.state_dict()), strict=True)
     x = torch.randn(2, 3, 64, 96)  # a multiple of 32: mmdet's PVT does not pad
     with torch.no_grad():
@@ -85,13 +100,18 @@ def test_all_sra_capvt_equals_mmdet_pvt():
 
 def test_all_window_caswin_equals_mmdet_swin():
     from mmdet.models.backbones import SwinTransformer
+
     torch.manual_seed(0)
-    ref = SwinTransformer(embed_dims=8, depths=(1, 2, 2, 1), num_heads=(1, 2, 4, 8), window_size=7,
-                          drop_path_rate=0.)
+    ref = SwinTransformer(
+        embed_dims=8, depths=(1, 2, 2, 1), num_heads=(1, 2, 4, 8), window_size=7, drop_path_rate=0.0
+    )
     ref.init_weights()
     ref.eval()
-    ours = CASwin(arch=dict(embed_dims=8, depths=(1, 2, 2, 1), num_heads=(1, 2, 4, 8)),
-                  stage_attentions='window', drop_path_rate=0.).eval()
+    ours = CASwin(
+        arch=dict(embed_dims=8, depths=(1, 2, 2, 1), num_heads=(1, 2, 4, 8)),
+        stage_attentions='window',
+        drop_path_rate=0.0,
+    ).eval()
     ours.load_state_dict(ref.state_dict(), strict=True)  # identical key names
     x = torch.randn(2, 3, 75, 113)  # not a multiple of 32: both pad the same way
     with torch.no_grad():
@@ -102,11 +122,21 @@ def test_all_window_caswin_equals_mmdet_swin():
 def test_ca_layout_shares_mmdet_keys_of_kept_parts():
     """Everything but the attention of replaced stages maps 1:1 onto mmdet's keys."""
     from mmdet.models.backbones import PyramidVisionTransformer, SwinTransformer
-    pvt_ref = set(convert_mmdet_pvt_keys(PyramidVisionTransformer(embed_dims=8, num_layers=[1, 1, 2, 1],
-                                                                  num_heads=[1, 2, 3, 4]).state_dict()))
+
+    pvt_ref = set(
+        convert_mmdet_pvt_keys(
+            PyramidVisionTransformer(
+                embed_dims=8, num_layers=[1, 1, 2, 1], num_heads=[1, 2, 3, 4]
+            ).state_dict()
+        )
+    )
     pvt = set(CAPVT(arch=TINY).state_dict())
-    swin_ref = set(SwinTransformer(embed_dims=8, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8)).state_dict())
-    swin = set(CASwin(arch=dict(embed_dims=8, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8))).state_dict())
+    swin_ref = set(
+        SwinTransformer(embed_dims=8, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8)).state_dict()
+    )
+    swin = set(
+        CASwin(arch=dict(embed_dims=8, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8))).state_dict()
+    )
     for ours, ref, stages in ((pvt, pvt_ref, 'layers'), (swin, swin_ref, 'stages')):
         replaced = (f'{stages}.0.blocks.', f'{stages}.1.blocks.')
         kept_ref = {k for k in ref if not k.startswith(replaced)}

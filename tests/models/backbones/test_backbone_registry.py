@@ -1,18 +1,28 @@
 """The named variants build through the MODELS registries of mmdet, mmseg and
 mmpretrain by type name, and the backbones plug into each library's models."""
+
 import pytest
 import torch
 
 import mmcirc  # noqa: F401  (registration)
 from mmcirc.models.backbones import CAPVT, CASwin, CorePVT, CoreSwin
 
-VARIANTS = [(cls, arch) for cls in (CAPVT, CorePVT) for arch in ('tiny', 'small', 'medium', 'large')]
+VARIANTS = [
+    (cls, arch) for cls in (CAPVT, CorePVT) for arch in ('tiny', 'small', 'medium', 'large')
+]
 VARIANTS += [(cls, arch) for cls in (CASwin, CoreSwin) for arch in ('tiny', 'small', 'base')]
 # depth per stage and stage-1 width of the named variants (PVT v1 / Swin papers)
 EXPECTED = {
-    'tiny': (2, 2, 2, 2), 'small': (3, 4, 6, 3), 'medium': (3, 4, 18, 3), 'large': (3, 8, 27, 3),
+    'tiny': (2, 2, 2, 2),
+    'small': (3, 4, 6, 3),
+    'medium': (3, 4, 18, 3),
+    'large': (3, 8, 27, 3),
 }
-SWIN = {'tiny': ((2, 2, 6, 2), 96, 3), 'small': ((2, 2, 18, 2), 96, 3), 'base': ((2, 2, 18, 2), 128, 4)}
+SWIN = {
+    'tiny': ((2, 2, 6, 2), 96, 3),
+    'small': ((2, 2, 18, 2), 96, 3),
+    'base': ((2, 2, 18, 2), 128, 4),
+}
 TINY = dict(embed_dims=(8, 16, 24, 32), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4))
 
 
@@ -20,6 +30,7 @@ def registries():
     from mmdet.registry import MODELS as DET
     from mmpretrain.registry import MODELS as PRETRAIN
     from mmseg.registry import MODELS as SEG
+
     return {'mmdet': DET, 'mmseg': SEG, 'mmpretrain': PRETRAIN}
 
 
@@ -48,12 +59,15 @@ def test_named_variant_builds(cls, arch, lib):
 def test_scope_prefixed_type(name, scope):
     from mmengine.registry import MODELS as ROOT
     from mmengine.registry import DefaultScope
+
     with DefaultScope.overwrite_default_scope(None):
         model = ROOT.build(dict(type=f'{scope}.{name}', arch=TINY))
     assert type(model).__name__ == name
 
 
-@pytest.mark.parametrize('lib,scope', [('mmdet', 'mmseg'), ('mmseg', 'mmpretrain'), ('mmpretrain', 'mmdet')])
+@pytest.mark.parametrize(
+    'lib,scope', [('mmdet', 'mmseg'), ('mmseg', 'mmpretrain'), ('mmpretrain', 'mmdet')]
+)
 def test_scope_prefixed_type_from_another_library(lib, scope):
     with torch.device('meta'):
         model = registries()[lib].build(dict(type=f'{scope}.CAPVT', arch='small'))
@@ -70,22 +84,37 @@ def test_real_variant_runs_at_64():
     model = CAPVT(arch='small').eval()
     with torch.no_grad():
         outs = model(torch.randn(1, 3, 64, 64))
-    assert [tuple(o.shape) for o in outs] == [(1, 64, 16, 16), (1, 128, 8, 8), (1, 320, 4, 4), (1, 512, 2, 2)]
+    assert [tuple(o.shape) for o in outs] == [
+        (1, 64, 16, 16),
+        (1, 128, 8, 8),
+        (1, 320, 4, 4),
+        (1, 512, 2, 2),
+    ]
 
 
 @pytest.mark.parametrize('backbone', ['CAPVT', 'CoreSwin'])
 def test_mmpretrain_image_classifier(backbone):
     from mmpretrain.registry import MODELS
-    model = MODELS.build(dict(
-        type='ImageClassifier', _scope_='mmpretrain',  # whatever scope a previous test left
-        backbone=dict(type=backbone, arch=TINY, out_indices=(3, )),
-        neck=dict(type='GlobalAveragePooling'),
-        head=dict(type='LinearClsHead', num_classes=10, in_channels=32,
-                  loss=dict(type='CrossEntropyLoss', loss_weight=1.0))))
+
+    model = MODELS.build(
+        dict(
+            type='ImageClassifier',
+            _scope_='mmpretrain',  # whatever scope a previous test left
+            backbone=dict(type=backbone, arch=TINY, out_indices=(3,)),
+            neck=dict(type='GlobalAveragePooling'),
+            head=dict(
+                type='LinearClsHead',
+                num_classes=10,
+                in_channels=32,
+                loss=dict(type='CrossEntropyLoss', loss_weight=1.0),
+            ),
+        )
+    )
     model.init_weights()
     x = torch.randn(2, 3, 64, 64)
     assert model(x, mode='tensor').shape == (2, 10)
     from mmpretrain.structures import DataSample
+
     samples = [DataSample().set_gt_label(1), DataSample().set_gt_label(3)]
     losses = model(x, samples, mode='loss')
     losses['loss'].backward()
@@ -94,14 +123,26 @@ def test_mmpretrain_image_classifier(backbone):
 
 def test_mmseg_encoder_decoder():
     from mmseg.registry import MODELS
-    model = MODELS.build(dict(
-        type='EncoderDecoder', _scope_='mmseg',
-        backbone=dict(type='CASwin', arch=TINY),
-        neck=dict(type='FPN', in_channels=[8, 16, 24, 32], out_channels=16, num_outs=4),
-        decode_head=dict(type='FPNHead', in_channels=[16, 16, 16, 16], in_index=[0, 1, 2, 3],
-                         feature_strides=[4, 8, 16, 32], channels=16, num_classes=5,
-                         norm_cfg=dict(type='BN', requires_grad=True), align_corners=False,
-                         loss_decode=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0))))
+
+    model = MODELS.build(
+        dict(
+            type='EncoderDecoder',
+            _scope_='mmseg',
+            backbone=dict(type='CASwin', arch=TINY),
+            neck=dict(type='FPN', in_channels=[8, 16, 24, 32], out_channels=16, num_outs=4),
+            decode_head=dict(
+                type='FPNHead',
+                in_channels=[16, 16, 16, 16],
+                in_index=[0, 1, 2, 3],
+                feature_strides=[4, 8, 16, 32],
+                channels=16,
+                num_classes=5,
+                norm_cfg=dict(type='BN', requires_grad=True),
+                align_corners=False,
+                loss_decode=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
+            ),
+        )
+    )
     model.init_weights()
     out = model(torch.randn(2, 3, 97, 131), mode='tensor')
     assert out.shape[:2] == (2, 5)
@@ -109,6 +150,7 @@ def test_mmseg_encoder_decoder():
 
 def test_mmdet_fpn_neck():
     from mmdet.registry import MODELS
+
     backbone = MODELS.build(dict(type='CorePVT', arch=TINY, num_cores='mobile', frozen_stages=1))
     neck = MODELS.build(dict(type='FPN', in_channels=[8, 16, 24, 32], out_channels=16, num_outs=5))
     feats = neck(backbone(torch.randn(1, 3, 113, 257)))

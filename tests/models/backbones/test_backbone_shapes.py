@@ -1,4 +1,5 @@
 """Output shapes of the CA/Core pyramids on any input size, forward and backward."""
+
 import math
 
 import pytest

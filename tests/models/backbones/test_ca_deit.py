@@ -9,6 +9,7 @@ with::
     PYTHONPATH=<dir with timm> python tests/fixtures/make_official_fixtures.py \\
         --ca-repo <clone of LeapLabTHU/Circulant-Attention> --out tests/fixtures/official
 """
+
 import os.path as osp
 
 import pytest
@@ -32,9 +33,13 @@ def _rel(a, b):
 def _loaded(fix, **kwargs):
     result, _ = convert_cadeit_official(fix['checkpoint'])
     model = CADeiT(arch=fix['arch'], patch_size=fix['patch_size'], **kwargs).eval()
-    backbone = {k[len('backbone.'):]: v for k, v in result.state_dict.items() if k.startswith('backbone.')}
+    backbone = {
+        k[len('backbone.') :]: v for k, v in result.state_dict.items() if k.startswith('backbone.')
+    }
     model.load_state_dict(backbone, strict=True)
-    head = {k[len('head.fc.'):]: v for k, v in result.state_dict.items() if k.startswith('head.fc.')}
+    head = {
+        k[len('head.fc.') :]: v for k, v in result.state_dict.items() if k.startswith('head.fc.')
+    }
     return model, head
 
 
@@ -46,7 +51,9 @@ def test_logits_equal_official():
     logits = torch.nn.functional.linear(feat, head['weight'], head['bias'])
     assert logits.shape == fix['logits'].shape
     assert _rel(logits, fix['logits']) < 1e-5
-    torch.testing.assert_close(logits, fix['logits'], rtol=1e-5, atol=1e-5 * float(fix['logits'].abs().max()))
+    torch.testing.assert_close(
+        logits, fix['logits'], rtol=1e-5, atol=1e-5 * float(fix['logits'].abs().max())
+    )
 
 
 def test_featmap_mean_is_the_pooled_feature():
@@ -77,8 +84,9 @@ def test_non_square_map_transposes_with_the_image():
     torch.manual_seed(0)
     model = CADeiT(arch=dict(embed_dims=8, depth=2), patch_size=4).eval()
     model_t = CADeiT(arch=dict(embed_dims=8, depth=2), patch_size=4).eval()
-    model_t.load_state_dict({k: (v.transpose(-1, -2) if v.dim() == 4 else v)
-                             for k, v in model.state_dict().items()})
+    model_t.load_state_dict(
+        {k: (v.transpose(-1, -2) if v.dim() == 4 else v) for k, v in model.state_dict().items()}
+    )
     img = torch.randn(1, 3, 12, 28)  # a 3 x 7 map
     with torch.no_grad():
         a = model(img)[0]  # (1, C, 3, 7)
@@ -88,13 +96,17 @@ def test_non_square_map_transposes_with_the_image():
 
 
 def test_out_types_and_indices():
-    model = CADeiT(arch=dict(embed_dims=16, depth=3), patch_size=8, out_indices=(1, 2), out_type='raw').eval()
+    model = CADeiT(
+        arch=dict(embed_dims=16, depth=3), patch_size=8, out_indices=(1, 2), out_type='raw'
+    ).eval()
     with torch.no_grad():
         outs = model(torch.randn(1, 3, 32, 48))
     assert [tuple(o.shape) for o in outs] == [(1, 24, 16)] * 2
     # only the last block's output is normed (final LN): unit-variance tokens
     last = outs[1]
-    torch.testing.assert_close(last.var(-1, unbiased=False), torch.ones(1, 24), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(
+        last.var(-1, unbiased=False), torch.ones(1, 24), rtol=1e-3, atol=1e-3
+    )
 
 
 def test_with_cp_same_gradients():
@@ -131,31 +143,37 @@ def test_named_archs_parameter_counts():
 
 def test_registered_in_three_libraries():
     from mmcirc.registry import model_registries
+
     for registry in model_registries():
         model = registry.build(dict(type='CADeiT', arch=dict(embed_dims=16, depth=1), patch_size=8))
         assert isinstance(model, CADeiT)
 
 
-@pytest.mark.parametrize('kwargs, message', [
-    (dict(arch='huge'), "arch must be one of ('tiny', 'small', 'base')"),
-    (dict(out_type='cls_token'), 'out_type must be one of'),
-    (dict(out_indices=12), 'out_indices must be'),
-    (dict(frozen_stages=13), 'frozen_stages must be an int in [-1, 12]'),
-    (dict(boundary='reflect'), 'boundary must be one of'),
-])
+@pytest.mark.parametrize(
+    'kwargs, message',
+    [
+        (dict(arch='huge'), "arch must be one of ('tiny', 'small', 'base')"),
+        (dict(out_type='cls_token'), 'out_type must be one of'),
+        (dict(out_indices=12), 'out_indices must be'),
+        (dict(frozen_stages=13), 'frozen_stages must be an int in [-1, 12]'),
+        (dict(boundary='reflect'), 'boundary must be one of'),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError) as err:
         CADeiT(**kwargs)
     assert message in str(err.value) and '\n' not in str(err.value)
 
 
-@pytest.mark.parametrize('arch,width,official', [('tiny', 192, 1.2), ('small', 384, 4.8),
-                                                 ('base', 768, 18.9)])
+@pytest.mark.parametrize(
+    'arch,width,official', [('tiny', 192, 1.2), ('small', 384, 4.8), ('base', 768, 18.9)]
+)
 def test_flops_at_224_match_the_official_table(arch, width, official):
     """CA-DeiT-T/S/B at 224: the official README reports 1.2 / 4.8 / 18.9 GFLOPs (MACs,
     FFTs included); mmcirc's counter (FFT 2.5 n log2 n per complex transform) must land
     there to the published digit."""
     from mmcirc.analysis import count_flops
+
     model = CADeiT(arch=arch, out_type='avg_featmap').eval()
     gmacs = count_flops(model, torch.randn(1, 3, 224, 224)) / 1e9 + width * 1000 / 1e9  # + head
     assert round(gmacs, 1) == official, gmacs

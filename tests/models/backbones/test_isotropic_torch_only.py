@@ -1,12 +1,13 @@
 """ca_deit.py and veca.py need torch alone: in a process where the OpenMMLab packages
 cannot be imported they load (without running the package __init__ files, which
 import the mmcv-based pyramids) and run a forward."""
+
 import subprocess
 import sys
 
 from helpers import REPO
 
-SCRIPT = r'''
+SCRIPT = r"""
 import sys, types
 for name in ('mmengine', 'mmcv', 'mmdet', 'mmseg', 'mmpretrain'):
     sys.modules[name] = None  # importing any of them now fails
@@ -25,11 +26,15 @@ v = VECAViT(arch=dict(embed_dims=16, num_layers=2, num_heads=2, mlp_ratio=2.0, n
 v.init_weights()
 x = torch.randn(1, 3, 24, 40)
 print(tuple(a(x)[0].shape), tuple(v(x)[0].shape))
-'''
+"""
 
 
 def test_models_import_with_torch_only():
-    proc = subprocess.run([sys.executable, '-c', f'REPO = {REPO!r}\n' + SCRIPT], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, '-c', f'REPO = {REPO!r}\n' + SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == '(1, 8, 3, 5) (1, 16, 3, 5)'

@@ -9,6 +9,7 @@ input 2 x 3 x 56 x 72, i.e. a 7 x 9 map) at C' = 8 and 16. Regenerate
     PYTHONPATH=<dir with timm> python tests/fixtures/make_official_fixtures.py \\
         --veca-repo <clone of alansong1322/VECA> --out tests/fixtures/official
 """
+
 import math
 import os.path as osp
 
@@ -26,9 +27,12 @@ SMALL = dict(embed_dims=16, num_layers=3, num_heads=2, mlp_ratio=2.0, num_cores=
 def _loaded(**kwargs):
     fix = torch.load(FIXTURE, weights_only=True)
     result, _ = convert_veca_official(fix['checkpoint'], arch=fix['arch'])
-    model = VECAViT(arch=fix['arch'], patch_size=fix['patch_size'], out_channels=fix['out_channels'],
-                    **kwargs).eval()
-    model.load_state_dict({k[len('backbone.'):]: v for k, v in result.state_dict.items()}, strict=True)
+    model = VECAViT(
+        arch=fix['arch'], patch_size=fix['patch_size'], out_channels=fix['out_channels'], **kwargs
+    ).eval()
+    model.load_state_dict(
+        {k[len('backbone.') :]: v for k, v in result.state_dict.items()}, strict=True
+    )
     return fix, model
 
 
@@ -143,8 +147,9 @@ def test_with_cp_same_gradients():
     grads = []
     for cp in (False, True):
         torch.manual_seed(1)
-        model = VECAViT(arch=SMALL, patch_size=8, with_cp=cp, rope_shift_coords=None,
-                        rope_rescale_coords=None)
+        model = VECAViT(
+            arch=SMALL, patch_size=8, with_cp=cp, rope_shift_coords=None, rope_rescale_coords=None
+        )
         model.init_weights()
         model(img)[0].square().sum().backward()
         grads.append(model.blocks[0].attn.q_proj.weight.grad.clone())
@@ -152,7 +157,9 @@ def test_with_cp_same_gradients():
 
 
 def test_named_archs():
-    for arch, (dims, layers) in dict(small=(384, 12), splus=(384, 12), base=(768, 12), large=(1024, 24)).items():
+    for arch, (dims, layers) in dict(
+        small=(384, 12), splus=(384, 12), base=(768, 12), large=(1024, 24)
+    ).items():
         with torch.device('meta'):
             model = VECAViT(arch=arch)
         assert (model.embed_dims, model.num_layers, model.cores.shape[0]) == (dims, layers, 64)
@@ -163,18 +170,25 @@ def test_named_archs():
 
 def test_registered_in_three_libraries():
     from mmcirc.registry import model_registries
+
     for registry in model_registries():
         assert isinstance(registry.build(dict(type='VECAViT', arch=SMALL, patch_size=8)), VECAViT)
 
 
-@pytest.mark.parametrize('kwargs, message', [
-    (dict(arch='huge'), "arch must be one of ('small', 'splus', 'base', 'large')"),
-    (dict(num_cores=12), 'num_cores must be a multiple of 8 in [8, 16, 24, 32, 40, 48, 56, 64]'),
-    (dict(num_cores=72), 'num_cores must be a multiple of 8'),
-    (dict(num_cores='desktop'), 'num_cores must be a multiple of 8'),
-    (dict(out_type='cls_token'), 'out_type must be one of'),
-    (dict(core_chunk=7), 'core_chunk must be a positive int dividing the bank size 64'),
-])
+@pytest.mark.parametrize(
+    'kwargs, message',
+    [
+        (dict(arch='huge'), "arch must be one of ('small', 'splus', 'base', 'large')"),
+        (
+            dict(num_cores=12),
+            'num_cores must be a multiple of 8 in [8, 16, 24, 32, 40, 48, 56, 64]',
+        ),
+        (dict(num_cores=72), 'num_cores must be a multiple of 8'),
+        (dict(num_cores='desktop'), 'num_cores must be a multiple of 8'),
+        (dict(out_type='cls_token'), 'out_type must be one of'),
+        (dict(core_chunk=7), 'core_chunk must be a positive int dividing the bank size 64'),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     with torch.device('meta'), pytest.raises(ValueError) as err:
         VECAViT(**kwargs)
@@ -201,6 +215,7 @@ def test_attention_cost_follows_active_cores(num_cores):
     """Truncation really drops compute: the counted attention MACs equal the analytic
     count of the block-sparse pattern with C' cores (cores x (C' + N), patches x C')."""
     from mmcirc.analysis.flops import flop_counter
+
     model = VECAViT(arch=SMALL, patch_size=8, num_cores=num_cores).eval()
     n, d = 5 * 6, 8  # a 5 x 6 patch map, head width 16 / 2
     fc = flop_counter(model, torch.randn(1, 3, 40, 48))

@@ -1,12 +1,19 @@
 """The registered pyramid blocks: declarations, mmdet wrappers, block configs."""
+
 import pytest
 import torch
 from mmdet.models.backbones.pvt import PVTEncoderLayer
 from mmdet.models.backbones.swin import SwinBlock
 
 from mmcirc.models.backbones import CAPVT, CASwin
-from mmcirc.models.blocks import (CirculantBlock, CoreBlock, SRABlock, WindowBlock, attention_kinds,
-                                  block_classes)
+from mmcirc.models.blocks import (
+    CirculantBlock,
+    CoreBlock,
+    SRABlock,
+    WindowBlock,
+    attention_kinds,
+    block_classes,
+)
 from mmcirc.registry import model_registries
 
 TINY = dict(embed_dims=[8, 16, 24, 32], depths=[1, 2, 1, 1], num_heads=[1, 2, 2, 4])
@@ -17,16 +24,34 @@ def test_blocks_are_registered_in_all_three_libraries():
         assert all(r.get(cls.__name__) is cls for r in model_registries())
     assert attention_kinds() == ('circulant', 'core', 'sra', 'window')
     assert tuple(block_classes('pvt')) == ('circulant', 'core', 'sra') == CAPVT.attention_choices()
-    assert tuple(block_classes('swin')) == ('circulant', 'core', 'window') == CASwin.attention_choices()
+    assert (
+        tuple(block_classes('swin'))
+        == ('circulant', 'core', 'window')
+        == CASwin.attention_choices()
+    )
     assert [c.carries_cores for c in (CirculantBlock, CoreBlock, SRABlock, WindowBlock)] == [
-        False, True, False, False]
+        False,
+        True,
+        False,
+        False,
+    ]
 
 
-@pytest.mark.parametrize('wrapper,original,kwargs', [
-    (SRABlock, PVTEncoderLayer, dict(embed_dims=16, num_heads=2, feedforward_channels=32, sr_ratio=2)),
-    (WindowBlock, SwinBlock, dict(embed_dims=16, num_heads=2, feedforward_channels=32, window_size=3,
-                                  shift=True)),
-])
+@pytest.mark.parametrize(
+    'wrapper,original,kwargs',
+    [
+        (
+            SRABlock,
+            PVTEncoderLayer,
+            dict(embed_dims=16, num_heads=2, feedforward_channels=32, sr_ratio=2),
+        ),
+        (
+            WindowBlock,
+            SwinBlock,
+            dict(embed_dims=16, num_heads=2, feedforward_channels=32, window_size=3, shift=True),
+        ),
+    ],
+)
 def test_wrappers_are_mmdets_blocks(wrapper, original, kwargs):
     torch.manual_seed(0)
     ours = wrapper(**kwargs).eval()
@@ -46,10 +71,15 @@ def test_added_keys_are_the_new_attention_and_cpe():
 
 
 def test_block_cfgs_set_per_stage_options():
-    model = CASwin(arch=TINY, stage_attentions='circulant',
-                   block_cfgs=[dict(type='CirculantBlock', boundary='zero'), None, dict(scale='n'), None])
+    model = CASwin(
+        arch=TINY,
+        stage_attentions='circulant',
+        block_cfgs=[dict(type='CirculantBlock', boundary='zero'), None, dict(scale='n'), None],
+    )
     attns = [[b.attn for b in s.blocks] for s in model.stages]
-    assert [a.boundary for a in attns[0]] == ['zero'] and all(a.boundary == 'circular' for a in attns[1])
+    assert [a.boundary for a in attns[0]] == ['zero'] and all(
+        a.boundary == 'circular' for a in attns[1]
+    )
     assert [a.scale for a in attns[2]] == ['n'] and attns[3][0].scale == 'sqrt_n'
 
 
@@ -59,12 +89,22 @@ def test_block_cfgs_type_sets_the_kind():
     assert model.stages[1].cores is not None and model.stages[0].cores is None
 
 
-@pytest.mark.parametrize('kwargs,match', [
-    (dict(stage_attentions='circulant', block_cfgs=[dict(type='CoreBlock'), None, None, None]),
-     r"block_cfgs\[0\] type 'CoreBlock' is 'core' attention but stage_attentions\[0\] is 'circulant'"),
-    (dict(block_cfgs=[dict(type='WindowBlock'), None, None, None]), r'block_cfgs\[0\]: block type must be'),
-    (dict(block_cfgs=[None, None]), 'block_cfgs must be a dict or a list of 4'),
-])
+@pytest.mark.parametrize(
+    'kwargs,match',
+    [
+        (
+            dict(
+                stage_attentions='circulant', block_cfgs=[dict(type='CoreBlock'), None, None, None]
+            ),
+            r"block_cfgs\[0\] type 'CoreBlock' is 'core' attention but stage_attentions\[0\] is 'circulant'",
+        ),
+        (
+            dict(block_cfgs=[dict(type='WindowBlock'), None, None, None]),
+            r'block_cfgs\[0\]: block type must be',
+        ),
+        (dict(block_cfgs=[None, None]), 'block_cfgs must be a dict or a list of 4'),
+    ],
+)
 def test_bad_block_cfgs(kwargs, match):
     with pytest.raises(ValueError, match=match):
         CAPVT(arch=TINY, **kwargs)

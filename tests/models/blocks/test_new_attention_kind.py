@@ -9,6 +9,7 @@ independently of the code under test: key sets from the source and target state
 dicts, calls counted with forward hooks. The registration is removed after each test
 (the registries are global).
 """
+
 import contextlib
 import warnings
 
@@ -45,15 +46,25 @@ class IdentityBlock(PyramidBlock, BaseModule):
     """``x + attn(LN(x))``, then the family's MLP; ``attn.gain`` is what is new."""
 
     kind = 'identity'
-    added_keys = ('attn.', )
+    added_keys = ('attn.',)
 
-    def __init__(self, embed_dims, feedforward_channels, drop_path_rate=0., ffn_type='ffn',
-                 act_cfg=dict(type='GELU'), norm_cfg=dict(type='LN'), init_cfg=None):
+    def __init__(
+        self,
+        embed_dims,
+        feedforward_channels,
+        drop_path_rate=0.0,
+        ffn_type='ffn',
+        act_cfg=dict(type='GELU'),
+        norm_cfg=dict(type='LN'),
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = IdentityAttention(embed_dims)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = build_ffn(ffn_type, embed_dims, feedforward_channels, 0., drop_path_rate, act_cfg)
+        self.ffn = build_ffn(
+            ffn_type, embed_dims, feedforward_channels, 0.0, drop_path_rate, act_cfg
+        )
 
     def forward(self, x, hw_shape):
         x = x + self.attn(self.norm1(x), hw_shape)
@@ -79,16 +90,20 @@ def test_kind_is_offered_only_while_registered(cls):
     with identity_registered():
         assert 'identity' in cls.attention_choices()
     assert 'identity' not in cls.attention_choices()
-    with pytest.raises(ValueError, match="stage_attentions\\[0\\] must be one of .* got 'identity'"):
+    with pytest.raises(
+        ValueError, match="stage_attentions\\[0\\] must be one of .* got 'identity'"
+    ):
         cls(arch=TINY, stage_attentions=_layout(cls))
 
 
 @pytest.mark.parametrize('cls', [CAPVT, CASwin])
 def test_backbones_build_and_run_with_it(cls):
     with identity_registered():
-        for kwargs in (dict(stage_attentions=_layout(cls)),
-                       dict(attention='identity'),
-                       dict(block_cfgs=[dict(type='IdentityBlock'), dict(type='IdentityBlock'), None, None])):
+        for kwargs in (
+            dict(stage_attentions=_layout(cls)),
+            dict(attention='identity'),
+            dict(block_cfgs=[dict(type='IdentityBlock'), dict(type='IdentityBlock'), None, None]),
+        ):
             model = cls(arch=TINY, num_cores_max=8, **kwargs).eval()
             assert model.stage_attentions == _layout(cls)
             assert [s.attention for s in model.stages] == list(_layout(cls))
@@ -100,8 +115,12 @@ def test_backbones_build_and_run_with_it(cls):
             assert all(s.cores is None for s in model.stages)
             with torch.no_grad():
                 outs = model(torch.randn(1, 3, 64, 64))
-                assert [tuple(o.shape) for o in outs] == [(1, 8, 16, 16), (1, 16, 8, 8), (1, 24, 4, 4),
-                                                          (1, 32, 2, 2)]
+                assert [tuple(o.shape) for o in outs] == [
+                    (1, 8, 16, 16),
+                    (1, 16, 8, 8),
+                    (1, 24, 4, 4),
+                    (1, 32, 2, 2),
+                ]
             assert len(calls) == TINY['depths'][0] + TINY['depths'][1]
 
 
@@ -130,8 +149,9 @@ def test_highres_overrides_accept_it(btype):
         assert cfg.model.backbone.stage_attentions == 'identity'
         assert any('num_cores has no effect' in str(w.message) for w in caught)  # no core stage
         from mmseg.registry import MODELS
+
         model = MODELS.build(cfg.model.backbone)
-        assert model.stage_attentions == ('identity', ) * 4
+        assert model.stage_attentions == ('identity',) * 4
         assert hr.quadratic_attention_estimates(model, (97, 131)) == []
         assert hr.backbone_summary(model) == dict(type=btype, stage_attentions=['identity'] * 4)
     with pytest.raises(ValueError, match='^stage_attentions must'):
