@@ -8,12 +8,15 @@ under one name, and refuses a name that any of them (or mmengine's root registry
 which they inherit from) already holds.
 """
 
+from __future__ import annotations
+
 import functools
 import importlib
 import importlib.util
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
-from mmengine.registry import Registry
+if TYPE_CHECKING:  # mmengine is imported with the libraries, not by this module
+    from mmengine.registry import Registry
 
 #: The libraries mmcirc registers into, in this order. mmdet is required (the PVT and
 #: Swin blocks reuse its layers); mmseg and mmpretrain are used when they are installed.

@@ -10,7 +10,7 @@ import os.path as osp
 import pickle
 import sys
 
-LIBRARIES = ('mmdet', 'mmseg', 'mmpretrain')
+from mmcirc.registry import LIBRARIES
 
 
 class CLIError(Exception):
