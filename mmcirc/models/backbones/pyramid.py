@@ -165,10 +165,6 @@ class PyramidStage(BaseModule):
                 .expand(x.shape[0], -1, -1)
                 .to(x.dtype)
             )  # (B, C', C); B may be symbolic (export)
-            if not torch.is_grad_enabled():
-                # a view of the bank made under no_grad still reports requires_grad
-                # without a grad_fn, which trips torch's ModuleTracker (FlopCounterMode)
-                cores = cores.detach()
             for block in self.blocks:
                 x, cores = self._call(block, x, hw_shape, cores)
         if self.norm is not None:

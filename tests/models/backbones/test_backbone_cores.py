@@ -12,8 +12,10 @@ FAMILIES = [CorePVT, CoreSwin]
 
 
 def flops(model, x):
+    # with autograd on (forward FLOPs only are counted): under no_grad, torch's
+    # ModuleTracker asserts on the core bank's views (requires_grad without a grad_fn)
     counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
+    with counter:
         model(x)
     return counter.get_total_flops()
 
