@@ -1,22 +1,31 @@
 """Circulant- and core-attention PVT and Swin pyramids (registered into the MODELS
-registries of mmdet, mmseg and mmpretrain)."""
+registries of mmdet, mmseg and mmpretrain).
+
+The isotropic models (:class:`CADeiT`, :class:`VECAViT`) need torch only; the pyramids
+reuse mmcv / mmdet layers and are imported only where mmengine is installed (a torch-only
+install gets the isotropic models, unregistered).
+"""
+
+import importlib.util
 
 from .ca_deit import CADeiT
-from .ca_pvt import CAPVT, CorePVT
-from .ca_swin import CASwin, CoreSwin
-from .pyramid import CORE_PRESETS, CirculantBlock, CoreBlock, PyramidBackbone, PyramidStage
 from .veca import VECAViT
 
-__all__ = [
-    'CAPVT',
-    'CorePVT',
-    'CASwin',
-    'CoreSwin',
-    'CORE_PRESETS',
-    'CirculantBlock',
-    'CoreBlock',
-    'PyramidBackbone',
-    'PyramidStage',
-    'CADeiT',
-    'VECAViT',
-]
+__all__ = ['CADeiT', 'VECAViT']
+
+if importlib.util.find_spec('mmengine') is not None:
+    from .ca_pvt import CAPVT, CorePVT
+    from .ca_swin import CASwin, CoreSwin
+    from .pyramid import CORE_PRESETS, CirculantBlock, CoreBlock, PyramidBackbone, PyramidStage
+
+    __all__ += [
+        'CAPVT',
+        'CorePVT',
+        'CASwin',
+        'CoreSwin',
+        'CORE_PRESETS',
+        'CirculantBlock',
+        'CoreBlock',
+        'PyramidBackbone',
+        'PyramidStage',
+    ]
