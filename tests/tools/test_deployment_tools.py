@@ -7,7 +7,7 @@ import runpy
 
 import pytest
 
-from helpers import FIXTURE_CONFIGS, REPO, run_tool
+from helpers import FIXTURE_CONFIGS, REPO
 
 DET = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')
 TOOL = osp.join(REPO, 'tools', 'deployment', 'pytorch2onnx.py')
@@ -104,13 +104,57 @@ def test_out_must_be_onnx(tmp_path, export_main, capsys):
     assert code == 1 and err == [f'error: --out must name a .onnx file, got {tmp_path / "m.pt"}']
 
 
-def test_benchmark_gpu_runs_on_cpu(tmp_path):
+#: what the lent GPU machine lacks: benchmark_gpu.py runs there with torch and timm alone
+MM_LIBRARIES = ('mmengine', 'mmdet', 'mmseg', 'mmpretrain', 'mmcv')
+
+# A bare machine in a fresh interpreter: the OpenMMLab libraries cannot be imported
+# (None in sys.modules: ImportError, find_spec() is None) and mmcirc is not installed
+# (the editable install's finder and the repository are off the path), then the script
+# runs as __main__; last line: where mmcirc came from and which OpenMMLab modules loaded.
+BARE_MACHINE = """
+import importlib.util, json, os, runpy, sys
+script, mm = sys.argv[1], sys.argv[2].split(',')
+for name in mm:
+    sys.modules[name] = None
+sys.meta_path[:] = [f for f in sys.meta_path if not f.__module__.startswith('__editable__')]
+repo = os.path.dirname(os.path.dirname(os.path.dirname(script)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != repo]
+assert importlib.util.find_spec('mmcirc') is None, 'mmcirc is still importable'
+sys.argv = [script] + sys.argv[3:]
+try:
+    runpy.run_path(script, run_name='__main__')
+finally:
+    loaded = sorted(n for n in sys.modules if n.split('.')[0] in mm and sys.modules[n] is not None)
+    print(json.dumps(dict(mmcirc=sys.modules['mmcirc'].__file__, mm=loaded)))
+"""
+
+
+def _benchmark_gpu_bare(args, cwd):
+    import subprocess
+    import sys
+
+    script = osp.join(REPO, 'tools', 'deployment', 'benchmark_gpu.py')
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    return subprocess.run(
+        [sys.executable, '-c', BARE_MACHINE, script, ','.join(MM_LIBRARIES), *args],
+        cwd=cwd,
+        env=dict(env, OMP_NUM_THREADS='1'),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_benchmark_gpu_runs_on_cpu_with_torch_and_timm_alone(tmp_path):
     """The GPU script's code paths (eager and torch.compile, bf16 and fp32, the table)
-    on the CPU at a tiny size with 2 blocks; compile with the 'eager' backend."""
+    on the CPU at a tiny size with 2 blocks (compile with the 'eager' backend), on a
+    machine like the lent GPU one: no OpenMMLab library, mmcirc not installed. The
+    CA-DeiT it times is mmcirc's CADeiT (same parameters as the class built here)."""
     pytest.importorskip('timm')
-    run_tool(
+    from mmcirc.models.backbones.ca_deit import CADeiT
+
+    proc = _benchmark_gpu_bare(
         [
-            'tools/deployment/benchmark_gpu.py',
             '--device',
             'cpu',
             '--sizes',
@@ -127,8 +171,10 @@ def test_benchmark_gpu_runs_on_cpu(tmp_path):
             str(tmp_path),
         ],
         cwd=tmp_path,
-        timeout=600,
     )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    origin = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert origin == dict(mmcirc=osp.join(REPO, 'mmcirc', '__init__.py'), mm=[])
     res = json.loads((tmp_path / 'results_cpu.json').read_text())
     cells = res['results']
     assert set(cells) == {
@@ -137,17 +183,38 @@ def test_benchmark_gpu_runs_on_cpu(tmp_path):
         for p in ('bf16', 'fp32')
         for mode in ('eager', 'compile')
     }
-    assert all(c['finite'] and c['time_ms'] > 0 for c in cells.values()), cells
+    assert res['skipped'] == []
+    assert all(c['finite'] and c['time_ms'] > 0 and c['first_call_s'] > 0 for c in cells.values())
+    ca_params = sum(p.numel() for p in CADeiT(arch=dict(embed_dims=192, depth=2)).parameters())
+    C = 192  # DeiT-T: 5,717,416 published with its 1000-class head; 12 blocks of 12C^2 + 13C
+    deit_params = 5_717_416 - (C * 1000 + 1000) - 10 * (12 * C * C + 13 * C)
+    for key, cell in cells.items():
+        assert cell['params'] == (ca_params if key.startswith('ca_') else deit_params), key
     table = (tmp_path / 'table_cpu.md').read_text()
-    ca, deit = cells['ca_deit_t|32|1|fp32|compile'], cells['deit_t|32|1|fp32|compile']
-    assert f'{deit["time_ms"] / ca["time_ms"]:.2f}x' in table
+    assert '2 blocks' in table
+    for p in ('bf16', 'fp32'):
+        for mode in ('eager', 'compile'):
+            ca, deit = cells[f'ca_deit_t|32|1|{p}|{mode}'], cells[f'deit_t|32|1|{p}|{mode}']
+            assert f'{deit["time_ms"] / ca["time_ms"]:.2f}x' in table
+    assert table.count('| CA-DeiT-T |') == table.count('| DeiT-T |') == 2
 
 
-def test_benchmark_gpu_rejects_bad_sizes(tmp_path):
-    proc = run_tool(
-        ['tools/deployment/benchmark_gpu.py', '--sizes', '100'],
-        cwd=tmp_path,
-        check=False,
-        timeout=120,
-    )
-    assert proc.returncode == 2 and '--sizes must be multiples of the patch size 16' in proc.stderr
+@pytest.mark.parametrize(
+    'args,message',
+    [
+        (['--device', 'cuda'], 'error: --device cuda: CUDA is not available'),
+        (['--sizes', '100'], 'error: --sizes must be multiples of the patch size 16, got [100]'),
+        (['--depth', '0'], 'error: --depth must be > 0, got 0'),
+    ],
+)
+def test_benchmark_gpu_errors_are_one_line(tmp_path, args, message):
+    """Bad flags and a missing GPU: one line ``error: ...`` on stderr, exit 1, no
+    traceback, nothing written (also without OpenMMLab: main_guard is torch-free)."""
+    import torch
+
+    if args[:2] == ['--device', 'cuda'] and torch.cuda.is_available():
+        pytest.skip('this machine has CUDA')
+    proc = _benchmark_gpu_bare([*args, '--out-dir', str(tmp_path / 'out')], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [message]
+    assert not (tmp_path / 'out').exists()

@@ -3,7 +3,9 @@
 #   1. tests/ops/test_cuda.py: the operators on CUDA against the float64 dense
 #      references, gradients, bf16 autocast;
 #   2. tools/analysis/benchmark_attention.py on CUDA, float32 and bf16 autocast;
-#   3. tools/analysis/benchmark_cadeit.py: DeiT-T against CA-DeiT-T, float32 and bf16.
+#   3. tools/deployment/benchmark_gpu.py --modes eager: DeiT-T against mmcirc's CA-DeiT-T,
+#      batch 1, float32 and bf16 (the eager, batch-1 part of that script; its compile and
+#      batch-32 cells take a run of their own).
 # Usage: bash tools/analysis/cuda_checks.sh [OUT_DIR]   (default work_dirs/cuda_checks)
 # Writes each step's log, JSON and tables under OUT_DIR and, after every step, packs
 # them into $TAR_TO (default OUT_DIR/cuda_checks.tar.gz), so a run stopped early still
@@ -38,10 +40,8 @@ for amp in fp32 bf16; do
         --sizes 64 128 256 512 --repeat 20 --max-seconds 3 "${flag[@]}" \
         --out-dir "$OUT/attention_$amp"
 done
-for amp in fp32 bf16; do
-    flag=(); [ "$amp" = bf16 ] && flag=(--amp bf16)
-    step "cadeit_$amp" 100 "$PY" tools/analysis/benchmark_cadeit.py --device cuda \
-        --sizes 224 512 1024 1536 2048 3072 4096 "${flag[@]}" --out-dir "$OUT/cadeit"
-done
+step cadeit 200 "$PY" tools/deployment/benchmark_gpu.py --device cuda --modes eager \
+    --batches 1 --precisions fp32 bf16 --sizes 224 512 1024 1536 2048 3072 4096 \
+    --budget-s 170 --out-dir "$OUT/cadeit"
 echo "=== done: $failed failed step(s); $TAR_TO"
 exit "$failed"

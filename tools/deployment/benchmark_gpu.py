@@ -2,16 +2,23 @@
 batch 1 and 32, 224-4096 px, in one run with a time budget.
 
     python tools/deployment/benchmark_gpu.py [--device cuda|cpu] [--models deit_t ca_deit_t]
-        [--sizes 224 512 1024 1536 2048 3072 4096] [--batches 1 32] [--precisions bf16 fp32]
+        [--sizes 224 512 1024 1536 2048 3072 4096] [--batches 1 32] [--precisions bf16 fp32 fp16]
         [--modes eager compile] [--compile-mode reduce-overhead] [--compile-backend inductor]
         [--compile-max-size 2048] [--repeat 10] [--depth 12] [--budget-s 480] [--out-dir DIR]
 
-Models are those of ``tools/analysis/benchmark_cadeit.py`` (timm ``VisionTransformer``,
-patch 16, width 192, 12 blocks; CA-DeiT: CPE + mmcirc ``CirculantAttention``, d = 1).
-DeiT's attention is timm's fused ``scaled_dot_product_attention``; under bf16 it is
-pinned to the flash kernel (``sdpa_kernel(FLASH_ATTENTION)``, on CUDA), in fp32 it uses
-what SDPA picks (flash needs half precision). The circulant FFTs always run in fp32
-(autocast is disabled around them, see ``mmcirc.ops.circulant``).
+Models are those of ``tools/analysis/benchmark_isotropic.py`` (its ``build``: random
+weights, backbone forward, no classifier): ``ca_deit_*`` / ``veca_*`` are mmcirc's
+:class:`~mmcirc.models.backbones.CADeiT` / ``VECAViT`` (CA-DeiT: CPE + ``CirculantAttention``,
+d = 1), each compared with its plain-attention twin (``deit_*`` / ``vit_*``: timm's
+``VisionTransformer``, patch 16, ``dynamic_img_size``). The baselines' attention is timm's
+fused ``scaled_dot_product_attention``; under bf16 / fp16 it is pinned to the flash kernel
+(``sdpa_kernel(FLASH_ATTENTION)``, on CUDA), in fp32 it uses what SDPA picks (flash needs
+half precision). The circulant FFTs always run in fp32 (autocast is disabled around them,
+see ``mmcirc.ops.circulant``). ``--modes eager --batches 1`` is the plain timing of
+DeiT-T against CA-DeiT-T; FLOP counts are ``benchmark_isotropic.py``'s.
+
+Needs torch and timm only: it runs from a copy of the repository (not installed) on a
+machine without mmengine / mmdet / mmcv; errors are one line ``error: ...``, exit 1.
 
 ``compile``: ``torch.compile(model, mode=--compile-mode)`` (default ``reduce-overhead``:
 CUDA graphs, which remove the per-kernel launch cost that puts a floor under small
@@ -31,30 +38,35 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import os
 import os.path as osp
 import statistics
 import sys
-import tempfile
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-MODELS = ('deit_t', 'ca_deit_t', 'deit_s', 'ca_deit_s')
-LABELS = {
-    'deit_t': 'DeiT-T',
-    'ca_deit_t': 'CA-DeiT-T',
-    'deit_s': 'DeiT-S',
-    'ca_deit_s': 'CA-DeiT-S',
-}
+if ROOT not in sys.path:  # a copy of the repository, not installed (the GPU machine)
+    sys.path.insert(0, ROOT)
+
+from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
+from mmcirc.utils.fileio import atomic_write  # noqa: E402
+
+PRECISIONS = ('bf16', 'fp32', 'fp16')
 
 
-def _benchmark_cadeit():
-    """tools/analysis/benchmark_cadeit.py as a module (its ``build``)."""
-    path = osp.join(ROOT, 'tools', 'analysis', 'benchmark_cadeit.py')
-    spec = importlib.util.spec_from_file_location('benchmark_cadeit', path)
+def _load_isotropic():
+    """tools/analysis/benchmark_isotropic.py as a module: the models (``build``,
+    ``MODELS``, ``BASELINE``) of both benchmarks."""
+    path = osp.join(ROOT, 'tools', 'analysis', 'benchmark_isotropic.py')
+    spec = importlib.util.spec_from_file_location('benchmark_isotropic', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+ISOTROPIC = _load_isotropic()
+MODELS = tuple(ISOTROPIC.MODELS)
+BASELINE = ISOTROPIC.BASELINE  # circulant / core model -> its plain-attention twin
+LABELS = {name: label for name, (_, _, label) in ISOTROPIC.MODELS.items()}
 
 
 def parse_args(argv=None):
@@ -63,7 +75,7 @@ def parse_args(argv=None):
     p.add_argument('--models', nargs='+', default=['deit_t', 'ca_deit_t'], choices=MODELS)
     p.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024, 1536, 2048, 3072, 4096])
     p.add_argument('--batches', nargs='+', type=int, default=[1, 32])
-    p.add_argument('--precisions', nargs='+', default=['bf16', 'fp32'], choices=['bf16', 'fp32'])
+    p.add_argument('--precisions', nargs='+', default=['bf16', 'fp32'], choices=PRECISIONS)
     p.add_argument('--modes', nargs='+', default=['eager', 'compile'], choices=['eager', 'compile'])
     p.add_argument(
         '--compile-mode',
@@ -98,26 +110,14 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     for name in ('repeat', 'budget_s', 'compile_max_size', 'depth'):
         if getattr(args, name) <= 0:
-            p.error(f'--{name.replace("_", "-")} must be > 0, got {getattr(args, name)}')
+            raise CLIError(f'--{name.replace("_", "-")} must be > 0, got {getattr(args, name)}')
     if any(b < 1 for b in args.batches):
-        p.error(f'--batches must be positive ints, got {args.batches}')
-    if any(s < 16 or s % 16 for s in args.sizes):
-        p.error(f'--sizes must be multiples of the patch size 16, got {args.sizes}')
+        raise CLIError(f'--batches must be positive ints, got {args.batches}')
+    if any(s < ISOTROPIC.PATCH or s % ISOTROPIC.PATCH for s in args.sizes):
+        raise CLIError(
+            f'--sizes must be multiples of the patch size {ISOTROPIC.PATCH}, got {args.sizes}'
+        )
     return args
-
-
-def _write_atomic(path, text):
-    folder = osp.dirname(osp.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=folder)
-    try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
 
 
 class Runner:
@@ -128,16 +128,12 @@ class Runner:
 
         self.torch, self.args = torch, args
         self.device = torch.device(args.device)
-        self.bench = _benchmark_cadeit()
         self.models = {}
 
     def model(self, name):
         if name not in self.models:
-            self.torch.manual_seed(0)
-            model = self.bench.build(name)
-            vit = getattr(model, 'vit', model)  # CA-DeiT wraps timm's ViT
-            vit.blocks = vit.blocks[: self.args.depth]
-            self.models[name] = model.to(self.device)
+            depth = self.args.depth if self.args.depth < 12 else None  # all 12 blocks
+            self.models[name] = ISOTROPIC.build(name, depth=depth).to(self.device)
         return self.models[name]
 
     def _sync(self):
@@ -148,21 +144,23 @@ class Runner:
         torch = self.torch
         stack = contextlib.ExitStack()
         stack.enter_context(torch.no_grad())
-        if precision == 'bf16':
-            stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
-            if not name.startswith('ca_') and self.device.type == 'cuda':
+        if precision != 'fp32':
+            dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16}[precision]
+            stack.enter_context(torch.autocast(self.device.type, dtype=dtype))
+            if name not in BASELINE and self.device.type == 'cuda':  # a plain-attention twin
                 from torch.nn.attention import SDPBackend, sdpa_kernel
 
                 stack.enter_context(sdpa_kernel(SDPBackend.FLASH_ATTENTION))
         return stack
 
     def cell(self, name, size, batch, precision, mode):
-        """{'time_ms', 'compile_s', 'peak_mb', 'finite'} or {'error'} of one cell."""
+        """{'time_ms', 'first_call_s', 'peak_mb', 'finite', 'params'} or {'error'} of one
+        cell."""
         torch, args = self.torch, self.args
         model = self.model(name)
         img = torch.randn(batch, 3, size, size, device=self.device)
         fn = model
-        res = {}
+        res = {'params': sum(p.numel() for p in model.parameters())}
         cudagraphs = (
             mode == 'compile'
             and args.compile_backend == 'inductor'
@@ -188,7 +186,9 @@ class Runner:
             t = time.perf_counter()
             out = call()  # compiles in compile mode
             res['first_call_s'] = time.perf_counter() - t
-            res['finite'] = bool(out.float().isfinite().all())
+            outs = out if isinstance(out, (tuple, list)) else (out,)  # mmcirc: a tuple
+            res['finite'] = all(bool(o.float().isfinite().all()) for o in outs)
+            del out, outs
             for _ in range(2):
                 call()
             times = []
@@ -235,8 +235,9 @@ def table(results, args, device_name):
         f'compile: torch.compile(backend={args.compile_backend!r}'
         + (f', mode={args.compile_mode!r}). ' if args.compile_backend == 'inductor' else '). ')
         + f'{args.depth} blocks. '
-        'bf16: autocast (DeiT on the flash SDPA kernel; circulant FFTs in fp32). '
-        'Speed-up: the DeiT of the same width, same batch, precision and mode, over the CA-DeiT.',
+        'bf16 / fp16: autocast (the baselines on the flash SDPA kernel; circulant FFTs in '
+        'fp32). Speed-up: the time of the plain-attention twin (DeiT for CA-DeiT, ViT for '
+        "VECA; same width, batch, precision and mode) over the model's.",
         '',
         '| batch | precision | size | model | eager (ms) | compiled (ms) | compile (s) | '
         'peak MiB | speed-up eager | speed-up compiled |',
@@ -257,8 +258,8 @@ def table(results, args, device_name):
                     speed = []
                     for mode, r in (('eager', e), ('compile', c)):
                         base = (
-                            results.get(key(name[3:], size, batch, precision, mode), {})
-                            if name.startswith('ca_')
+                            results.get(key(BASELINE[name], size, batch, precision, mode), {})
+                            if name in BASELINE
                             else {}
                         )
                         speed.append(f'{ms(base) / ms(r):.2f}x' if ms(base) and ms(r) else '-')
@@ -276,15 +277,18 @@ def table(results, args, device_name):
     return '\n'.join(lines) + '\n'
 
 
+@main_guard
 def main(argv=None):
     args = parse_args(argv)
     import torch
 
     if importlib.util.find_spec('timm') is None:
-        sys.exit('benchmark_gpu.py needs timm: pip install timm')
+        raise CLIError('benchmark_gpu.py needs timm (the DeiT / ViT baselines): pip install timm')
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    if args.device not in ('cuda', 'cpu'):
+        raise CLIError(f'--device must be cuda or cpu, got {args.device!r}')
     if args.device == 'cuda' and not torch.cuda.is_available():
-        sys.exit('--device cuda: CUDA is not available')
+        raise CLIError('--device cuda: CUDA is not available')
     torch._dynamo.config.automatic_dynamic_shapes = False  # one static graph per size
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     device_name = (
@@ -315,7 +319,7 @@ def main(argv=None):
             ),
             flush=True,
         )
-        _write_atomic(
+        atomic_write(
             osp.join(args.out_dir, f'results_{stem}.json'),
             json.dumps(
                 dict(device=device_name, args=vars(args), results=results, skipped=skipped),
@@ -325,13 +329,13 @@ def main(argv=None):
     text = table(results, args, device_name)
     if skipped:
         text += f'\nSkipped (time budget {args.budget_s:g} s): {", ".join(skipped)}\n'
-    _write_atomic(
+    atomic_write(
         osp.join(args.out_dir, f'results_{stem}.json'),
         json.dumps(
             dict(device=device_name, args=vars(args), results=results, skipped=skipped), indent=1
         ),
     )
-    _write_atomic(osp.join(args.out_dir, f'table_{stem}.md'), text)
+    atomic_write(osp.join(args.out_dir, f'table_{stem}.md'), text)
     print('\n' + text)
     return results
 
