@@ -45,11 +45,10 @@ import re
 import sys
 import warnings
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # sibling modules, also when imported
-import _dense_baseline as db  # noqa: E402
-import _image_io as imio  # noqa: E402
+import _dense_baseline as db  # sibling module (the script's folder is on sys.path)
 
-from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
+from mmcirc.utils import image_io as imio
+from mmcirc.utils.cli import CLIError, main_guard
 
 #: The library's parameter names and the flags that set them (error and warning texts).
 FLAGS = {

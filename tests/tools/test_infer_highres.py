@@ -1,6 +1,6 @@
 """tools/infer_highres.py: end to end on a tiny all-circulant CA-PVT + Semantic FPN and
 tiny CA-DeiT / VECA UperNets (overrides, progress, one-line errors), and its tools-side
-modules (tools/_image_io.py: sizes, images, PNGs; tools/_dense_baseline.py: the
+modules (mmcirc/utils/image_io.py: sizes, images, PNGs; tools/_dense_baseline.py: the
 memory-capped child)."""
 
 import json
@@ -22,8 +22,9 @@ from helpers import tiny_isotropic_config as _isotropic_config
 
 sys.path.insert(0, osp.join(REPO, 'tools'))
 import _dense_baseline as db  # noqa: E402
-import _image_io as imio  # noqa: E402
 import infer_highres  # noqa: E402
+
+from mmcirc.utils import image_io as imio  # noqa: E402
 
 from mmcirc.utils.cli import CLIError  # noqa: E402
 

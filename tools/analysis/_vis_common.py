@@ -3,7 +3,7 @@ vis_circulant.py, vis_cores.py): CONFIG [CKPT] --img/--demo --size ..., the chec
 those flags, and :func:`setup`, the prologue of every run (image, config, model with
 random or given weights, the attention layers asked for, the network input). The
 library side is :mod:`mmcirc.analysis.vis`; image files and ``--size`` are
-``tools/_image_io.py``'s, shared with ``tools/infer_highres.py``.
+:mod:`mmcirc.utils.image_io`'s, shared with ``tools/infer_highres.py``.
 
 Import it as a sibling module (``import _vis_common``: a script's own folder is on
 ``sys.path``). Errors are :class:`~mmcirc.utils.cli.CLIError` worded for the command line.
@@ -18,12 +18,8 @@ import warnings
 
 warnings.filterwarnings('ignore', message='.*pkg_resources.*')  # mmengine's import
 from mmcirc.analysis import vis  # noqa: E402
+from mmcirc.utils import image_io as _image_io  # noqa: E402
 from mmcirc.utils.cli import CLIError  # noqa: E402
-
-_TOOLS = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if _TOOLS not in sys.path:  # tools/_image_io.py: the image tools' shared I/O
-    sys.path.append(_TOOLS)
-import _image_io  # noqa: E402
 
 MIN_SIDE = vis.MIN_SIDE
 

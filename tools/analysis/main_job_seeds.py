@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from mmcirc.utils.fileio import atomic_write
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 JOBS = {
     'det': ('configs/toy/ca_pvt_t_retinanet_toy.py', 'coco/bbox_mAP', 'bbox mAP'),
@@ -117,8 +119,6 @@ def main(argv=None):
     args = parse_args(argv)
     out_dir = osp.abspath(args.out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    sys.path.insert(0, REPO)
-    from mmcirc.utils.fileio import atomic_write
 
     results_file = osp.join(out_dir, 'results.json')
     records = json.load(open(results_file)) if osp.isfile(results_file) else []

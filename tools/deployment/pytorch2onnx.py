@@ -27,13 +27,8 @@ folder, then renamed); errors are one line (exit 1).
 
 import argparse
 import os.path as osp
-import sys
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from mmcirc.utils.cli import CLIError, main_guard  # noqa: E402
+from mmcirc.utils.cli import CLIError, main_guard
 
 
 def parse_args(argv=None):

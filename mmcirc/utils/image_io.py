@@ -1,10 +1,9 @@
 """Image input and output of the image tools (``tools/infer_highres.py`` and the
 attention visualisations in ``tools/analysis``): ``--size`` parsing, reading an image
 file or a scikit-image demo image, bicubic resizing, palettes, overlays and PNG
-encoding, written all or nothing with :mod:`mmcirc.utils.fileio`. Errors are
-:class:`~mmcirc.utils.cli.CLIError` worded for the command line (one line, the flag).
-
-Import it as a sibling module (this folder on ``sys.path``, as a script's own folder is).
+encoding, written all or nothing with :mod:`mmcirc.utils.fileio`. Like :mod:`mmcirc.utils.cli`,
+this module serves the tools: errors are :class:`~mmcirc.utils.cli.CLIError` worded for
+the command line (one line, the flag).
 """
 
 from typing import Dict, Optional, Tuple, Union
