@@ -3,13 +3,12 @@ attention written out, the elastic core bank, bad arguments, the registry, and a
 import with torch alone."""
 
 import math
-import subprocess
-import sys
+import os.path as osp
 
 import pytest
 import torch
 
-from helpers import REPO
+from helpers import REPO, run_torch_only, torch_only_origin
 from mmcirc.models.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
 
 pytestmark = pytest.mark.usefixtures('one_torch_thread')
@@ -84,14 +83,6 @@ def test_registered_for_configs():
 
 
 SCRIPT = r"""
-import sys, types
-for name in ('mmengine', 'mmcv', 'mmdet', 'mmseg', 'mmpretrain'):
-    sys.modules[name] = None  # importing any of them now fails
-sys.path.insert(0, REPO)
-import mmcirc  # the ops only, without mmengine
-mod = types.ModuleType('mmcirc.models')
-mod.__path__ = [REPO + '/mmcirc/models']
-sys.modules['mmcirc.models'] = mod
 import torch
 from mmcirc.models.baselines import CoreAttentionWithBank, SDPASelfAttention
 x = torch.randn(1, 16, 8)
@@ -100,11 +91,7 @@ print(tuple(SDPASelfAttention(8)(x).shape), tuple(CoreAttentionWithBank(8, 1, 2,
 
 
 def test_import_with_torch_only():
-    proc = subprocess.run(
-        [sys.executable, '-c', f'REPO = {REPO!r}\n' + SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_torch_only(code=SCRIPT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == '(1, 16, 8) (1, 2, 8)'
+    assert proc.stdout.strip().splitlines()[0] == '(1, 16, 8) (1, 2, 8)'
+    assert torch_only_origin(proc) == dict(mmcirc=osp.join(REPO, 'mmcirc', '__init__.py'), mm=[])

@@ -7,7 +7,7 @@ import runpy
 
 import pytest
 
-from helpers import FIXTURE_CONFIGS, REPO
+from helpers import FIXTURE_CONFIGS, REPO, run_torch_only, torch_only_origin
 
 DET = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')
 TOOL = osp.join(REPO, 'tools', 'deployment', 'pytorch2onnx.py')
@@ -104,45 +104,8 @@ def test_out_must_be_onnx(tmp_path, export_main, capsys):
     assert code == 1 and err == [f'error: --out must name a .onnx file, got {tmp_path / "m.pt"}']
 
 
-#: what the lent GPU machine lacks: benchmark_gpu.py runs there with torch and timm alone
-MM_LIBRARIES = ('mmengine', 'mmdet', 'mmseg', 'mmpretrain', 'mmcv')
-
-# A bare machine in a fresh interpreter: the OpenMMLab libraries cannot be imported
-# (None in sys.modules: ImportError, find_spec() is None) and mmcirc is not installed
-# (the editable install's finder and the repository are off the path), then the script
-# runs as __main__; last line: where mmcirc came from and which OpenMMLab modules loaded.
-BARE_MACHINE = """
-import importlib.util, json, os, runpy, sys
-script, mm = sys.argv[1], sys.argv[2].split(',')
-for name in mm:
-    sys.modules[name] = None
-sys.meta_path[:] = [f for f in sys.meta_path if not f.__module__.startswith('__editable__')]
-repo = os.path.dirname(os.path.dirname(os.path.dirname(script)))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != repo]
-assert importlib.util.find_spec('mmcirc') is None, 'mmcirc is still importable'
-sys.argv = [script] + sys.argv[3:]
-try:
-    runpy.run_path(script, run_name='__main__')
-finally:
-    loaded = sorted(n for n in sys.modules if n.split('.')[0] in mm and sys.modules[n] is not None)
-    print(json.dumps(dict(mmcirc=sys.modules['mmcirc'].__file__, mm=loaded)))
-"""
-
-
 def _benchmark_gpu_bare(args, cwd):
-    import subprocess
-    import sys
-
-    script = osp.join(REPO, 'tools', 'deployment', 'benchmark_gpu.py')
-    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-    return subprocess.run(
-        [sys.executable, '-c', BARE_MACHINE, script, ','.join(MM_LIBRARIES), *args],
-        cwd=cwd,
-        env=dict(env, OMP_NUM_THREADS='1'),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_torch_only('tools/deployment/benchmark_gpu.py', args=args, cwd=cwd)
 
 
 def test_benchmark_gpu_runs_on_cpu_with_torch_and_timm_alone(tmp_path):
@@ -173,8 +136,7 @@ def test_benchmark_gpu_runs_on_cpu_with_torch_and_timm_alone(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    origin = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert origin == dict(mmcirc=osp.join(REPO, 'mmcirc', '__init__.py'), mm=[])
+    assert torch_only_origin(proc) == dict(mmcirc=osp.join(REPO, 'mmcirc', '__init__.py'), mm=[])
     res = json.loads((tmp_path / 'results_cpu.json').read_text())
     cells = res['results']
     assert set(cells) == {
