@@ -1,6 +1,7 @@
-"""ONNX export of the released isotropic models (CA-DeiT, VECA) in mmseg / mmdet
-models, checked with ONNX Runtime against the model in torch (default FFT path);
-the exact adaptive pooling a dynamic graph uses; the refusal of dynamic Swin windows.
+"""ONNX export of the released isotropic models (CA-DeiT, VECA) and of CA-Swin /
+Core-Swin in mmseg / mmdet models, checked with ONNX Runtime against the model in torch
+(default FFT path); the exact adaptive pooling a dynamic graph uses; the refusal of
+dynamic Swin windows.
 """
 
 import os
@@ -31,6 +32,10 @@ CADEIT_SEG = osp.join(FIXTURE_CONFIGS, 'ca_deit_upernet_tiny.py')
 VECA_SEG = osp.join(FIXTURE_CONFIGS, 'veca_upernet_tiny.py')
 CADEIT_DET = osp.join(FIXTURE_CONFIGS, 'ca_deit_mask-rcnn_tiny.py')
 SWIN_SEG = osp.join(FIXTURE_CONFIGS, 'ca_swin_upernet_tiny.py')
+CORESWIN_DET = osp.join(FIXTURE_CONFIGS, 'core_swin_mask-rcnn_tiny.py')
+# two blocks in the window stages 3-4, so that the graph holds a shifted block (every
+# second one) and, at 64x96, a padded map (stage 4: 2x3 with window 2)
+SWIN_DEPTHS = {'model.backbone.arch.depths': (1, 1, 2, 2)}
 
 
 def _model(config, options=None):
@@ -94,6 +99,54 @@ def test_matmul_adaptive_pooling_equals_torch(size):
         got = adaptive_avg_pool2d_matmul(x, out)
         assert got.shape == ref.shape
         torch.testing.assert_close(got, ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    'config,backbone,attention,features',
+    [(SWIN_SEG, 'CASwin', 'circulant', False), (CORESWIN_DET, 'CoreSwin', 'core', True)],
+    ids=['ca-swin-upernet', 'core-swin-mask-rcnn-features'],
+)
+def test_static_swin_export_with_window_stages_matches_torch(
+    tmp_path, config, backbone, attention, features
+):
+    """The default stages: circulant or core in 1-2, mmdet's shifted-window SwinBlock in
+    3-4 (unshifted and shifted, padded at stage 4), exported at 64x96."""
+    from mmdet.models.backbones.swin import SwinBlock
+
+    model = _model(config, SWIN_DEPTHS)
+    assert type(model.backbone).__name__ == backbone
+    assert tuple(model.backbone.stage_attentions) == (attention, attention, 'window', 'window')
+    shifts = [m.attn.shift_size for m in model.modules() if isinstance(m, SwinBlock)]
+    assert shifts == [0, 1, 0, 1]
+    tensor_model = TensorModel(model, features=features)
+    out = tmp_path / 'm.onnx'
+    res = export_onnx(tensor_model, (64, 96), str(out), verify=True)
+    assert os.listdir(tmp_path) == ['m.onnx']
+    assert [r['shape'] for r in res['verify']] == [[1, 3, 64, 96]]
+    assert res['verify'][0]['max_rel_err'] <= 1e-4
+    ref = _check_in_onnxruntime(out, tensor_model, (1, 3, 64, 96))
+    if features:  # FPN: strides 4, 8, 16, 32 and the extra max-pooled level
+        assert [tuple(r.shape[-2:]) for r in ref] == [(16, 24), (8, 12), (4, 6), (2, 3), (1, 2)]
+    else:  # UperNet logits at 1/4 of the input
+        assert len(ref) == 1 and tuple(ref[0].shape) == (1, 5, 16, 24)
+
+
+def test_dynamic_swin_with_circulant_and_core_stages_serves_two_sizes(tmp_path):
+    """No window stage: one file, the tool's check at 64x96 and 96x64 (batch 2)."""
+    from mmdet.models.backbones.swin import SwinBlock
+
+    attentions = ('circulant', 'core', 'circulant', 'core')
+    model = _model(SWIN_SEG, {'model.backbone.stage_attentions': attentions})
+    assert tuple(model.backbone.stage_attentions) == attentions
+    assert not any(isinstance(m, SwinBlock) for m in model.modules())
+    tensor_model = TensorModel(model)
+    out = tmp_path / 'm.onnx'
+    res = export_onnx(tensor_model, (64, 96), str(out), dynamic=True, verify=True)
+    assert [r['shape'] for r in res['verify']] == [[1, 3, 64, 96], [2, 3, 96, 64]]
+    assert all(r['max_rel_err'] <= 1e-4 for r in res['verify'])
+    assert os.listdir(tmp_path) == ['m.onnx']
+    ref = _check_in_onnxruntime(out, tensor_model, (2, 3, 96, 64))
+    assert tuple(ref[0].shape) == (2, 5, 24, 16)
 
 
 def test_dynamic_swin_window_stage_is_refused_naming_layer_and_options():
