@@ -32,6 +32,29 @@ def toy_root(tmp_path_factory):
     return root
 
 
+def _drop_new_default_scopes():
+    """mmengine's ``DefaultScope`` is process-global and its newest instance decides which
+    library's registry every ``MODELS.build`` searches: a Runner, ``init_model`` or config
+    built in one test would otherwise change how the next test builds (e.g. mmdet's
+    ``FPN`` looked up in mmpretrain). Yields, then drops the instances made meanwhile."""
+    from mmengine.registry import DefaultScope
+
+    before = set(DefaultScope._instance_dict)
+    yield
+    for name in [n for n in DefaultScope._instance_dict if n not in before]:
+        DefaultScope._instance_dict.pop(name, None)
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _default_scope_per_module():
+    yield from _drop_new_default_scopes()
+
+
+@pytest.fixture(autouse=True)
+def _default_scope_per_test():
+    yield from _drop_new_default_scopes()
+
+
 @pytest.fixture
 def one_torch_thread():
     """One intra-op thread for the test (tiny tensors: faster than two, and no OpenMP

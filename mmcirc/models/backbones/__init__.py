@@ -8,12 +8,9 @@ install gets the isotropic models, unregistered).
 
 import importlib.util
 
-from .ca_deit import CADeiT
-from .veca import VECAViT
-
 __all__ = ['CADeiT', 'VECAViT']
 
-if importlib.util.find_spec('mmengine') is not None:
+if importlib.util.find_spec('mmengine') is not None:  # registered first: the pyramids
     from .ca_pvt import CAPVT, CorePVT
     from .ca_swin import CASwin, CoreSwin
     from .pyramid import CORE_PRESETS, CirculantBlock, CoreBlock, PyramidBackbone, PyramidStage
@@ -29,3 +26,6 @@ if importlib.util.find_spec('mmengine') is not None:
         'PyramidBackbone',
         'PyramidStage',
     ]
+
+from .ca_deit import CADeiT  # noqa: E402  (torch only)
+from .veca import VECAViT  # noqa: E402  (torch only)
