@@ -72,7 +72,7 @@ def test_benchmark_backbone_side_by_side(tmp_path):
         assert r['time_s'] > 0 and r['mem_mb'] >= 0 and r['flops'] > 0
     table = (tmp_path / 'table_cpu.md').read_text()
     ratio = res['pvt_s']['time_s'] / res['circ_pvt_s']['time_s']
-    assert f'| 64 | all-circulant PVT-S |' in table and f'{ratio:.2f}x' in table
+    assert '| 64 | all-circulant PVT-S |' in table and f'{ratio:.2f}x' in table
 
 
 def _sdpa_block_macs(n, c):
