@@ -42,12 +42,17 @@ checkpointed so that its scores are recomputed in backward, not stored.
 This file depends on torch only.
 """
 
+from numbers import Integral
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ['CoreAttention', 'select_cores']
+__all__ = ['CORE_PRESETS', 'CoreAttention', 'parse_num_cores', 'select_cores']
+
+#: Named active core counts C' (elastic inference), shared by every model with cores.
+CORE_PRESETS = {'mobile': 8, 'edge': 32, 'server': 64}
 
 DEFAULT_CHUNK_THRESHOLD = 1 << 17  # 131072 tokens, e.g. 362 x 362
 DEFAULT_CHUNK_SIZE = 1 << 14  # patches per chunk once chunking is on
@@ -60,6 +65,29 @@ def _positive_int(name, value, allow_none=False):
         raise ValueError(
             f'{name} must be a positive int{" or None" if allow_none else ""}, got {value!r}'
         )
+
+
+def parse_num_cores(value, maximum=None, step=1, name='num_cores'):
+    """The one parser of an active core count C': an int, a string of digits (as a
+    command line gives it) or a preset name of :data:`CORE_PRESETS`; returns the int.
+
+    ``maximum``: the bank size (None: any positive count); ``step``: C' must be a
+    multiple of it (a model whose bank comes in chunks). A ``ValueError`` starts with
+    ``name`` and lists the allowed values."""
+    n = value
+    if isinstance(n, str):
+        n = CORE_PRESETS.get(n, int(n) if n.strip().isdigit() else None)
+    ok = isinstance(n, Integral) and not isinstance(n, bool) and n >= step and n % step == 0
+    if ok and maximum is not None:
+        ok = n <= maximum
+    if not ok:
+        upper = 'num_cores_max' if maximum is None else f'num_cores_max={maximum}'
+        multiple = f' and a multiple of {step}' if step > 1 else ''
+        raise ValueError(
+            f'{name} must be an int in [{step}, {upper}]{multiple} or a preset in '
+            f'{tuple(CORE_PRESETS)} {CORE_PRESETS}, got {value!r}'
+        )
+    return int(n)
 
 
 def select_cores(bank, num_cores, batch_size=None):

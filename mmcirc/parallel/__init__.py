@@ -1,0 +1,11 @@
+"""Spatial parallelism: one whole image computed by P processes that each hold one
+horizontal band of rows of every feature map (torch.distributed; gloo on CPU, NCCL on
+GPU). The split is :func:`band_bounds`; :func:`run_parallel` runs a function on P local
+ranks (tests, ``--nproc``), ``torchrun`` launches real runs.
+
+This package depends on torch only."""
+
+from .bands import band_bounds, band_of, check_world_size
+from .launch import free_port, init_from_env, run_parallel
+
+__all__ = ['band_bounds', 'band_of', 'check_world_size', 'free_port', 'init_from_env', 'run_parallel']

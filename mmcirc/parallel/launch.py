@@ -1,0 +1,173 @@
+"""Run one function on P local processes joined in a torch.distributed process group.
+
+``torchrun`` is the launcher for real runs (each rank calls :func:`init_from_env`);
+:func:`run_parallel` is the in-Python equivalent for tests and ``--nproc P``: it starts
+P processes, each joins a gloo (CPU) or NCCL (GPU) group over TCP on the loopback
+address, runs ``fn(*args)`` and sends its return value back. A rank that raises makes
+the whole call raise one ``RuntimeError`` naming that rank and its error; the other
+ranks are ended (they may be blocked in a collective waiting for it).
+
+This file depends on torch only.
+"""
+
+import os
+import pickle
+import socket
+import time
+import traceback
+from datetime import timedelta
+from typing import Any, Callable, List, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+__all__ = ['free_port', 'init_from_env', 'run_parallel']
+
+
+def free_port() -> int:
+    """A TCP port on the loopback address that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def init_from_env(backend: str = None, timeout_s: float = 600) -> None:
+    """Join the group ``torchrun`` describes in the environment (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT); ``backend``: 'gloo', 'nccl' or None (NCCL when CUDA is
+    available, else gloo)."""
+    if not dist.is_initialized():
+        backend = backend or ('nccl' if torch.cuda.is_available() else 'gloo')
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+def _worker(rank, world_size, port, backend, fn, args, threads, queue):
+    try:
+        torch.set_num_threads(threads)
+        dist.init_process_group(
+            backend,
+            init_method=f'tcp://127.0.0.1:{port}',
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=600),
+        )
+        try:
+            out = fn(*args)
+        finally:
+            dist.destroy_process_group()
+        # plain pickle: by value (torch's reducers would pass a file descriptor that
+        # dies with this process)
+        queue.put((rank, True, pickle.dumps(out)))
+    except BaseException as exc:  # reported to the parent, which raises
+        last = traceback.format_exc().strip().splitlines()[-1]
+        queue.put((rank, False, f'{type(exc).__name__}: {exc}' if str(exc) else last))
+
+
+def run_parallel(
+    fn: Callable,
+    nprocs: int,
+    args: Sequence = (),
+    backend: str = 'gloo',
+    start_method: str = 'fork',
+    threads: int = 1,
+    timeout_s: float = 900,
+) -> List[Any]:
+    """``[fn(*args) on rank r for r in range(nprocs)]``, each rank a process of one group.
+
+    ``start_method``: 'fork' (fast: the children share what the parent imported) or
+    'spawn' (``fn`` must then be importable by name). ``threads``: torch threads per rank.
+    Return values travel pickled by value through a multiprocessing queue."""
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f'nprocs must be a positive int, got {nprocs!r}')
+    if backend not in ('gloo', 'nccl'):
+        raise ValueError(f"backend must be one of ('gloo', 'nccl'), got {backend!r}")
+    ctx = mp.get_context(start_method)
+    queue = ctx.SimpleQueue() if start_method == 'fork' else ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(r, nprocs, port, backend, fn, tuple(args), threads, queue),
+            daemon=True,
+        )
+        for r in range(nprocs)
+    ]
+    env_before = os.environ.get('OMP_NUM_THREADS')
+    os.environ['OMP_NUM_THREADS'] = str(threads)
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if env_before is None:
+            os.environ.pop('OMP_NUM_THREADS', None)
+        else:
+            os.environ['OMP_NUM_THREADS'] = env_before
+    results, error = {}, None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) < nprocs and error is None:
+            got = _get(queue, procs, deadline)
+            if got is None:
+                dead = [r for r, p in enumerate(procs) if not p.is_alive() and r not in results]
+                error = (
+                    f'rank {dead[0]} exited with code {procs[dead[0]].exitcode} without a result'
+                    if dead
+                    else f'timed out after {timeout_s:g} s'
+                )
+                break
+            rank, ok, value = got
+            if ok:
+                results[rank] = pickle.loads(value)
+            else:
+                error = _first_cause(rank, value, queue, procs)
+    finally:
+        for p in procs:
+            if error is not None and p.is_alive():
+                p.terminate()
+            p.join(timeout=30)
+    if error is not None:
+        raise RuntimeError(error)
+    return [results[r] for r in range(nprocs)]
+
+
+#: How a rank's error reads when it only failed because another rank did.
+_SECONDARY = ('Connection closed by peer', 'Connection reset by peer', 'remote worker', 'aborted')
+
+
+def _first_cause(rank, message, queue, procs, grace_s=3.0):
+    """The error to report: the first one that is not the echo of another rank's failure
+    (waits ``grace_s`` for the others' messages)."""
+    errors = [(rank, message)]
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(p.is_alive() for p in procs):
+        got = _get(queue, procs, deadline)
+        if got is None:
+            break
+        if not got[1]:
+            errors.append((got[0], got[2]))
+    for r, msg in errors:
+        if not any(s in msg for s in _SECONDARY):
+            return f'rank {r} failed: {msg}'
+    return f'rank {errors[0][0]} failed: {errors[0][1]}'
+
+
+def _get(queue, procs, deadline, poll_s=0.2):
+    """The next message, or None once a process died without sending one or the
+    deadline passed."""
+    while time.monotonic() < deadline:
+        if _ready(queue, poll_s):
+            return queue.get()
+        # a child that died without a message (killed, out of memory)
+        if any(not p.is_alive() and p.exitcode not in (0, None) for p in procs):
+            if _ready(queue, poll_s):
+                return queue.get()
+            return None
+        time.sleep(0.01)
+    return None
+
+
+def _ready(queue, timeout):
+    reader = getattr(queue, '_reader', None)
+    if reader is not None:  # SimpleQueue / Queue share a Connection
+        return reader.poll(timeout)
+    return not queue.empty()
