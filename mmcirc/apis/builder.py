@@ -1,0 +1,227 @@
+"""The one model builder of mmcirc's tools and APIs: a config's model (an mmdet detector,
+an mmseg segmentor, an mmpretrain classifier or a bare backbone) in eval mode.
+
+:func:`build_model` does what the libraries' ``init_detector`` / ``init_model`` do, in
+one way for all three: the library is the config's ``default_scope`` (set as mmengine's
+default scope), pretrained-weight downloads are switched off (:func:`strip_pretrained`),
+the backbone overrides (:mod:`mmcirc.apis.overrides`) are applied before building, a
+checkpoint is loaded through mmengine's ``load_checkpoint`` (which ``import mmcirc``
+routes through mmcirc's safe loader, :mod:`mmcirc.engine.checkpoint`), SyncBN becomes BN,
+and ``model.dataset_meta`` holds the classes and a palette (from the checkpoint, else
+the config's dataset). Without a checkpoint the weights are ``init_weights()``'s
+(under ``seed`` when given): random, reproducible, nothing downloaded.
+
+The caller's config is never edited: the model's ``cfg`` is the edited copy.
+"""
+
+import copy
+import importlib
+import os.path as osp
+import warnings
+from typing import List, Optional
+
+__all__ = ['build_model', 'dataset_meta', 'load_model_config', 'strip_pretrained']
+
+
+def strip_pretrained(cfg) -> List[str]:
+    """Switch off pretrained-weight loading in a config (an mmengine ``Config``: its
+    ``model``) or a model config, in place: every ``init_cfg=dict(type='Pretrained',
+    ...)`` (also inside a list of initialisers, the others kept) and every
+    ``pretrained=...``. Returns the checkpoints dropped."""
+    from mmengine.config import Config
+
+    node = cfg.get('model', {}) if isinstance(cfg, Config) else cfg
+    dropped = []
+    if isinstance(node, dict):
+        init = node.get('init_cfg')
+        inits = init if isinstance(init, (list, tuple)) else [init]
+        pretrained = [i for i in inits if isinstance(i, dict) and i.get('type') == 'Pretrained']
+        if pretrained:
+            dropped += [str(i.get('checkpoint')) for i in pretrained]
+            kept = [i for i in inits if not any(i is p for p in pretrained)]
+            node['init_cfg'] = kept[0] if len(kept) == 1 else (kept or None)
+        if node.get('pretrained') is not None:
+            if node['pretrained'] is not False:
+                dropped.append(str(node['pretrained']))
+            node['pretrained'] = None
+        for value in node.values():
+            dropped += strip_pretrained(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            dropped += strip_pretrained(value)
+    return dropped
+
+
+def load_model_config(cfg, cfg_options: Optional[dict] = None):
+    """A copy of ``cfg`` (a config file path, an mmengine ``Config`` or a dict with
+    ``model`` and ``default_scope``) with ``cfg_options`` merged. ``FileNotFoundError``
+    for a missing file, ``ValueError`` for a ``default_scope`` that is not mmdet, mmseg
+    or mmpretrain, ``TypeError`` for anything else."""
+    from mmengine.config import Config
+
+    import mmcirc  # noqa: F401  (registers the models and the safe checkpoint loader)
+    from mmcirc.registry import LIBRARIES
+
+    if isinstance(cfg, str):
+        if not osp.isfile(cfg):
+            raise FileNotFoundError(f'config file not found: {cfg}')
+        cfg = Config.fromfile(cfg)
+    elif isinstance(cfg, Config):
+        cfg = copy.deepcopy(cfg)
+    elif isinstance(cfg, dict):
+        cfg = Config(copy.deepcopy(dict(cfg)))
+    else:
+        raise TypeError(f'cfg must be a config path, an mmengine Config or a dict, got {cfg!r}')
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in LIBRARIES:
+        raise ValueError(
+            f'default_scope must be one of {LIBRARIES} (inherit an mmdet::, mmseg:: or '
+            f'mmpretrain:: base config), got {scope!r}'
+        )
+    if not isinstance(cfg.get('model'), dict):
+        raise ValueError(f'model must be a dict (the model config), got {cfg.get("model")!r}')
+    return cfg
+
+
+def build_model(
+    cfg,
+    checkpoint: Optional[str] = None,
+    device='cpu',
+    overrides: Optional[dict] = None,
+    *,
+    cfg_options: Optional[dict] = None,
+    init_weights: bool = True,
+    seed: Optional[int] = None,
+    warn_random: bool = False,
+):
+    """``cfg``'s model in eval mode on ``device`` (see the module docstring).
+
+    Args:
+        cfg: a config file path or an mmengine ``Config`` (see :func:`load_model_config`).
+        checkpoint: weights to load (mmengine's ``load_checkpoint``, non-strict, missing
+            and unexpected keys logged as warnings); None: no file is read.
+        device: where the model goes (built and loaded on the CPU first).
+        overrides: backbone overrides (:func:`~mmcirc.apis.overrides.apply_backbone_overrides`;
+            raw strings are validated).
+        cfg_options: merged into the config first (``--cfg-options``).
+        init_weights: without a checkpoint, run ``init_weights()``; False leaves the
+            constructors' defaults (enough for FLOPs and shapes, and faster).
+        seed: ``torch.manual_seed(seed)`` before building and before ``init_weights``.
+        warn_random: warn when the weights are random (no checkpoint).
+
+    Returns the model (``model.cfg``: the config it was built from; full models also
+    ``model.dataset_meta``: classes and palette, see :func:`dataset_meta`).
+    """
+    import torch
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+
+    from mmcirc.registry import registries_by_library
+    from mmcirc.utils.quiet import quiet_logger
+
+    from .overrides import apply_backbone_overrides
+
+    if checkpoint is not None and not osp.isfile(checkpoint):
+        raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
+    cfg = load_model_config(cfg, cfg_options)
+    apply_backbone_overrides(cfg, overrides or {})
+    strip_pretrained(cfg)
+    model_cfg = cfg.model
+    full = 'backbone' in model_cfg
+    if full and model_cfg.get('data_preprocessor') is None and cfg.get('data_preprocessor'):
+        model_cfg.data_preprocessor = cfg.data_preprocessor  # as mmengine's Runner does
+    scope = cfg.default_scope
+    init_default_scope(scope)
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = registries_by_library()[scope].build(model_cfg)
+    meta = {}
+    with quiet_logger() as logger:  # init_weights / load_checkpoint log every tensor
+        if checkpoint is not None:
+            loaded = load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
+            meta = (loaded.get('meta') or {}) if isinstance(loaded, dict) else {}
+        elif init_weights:
+            if seed is not None:
+                torch.manual_seed(seed)
+            model.init_weights()
+    if checkpoint is None and warn_random:
+        warnings.warn(
+            'no checkpoint: the weights are random, only the time and memory figures '
+            'are meaningful, not the predictions'
+        )
+    model = revert_sync_batchnorm(model)
+    model.to(device)
+    model.eval()  # (some train() overrides, e.g. mmdet Swin's, return None: no chaining)
+    model.cfg = cfg
+    if full:
+        model.dataset_meta = dataset_meta(cfg, meta, _num_classes(model))
+    return model
+
+
+def _num_classes(model) -> int:
+    """The class count of the model's head (0 when it has none)."""
+    heads = [getattr(model, a, None) for a in ('decode_head', 'bbox_head', 'head')]
+    roi = getattr(model, 'roi_head', None)
+    heads.append(getattr(roi, 'bbox_head', None))
+    for head in heads:
+        n = getattr(head, 'num_classes', None)
+        if isinstance(n, int) and n > 0:
+            return n
+    return 0
+
+
+def dataset_meta(cfg, checkpoint_meta: Optional[dict] = None, num_classes: int = 0) -> dict:
+    """``classes`` and ``palette`` of a model: the checkpoint's ``dataset_meta`` (keys
+    lower-cased, as mmdet does; or an old checkpoint's ``CLASSES`` / ``PALETTE``), else
+    the config's dataset (its ``metainfo``, or its class's ``METAINFO``) updated by the
+    config's ``metainfo``; both completed to ``num_classes`` entries (``class_<i>``,
+    colours drawn under seed 42)."""
+    ckpt = checkpoint_meta or {}
+    if ckpt.get('dataset_meta'):
+        meta = {k.lower(): v for k, v in ckpt['dataset_meta'].items()}
+    elif ckpt.get('CLASSES'):
+        meta = dict(classes=ckpt['CLASSES'], palette=ckpt.get('PALETTE'))
+    else:
+        meta = _meta_from_cfg(cfg)
+    return _complete_meta(meta, num_classes)
+
+
+def _meta_from_cfg(cfg) -> dict:
+    meta = {}
+    scope = cfg.get('default_scope')
+    for key in ('test_dataloader', 'val_dataloader', 'train_dataloader'):
+        ds = (cfg.get(key) or {}).get('dataset') or {}
+        if ds.get('metainfo'):
+            meta = dict(ds['metainfo'])
+            break
+        if isinstance(ds.get('type'), str):
+            try:
+                registry = importlib.import_module(f'{scope}.registry').DATASETS
+                importlib.import_module(f'{scope}.datasets')
+                meta = dict(registry.get(ds['type']).METAINFO)
+                break
+            except Exception:  # noqa: BLE001 (a wrapper or an unknown type: next loader)
+                continue
+    if cfg.get('metainfo'):
+        meta.update(cfg.metainfo)
+    return meta
+
+
+def _complete_meta(meta: dict, num_classes: int) -> dict:
+    import numpy as np
+
+    meta = dict(meta)
+    classes = list(meta.get('classes') or [])
+    palette = meta.get('palette')
+    palette = [list(map(int, c)) for c in palette] if isinstance(palette, (list, tuple)) else []
+    if len(classes) < num_classes:
+        classes += [f'class_{i}' for i in range(len(classes), num_classes)]
+    n = max(num_classes, len(classes))
+    if len(palette) < n:
+        rng = np.random.RandomState(42)
+        palette += rng.randint(0, 256, size=(n - len(palette), 3)).tolist()
+    meta.update(classes=classes, palette=palette)
+    return meta
