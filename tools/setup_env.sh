@@ -13,13 +13,51 @@ MMCV_VERSION=2.1.0
 
 say()  { printf '[setup_env] %s\n' "$*"; }
 fail() { printf '[setup_env] FAILED: %s\n[setup_env] try: %s\n' "$1" "$2" >&2; exit 1; }
+# shellcheck source=mmcv_build.sh
+. "$ROOT/tools/mmcv_build.sh"
+
+# 0 (true) when mmcv is to be built with CUDA ops: MMCIRC_CUDA=1, or MMCIRC_CUDA unset on a
+# machine with nvidia-smi whose torch sees a GPU. Costs nothing where nvidia-smi is absent.
+cuda_wanted() {
+  case "${MMCIRC_CUDA:-}" in
+    1) return 0 ;;
+    0) return 1 ;;
+    '') command -v nvidia-smi >/dev/null 2>&1 && [ -x "$VENV/bin/python" ] \
+          && "$VENV/bin/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null ;;
+    *) fail "MMCIRC_CUDA=$MMCIRC_CUDA (allowed: 1, 0 or unset)" "MMCIRC_CUDA=1 bash tools/setup_env.sh" ;;
+  esac
+}
+has_cuda_ops() {
+  "$VENV/bin/python" -c "import sys; from mmcv.ops import get_compiling_cuda_version as v; sys.exit(v() == 'not available')" 2>/dev/null
+}
+# Exports CUDA_HOME for the build: $CUDA_HOME, else the nvcc on PATH, else PyPI's
+# nvidia-cuda-nvcc (+ crt headers, cccl's thrust/cub, cudart) of torch's CUDA X.Y in the venv.
+use_nvcc() {
+  CUDA_HOME="$(mmcv_find_cuda_home)"
+  if [ -z "$CUDA_HOME" ]; then
+    local major="${TORCH_CUDA%%.*}"
+    say "no CUDA_HOME and no nvcc on PATH: installing nvidia-cuda-nvcc==$TORCH_CUDA.* into $VENV"
+    # nvcc's driver, its front end cicc (nvidia-nvvm), the crt headers and thrust/cub (cccl);
+    # cuda_runtime.h, cublas_v2.h, cusparse.h, ... come with torch's own nvidia-* wheels.
+    "${PIP[@]}" install -q --no-deps "nvidia-cuda-nvcc==$TORCH_CUDA.*" "nvidia-nvvm==$TORCH_CUDA.*" \
+      "nvidia-cuda-crt==$TORCH_CUDA.*" "nvidia-cuda-cccl==$TORCH_CUDA.*" "nvidia-cuda-runtime==$TORCH_CUDA.*" \
+      || fail "installing nvidia-cuda-nvcc==$TORCH_CUDA.* (no nvcc otherwise)" "install the CUDA $TORCH_CUDA toolkit and set CUDA_HOME"
+    CUDA_HOME="$("$VENV/bin/python" -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu$major'))")"
+    # torch links -lcudart from CUDA_HOME/lib64 (else lib); the wheels ship lib/libcudart.so.X only
+    [ -e "$CUDA_HOME/lib64" ] || ln -s lib "$CUDA_HOME/lib64"
+    [ -e "$CUDA_HOME/lib/libcudart.so" ] || ln -s "libcudart.so.$major" "$CUDA_HOME/lib/libcudart.so"
+  fi
+  mmcv_check_nvcc "$VENV/bin/python" "$CUDA_HOME" "$TORCH_CUDA"
+  export CUDA_HOME
+}
 
 # Everything installed into the venv is pinned by requirements.txt; a stamp of it plus
 # the mmcv wheel lets a second run skip pip entirely.
 STAMP="$VENV/.mmcirc-installed"
-want_stamp="$(cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" "$0" | sha256sum | cut -c1-16)"
+want_stamp="$(cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" "$0" "$ROOT/tools/mmcv_build.sh" | sha256sum | cut -c1-16)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] \
-   && "$VENV/bin/python" -c "import mmcirc, mmcv.ops, mmdet, mmseg, mmpretrain" 2>/dev/null; then
+   && "$VENV/bin/python" -c "import mmcirc, mmcv.ops, mmdet, mmseg, mmpretrain" 2>/dev/null \
+   && { ! cuda_wanted || has_cuda_ops; }; then
   say "environment is up to date ($VENV)"
   exit 0
 fi
@@ -52,36 +90,57 @@ fi
 TORCH_VER="$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
 TAG="$("$VENV/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 WHEELS="$CACHE/wheels/torch-$TORCH_VER-$TAG"
+# mmcv's CUDA ops: built when asked (MMCIRC_CUDA=1, e.g. to build on a machine without a
+# GPU) or when nvidia-smi exists and torch sees a GPU (MMCIRC_CUDA=0 turns that off).
+CUDA_OPS=0
+if cuda_wanted; then
+  CUDA_OPS=1
+  TORCH_CUDA="$(mmcv_torch_cuda "$VENV/bin/python")"
+  [ -n "$TORCH_CUDA" ] || fail "torch $TORCH_VER in $VENV is a CPU-only build (torch.version.cuda is None), no CUDA ops can be built" \
+    "install a CUDA build of torch in $VENV, or unset MMCIRC_CUDA"
+  TORCH_CUDA_ARCH_LIST="$(mmcv_cuda_arch "$VENV/bin/python")"
+  export TORCH_CUDA_ARCH_LIST
+  # CUDA wheels are cached apart from the CPU one, per CUDA version and arch list.
+  WHEELS="$WHEELS-cu$TORCH_CUDA-$(mmcv_arch_key "$TORCH_CUDA_ARCH_LIST")"
+fi
 mkdir -p "$WHEELS"
 
-if "$VENV/bin/python" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '$MMCV_VERSION'" 2>/dev/null; then
+if "$VENV/bin/python" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '$MMCV_VERSION'" 2>/dev/null \
+   && { [ "$CUDA_OPS" = 0 ] || has_cuda_ops; }; then
   say "mmcv $MMCV_VERSION with compiled ops already installed"
 else
   WHEEL="$(ls "$WHEELS"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)"
   if [ -z "$WHEEL" ]; then
-    say "building mmcv $MMCV_VERSION from source, about 10 min on 2 cores (once; cached in $WHEELS)"
+    if [ "$CUDA_OPS" = 1 ]; then
+      use_nvcc
+      say "building mmcv $MMCV_VERSION with CUDA ops (CUDA $TORCH_CUDA, arch $TORCH_CUDA_ARCH_LIST, nvcc from $CUDA_HOME), about 2 h on 2 cores (once; cached in $WHEELS)"
+    else
+      say "building mmcv $MMCV_VERSION from source, about 10 min on 2 cores (once; cached in $WHEELS)"
+    fi
     SRC="$CACHE/src"; mkdir -p "$SRC"
     if ! ls "$SRC"/mmcv-$MMCV_VERSION.tar.gz >/dev/null 2>&1; then
       "${PIP[@]}" download -q --no-deps --no-binary :all: --no-build-isolation "mmcv==$MMCV_VERSION" -d "$SRC" \
         || fail "downloading the mmcv $MMCV_VERSION source archive" "pip download --no-binary :all: mmcv==$MMCV_VERSION"
     fi
-    BUILD="$(mktemp -d)"; trap 'rm -rf "$BUILD"' EXIT
-    tar -xzf "$SRC/mmcv-$MMCV_VERSION.tar.gz" -C "$BUILD"
-    # torch >= 2.10 headers need C++20; mmcv 2.1.0 hard-codes -std=c++17.
-    STD="$("$VENV/bin/python" -c "
-v = tuple(int(x) for x in '$TORCH_VER'.split('.')[:2])
-print('c++20' if v >= (2, 10) else 'c++17')")"
-    say "compiling with -std=$STD for torch $TORCH_VER"
-    sed -i "s/-std=c++17/-std=$STD/g" "$BUILD/mmcv-$MMCV_VERSION/setup.py"
-    MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-      "${PIP[@]}" wheel -q --no-deps --no-build-isolation -w "$BUILD/out" "$BUILD/mmcv-$MMCV_VERSION" \
+    if [ "$CUDA_OPS" = 1 ]; then
+      # kept until the wheel exists: a rerun after an interruption resumes the compile
+      BUILD="$CACHE/build/mmcv-$MMCV_VERSION-torch-$TORCH_VER-$TAG-cu$TORCH_CUDA-$(mmcv_arch_key "$TORCH_CUDA_ARCH_LIST")"
+      mmcv_patch_sources "$VENV/bin/python" "$SRC/mmcv-$MMCV_VERSION.tar.gz" "$BUILD/mmcv-$MMCV_VERSION" 1
+    else
+      BUILD="$(mktemp -d)"; trap 'rm -rf "$BUILD"' EXIT
+      mmcv_patch_sources "$VENV/bin/python" "$SRC/mmcv-$MMCV_VERSION.tar.gz" "$BUILD/mmcv-$MMCV_VERSION" 0
+    fi
+    mmcv_build_wheel "$VENV/bin/python" "$CUDA_OPS" "$BUILD/mmcv-$MMCV_VERSION" "$BUILD/out" \
       || fail "building mmcv $MMCV_VERSION (see the compiler output above)" "check gcc/g++ >= 10 (g++ --version) and free disk space; delete $CACHE and rerun"
     mv "$BUILD"/out/mmcv-*.whl "$WHEELS/"
+    if [ "$CUDA_OPS" = 1 ]; then rm -rf "$BUILD"; fi
     WHEEL="$(ls "$WHEELS"/mmcv-$MMCV_VERSION-*.whl | head -n1)"
   else
     say "using cached mmcv wheel $WHEEL"
   fi
-  "${PIP[@]}" install -q --no-deps "$WHEEL" || fail "installing $WHEEL" "delete $WHEELS and rerun to rebuild it"
+  REINSTALL=()  # a CUDA wheel replaces an installed CPU-only mmcv of the same version
+  if [ "$CUDA_OPS" = 1 ]; then REINSTALL=(--force-reinstall); fi
+  "${PIP[@]}" install -q --no-deps "${REINSTALL[@]}" "$WHEEL" || fail "installing $WHEEL" "delete $WHEELS and rerun to rebuild it"
 fi
 
 say "installing mmengine, mmdet, mmsegmentation, mmpretrain and mmcirc (editable)"
@@ -92,5 +151,14 @@ say "installing mmengine, mmdet, mmsegmentation, mmpretrain and mmcirc (editable
 
 (cd / && "$VENV/bin/python" -c "import mmcirc, mmcv.ops, mmdet, mmseg, mmpretrain; from mmcv.ops import nms, roi_align") \
   || fail "importing the stack after install" "rerun with a clean venv: rm -rf $VENV && bash tools/setup_env.sh"
+if [ "$CUDA_OPS" = 1 ]; then
+  if "$VENV/bin/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    say "checking mmcv's CUDA kernels (nms, roi_align, sigmoid_focal_loss) against the CPU"
+    "$VENV/bin/python" "$ROOT/tools/misc/check_mmcv_cuda.py" \
+      || fail "mmcv's CUDA ops disagree with the CPU or do not run (line above)" "delete $WHEELS and rerun to rebuild"
+  else
+    say "mmcv built with CUDA $TORCH_CUDA ops for arch $TORCH_CUDA_ARCH_LIST; no GPU here, so they are checked on the first GPU run (python tools/misc/check_mmcv_cuda.py)"
+  fi
+fi
 echo "$want_stamp" > "$STAMP"
 say "done: activate with 'source $VENV/bin/activate'"
