@@ -288,9 +288,9 @@ def test_veca_num_cores_outside_its_bank_is_one_line_error(tmp_path, capsys):
         capsys,
     )
     assert code == 1 and len(lines) == 1, lines
-    assert lines[0].startswith('error: --num-cores must be a multiple of 8 in [8, 16]') and lines[
-        0
-    ].endswith('got 12')
+    assert lines[0].startswith(
+        'error: --num-cores must be an int in [8, num_cores_max=16] and a multiple of 8'
+    ) and lines[0].endswith('got 12')
     assert not (tmp_path / 'out').exists()
 
 

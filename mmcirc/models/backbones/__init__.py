@@ -3,24 +3,26 @@ registries of mmdet, mmseg and mmpretrain).
 
 The isotropic models (:class:`CADeiT`, :class:`VECAViT`) need torch only; the pyramids
 reuse mmcv / mmdet layers and are imported only where mmengine is installed (a torch-only
-install gets the isotropic models, unregistered).
+install gets the isotropic models, unregistered). All keep one backbone contract
+(:mod:`.contract`: arch, out_indices, frozen_stages, norm_eval, with_cp, elastic cores).
 """
 
 import importlib.util
 
-__all__ = ['CADeiT', 'VECAViT']
+from mmcirc.ops.core import CORE_PRESETS
+
+__all__ = ['CADeiT', 'CORE_PRESETS', 'VECAViT']
 
 if importlib.util.find_spec('mmengine') is not None:  # registered first: the pyramids
     from .ca_pvt import CAPVT, CorePVT
     from .ca_swin import CASwin, CoreSwin
-    from .pyramid import CORE_PRESETS, CirculantBlock, CoreBlock, PyramidBackbone, PyramidStage
+    from .pyramid import CirculantBlock, CoreBlock, PyramidBackbone, PyramidStage
 
     __all__ += [
         'CAPVT',
         'CorePVT',
         'CASwin',
         'CoreSwin',
-        'CORE_PRESETS',
         'CirculantBlock',
         'CoreBlock',
         'PyramidBackbone',

@@ -29,67 +29,27 @@ This file needs torch only; with mmengine installed, :class:`CADeiT` is an mmeng
 mmpretrain.
 """
 
-import importlib.util
-from numbers import Integral, Real
+from numbers import Real
 from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from mmcirc.ops.circulant import BOUNDARIES, CirculantAttention
-
-_HAS_MMENGINE = importlib.util.find_spec('mmengine') is not None
-if _HAS_MMENGINE:
-    from mmengine.model import BaseModule
-else:  # torch only: init_cfg is stored and ignored
-
-    class BaseModule(nn.Module):
-        """Stand-in for mmengine's BaseModule (no init_cfg handling)."""
-
-        def __init__(self, init_cfg=None):
-            super().__init__()
-            self.init_cfg = init_cfg
-            self.is_init = False
-
-        def init_weights(self):
-            self.is_init = True
-
+from mmcirc.ops.circulant import CirculantAttention
+from .contract import (
+    HAS_MMENGINE,
+    BackboneContract,
+    check_circulant,
+    check_positive_int,
+    check_rate,
+    spatial_size,
+)
 
 __all__ = ['CADeiT', 'CADeiTBlock', 'Mlp', 'DropPath', 'OUT_TYPES']
 
 #: What a block output becomes (mmpretrain's VisionTransformer ``out_type`` names).
 OUT_TYPES = ('featmap', 'avg_featmap', 'raw')
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
-def parse_block_indices(out_indices, depth: int) -> tuple:
-    """``out_indices`` of an isotropic model (an int or ints in [-depth, depth - 1]) ->
-    sorted, non-negative, unique block indices; ValueError naming the range otherwise."""
-    if _is_int(out_indices):
-        out_indices = (out_indices,)
-    if (
-        not isinstance(out_indices, (list, tuple))
-        or not out_indices
-        or not all(_is_int(i) and -depth <= i < depth for i in out_indices)
-    ):
-        raise ValueError(
-            f'out_indices must be an int or a non-empty sequence of ints in '
-            f'[-{depth}, {depth - 1}] (blocks 0..{depth - 1}), got {out_indices!r}'
-        )
-    return tuple(sorted({int(i) % depth for i in out_indices}))
-
-
-def _hw(x: torch.Tensor) -> tuple:
-    """(H, W) of a (..., H, W) tensor: ints (eager; under ``torch.jit.trace``, whose
-    sizes are tensors, made ints), torch.export's symbolic sizes left symbolic (an
-    ``int()`` there would bake the traced size into a dynamic graph)."""
-    h, w = x.shape[-2], x.shape[-1]
-    return (int(h), int(w)) if torch.jit.is_tracing() else (h, w)
 
 
 # --------------------------------------------------------------------------- layers
@@ -140,7 +100,7 @@ class PatchEmbed(nn.Module):
         if pad_h or pad_w:
             x = F.pad(x, (0, pad_w, 0, pad_h))
         x = self.proj(x)  # (B, C, H', W')
-        hw = _hw(x)
+        hw = spatial_size(x)
         return x.flatten(2).transpose(1, 2), hw
 
 
@@ -188,7 +148,7 @@ class CADeiTBlock(nn.Module):
 
 
 # --------------------------------------------------------------------------- model
-class CADeiT(BaseModule):
+class CADeiT(BackboneContract):
     """CA-DeiT backbone (official layout) for mmpretrain, mmseg and mmdet.
 
     Args:
@@ -227,6 +187,10 @@ class CADeiT(BaseModule):
         'base': dict(embed_dims=768, depth=12, mlp_ratio=4.0),
     }
     arch_zoo.update({'t': arch_zoo['tiny'], 's': arch_zoo['small'], 'b': arch_zoo['base']})
+    arch_names = ('tiny', 'small', 'base')
+    arch_keys = ('embed_dims', 'depth')
+    arch_defaults = dict(mlp_ratio=4.0)
+    stage_unit = 'blocks'
 
     def __init__(
         self,
@@ -254,27 +218,22 @@ class CADeiT(BaseModule):
         self.depth = settings['depth']
         self.mlp_ratio = settings['mlp_ratio']
         self.num_features = self.embed_dims
-        for key, value in (('patch_size', patch_size), ('in_channels', in_channels)):
-            if not _is_int(value) or value < 1:
-                raise ValueError(f'{name}: {key} must be a positive int, got {value!r}')
+        self.patch_size = check_positive_int(name, 'patch_size', patch_size)
+        check_positive_int(name, 'in_channels', in_channels)
         if out_type not in OUT_TYPES:
             raise ValueError(f'{name}: out_type must be one of {OUT_TYPES}, got {out_type!r}')
-        if boundary not in BOUNDARIES:
-            raise ValueError(f'{name}: boundary must be one of {BOUNDARIES}, got {boundary!r}')
-        for key, value in (('drop_rate', drop_rate), ('drop_path_rate', drop_path_rate)):
-            if not (isinstance(value, Real) and not isinstance(value, bool) and 0 <= value < 1):
-                raise ValueError(f'{name}: {key} must be in [0, 1), got {value!r}')
-        if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.depth:
-            raise ValueError(
-                f'{name}: frozen_stages must be an int in [-1, {self.depth}], got {frozen_stages!r}'
-            )
-        self.out_indices = parse_block_indices(out_indices, self.depth)
+        check_circulant(name, boundary, scale)
+        check_rate(name, 'drop_rate', drop_rate)
+        check_rate(name, 'drop_path_rate', drop_path_rate)
+        self._setup_contract(
+            num_stages=self.depth,
+            out_indices=out_indices,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            with_cp=with_cp,
+        )
         self.out_type = out_type
         self.final_norm = bool(final_norm)
-        self.with_cp = bool(with_cp)
-        self.frozen_stages = int(frozen_stages)
-        self.norm_eval = bool(norm_eval)
-        self.patch_size = int(patch_size)
 
         self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size)
         dpr = torch.linspace(0, drop_path_rate, self.depth, device='cpu').tolist()  # official rule
@@ -299,61 +258,23 @@ class CADeiT(BaseModule):
         self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps)
         self._freeze_stages()
 
-    # ------------------------------------------------------------------ parsing
+    # ------------------------------------------------------------------ contract
     @classmethod
-    def _parse_arch(cls, arch) -> dict:
-        names = ('tiny', 'small', 'base')
-        if isinstance(arch, str):
-            if arch.lower() not in cls.arch_zoo:
-                raise ValueError(
-                    f'{cls.__name__}: arch must be one of {names} or a dict with keys '
-                    f'embed_dims, depth[, mlp_ratio]; got {arch!r}'
-                )
-            return dict(cls.arch_zoo[arch.lower()])
-        if not isinstance(arch, dict):
-            raise ValueError(
-                f'{cls.__name__}: arch must be a str in {names} or a dict, got {type(arch).__name__}'
-            )
-        if not {'embed_dims', 'depth'} <= set(arch) <= {'embed_dims', 'depth', 'mlp_ratio'}:
-            raise ValueError(
-                f'{cls.__name__}: an arch dict needs the keys embed_dims, depth (and optionally '
-                f'mlp_ratio), got {sorted(arch)}'
-            )
-        out = dict(mlp_ratio=4.0)
-        out.update(arch)
+    def _check_arch(cls, arch: dict) -> dict:
         for key in ('embed_dims', 'depth'):
-            if not _is_int(out[key]) or out[key] < 1:
-                raise ValueError(
-                    f'{cls.__name__}: arch {key} must be a positive int, got {out[key]!r}'
-                )
-        if not (isinstance(out['mlp_ratio'], Real) and out['mlp_ratio'] > 0):
-            raise ValueError(
-                f'{cls.__name__}: arch mlp_ratio must be positive, got {out["mlp_ratio"]!r}'
-            )
-        return out
+            check_positive_int(cls.__name__, f'arch {key}', arch[key])
+        ratio = arch['mlp_ratio']
+        if not (isinstance(ratio, Real) and not isinstance(ratio, bool) and ratio > 0):
+            raise ValueError(f'{cls.__name__}: arch mlp_ratio must be positive, got {ratio!r}')
+        return arch
 
-    # ------------------------------------------------------------------ mm contract
-    def _freeze_stages(self) -> None:
-        modules = []
-        if self.frozen_stages >= 0:
-            modules.append(self.patch_embed)
+    def _frozen_parts(self):
+        """``frozen_stages`` = k: the patch embedding, blocks 0..k-1 (all: and ``norm``)."""
+        modules = [self.patch_embed] if self.frozen_stages >= 0 else []
         modules += list(self.blocks[: max(self.frozen_stages, 0)])
         if self.frozen_stages == self.depth:
             modules.append(self.norm)
-        for m in modules:
-            m.eval()
-            for param in m.parameters():
-                param.requires_grad = False
-
-    def train(self, mode: bool = True):
-        """Train/eval mode, keeping frozen parts (and with ``norm_eval`` the norms) in eval."""
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, nn.LayerNorm):
-                    m.eval()
-        return self
+        return modules, []
 
     def init_weights(self):
         """The official init (truncated normal std 0.02 linears with zero bias, unit
@@ -371,11 +292,6 @@ class CADeiT(BaseModule):
         super().init_weights()
 
     # ------------------------------------------------------------------ forward
-    def _block(self, block, x, hw):
-        if self.with_cp and torch.is_grad_enabled() and x.requires_grad:
-            return checkpoint(block, x, hw, use_reentrant=False)
-        return block(x, hw)
-
     def _format(self, x: torch.Tensor, hw) -> torch.Tensor:
         if self.out_type == 'raw':
             return x  # (B, N, C)
@@ -390,7 +306,7 @@ class CADeiT(BaseModule):
         x, hw = self.patch_embed(x)  # (B, N, C), N = H/16 * W/16
         outs = []
         for i, block in enumerate(self.blocks):
-            x = self._block(block, x, hw)
+            x = self._call_block(block, x, hw)
             if i == self.depth - 1 and self.final_norm:
                 x = self.norm(x)
             if i in self.out_indices:
@@ -398,7 +314,7 @@ class CADeiT(BaseModule):
         return tuple(outs)
 
 
-if _HAS_MMENGINE:  # registration needs the OpenMMLab libraries
+if HAS_MMENGINE:  # registration needs the OpenMMLab libraries
     from mmcirc.registry import register_model
 
     register_model(CADeiT)

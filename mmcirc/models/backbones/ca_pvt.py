@@ -33,7 +33,8 @@ from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
 from mmengine.model import ModuleList
 
 from mmcirc.registry import register_model
-from .pyramid import PyramidBackbone, PyramidStage, _is_int
+from .contract import is_int
+from .pyramid import PyramidBackbone, PyramidStage
 
 __all__ = ['CAPVT', 'CorePVT', 'MMDET_PVT_KEY_MAP', 'convert_mmdet_pvt_keys']
 
@@ -162,38 +163,36 @@ class CAPVT(PyramidBackbone):
     ):
         super().__init__(init_cfg=init_cfg)
         self._setup(
-            arch,
-            attention,
-            stage_attentions,
-            out_indices,
-            drop_path_rate,
-            circulant_heads,
-            boundary,
-            scale,
-            num_cores,
-            num_cores_max,
-            frozen_stages,
-            norm_eval,
-            with_cp,
-            block_cfgs,
+            arch=arch,
+            attention=attention,
+            stage_attentions=stage_attentions,
+            block_cfgs=block_cfgs,
+            out_indices=out_indices,
+            drop_path_rate=drop_path_rate,
+            circulant_heads=circulant_heads,
+            boundary=boundary,
+            scale=scale,
+            num_cores=num_cores,
+            num_cores_max=num_cores_max,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            with_cp=with_cp,
         )
         n = self.num_stages
-        patch_sizes = self._per_stage(
-            'patch_sizes', patch_sizes, n, lambda v: _is_int(v) and v >= 1
-        )
-        sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, lambda v: _is_int(v) and v >= 1)
+        patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, lambda v: is_int(v) and v >= 1)
+        sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, lambda v: is_int(v) and v >= 1)
         mlp_ratios = self._per_stage(
             'mlp_ratios',
             mlp_ratios,
             n,
             lambda v: isinstance(v, Real) and not isinstance(v, bool) and v > 0,
         )
-        if _is_int(pretrain_img_size):
+        if is_int(pretrain_img_size):
             pretrain_img_size = (pretrain_img_size, pretrain_img_size)
         if (
             not isinstance(pretrain_img_size, (tuple, list))
             or len(pretrain_img_size) != 2
-            or not all(_is_int(v) and v >= 1 for v in pretrain_img_size)
+            or not all(is_int(v) and v >= 1 for v in pretrain_img_size)
         ):
             raise ValueError(
                 f'CAPVT: pretrain_img_size must be a positive int or (H, W), '

@@ -23,7 +23,8 @@ from mmengine.model import ModuleList
 from torch import nn
 
 from mmcirc.registry import register_model
-from .pyramid import PyramidBackbone, PyramidStage, _is_int
+from .contract import is_int
+from .pyramid import PyramidBackbone, PyramidStage
 
 __all__ = ['CASwin', 'CoreSwin']
 
@@ -109,24 +110,24 @@ class CASwin(PyramidBackbone):
     ):
         super().__init__(init_cfg=init_cfg)
         self._setup(
-            arch,
-            attention,
-            stage_attentions,
-            out_indices,
-            drop_path_rate,
-            circulant_heads,
-            boundary,
-            scale,
-            num_cores,
-            num_cores_max,
-            frozen_stages,
-            norm_eval,
-            with_cp,
-            block_cfgs,
+            arch=arch,
+            attention=attention,
+            stage_attentions=stage_attentions,
+            block_cfgs=block_cfgs,
+            out_indices=out_indices,
+            drop_path_rate=drop_path_rate,
+            circulant_heads=circulant_heads,
+            boundary=boundary,
+            scale=scale,
+            num_cores=num_cores,
+            num_cores_max=num_cores_max,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            with_cp=with_cp,
         )
         n = self.num_stages
-        strides = self._per_stage('strides', strides, n, lambda v: _is_int(v) and v >= 1)
-        if not _is_int(window_size) or window_size < 1:
+        strides = self._per_stage('strides', strides, n, lambda v: is_int(v) and v >= 1)
+        if not is_int(window_size) or window_size < 1:
             raise ValueError(f'CASwin: window_size must be a positive int, got {window_size!r}')
         patch_norm_cfg = norm_cfg if patch_norm else None
         common = dict(
@@ -184,7 +185,7 @@ class CASwin(PyramidBackbone):
 
     @classmethod
     def _stage_widths(cls, embed_dims, num_stages):
-        if _is_int(embed_dims):
+        if is_int(embed_dims):
             return tuple(embed_dims * 2**i for i in range(num_stages))
         return tuple(embed_dims)
 

@@ -13,28 +13,26 @@ it was. Hence one skeleton with a per-stage choice of attention:
   family takes is read from the registry;
 * :class:`PyramidStage`: ``[patch_embed] -> [pos_embed] -> blocks -> [norm] ->
   [downsample]``, with a learnable core bank when its blocks carry cores;
-* :class:`PyramidBackbone`: argument checking, stochastic depth, the forward loop,
-  ``out_indices``, ``frozen_stages``, ``norm_eval``, ``with_cp``, ``init_weights`` and
-  elastic core counts. The family subclasses (``ca_pvt.py``, ``ca_swin.py``) only say
+* :class:`PyramidBackbone`: argument checking, stochastic depth, the forward loop and
+  ``init_weights``; ``arch``, ``out_indices``, ``frozen_stages``, ``norm_eval``,
+  ``with_cp`` and elastic core counts are the contract every mmcirc backbone keeps
+  (:mod:`.contract`). The family subclasses (``ca_pvt.py``, ``ca_swin.py``) only say
   how a stage is laid out and what their original block is.
 """
 
 import math
-from numbers import Integral, Real
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from mmdet.models.layers import nlc_to_nchw
-from mmengine.model import BaseModule, ModuleList
-from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_, trunc_normal_init
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.modules.instancenorm import _InstanceNorm
-from torch.utils.checkpoint import checkpoint
+from mmengine.model import ModuleList
+from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_init
 
-from mmcirc.ops.circulant import BOUNDARIES
-from mmcirc.ops.core import select_cores
+from mmcirc.ops.core import CORE_PRESETS
 from ..blocks import CirculantBlock, CoreBlock, block_class, block_classes
+from .contract import BackboneContract, ElasticCores, check_circulant, check_rate, is_int
+from .pyramid_stage import PyramidStage
 
 __all__ = [
     'CORE_PRESETS',
@@ -45,16 +43,6 @@ __all__ = [
     'registered_pyramids',
 ]
 
-#: Deployment presets of the active core count C' (METHOD.md, section 2).
-CORE_PRESETS: Dict[str, int] = {'mobile': 8, 'edge': 32, 'server': 64}
-
-
-# --------------------------------------------------------------------------- helpers
-def _size(s):
-    """``int(s)``, except a symbolic size (``torch.export`` with dynamic shapes), which
-    stays symbolic so that one exported graph serves every input size."""
-    return s if isinstance(s, torch.SymInt) else int(s)
-
 
 def _stride_of(module: Optional[nn.Module]) -> int:
     """Downsampling factor of an mmcv ``PatchEmbed`` (conv ``projection``) or
@@ -64,116 +52,6 @@ def _stride_of(module: Optional[nn.Module]) -> int:
     inner = getattr(module, 'projection', None) or getattr(module, 'sampler', None)
     stride = getattr(inner, 'stride', 1)
     return int(stride[0] if isinstance(stride, (tuple, list)) else stride)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
-# --------------------------------------------------------------------------- stage
-class PyramidStage(BaseModule):
-    """One pyramid stage: ``[patch_embed] -> [pos_embed] -> blocks -> [norm] -> [downsample]``.
-
-    PVT embeds its patches at the start of each stage (``patch_embed``, ``pos_embed``,
-    ``norm``); Swin merges patches at the end (``downsample``). Absent parts are None.
-    A ``'core'`` stage owns a learnable bank ``cores`` (``num_cores_max`` x C, init std
-    0.02) of which the first ``num_cores`` enter the first block; each block returns
-    updated cores for the next one.
-
-    Args:
-        attention (str): the attention kind of the blocks (public: ``stage.attention``).
-        blocks (list[nn.Module]): blocks called as ``blk(x, hw_shape)`` or, when they
-            carry cores, ``blk(x, hw_shape, cores) -> (x, cores)``.
-        embed_dims (int): channels of the blocks.
-        patch_embed, pos_embed, norm, downsample (nn.Module, optional): see above.
-        num_cores_max (int): bank size (core-carrying blocks only). num_cores (int): active C'.
-        with_cp (bool): torch.utils.checkpoint each block (saves memory in training).
-        carries_cores (bool, optional): whether the stage owns a core bank; None: when
-            its blocks declare ``carries_cores``.
-
-    ``forward(x, hw_shape) -> (x_next, hw_next, out, out_hw)``: the input of the next
-    stage and this stage's output (before ``downsample``), tokens (B, N, C).
-    """
-
-    def __init__(
-        self,
-        attention: str,
-        blocks: List[nn.Module],
-        embed_dims: int,
-        patch_embed: Optional[nn.Module] = None,
-        pos_embed: Optional[nn.Module] = None,
-        norm: Optional[nn.Module] = None,
-        downsample: Optional[nn.Module] = None,
-        num_cores_max: int = 64,
-        num_cores: int = 64,
-        with_cp: bool = False,
-        carries_cores: Optional[bool] = None,
-        init_cfg=None,
-    ):
-        super().__init__(init_cfg=init_cfg)
-        self.attention = attention
-        self.embed_dims = embed_dims
-        self.with_cp = with_cp
-        self.patch_embed = patch_embed
-        self.pos_embed = pos_embed
-        self.blocks = ModuleList(blocks)
-        self.norm = norm
-        self.downsample = downsample
-        if carries_cores is None:
-            carries_cores = any(getattr(b, 'carries_cores', False) for b in blocks)
-        if carries_cores:
-            self.cores = nn.Parameter(torch.zeros(num_cores_max, embed_dims))
-            self.num_cores = num_cores
-        else:
-            self.cores = None
-            self.num_cores = None
-
-    def extra_repr(self) -> str:
-        s = f'attention={self.attention!r}'
-        if self.cores is not None:
-            s += f', num_cores={self.num_cores}/{self.cores.shape[0]}'
-        return s
-
-    def init_weights(self):
-        """Core bank ~ trunc normal, std 0.02 (a large init collapses the gather)."""
-        if self.cores is not None and not self.is_init:
-            trunc_normal_(self.cores, std=0.02)
-        super().init_weights()
-
-    def _call(self, block: nn.Module, *args):
-        if self.with_cp and torch.is_grad_enabled() and args[0].requires_grad:
-            return checkpoint(block, *args, use_reentrant=False)
-        return block(*args)
-
-    def forward(self, x: torch.Tensor, hw_shape: Optional[Sequence[int]]):
-        """x: tokens (B, N, C) with ``hw_shape``, or an image/map (B, C, H, W) when the
-        stage starts with ``patch_embed``. Returns (x_next, hw_next, out, out_hw)."""
-        if self.patch_embed is not None:
-            if x.dim() == 3:
-                x = nlc_to_nchw(x, hw_shape)
-            x, hw_shape = self.patch_embed(x)
-        hw_shape = tuple(_size(s) for s in hw_shape)
-        if self.pos_embed is not None:
-            x = self.pos_embed(x, hw_shape)
-        if self.cores is None:
-            for block in self.blocks:
-                x = self._call(block, x, hw_shape)
-        else:
-            cores = (
-                select_cores(self.cores, self.num_cores)
-                .unsqueeze(0)
-                .expand(x.shape[0], -1, -1)
-                .to(x.dtype)
-            )  # (B, C', C); B may be symbolic (export)
-            for block in self.blocks:
-                x, cores = self._call(block, x, hw_shape, cores)
-        if self.norm is not None:
-            x = self.norm(x)
-        out, out_hw = x, hw_shape
-        if self.downsample is not None:
-            x, hw_shape = self.downsample(x, hw_shape)
-            hw_shape = tuple(_size(s) for s in hw_shape)
-        return x, hw_shape, out, out_hw
 
 
 # --------------------------------------------------------------------------- backbone
@@ -191,7 +69,7 @@ def registered_pyramids() -> Dict[str, List[type]]:
     return out
 
 
-class PyramidBackbone(BaseModule):
+class PyramidBackbone(ElasticCores, BackboneContract):
     """Family-independent part of the CA/Core pyramids (abstract; see CAPVT, CASwin).
 
     Subclasses set the class attributes below and build, in their ``__init__``, the
@@ -217,6 +95,7 @@ class PyramidBackbone(BaseModule):
 
     family: str = ''
     arch_zoo: Dict[str, dict] = {}
+    arch_keys = ('embed_dims', 'depths', 'num_heads')
     original_attention: str = ''
     default_attention: str = 'circulant'
     stages_attr: str = 'stages'
@@ -231,29 +110,11 @@ class PyramidBackbone(BaseModule):
         return tuple(block_classes(cls.family))
 
     @classmethod
-    def _parse_arch(cls, arch) -> dict:
-        if isinstance(arch, str):
-            if arch.lower() not in cls.arch_zoo:
-                raise ValueError(
-                    f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict '
-                    f'with keys embed_dims, depths, num_heads; got {arch!r}'
-                )
-            arch = cls.arch_zoo[arch.lower()]
-        if not isinstance(arch, dict):
-            raise ValueError(
-                f'{cls.__name__}: arch must be a str in {tuple(cls.arch_zoo)} or a dict, '
-                f'got {type(arch).__name__}'
-            )
-        keys = {'embed_dims', 'depths', 'num_heads'}
-        if set(arch) != keys:
-            raise ValueError(
-                f'{cls.__name__}: an arch dict needs exactly the keys {sorted(keys)}, '
-                f'got {sorted(arch)}'
-            )
+    def _check_arch(cls, arch: dict) -> dict:
         depths, num_heads = tuple(arch['depths']), tuple(arch['num_heads'])
         embed_dims = cls._stage_widths(arch['embed_dims'], len(depths))
         for name, seq in (('depths', depths), ('num_heads', num_heads), ('embed_dims', embed_dims)):
-            if not seq or not all(_is_int(v) and v >= 1 for v in seq):
+            if not seq or not all(is_int(v) and v >= 1 for v in seq):
                 raise ValueError(f'{cls.__name__}: arch {name} must be positive ints, got {seq!r}')
         if not len(depths) == len(num_heads) == len(embed_dims):
             raise ValueError(
@@ -269,7 +130,7 @@ class PyramidBackbone(BaseModule):
     @classmethod
     def _stage_widths(cls, embed_dims, num_stages: int) -> tuple:
         """Channels per stage from the arch's ``embed_dims`` (a sequence here)."""
-        if _is_int(embed_dims):
+        if is_int(embed_dims):
             raise ValueError(
                 f'{cls.__name__}: arch embed_dims must list one width per stage, got {embed_dims!r}'
             )
@@ -306,33 +167,37 @@ class PyramidBackbone(BaseModule):
         )
 
     @classmethod
-    def _parse_blocks(cls, attention, stage_attentions, block_cfgs, num_stages: int) -> list:
-        """[(block class, block options)] per stage from the short form and ``block_cfgs``."""
-        name = cls.__name__
-        kinds_of = block_classes(cls.family)
-        choices = tuple(kinds_of)
+    def _stage_kinds(cls, attention, stage_attentions, num_stages: int) -> Tuple[str, ...]:
+        """The short form: one attention kind per stage."""
+        name, choices = cls.__name__, cls.attention_choices()
         attention = cls.default_attention if attention is None else attention
         if attention not in choices:
             raise ValueError(f'{name}: attention must be one of {choices}, got {attention!r}')
         if stage_attentions is None:
             k = cls.num_replaced_stages
-            kinds = (attention,) * min(k, num_stages) + (cls.original_attention,) * max(
+            return (attention,) * min(k, num_stages) + (cls.original_attention,) * max(
                 num_stages - k, 0
             )
-        else:
-            if isinstance(stage_attentions, str):
-                stage_attentions = (stage_attentions,) * num_stages
-            kinds = tuple(stage_attentions)
-            if len(kinds) != num_stages:
+        if isinstance(stage_attentions, str):
+            stage_attentions = (stage_attentions,) * num_stages
+        kinds = tuple(stage_attentions)
+        if len(kinds) != num_stages:
+            raise ValueError(
+                f'{name}: stage_attentions must have {num_stages} entries '
+                f'(one per stage), got {len(kinds)}: {kinds!r}'
+            )
+        for i, kind in enumerate(kinds):
+            if kind not in choices:
                 raise ValueError(
-                    f'{name}: stage_attentions must have {num_stages} entries '
-                    f'(one per stage), got {len(kinds)}: {kinds!r}'
+                    f'{name}: stage_attentions[{i}] must be one of {choices}, got {kind!r}'
                 )
-            for i, kind in enumerate(kinds):
-                if kind not in choices:
-                    raise ValueError(
-                        f'{name}: stage_attentions[{i}] must be one of {choices}, got {kind!r}'
-                    )
+        return kinds
+
+    @classmethod
+    def _parse_blocks(cls, attention, stage_attentions, block_cfgs, num_stages: int) -> list:
+        """[(block class, block options)] per stage from the short form and ``block_cfgs``."""
+        name, kinds_of = cls.__name__, block_classes(cls.family)
+        kinds = cls._stage_kinds(attention, stage_attentions, num_stages)
         if block_cfgs is None or isinstance(block_cfgs, dict):
             cfgs = (block_cfgs,) * num_stages
         elif isinstance(block_cfgs, (list, tuple)) and len(block_cfgs) == num_stages:
@@ -363,46 +228,13 @@ class PyramidBackbone(BaseModule):
             out.append((block, options))
         return out
 
-    @staticmethod
-    def _parse_out_indices(out_indices, num_stages: int) -> tuple:
-        if _is_int(out_indices):
-            out_indices = (out_indices,)
-        if not isinstance(out_indices, (list, tuple)) or not out_indices:
-            raise ValueError(
-                f'out_indices must be an int or a non-empty sequence of ints in '
-                f'[-{num_stages}, {num_stages - 1}], got {out_indices!r}'
-            )
-        normalised = []
-        for idx in out_indices:
-            if not _is_int(idx) or not -num_stages <= idx < num_stages:
-                raise ValueError(
-                    f'out_indices must be ints in [-{num_stages}, {num_stages - 1}] '
-                    f'(stages 0..{num_stages - 1}), got {tuple(out_indices)!r}'
-                )
-            normalised.append(int(idx) % num_stages)
-        return tuple(sorted(set(normalised)))
-
-    @staticmethod
-    def _parse_num_cores(num_cores, num_cores_max: int, name: str = 'num_cores') -> int:
-        if isinstance(num_cores, str):
-            if num_cores not in CORE_PRESETS:
-                raise ValueError(
-                    f'{name} must be an int in [1, {num_cores_max}] or a preset in '
-                    f'{tuple(CORE_PRESETS)} {CORE_PRESETS}, got {num_cores!r}'
-                )
-            num_cores = CORE_PRESETS[num_cores]
-        if not _is_int(num_cores) or not 1 <= num_cores <= num_cores_max:
-            raise ValueError(
-                f'{name} must be an int in [1, num_cores_max={num_cores_max}] or a preset in '
-                f'{tuple(CORE_PRESETS)} {CORE_PRESETS}, got {num_cores!r}'
-            )
-        return int(num_cores)
-
     def _setup(
         self,
+        *,
         arch,
         attention,
         stage_attentions,
+        block_cfgs,
         out_indices,
         drop_path_rate,
         circulant_heads,
@@ -413,79 +245,46 @@ class PyramidBackbone(BaseModule):
         frozen_stages,
         norm_eval,
         with_cp,
-        block_cfgs=None,
     ):
-        """Parse and check the common arguments (ValueError names the parameter)."""
+        """Parse and check the arguments every pyramid takes (keyword only, as the
+        family's constructor got them; ValueError names the parameter)."""
         cls_name = type(self).__name__
         self.arch_settings = self._parse_arch(arch)
         self.embed_dims = self.arch_settings['embed_dims']
         self.depths = self.arch_settings['depths']
         self.num_heads = self.arch_settings['num_heads']
-        self.num_stages = len(self.depths)
         self.num_features = list(self.embed_dims)
-        blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, self.num_stages)
+        n = len(self.depths)
+        blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, n)
         self.block_types = tuple(b for b, _ in blocks)
         self.block_options = tuple(o for _, o in blocks)
         self.stage_attentions = tuple(b.kind for b in self.block_types)
-        self.out_indices = self._parse_out_indices(out_indices, self.num_stages)
-        if boundary not in BOUNDARIES:
-            raise ValueError(f'{cls_name}: boundary must be one of {BOUNDARIES}, got {boundary!r}')
-        if not (
-            (isinstance(scale, str) and scale in ('sqrt_n', 'n'))
-            or (
-                isinstance(scale, Real)
-                and not isinstance(scale, bool)
-                and math.isfinite(scale)
-                and scale > 0
-            )
-        ):
-            raise ValueError(
-                f"{cls_name}: scale must be 'sqrt_n', 'n' or a positive float, got {scale!r}"
-            )
+        self._setup_contract(
+            num_stages=n,
+            out_indices=out_indices,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            with_cp=with_cp,
+        )
+        check_circulant(cls_name, boundary, scale)
         self.boundary, self.scale = boundary, scale
         self.circulant_heads = self._per_stage(
-            'circulant_heads',
-            circulant_heads,
-            self.num_stages,
-            lambda v: v is None or (_is_int(v) and v >= 1),
+            'circulant_heads', circulant_heads, n, lambda v: v is None or (is_int(v) and v >= 1)
         )
         for i, block in enumerate(self.block_types):
-            block.check_stage(
-                cls_name,
-                i,
-                dict(
-                    embed_dims=self.embed_dims[i],
-                    num_heads=self.num_heads[i],
-                    circulant_heads=self.circulant_heads[i],
-                ),
+            ctx = dict(
+                embed_dims=self.embed_dims[i],
+                num_heads=self.num_heads[i],
+                circulant_heads=self.circulant_heads[i],
             )
-        if not _is_int(num_cores_max) or num_cores_max < 1:
-            raise ValueError(
-                f'{cls_name}: num_cores_max must be a positive int, got {num_cores_max!r}'
-            )
-        self.num_cores_max = int(num_cores_max)
-        self._num_cores = self._parse_num_cores(
-            num_cores_max if num_cores is None else num_cores, self.num_cores_max
-        )
-        if not (isinstance(drop_path_rate, Real) and 0 <= drop_path_rate < 1):
-            raise ValueError(
-                f'{cls_name}: drop_path_rate must be in [0, 1), got {drop_path_rate!r}'
-            )
+            block.check_stage(cls_name, i, ctx)
+        self._setup_cores(num_cores, num_cores_max)
+        check_rate(cls_name, 'drop_path_rate', drop_path_rate)
         total = sum(self.depths)
-        dpr = [
-            drop_path_rate * k / max(total - 1, 1) for k in range(total)
-        ]  # linear over all blocks
+        dpr = [drop_path_rate * k / max(total - 1, 1) for k in range(total)]  # linear, all blocks
         self.drop_path_rates = [
-            dpr[sum(self.depths[:i]) : sum(self.depths[: i + 1])] for i in range(self.num_stages)
+            dpr[sum(self.depths[:i]) : sum(self.depths[: i + 1])] for i in range(n)
         ]
-        if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.num_stages:
-            raise ValueError(
-                f'{cls_name}: frozen_stages must be an int in [-1, {self.num_stages}], '
-                f'got {frozen_stages!r}'
-            )
-        self.frozen_stages = int(frozen_stages)
-        self.norm_eval = bool(norm_eval)
-        self.with_cp = bool(with_cp)
 
     # ------------------------------------------------------------------ building
     def _build_blocks(self, i: int, **family_ctx) -> List[nn.Module]:
@@ -537,43 +336,17 @@ class PyramidBackbone(BaseModule):
             modules.append(norm)
         return modules
 
-    # ------------------------------------------------------------------ elastic cores
-    @property
-    def num_cores(self) -> int:
-        """Active core count C' of the core stages."""
-        return self._num_cores
-
-    def set_num_cores(self, num_cores) -> None:
-        """Set the active core count C' (int in [1, num_cores_max] or a preset name in
-        ``CORE_PRESETS``) of every core stage; takes effect from the next forward."""
-        self._num_cores = self._parse_num_cores(num_cores, self.num_cores_max)
+    # ------------------------------------------------------------------ contract
+    def _apply_num_cores(self, num_cores: int) -> None:
         for stage in self.stages:
             if stage.cores is not None:
-                stage.num_cores = self._num_cores
+                stage.num_cores = num_cores
 
-    # ------------------------------------------------------------------ mm contract
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages >= 0:
-            for m in self._stem_modules():
-                m.eval()
-                for param in m.parameters():
-                    param.requires_grad = False
+    def _frozen_parts(self):
+        modules = list(self._stem_modules()) if self.frozen_stages >= 0 else []
         for i in range(self.frozen_stages):
-            for m in self._stage_modules(i):
-                m.eval()
-                for param in m.parameters():
-                    param.requires_grad = False
-
-    def train(self, mode: bool = True):
-        """Set train/eval mode, keeping frozen stages (and, with ``norm_eval``, the
-        normalisation layers) in eval mode."""
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, (_BatchNorm, _InstanceNorm, nn.GroupNorm, nn.LayerNorm)):
-                    m.eval()
-        return self
+            modules += self._stage_modules(i)
+        return modules, []
 
     def init_weights(self):
         """Default init (truncated normal linears, unit norms, std-0.02 core banks and

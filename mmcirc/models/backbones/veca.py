@@ -40,14 +40,19 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from .ca_deit import _HAS_MMENGINE, BaseModule, _hw, _is_int, parse_block_indices
+from .contract import (
+    HAS_MMENGINE,
+    BackboneContract,
+    ElasticCores,
+    check_positive_int,
+    check_rate,
+    is_int,
+    spatial_size,
+)
 
-__all__ = ['VECAViT', 'VECABlock', 'Rotary2D', 'VECA_PRESETS', 'VECA_OUT_TYPES']
+__all__ = ['VECAViT', 'VECABlock', 'Rotary2D', 'VECA_OUT_TYPES']
 
-#: Deployment presets of C' (METHOD.md 2), all multiples of the official chunk.
-VECA_PRESETS = {'mobile': 8, 'edge': 32, 'server': 64}
 #: ``featmap``: patches as (B, C, H, W) maps; ``global_token``: the first core (B, C);
 #: ``featmap_and_token``: (map, token) pairs; ``raw``: (cores, patches) token tensors.
 VECA_OUT_TYPES = ('featmap', 'global_token', 'featmap_and_token', 'raw')
@@ -75,7 +80,7 @@ class Rotary2D(nn.Module):
         rescale_coords: Optional[float] = 2.0,
     ):
         super().__init__()
-        if not _is_int(head_dim) or head_dim % 4:
+        if not is_int(head_dim) or head_dim % 4:
             raise ValueError(f'head width must be a multiple of 4 for 2-D RoPE, got {head_dim!r}')
         if zero_freqs_from not in ('low', 'high'):
             raise ValueError(
@@ -129,6 +134,9 @@ class Rotary2D(nn.Module):
 class CorePeripheryAttention(nn.Module):
     """Block-sparse attention over ``[cores; patches]``: cores see everything,
     patches see the cores only. Parameters ``{q,k,v,out}_proj`` (with biases)."""
+
+    #: an attention layer for mmcirc.analysis (FLOPs; not captured: attention_form None)
+    attention_kind = 'core_periphery'
 
     def __init__(self, dim: int, num_heads: int, dropout: float = 0.0):
         super().__init__()
@@ -184,7 +192,7 @@ class VECABlock(nn.Module):
 
 
 # --------------------------------------------------------------------------- model
-class VECAViT(BaseModule):
+class VECAViT(ElasticCores, BackboneContract):
     """VECA backbone (official architecture) for mmpretrain, mmseg and mmdet.
 
     Args:
@@ -197,7 +205,7 @@ class VECAViT(BaseModule):
         out_channels (int, optional): output projection width (the official
             ``distill_output_dim``; None: none).
         num_cores (int | str, optional): active C' (multiple of ``core_chunk``, or a
-            preset in :data:`VECA_PRESETS`); None: all cores.
+            preset in :data:`~mmcirc.ops.core.CORE_PRESETS`); None: all cores.
         core_chunk (int): the granularity of C' (official 8).
         out_indices (int | Sequence[int]): blocks whose patch outputs are returned;
             the last block's output goes through the final LN and projection.
@@ -220,6 +228,8 @@ class VECAViT(BaseModule):
             embed_dims=1024, num_layers=24, num_heads=16, mlp_ratio=2.66667, num_cores=64
         ),
     }
+    arch_keys = ('embed_dims', 'num_layers', 'num_heads', 'mlp_ratio', 'num_cores')
+    stage_unit = 'blocks'
 
     def __init__(
         self,
@@ -246,37 +256,32 @@ class VECAViT(BaseModule):
         name = type(self).__name__
         s = self._parse_arch(arch)
         self.embed_dims, self.num_layers = s['embed_dims'], s['num_layers']
-        self.num_heads, self.mlp_ratio, self.num_cores_max = (
-            s['num_heads'],
-            s['mlp_ratio'],
-            s['num_cores'],
-        )
+        self.num_heads, self.mlp_ratio = s['num_heads'], s['mlp_ratio']
+        self.num_cores_max = s['num_cores']  # the bank; C' is checked once it is built
         if self.embed_dims % self.num_heads:
             raise ValueError(
                 f'{name}: arch num_heads={self.num_heads} must divide embed_dims={self.embed_dims}'
             )
-        if not _is_int(core_chunk) or core_chunk < 1 or self.num_cores_max % core_chunk:
+        if not is_int(core_chunk) or core_chunk < 1 or self.num_cores_max % core_chunk:
             raise ValueError(
                 f'{name}: core_chunk must be a positive int dividing the bank size '
                 f'{self.num_cores_max}, got {core_chunk!r}'
             )
         if out_type not in VECA_OUT_TYPES:
             raise ValueError(f'{name}: out_type must be one of {VECA_OUT_TYPES}, got {out_type!r}')
-        if out_channels is not None and (not _is_int(out_channels) or out_channels < 1):
+        if out_channels is not None and (not is_int(out_channels) or out_channels < 1):
             raise ValueError(
                 f'{name}: out_channels must be None or a positive int, got {out_channels!r}'
             )
-        if not (isinstance(dropout, Real) and 0 <= dropout < 1):
-            raise ValueError(f'{name}: dropout must be in [0, 1), got {dropout!r}')
-        if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.num_layers:
-            raise ValueError(
-                f'{name}: frozen_stages must be an int in [-1, {self.num_layers}], '
-                f'got {frozen_stages!r}'
-            )
+        check_rate(name, 'dropout', dropout)
+        self._setup_contract(
+            num_stages=self.num_layers,
+            out_indices=out_indices,
+            frozen_stages=frozen_stages,
+            with_cp=with_cp,
+        )
         self.core_chunk = int(core_chunk)
         self.out_type = out_type
-        self.out_indices = parse_block_indices(out_indices, self.num_layers)
-        self.with_cp, self.frozen_stages = bool(with_cp), int(frozen_stages)
         d = self.embed_dims
         self.out_channels = int(out_channels or d)
         self.num_features = self.out_channels
@@ -308,86 +313,37 @@ class VECAViT(BaseModule):
         self.output_proj = (
             nn.Identity() if self.out_channels == d else nn.Linear(d, self.out_channels)
         )
-        self._num_cores = self._parse_num_cores(
-            self.num_cores_max if num_cores is None else num_cores
-        )
+        self._setup_cores(num_cores, self.num_cores_max)
         self._freeze_stages()
 
-    # ------------------------------------------------------------------ parsing
+    # ------------------------------------------------------------------ contract
     @classmethod
-    def _parse_arch(cls, arch) -> dict:
-        keys = ('embed_dims', 'num_layers', 'num_heads', 'mlp_ratio', 'num_cores')
-        if isinstance(arch, str):
-            if arch.lower() not in cls.arch_zoo:
-                raise ValueError(
-                    f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict with '
-                    f'keys {keys}; got {arch!r}'
-                )
-            return dict(cls.arch_zoo[arch.lower()])
-        if not isinstance(arch, dict) or set(arch) != set(keys):
-            raise ValueError(
-                f'{cls.__name__}: arch must be one of {tuple(cls.arch_zoo)} or a dict with exactly '
-                f'the keys {keys}; got {arch!r}'
-            )
+    def _check_arch(cls, arch: dict) -> dict:
         for key in ('embed_dims', 'num_layers', 'num_heads', 'num_cores'):
-            if not _is_int(arch[key]) or arch[key] < 1:
-                raise ValueError(
-                    f'{cls.__name__}: arch {key} must be a positive int, got {arch[key]!r}'
-                )
-        if not (isinstance(arch['mlp_ratio'], Real) and arch['mlp_ratio'] > 0):
-            raise ValueError(
-                f'{cls.__name__}: arch mlp_ratio must be positive, got {arch["mlp_ratio"]!r}'
-            )
-        return dict(arch)
+            check_positive_int(cls.__name__, f'arch {key}', arch[key])
+        ratio = arch['mlp_ratio']
+        if not (isinstance(ratio, Real) and not isinstance(ratio, bool) and ratio > 0):
+            raise ValueError(f'{cls.__name__}: arch mlp_ratio must be positive, got {ratio!r}')
+        return arch
 
-    def _parse_num_cores(self, num_cores) -> int:
-        allowed = list(range(self.core_chunk, self.num_cores_max + 1, self.core_chunk))
-        value = VECA_PRESETS.get(num_cores, num_cores) if isinstance(num_cores, str) else num_cores
-        if not _is_int(value) or value not in allowed:
-            raise ValueError(
-                f'num_cores must be a multiple of {self.core_chunk} in {allowed} (the bank of '
-                f'{self.num_cores_max} cores in chunks of {self.core_chunk}) or a preset in '
-                f'{VECA_PRESETS}, got {num_cores!r}'
-            )
-        return int(value)
-
-    # ------------------------------------------------------------------ elastic cores
     @property
-    def num_cores(self) -> int:
-        """Active core count C'."""
-        return self._num_cores
+    def num_cores_step(self) -> int:
+        """C' comes in chunks of ``core_chunk`` cores (the official bank layout)."""
+        return self.core_chunk
 
-    def set_num_cores(self, num_cores) -> None:
-        """Use the first ``num_cores`` cores (a multiple of ``core_chunk`` up to the bank
-        size, or a preset name) from the next forward on."""
-        self._num_cores = self._parse_num_cores(num_cores)
-
-    # ------------------------------------------------------------------ mm contract
-    def _freeze_stages(self) -> None:
-        modules, params = [], []
-        if self.frozen_stages >= 0:
+    def _frozen_parts(self):
+        """``frozen_stages`` = k: the patch embedding; k >= 1 also the core bank, its
+        coordinates and their heads up to block k; all: everything (and the RoPE
+        coordinate augmentation off)."""
+        k, modules, params = self.frozen_stages, [], []
+        if k >= 0:
             modules.append(self.patch_embed)
-        if self.frozen_stages >= 1:
+        if k >= 1:
             params += [self.cores, self.core_coords, self.pos_alpha]
-            modules += list(self.blocks[: self.frozen_stages]) + list(
-                self.pos_linears[: self.frozen_stages - 1]
-            )
-        if self.frozen_stages == self.num_layers:
-            modules += list(self.pos_linears) + [self.final_norm, self.output_proj]
-        for m in modules:
-            m.eval()
-            params += list(m.parameters())
-        for p in params:
-            p.requires_grad = False
-
-    def train(self, mode: bool = True):
-        """Train/eval mode; frozen parts stay in eval (no dropout, no coordinate
-        augmentation when the whole model is frozen)."""
-        super().train(mode)
-        self._freeze_stages()
-        if self.frozen_stages == self.num_layers:
-            self.rope.eval()
-        return self
+            modules += list(self.blocks[:k]) + list(self.pos_linears[: k - 1])
+        if k == self.num_layers:
+            modules += list(self.pos_linears) + [self.final_norm, self.output_proj, self.rope]
+        return modules, params
 
     def init_weights(self):
         """The official init (truncated normal std 0.02 linears and patch conv, zero
@@ -418,12 +374,6 @@ class VECAViT(BaseModule):
         x = (torch.arange(w, device=device, dtype=torch.float32) + 0.5) * (2.0 / w) - 1
         return torch.stack([x.expand(h, w), y[:, None].expand(h, w)], dim=-1).reshape(h * w, 2)
 
-    def _block(self, i, x, cos, sin, c):
-        block = self.blocks[i]
-        if self.with_cp and torch.is_grad_enabled() and x.requires_grad:
-            return checkpoint(block, x, cos, sin, c, use_reentrant=False)
-        return block(x, cos, sin, c)
-
     def _format(self, cores, patches, hw):
         if self.out_type == 'raw':
             return cores, patches  # (B, C', D), (B, N, D)
@@ -443,7 +393,7 @@ class VECAViT(BaseModule):
         if x.shape[-2] % p or x.shape[-1] % p:
             x = F.pad(x, (0, -x.shape[-1] % p, 0, -x.shape[-2] % p))
         x = self.patch_embed.proj(x)  # (B, D, H, W)
-        b, hw = x.shape[0], _hw(x)  # ints eagerly, symbolic under torch.export
+        b, hw = x.shape[0], spatial_size(x)  # ints eagerly, symbolic under torch.export
         x = self.patch_embed.norm(x.flatten(2).transpose(1, 2))  # (B, N, D)
         c = self._num_cores
         raw = self.core_coords[:c].unsqueeze(0).expand(b, -1, -1)  # (B, C', 2)
@@ -457,7 +407,7 @@ class VECAViT(BaseModule):
                 delta = self.pos_linears[i - 1](x[:, :c])  # (B, C', 2)
                 raw = raw + self.pos_alpha[i - 1].to(delta.dtype) * delta
             cos, sin = self.rope.cos_sin(torch.cat([torch.tanh(raw), p_img], dim=1))  # (B, C'+N, d)
-            x = self._block(i, x, cos, sin, c)
+            x = self._call_block(self.blocks[i], x, cos, sin, c)
             if i in self.out_indices:
                 y = self.output_proj(self.final_norm(x)) if i == self.num_layers - 1 else x
                 outs.append(self._format(y[:, :c], y[:, c:], hw))
@@ -478,7 +428,7 @@ def _fps_coords(num: int, pool: int = 1000, coord_range: float = 0.95) -> torch.
     return torch.atanh(pts.clamp(-0.999, 0.999))
 
 
-if _HAS_MMENGINE:
+if HAS_MMENGINE:
     from mmcirc.registry import register_model
 
     register_model(VECAViT)

@@ -181,10 +181,13 @@ def test_registered_in_three_libraries():
         (dict(arch='huge'), "arch must be one of ('small', 'splus', 'base', 'large')"),
         (
             dict(num_cores=12),
-            'num_cores must be a multiple of 8 in [8, 16, 24, 32, 40, 48, 56, 64]',
+            'num_cores must be an int in [8, num_cores_max=64] and a multiple of 8',
         ),
-        (dict(num_cores=72), 'num_cores must be a multiple of 8'),
-        (dict(num_cores='desktop'), 'num_cores must be a multiple of 8'),
+        (
+            dict(num_cores=72),
+            'num_cores must be an int in [8, num_cores_max=64] and a multiple of 8',
+        ),
+        (dict(num_cores='desktop'), "a multiple of 8 or a preset in ('mobile', 'edge', 'server')"),
         (dict(out_type='cls_token'), 'out_type must be one of'),
         (dict(core_chunk=7), 'core_chunk must be a positive int dividing the bank size 64'),
     ],
@@ -197,7 +200,9 @@ def test_bad_arguments(kwargs, message):
 
 def test_set_num_cores_refuses_other_counts():
     model = VECAViT(arch=SMALL, patch_size=8)
-    with pytest.raises(ValueError, match=r'num_cores must be a multiple of 8 in \[8, 16, 24\]'):
+    with pytest.raises(
+        ValueError, match=r'num_cores must be an int in \[8, num_cores_max=24\] and a multiple of 8'
+    ):
         model.set_num_cores(4)
     assert model.num_cores == 24
 

@@ -1,0 +1,275 @@
+"""The one backbone contract of mmcirc: the pyramids (CA-PVT, CA-Swin, Core-PVT,
+Core-Swin) and the isotropic models (CA-DeiT, VECA) keep it alike.
+
+mmdet, mmseg and mmpretrain expect of a backbone:
+
+* ``arch``: a named variant of ``arch_zoo`` or a dict of its settings;
+* ``out_indices``: the stages (pyramids) or blocks (isotropic models) whose outputs
+  ``forward`` returns, an int or ints, negative ones counted from the end;
+* ``frozen_stages``: ``-1`` nothing, ``0`` the stem (patch embedding), ``k`` also the
+  first k stages / blocks: requires_grad off and eval mode, kept through ``train()``;
+* ``norm_eval``: normalisation layers stay in eval mode while training;
+* ``with_cp``: each block under ``torch.utils.checkpoint`` (memory for compute);
+* with a core bank: the active core count C' (``num_cores``, ``set_num_cores``),
+  parsed by :func:`mmcirc.ops.core.parse_num_cores` against :data:`CORE_PRESETS`.
+
+:class:`BackboneContract` does the first five, :class:`ElasticCores` the last. A
+family says only what is its own: the keys and value checks of an arch dict
+(``arch_keys``, ``arch_defaults``, :meth:`BackboneContract._check_arch`) and which
+modules its first k stages are (:meth:`BackboneContract._frozen_parts`).
+
+Torch only (CA-DeiT and VECA need nothing else): with mmengine installed the base
+class is mmengine's ``BaseModule`` (``init_cfg``), else a stand-in that stores it.
+"""
+
+import importlib.util
+import math
+from numbers import Integral, Real
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
+from torch.utils.checkpoint import checkpoint
+
+from mmcirc.ops.circulant import BOUNDARIES, SCALES
+from mmcirc.ops.core import CORE_PRESETS, parse_num_cores
+
+HAS_MMENGINE = importlib.util.find_spec('mmengine') is not None
+if HAS_MMENGINE:
+    from mmengine.model import BaseModule
+else:  # torch only: init_cfg is stored and ignored
+
+    class BaseModule(nn.Module):
+        """Stand-in for mmengine's BaseModule (no init_cfg handling)."""
+
+        def __init__(self, init_cfg=None):
+            super().__init__()
+            self.init_cfg = init_cfg
+            self.is_init = False
+
+        def init_weights(self):
+            self.is_init = True
+
+
+__all__ = [
+    'BackboneContract',
+    'BaseModule',
+    'CORE_PRESETS',
+    'ElasticCores',
+    'HAS_MMENGINE',
+    'NORM_TYPES',
+    'call_block',
+    'check_circulant',
+    'check_positive_int',
+    'check_rate',
+    'is_int',
+    'parse_out_indices',
+    'spatial_size',
+]
+
+#: What ``norm_eval`` keeps in eval mode.
+NORM_TYPES = (_BatchNorm, _InstanceNorm, nn.GroupNorm, nn.LayerNorm)
+
+
+# --------------------------------------------------------------------------- checks
+def is_int(value) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def check_positive_int(owner: str, name: str, value) -> int:
+    if not is_int(value) or value < 1:
+        raise ValueError(f'{owner}: {name} must be a positive int, got {value!r}')
+    return int(value)
+
+
+def check_rate(owner: str, name: str, value) -> float:
+    """A dropout / drop-path probability in [0, 1)."""
+    if not (isinstance(value, Real) and not isinstance(value, bool) and 0 <= value < 1):
+        raise ValueError(f'{owner}: {name} must be in [0, 1), got {value!r}')
+    return value
+
+
+def check_circulant(owner: str, boundary, scale) -> None:
+    """``boundary`` and ``scale`` of circulant attention (:mod:`mmcirc.ops.circulant`),
+    checked when the backbone is built, before any block is."""
+    if not isinstance(boundary, str) or boundary not in BOUNDARIES:
+        raise ValueError(f'{owner}: boundary must be one of {BOUNDARIES}, got {boundary!r}')
+    if isinstance(scale, str):
+        ok = scale in SCALES
+    else:
+        ok = isinstance(scale, Real) and not isinstance(scale, bool) and math.isfinite(scale)
+        ok = ok and scale > 0
+    if not ok:
+        raise ValueError(f"{owner}: scale must be 'sqrt_n', 'n' or a positive float, got {scale!r}")
+
+
+def parse_out_indices(out_indices, num: int, unit: str = 'stages') -> tuple:
+    """``out_indices`` (an int or ints in [-num, num - 1]) -> sorted, non-negative,
+    unique indices; ValueError naming the range (``unit``: what is indexed) otherwise."""
+    if is_int(out_indices):
+        out_indices = (out_indices,)
+    if (
+        not isinstance(out_indices, (list, tuple))
+        or not out_indices
+        or not all(is_int(i) and -num <= i < num for i in out_indices)
+    ):
+        raise ValueError(
+            f'out_indices must be an int or a non-empty sequence of ints in '
+            f'[-{num}, {num - 1}] ({unit} 0..{num - 1}), got {out_indices!r}'
+        )
+    return tuple(sorted({int(i) % num for i in out_indices}))
+
+
+def spatial_size(x: torch.Tensor) -> tuple:
+    """(H, W) of a (..., H, W) tensor: ints (eager; under ``torch.jit.trace``, whose
+    sizes are tensors, made ints), torch.export's symbolic sizes left symbolic (an
+    ``int()`` there would bake the traced size into a dynamic graph)."""
+    h, w = x.shape[-2], x.shape[-1]
+    return (int(h), int(w)) if torch.jit.is_tracing() else (h, w)
+
+
+def call_block(block: nn.Module, *args, with_cp: bool = False):
+    """``block(*args)``, under ``torch.utils.checkpoint`` when ``with_cp`` and autograd
+    records (activations recomputed in backward, not stored; RNG state preserved)."""
+    if with_cp and torch.is_grad_enabled() and args[0].requires_grad:
+        return checkpoint(block, *args, use_reentrant=False)
+    return block(*args)
+
+
+# --------------------------------------------------------------------------- contract
+class BackboneContract(BaseModule):
+    """arch, out_indices, frozen_stages + train(), norm_eval and with_cp (abstract).
+
+    Class attributes of a family:
+        arch_zoo (dict): named variants (aliases allowed), each a dict of settings.
+        arch_names (tuple, optional): the names an error lists (None: ``arch_zoo``'s).
+        arch_keys (tuple): the keys an arch dict must have.
+        arch_defaults (dict): optional keys of an arch dict and their values.
+        stage_unit (str): what ``out_indices`` / ``frozen_stages`` count (``'stages'``
+            or ``'blocks'``).
+
+    A family's ``__init__`` calls :meth:`_setup_contract` (sets ``num_stages``,
+    ``out_indices``, ``frozen_stages``, ``norm_eval``, ``with_cp``), builds its
+    modules, then calls :meth:`_freeze_stages`; it calls its blocks through
+    :meth:`_call_block`.
+    """
+
+    arch_zoo: Dict[str, dict] = {}
+    arch_names: Optional[Tuple[str, ...]] = None
+    arch_keys: Tuple[str, ...] = ()
+    arch_defaults: Dict[str, object] = {}
+    stage_unit: str = 'stages'
+    norm_eval: bool = False
+    with_cp: bool = False
+    frozen_stages: int = -1
+
+    # ------------------------------------------------------------------ arch
+    @classmethod
+    def _parse_arch(cls, arch) -> dict:
+        """``arch`` (a name in ``arch_zoo``, any case, or a dict) -> the checked settings."""
+        name, names = cls.__name__, cls.arch_names or tuple(cls.arch_zoo)
+        optional = tuple(cls.arch_defaults)
+        keys = ', '.join(cls.arch_keys) + (f'[, {", ".join(optional)}]' if optional else '')
+        if isinstance(arch, str):
+            if arch.lower() not in cls.arch_zoo:
+                raise ValueError(
+                    f'{name}: arch must be one of {names} or a dict with keys {keys}; got {arch!r}'
+                )
+            arch = cls.arch_zoo[arch.lower()]
+        elif not isinstance(arch, dict):
+            raise ValueError(
+                f'{name}: arch must be a str in {names} or a dict, got {type(arch).__name__}'
+            )
+        elif not set(cls.arch_keys) <= set(arch) <= set(cls.arch_keys) | set(optional):
+            need = f'the keys {sorted(cls.arch_keys)}'
+            need = f'{need} (and optionally {sorted(optional)})' if optional else f'exactly {need}'
+            raise ValueError(f'{name}: an arch dict needs {need}, got {sorted(arch)}')
+        return cls._check_arch(dict(cls.arch_defaults, **arch))
+
+    @classmethod
+    def _check_arch(cls, arch: dict) -> dict:
+        """Check (and normalise) the values of an arch dict with the right keys."""
+        return arch
+
+    # ------------------------------------------------------------------ contract
+    def _setup_contract(
+        self, *, num_stages: int, out_indices, frozen_stages, norm_eval=False, with_cp=False
+    ) -> None:
+        """Parse and check ``out_indices`` and ``frozen_stages`` against ``num_stages``."""
+        self.num_stages = int(num_stages)
+        self.out_indices = parse_out_indices(out_indices, self.num_stages, self.stage_unit)
+        if not is_int(frozen_stages) or not -1 <= frozen_stages <= self.num_stages:
+            raise ValueError(
+                f'{type(self).__name__}: frozen_stages must be an int in '
+                f'[-1, {self.num_stages}], got {frozen_stages!r}'
+            )
+        self.frozen_stages = int(frozen_stages)
+        self.norm_eval = bool(norm_eval)
+        self.with_cp = bool(with_cp)
+
+    def _frozen_parts(self) -> Tuple[List[nn.Module], List[nn.Parameter]]:
+        """(modules, loose parameters) that ``frozen_stages`` freezes."""
+        raise NotImplementedError
+
+    def _freeze_stages(self) -> None:
+        modules, params = self._frozen_parts()
+        for m in modules:
+            m.eval()
+            params = list(params) + list(m.parameters())
+        for param in params:
+            param.requires_grad = False
+
+    def train(self, mode: bool = True):
+        """Set train/eval mode, keeping frozen stages (and, with ``norm_eval``, the
+        normalisation layers) in eval mode."""
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, NORM_TYPES):
+                    m.eval()
+        return self
+
+    def _call_block(self, block: nn.Module, *args):
+        """``block(*args)``, checkpointed with ``with_cp`` (see :func:`call_block`)."""
+        return call_block(block, *args, with_cp=self.with_cp)
+
+
+class ElasticCores:
+    """Elastic core count C' (METHOD.md 2) of a backbone with core banks (mixin).
+
+    The first C' cores of a bank of ``num_cores_max`` are used; C' is an int in
+    [step, num_cores_max], a multiple of ``num_cores_step`` (1, or the chunk a bank
+    comes in), or a preset name of :data:`CORE_PRESETS`. A family calls
+    :meth:`_setup_cores` and, when its modules hold C' themselves, overrides
+    :meth:`_apply_num_cores`.
+    """
+
+    num_cores_step: int = 1
+
+    def _parse_num_cores(self, num_cores) -> int:
+        return parse_num_cores(num_cores, self.num_cores_max, self.num_cores_step)
+
+    def _setup_cores(self, num_cores, num_cores_max) -> None:
+        """Check the bank size and C' (None: the whole bank)."""
+        self.num_cores_max = check_positive_int(type(self).__name__, 'num_cores_max', num_cores_max)
+        self._num_cores = self._parse_num_cores(
+            self.num_cores_max if num_cores is None else num_cores
+        )
+
+    @property
+    def num_cores(self) -> int:
+        """Active core count C'."""
+        return self._num_cores
+
+    def set_num_cores(self, num_cores) -> None:
+        """Set the active core count C' (see the class docstring); takes effect from
+        the next forward. ValueError (C' unchanged) for any other value."""
+        self._num_cores = self._parse_num_cores(num_cores)
+        self._apply_num_cores(self._num_cores)
+
+    def _apply_num_cores(self, num_cores: int) -> None:
+        """Pass a new C' to the modules that hold it (default: none do)."""
