@@ -4,21 +4,15 @@ the matrices (kernels, gather weights) the layers use."""
 
 import itertools
 import math
-import os.path as osp
-import sys
 
 import pytest
 import torch
-
-from helpers import REPO
-
-sys.path.insert(0, osp.join(REPO, 'tests', 'ops'))
-from dense_reference import circulant_attention_dense, offset_index  # noqa: E402
+from ops.dense_reference import circulant_attention_dense, offset_index
 
 from mmcirc.analysis.attention_maps import (
     AttentionCapture,
     bccb_distance,
-    bccb_expand,  # noqa: E402
+    bccb_expand,
     bccb_kernel,
     bccb_project,
     centre_kernel,
@@ -26,7 +20,7 @@ from mmcirc.analysis.attention_maps import (
     gather_entropy,
     shuffle_tokens,
 )
-from mmcirc.ops import CirculantAttention, CoreAttention  # noqa: E402
+from mmcirc.ops import CirculantAttention, CoreAttention
 
 
 pytestmark = pytest.mark.usefixtures('one_torch_thread')

@@ -116,10 +116,10 @@ def build_model(cfg, checkpoint=None, device='cpu', seed=0):
         raise CLIError(str(err)) from None
 
 
-def setup(args, kinds, what):
+def setup(args, forms, what):
     """The prologue of every run: warnings as one line, check the flags, read the
     image and the config, build the model (``args.checkpoint`` or random weights
-    under ``args.seed``), find its backbone's attention layers of ``kinds`` (none: a
+    under ``args.seed``), find its backbone's attention layers of ``forms`` (none: a
     one-line error naming ``what`` and the kinds it has) and run the image through
     the test pipeline.
 
@@ -136,7 +136,7 @@ def setup(args, kinds, what):
     cfg = load_cfg(args)
     t0 = time.time()
     model = build_model(cfg, args.checkpoint, args.device, args.seed)
-    layers = find_attention_layers(model.backbone, kinds)
+    layers = find_attention_layers(model.backbone, forms=forms)
     if not layers:
         found = sorted({k for _, k, _ in find_attention_layers(model.backbone)})
         raise CLIError(

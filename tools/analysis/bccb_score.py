@@ -88,7 +88,6 @@ def score(model, inputs, head, seed, bar, shuffle=True):
     """Run the backbone with capture hooks; return {layer: entry} in model order."""
     import torch
     from mmcirc.analysis.attention_maps import (
-        DENSE_KINDS,
         AttentionCapture,
         bccb_distance,
         shuffle_tokens,
@@ -120,7 +119,7 @@ def score(model, inputs, head, seed, bar, shuffle=True):
         bar.update()
         return None  # keep nothing of the full matrices
 
-    with AttentionCapture(model.backbone, kinds=DENSE_KINDS, callback=reduce), torch.no_grad():
+    with AttentionCapture(model.backbone, forms=('matrix',), callback=reduce), torch.no_grad():
         model.backbone(inputs)
     return out
 
@@ -236,10 +235,8 @@ def _strip(entry):
 @main_guard
 def main(argv=None):
     args = parse_args(argv)
-    from mmcirc.analysis.attention_maps import DENSE_KINDS
-
     run = vc.setup(
-        args, DENSE_KINDS, 'dense attention layer (SRA, Swin window or ViT self-attention)'
+        args, ('matrix',), 'dense attention layer (SRA, Swin window or ViT self-attention)'
     )
     header = vc.record_header(args, run)
     model, run.model = run.model, None  # freed before the random-weight model is built

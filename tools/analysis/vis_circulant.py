@@ -82,7 +82,7 @@ def capture_kernels(model, inputs, bar):
         )
         bar.update()
 
-    with AttentionCapture(model.backbone, kinds=('circulant',), callback=keep), torch.no_grad():
+    with AttentionCapture(model.backbone, forms=('kernel',), callback=keep), torch.no_grad():
         model.backbone(inputs)
     return out
 
@@ -236,7 +236,7 @@ def erf_figure(plt, erfs, image):
 @main_guard
 def main(argv=None):
     args = parse_args(argv)
-    run = vc.setup(args, ('circulant',), 'circulant attention layer')
+    run = vc.setup(args, ('kernel',), 'circulant attention layer')
     model, inputs, layers, image, (h, w), out = (
         run.model,
         run.inputs,

@@ -89,7 +89,7 @@ def capture_gathers(model, inputs, bar):
         out[key] = (rec.weights[0].double(), tuple(rec.q_grid))
         bar.update()
 
-    with AttentionCapture(model.backbone, kinds=('core',), callback=keep), torch.no_grad():
+    with AttentionCapture(model.backbone, forms=('gather',), callback=keep), torch.no_grad():
         model.backbone(inputs)
     return out
 
@@ -225,7 +225,7 @@ def entropy_figure(plt, stats, counts):
 @main_guard
 def main(argv=None):
     args = parse_args(argv)
-    run = vc.setup(args, ('core',), 'core attention layer')
+    run = vc.setup(args, ('gather',), 'core attention layer')
     backbone = run.model.backbone
     if not hasattr(backbone, 'set_num_cores'):
         raise CLIError(f"{type(backbone).__name__} has no set_num_cores(): cannot vary C'")

@@ -12,7 +12,10 @@ register_model`) and declares, as class attributes:
   original block does not have, i.e. what a converted checkpoint leaves new;
 * ``options``: the backbone-level options it reads (e.g. ``boundary``), so a tool
   can tell whether an option has any effect;
-* ``quadratic``: its attention matrix grows with the square of the map area.
+* ``quadratic``: its attention matrix grows with the square of the map area;
+* ``attention_probes``: how the analysis captures its attention and counts its FLOPs
+  (:class:`~mmcirc.models.blocks.probe.AttentionProbe`; the probes of all registered
+  blocks are asked, so a probe also finds its operator outside this block).
 
 A backbone builds its blocks from configs: :meth:`PyramidBlock.stage_kwargs` maps the
 backbone's per-block context (``embed_dims``, ``num_heads``, ``drop_path_rate``, ...)
@@ -44,6 +47,7 @@ class PyramidBlock:
     added_keys: Tuple[str, ...] = ()
     options: Tuple[str, ...] = ()
     quadratic: bool = False
+    attention_probes: tuple = ()
     #: the family's ``num_heads`` must divide ``embed_dims`` in a stage of this kind
     uses_num_heads: bool = True
 

@@ -11,8 +11,28 @@ from mmengine.model import BaseModule
 from mmcirc.ops.core import CoreAttention
 from mmcirc.registry import register_model
 from .base import PyramidBlock, apply_ffn, build_ffn, cpe
+from .probe import AttentionProbe, call_arg
 
-__all__ = ['CoreBlock']
+__all__ = ['CoreBlock', 'CoreProbe']
+
+
+class CoreProbe(AttentionProbe):
+    """:class:`~mmcirc.ops.core.CoreAttention`: the gather weights of each core over the
+    patches ``softmax((c W_qc)_h (x W_kp)_h^T / sqrt(d))``, form ``'gather'``
+    (B, heads, C', N); the patch grid is the enclosing block's ``hw_shape``."""
+
+    kind = 'core'
+    form = 'gather'
+
+    def matches(self, module):
+        return isinstance(module, CoreAttention)
+
+    def weights(self, mod, args, kwargs, ctx):
+        x, cores = call_arg(args, kwargs, 0, 'x'), call_arg(args, kwargs, 1, 'cores')
+        q = mod._heads(mod.q_core(cores)) * mod.scale  # (B, h, C', d)
+        k = mod._heads(mod.k_patch(x))  # (B, h, N, d)
+        gather = torch.softmax(q @ k.transpose(-1, -2), dim=-1)  # (B, h, C', N)
+        return dict(weights=gather, q_grid=None, k_grid=None)
 
 
 @register_model()
@@ -42,6 +62,7 @@ class CoreBlock(PyramidBlock, BaseModule):
     """
 
     kind = 'core'
+    attention_probes = (CoreProbe(),)
     carries_cores = True
     added_keys = ('cpe.', 'attn.')
     options = ('num_cores', 'num_cores_max', 'core_cpe', 'core_chunk_size')

@@ -3,12 +3,51 @@
 import math
 from typing import Sequence
 
-from mmdet.models.backbones.swin import SwinBlock
+import torch
+from mmdet.models.backbones.swin import SwinBlock, WindowMSA
+from torch import nn
 
 from mmcirc.registry import register_model
 from .base import PyramidBlock
+from .probe import AttentionProbe, call_arg
 
-__all__ = ['WindowBlock']
+__all__ = ['WindowBlock', 'WindowProbe']
+
+
+class WindowProbe(AttentionProbe):
+    """Swin's ``WindowMSA`` (mmdet, mmseg, mmpretrain; the ``'window'`` stages) with its
+    relative position bias and shift mask. Form ``'matrix'`` (B*windows, heads, N, N)
+    on the window grid."""
+
+    kind = 'window'
+    form = 'matrix'
+
+    def matches(self, m):
+        if isinstance(m, WindowMSA):
+            return True
+        return (  # mmseg's / mmpretrain's copies of the class (not SwinV2's)
+            type(m).__name__ == 'WindowMSA'
+            and isinstance(getattr(m, 'qkv', None), nn.Linear)
+            and hasattr(m, 'relative_position_bias_table')
+            and hasattr(m, 'relative_position_index')
+            and not hasattr(m, 'logit_scale')
+        )
+
+    def weights(self, mod, args, kwargs, ctx):
+        x, mask = call_arg(args, kwargs, 0, 'x'), call_arg(args, kwargs, 1, 'mask')
+        bw, n, c = x.shape
+        h = mod.num_heads
+        qkv = mod.qkv(x).reshape(bw, n, 3, h, c // h).permute(2, 0, 3, 1, 4)
+        q, k = qkv[0] * mod.scale, qkv[1]  # (B*nW, h, N, d)
+        attn = q @ k.transpose(-2, -1)  # (B*nW, h, N, N)
+        bias = mod.relative_position_bias_table[mod.relative_position_index.view(-1)]
+        attn = attn + bias.view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
+        if mask is not None:
+            nw = mask.shape[0]
+            attn = (attn.view(bw // nw, nw, h, n, n) + mask[None, :, None]).view(bw, h, n, n)
+        ws = mod.window_size
+        ws = (ws, ws) if isinstance(ws, int) else tuple(int(v) for v in ws)
+        return dict(weights=torch.softmax(attn, dim=-1), q_grid=ws, k_grid=ws)
 
 
 @register_model()
@@ -19,6 +58,7 @@ class WindowBlock(PyramidBlock, SwinBlock):
     stage is shifted."""
 
     kind = 'window'
+    attention_probes = (WindowProbe(),)
     families = ('swin',)
     options = ('window_size', 'qk_scale')
 
