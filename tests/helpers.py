@@ -32,49 +32,52 @@ def run_tool(args, cwd, timeout=900, env=None, check=True):
 #: What a torch-only machine (the lent GPU machine) lacks.
 MM_LIBRARIES = ('mmengine', 'mmcv', 'mmdet', 'mmseg', 'mmpretrain')
 
-# A fresh interpreter like that machine: the OpenMMLab libraries cannot be imported
-# (None in sys.modules: ImportError, find_spec() is None) and mmcirc is not installed
-# (the editable install's finder and the repository are off the path). Then a script
-# runs as __main__ (it finds the repository itself), or code runs with the repository on
-# the path and ``REPO`` defined. Last stdout line: where mmcirc came from and which
-# OpenMMLab modules loaded (JSON).
-_TORCH_ONLY = """
-import importlib.util, json, os, runpy, sys
-repo, mm, mode, target = sys.argv[1], sys.argv[2].split(','), sys.argv[3], sys.argv[4]
-for name in mm:
+# A fresh interpreter like that machine, set up before any code runs by a
+# ``sitecustomize`` module on PYTHONPATH: the OpenMMLab libraries cannot be imported (None
+# in sys.modules: ImportError, find_spec() is None) and the mmcirc install is gone (the
+# editable install's finder is dropped); mmcirc comes from the repository on PYTHONPATH,
+# as ``PYTHONPATH=.`` gives it there. At exit the last stdout line says where mmcirc came
+# from and which OpenMMLab modules loaded (JSON).
+_SITECUSTOMIZE = """
+import atexit, importlib.util, json, sys
+MM = {mm!r}
+for name in MM:
     sys.modules[name] = None
 sys.meta_path[:] = [f for f in sys.meta_path if not f.__module__.startswith('__editable__')]
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != repo]
-assert importlib.util.find_spec('mmcirc') is None, 'mmcirc is still importable'
-try:
-    if mode == 'script':
-        sys.argv = [target] + sys.argv[5:]
-        runpy.run_path(target, run_name='__main__')
-    else:
-        sys.path.insert(0, repo)
-        exec(compile(target, '<torch-only>', 'exec'), dict(__name__='__main__', REPO=repo))
-finally:
-    loaded = sorted(n for n in sys.modules if n.split('.')[0] in mm and sys.modules[n] is not None)
+
+
+@atexit.register
+def _origin():
+    loaded = sorted(n for n in sys.modules if n.split('.')[0] in MM and sys.modules[n] is not None)
     mmcirc = sys.modules.get('mmcirc')
-    print(json.dumps(dict(mmcirc=getattr(mmcirc, '__file__', None), mm=loaded)))
+    print(json.dumps(dict(mmcirc=getattr(mmcirc, '__file__', None), mm=loaded)), flush=True)
 """
 
 
 def run_torch_only(script=None, code=None, args=(), cwd=REPO, timeout=600):
-    """Run a tools/ ``script`` (with ``args``) or Python ``code`` in a process without the
-    OpenMMLab libraries and without the mmcirc install (see ``_TORCH_ONLY``)."""
+    """Run a tools/ ``script`` (with ``args``) or Python ``code`` (where ``REPO`` is
+    defined) in a process without the OpenMMLab libraries and without the mmcirc install
+    (see ``_SITECUSTOMIZE``)."""
+    import tempfile
+
     if (script is None) == (code is None):
         raise ValueError('run_torch_only: give script or code')
-    mode, target = ('script', osp.join(REPO, script)) if script else ('code', code)
-    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-    return subprocess.run(
-        [sys.executable, '-c', _TORCH_ONLY, REPO, ','.join(MM_LIBRARIES), mode, target, *args],
-        cwd=cwd,
-        env=dict(env, OMP_NUM_THREADS='1'),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    with tempfile.TemporaryDirectory() as site:
+        with open(osp.join(site, 'sitecustomize.py'), 'w') as f:
+            f.write(_SITECUSTOMIZE.format(mm=MM_LIBRARIES))
+        if script:
+            argv = [osp.join(REPO, script), *args]
+        else:
+            argv = ['-c', f'REPO = {REPO!r}\n' + code, *args]
+        env = dict(os.environ, PYTHONPATH=site + os.pathsep + REPO, OMP_NUM_THREADS='1')
+        return subprocess.run(
+            [sys.executable, *argv],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 def torch_only_origin(proc):

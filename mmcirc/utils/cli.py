@@ -148,21 +148,36 @@ def run_and_release(runner, method: str):
     return result
 
 
+#: Set to 1 to see the traceback behind a tool's one-line ``error:``.
+DEBUG_ENV = 'MMCIRC_DEBUG'
+
+
+def error_line(err: BaseException) -> str:
+    """The one line a tool prints for ``err``: its message's first line (a registry
+    ``KeyError`` without mmengine's "Please check ..." advice)."""
+    message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    message = message.split('. Please check')[0].strip()
+    return message.splitlines()[0] if message else type(err).__name__
+
+
 def main_guard(func):
-    """Run ``func``; print expected failures as one line and exit 1."""
+    """Run ``func``; print expected failures (bad arguments, files, config values) as one
+    ``error:`` line and exit 1. ``MMCIRC_DEBUG=1`` lets them raise with their traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except (CLIError, FileNotFoundError, pickle.UnpicklingError) as err:
-            print(f'error: {err}', file=sys.stderr)
+        except (CLIError, FileNotFoundError, pickle.UnpicklingError, ValueError, TypeError) as err:
+            if os.environ.get(DEBUG_ENV, '') not in ('', '0'):
+                raise
+            print(f'error: {error_line(err)}', file=sys.stderr)
             sys.exit(1)
         except KeyError as err:  # mmengine: "X is not in the mmdet::model registry ..."
             message = str(err.args[0]) if err.args else ''
-            if ' registry' not in message:
+            if ' registry' not in message or os.environ.get(DEBUG_ENV, '') not in ('', '0'):
                 raise
-            print(f'error: {message.split(". Please check")[0]}', file=sys.stderr)
+            print(f'error: {error_line(err)}', file=sys.stderr)
             sys.exit(1)
 
     return wrapper

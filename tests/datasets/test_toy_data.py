@@ -1,6 +1,5 @@
 """Tests for the toy dataset generator (mmcirc/datasets/toy_data.py and its CLI)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -291,11 +290,15 @@ def test_cli(tmp_path):
     assert _files(tmp_path / 'toy_coco') == _files(ref / 'toy_coco')
 
 
-def _cli_main():
-    spec = importlib.util.spec_from_file_location('_make_toy_data', CLI)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+def _run_cli(argv, cwd):
+    """The tool as users run it: its own process, exit code and stderr."""
+    return subprocess.run(
+        [sys.executable, str(CLI), *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize(
@@ -306,29 +309,18 @@ def _cli_main():
         (['coco', '--img-size', '160x8'], 'img_size'),
     ],
 )
-def test_cli_bad_argument_is_one_error_line_exit_1(tmp_path, capsys, argv, name):
-    with pytest.raises(SystemExit) as exc:
-        _cli_main()(argv + ['--out', str(tmp_path / 'x')])
-    assert exc.value.code == 1
-    err = capsys.readouterr().err
-    assert err.startswith('error: ') and err.count('\n') == 1 and name in err
+def test_cli_bad_argument_is_one_error_line_exit_1(tmp_path, argv, name):
+    out = _run_cli(argv + ['--out', str(tmp_path / 'x')], tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.startswith('error: ') and out.stderr.count('\n') == 1, out.stderr
+    assert name in out.stderr
     assert not (tmp_path / 'x').exists()
 
 
-def test_cli_img_size_is_height_by_width(tmp_path, capsys):
-    _cli_main()(
-        [
-            'coco',
-            '--out',
-            str(tmp_path),
-            '--num-train',
-            '1',
-            '--num-val',
-            '1',
-            '--img-size',
-            '64x96',
-        ]
-    )
+def test_cli_img_size_is_height_by_width(tmp_path):
+    argv = ['coco', '--out', str(tmp_path), '--num-train', '1', '--num-val', '1']
+    out = _run_cli(argv + ['--img-size', '64x96'], tmp_path)
+    assert out.returncode == 0, out.stderr
     with Image.open(tmp_path / 'toy_coco/val2017/000000000001.jpg') as img:
         assert img.size == (96, 64)  # PIL: (width, height)
 
