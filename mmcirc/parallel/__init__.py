@@ -7,5 +7,21 @@ This package depends on torch only."""
 
 from .bands import band_bounds, band_of, check_world_size
 from .launch import free_port, init_from_env, run_parallel
+from .circulant import ShardedCirculantAttention, circulant_comm_bytes
+from .core import ShardedCoreAttention, core_comm_bytes
+from .fft import sharded_irfft2, sharded_rfft2
 
-__all__ = ['band_bounds', 'band_of', 'check_world_size', 'free_port', 'init_from_env', 'run_parallel']
+__all__ = [
+    'band_bounds',
+    'band_of',
+    'check_world_size',
+    'free_port',
+    'init_from_env',
+    'run_parallel',
+    'ShardedCirculantAttention',
+    'ShardedCoreAttention',
+    'circulant_comm_bytes',
+    'core_comm_bytes',
+    'sharded_rfft2',
+    'sharded_irfft2',
+]

@@ -1,0 +1,201 @@
+"""Circulant attention of a row-band-sharded map (METHOD.md section 4).
+
+:class:`ShardedCirculantAttention` is :class:`~mmcirc.ops.circulant.CirculantAttention`
+(same parameters, same state dict; :meth:`~ShardedCirculantAttention.from_module` wraps an
+existing layer and shares its weights) whose input and output are the local band of
+tokens, rows ``band_of(H, rank, P)`` of the H x W map. Per block of heads:
+
+1. gate, qkv: token-wise, local. qkv-in-spectrum: one :func:`sharded_rfft2` of x
+   (B, C, h_r, W) -> column band (B, C, Ph, u_r), then ``W_q s, W_k, W_v`` on it.
+2. Eq. 15 on the column band (element-wise), :func:`sharded_irfft2` -> score band
+   (B, heads, R_r, Pw) with R = H (``'circular'``) or Ph (``'zero'``, padding offsets
+   masked), softmax with a global max and sum (two ``all_reduce`` of B x heads values).
+3. :func:`sharded_rfft2` of p, Eq. 16 on the column band; ``'zero'``: the row mass
+   Z[i] = sum_m p[m] [i + m inside] is the same correlation with v = the map's indicator,
+   whose spectrum is separable and computed locally, so its heads ride along in o's
+   inverse transpose. :func:`sharded_irfft2` -> o (B, C, h_r, W); gate, proj local.
+
+Communication per forward, all ranks together (s bytes per real element of the compute
+dtype: 4 float32, 8 float64; U = Pw//2 + 1; T(L, R) = 2 s L sum_r sum_{q != r} R_r U_q,
+about 2 s L R U (1 - 1/P), is one transpose of :mod:`mmcirc.parallel.fft`)::
+
+    T(B C, H) + 2 T(B heads, R) + T(B (C + z heads), H)    (all_to_all_single)
+    + 2 P B heads s                                          (two all_reduce payloads)
+
+with R = H, z = 0 (``'circular'``) or R = Ph, z = 1 (``'zero'``). For d = 1
+(heads = C): circular (U ~ W/2) about 4 s B C H W (1 - 1/P) bytes, i.e. 4 (1 - 1/P)
+times the layer's input; zero (Ph ~ 2H, U ~ W) about 14 s B C H W (1 - 1/P).
+Per rank: divide by P. :func:`circulant_comm_bytes` gives the exact figure.
+
+This file depends on torch only.
+"""
+
+import torch
+import torch.distributed as dist
+
+from mmcirc.ops.circulant import (
+    CirculantAttention,
+    _dtypes,
+    _fp32_region,
+    _head_blocks,
+    _linear_cf,
+    _linear_spectrum,
+    _scale_value,
+    _valid_offsets,
+    fft_grid,
+)
+
+from .bands import band_bounds
+from .fft import (
+    group_rank_size,
+    sharded_irfft2,
+    sharded_rfft2,
+    spectrum_columns,
+    transpose_bytes,
+)
+
+__all__ = ['ShardedCirculantAttention', 'circulant_comm_bytes']
+
+
+def circulant_comm_bytes(
+    batch, channels, hw, world_size, num_heads=None, boundary='circular', real_bytes=4
+):
+    """Bytes all ranks send together in one :class:`ShardedCirculantAttention` forward
+    (the transposes plus the two softmax ``all_reduce`` payloads, counted once per rank)."""
+    h, w = hw
+    heads = channels if num_heads is None else num_heads
+    grid = fft_grid(h, w, boundary)
+    r = h if boundary == 'circular' else grid[0]
+    z = 0 if boundary == 'circular' else heads
+    t = sum(
+        transpose_bytes(batch * lead, rows, grid, world_size, real_bytes)
+        for lead, rows in ((channels, h), (heads, r), (heads, r), (channels + z, h))
+    )
+    if world_size == 1:
+        return 0
+    return t + 2 * world_size * batch * heads * real_bytes
+
+
+def _softmax_global(a, group):
+    """Softmax over all offsets of the score bands a (B, heads, R_r, Pw) of every rank."""
+    m = a.amax(dim=(-2, -1), keepdim=True)  # (B, heads, 1, 1), -inf on a masked band
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
+        e = torch.exp(a - m)  # (B, heads, R_r, Pw)
+        den = e.sum(dim=(-2, -1), keepdim=True)  # (B, heads, 1, 1)
+        dist.all_reduce(den, group=group)
+        return e / den
+    return torch.softmax(a.flatten(2), dim=-1).view_as(a)
+
+
+def _indicator_spectrum(hw, grid, cols, dtype, device):
+    """Column band (Ph, u_r) of rfft2 of the H x W map's indicator on ``grid``
+    (separable: FFT of H ones times the real FFT of W ones)."""
+    ch = torch.fft.fft(torch.ones(hw[0], dtype=dtype, device=device), n=grid[0])  # (Ph,)
+    cw = torch.fft.rfft(torch.ones(hw[1], dtype=dtype, device=device), n=grid[1])  # (U,)
+    return ch[:, None] * cw[None, cols[0] : cols[1]]  # (Ph, u_r)
+
+
+class ShardedCirculantAttention(CirculantAttention):
+    """:class:`~mmcirc.ops.circulant.CirculantAttention` on the local row band of tokens.
+
+    Same arguments and parameters as the single-process layer, plus ``group`` (the
+    spatial process group; None: the default group). ``forward(x, hw_shape)``: x
+    (B, h_r W, C), the tokens (row-major) of rows ``band_of(H, rank, P)``; ``hw_shape``
+    the GLOBAL (H, W). Returns the local band (B, h_r W, C). Equal to the single-process
+    layer on the assembled map up to float rounding. The torch.fft path only (no export
+    mode).
+    """
+
+    def __init__(self, *args, group=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.group = group
+
+    @classmethod
+    def from_module(cls, module, group=None):
+        """A sharded layer sharing ``module``'s (a CirculantAttention) weights."""
+        if not isinstance(module, CirculantAttention):
+            raise TypeError(f'module must be a CirculantAttention, got {type(module).__name__}')
+        new = cls(
+            module.dim,
+            num_heads=module.num_heads,
+            boundary=module.boundary,
+            scale=module.scale,
+            proj_drop=module.proj_drop.p,
+            group=group,
+        )
+        new.gate, new.qkv, new.proj, new.proj_drop = (
+            module.gate,
+            module.qkv,
+            module.proj,
+            module.proj_drop,
+        )  # shared, not copied
+        new.train(module.training)
+        return new
+
+    def forward(self, x, hw_shape):
+        """x (B, h_r W, C) local band, hw_shape (H, W) global. Returns (B, h_r W, C)."""
+        rank, size = group_rank_size(self.group)
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f'x must be (B, N_local, {self.dim}), got {getattr(x, "shape", x)}')
+        h, w = hw_shape
+        r0, r1 = band_bounds(h, size)[rank]
+        b, n, c = x.shape
+        if n != (r1 - r0) * w:
+            raise ValueError(
+                f'x has N={n} tokens, but rank {rank} of {size} owns rows [{r0}, {r1}) of '
+                f'hw_shape={tuple(hw_shape)} (the global map): {(r1 - r0) * w} tokens'
+            )
+        grid = fft_grid(h, w, self.boundary)
+        s = _scale_value(self.scale, h * w, c // self.num_heads)
+        cdt, odt = _dtypes(x)
+        x = x.transpose(1, 2)  # (B, C, n)
+        t = self.gate[1](_linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, n)
+        with _fp32_region(x):
+            xs = x.to(cdt).reshape(b, c, r1 - r0, w)  # (B, C, h_r, W)
+            xs = sharded_rfft2(xs, h, grid, self.group)  # (B, C, Ph, u_r)
+            wqkv = self.qkv.weight.to(cdt).view(3, c, c)
+            cols = spectrum_columns(grid, size)[rank]
+            one = None
+            rows, mask = h, None
+            if self.boundary == 'zero':  # score map on the padded grid
+                one = _indicator_spectrum((h, w), grid, cols, cdt, x.device)  # (Ph, u_r)
+                rows = grid[0]
+                a0, a1 = band_bounds(rows, size)[rank]
+                mask = _valid_offsets((h, w), grid, x.device)[a0:a1]  # (R_r, Pw)
+            y = t.new_empty(t.shape)  # (B, C, n)
+            # the same blocks on every rank (their collectives pair up): global sizes
+            blocks = _head_blocks(c, self.num_heads, (grid[0], grid[1] // size), b, x.device.type)
+            for sl in blocks:
+                wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
+                qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P)
+                    _linear_spectrum(wb, xs)
+                    if xs.numel()
+                    else xs.new_zeros(b, wb.shape[0], *xs.shape[2:])
+                )
+                q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, u_r) each
+                o = self._attend(q, k, v, (h, w), grid, rows, mask, one)  # (B, Cb, h_r, W)
+                y[:, sl] = o.flatten(2).to(odt) * t[:, sl]  # gate, (B, Cb, n)
+        return self.proj_drop(_linear_cf(self.proj, y, channels_last=True))
+
+    def _attend(self, q, k, v, hw, grid, rows, mask, one):
+        """Eqs. 15-16 from column bands (B, Cb, Ph, u_r) of the spectra; o (B, Cb, h_r, W)."""
+        b, cb = q.shape[:2]
+        d = self.dim // self.num_heads
+        nh = cb // d
+        f = q.shape[-2:]
+        a = q.conj() * k  # Eq. 15 (B, Cb, Ph, u_r)
+        a = a if d == 1 else a.view(b, nh, d, *f).sum(2)  # (B, nh, Ph, u_r)
+        a = sharded_irfft2(a, rows, grid, None, self.group)  # (B, nh, R_r, Pw)
+        if mask is not None:  # 'zero': softmax over the true offsets only
+            a = a.masked_fill(~mask, float('-inf'))
+        p = _softmax_global(a, self.group)  # (B, nh, R_r, Pw)
+        pf = sharded_rfft2(p, rows, grid, self.group).conj()  # (B, nh, Ph, u_r)
+        o = pf * v if d == 1 else (pf.unsqueeze(2) * v.view(b, nh, d, *f)).view(b, cb, *f)
+        if one is not None:  # 'zero': row mass Z = correlation of p with the indicator
+            o = torch.cat([o, pf * one], dim=1)  # (B, Cb + nh, Ph, u_r)
+        o = sharded_irfft2(o, hw[0], grid, hw[1], self.group)  # (B, Cb (+ nh), h_r, W)
+        if one is None:
+            return o
+        z = o[:, cb:].unsqueeze(2)  # (B, nh, 1, h_r, W)
+        return (o[:, :cb].view(b, nh, d, *o.shape[-2:]) / z).view(b, cb, *o.shape[-2:])

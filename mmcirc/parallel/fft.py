@@ -1,0 +1,172 @@
+"""Distributed 2-D real FFT of a row-band-sharded map (slab decomposition).
+
+Rank ``r`` of ``P`` holds the rows :func:`~mmcirc.parallel.bands.band_of` ``(rows, r, P)``
+of a real map ``(..., rows, W)``; its spectrum on a grid ``(Ph, Pw) >= (rows, W)`` (zero
+padded, as ``torch.fft.rfft2(x, s=grid)``) is sharded by columns: rank ``r`` holds the
+``band_of(U, r, P)`` frequencies of the half spectrum, ``U = Pw // 2 + 1``, for all
+``Ph`` rows.
+
+* :func:`sharded_rfft2`: real FFT along W (length Pw) on the local rows, one
+  ``all_to_all_single`` to column bands, FFT along H (length Ph: the padding rows of the
+  zero-padded grid belong to no rank before the transpose; after it every rank holds
+  whole columns and pads them locally, so they are never sent).
+* :func:`sharded_irfft2`: inverse FFT along H on the column band, kept to the first
+  ``rows`` rows (only those are sent), ``all_to_all_single`` back to row bands, inverse
+  real FFT along W cropped to ``width`` columns.
+
+Communication per call, with ``s`` bytes per real element (4 float32, 8 float64) and
+``L = prod(leading dims)`` (e.g. B * C): every rank sends the part of its local block
+that other ranks own, ``2 s L sum_r sum_{q != r} rows_r * U_q`` bytes in all (complex
+values are two reals), about ``2 s L rows U (1 - 1/P)``, i.e. per rank about
+``2 s L (rows / P) U (P - 1) / P`` (:func:`transpose_bytes` gives the exact figure). The
+forward and the inverse of the same shapes move the same bytes.
+
+Everything goes through ``torch.distributed`` (any backend with ``all_to_all_single``:
+gloo, NCCL, MPI). Without an initialised process group (or with P = 1) the functions
+are the single-process FFTs. This file depends on torch only.
+"""
+
+import math
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+from .bands import band_bounds
+
+__all__ = [
+    'group_rank_size',
+    'sharded_irfft2',
+    'sharded_rfft2',
+    'spectrum_columns',
+    'transpose_bytes',
+]
+
+
+def group_rank_size(group=None) -> Tuple[int, int]:
+    """``(rank, world_size)`` in ``group``; ``(0, 1)`` without a process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def spectrum_columns(grid: Sequence[int], world_size: int):
+    """``[(start, stop)]`` of each rank's half-spectrum columns on ``grid`` (Ph, Pw)."""
+    return band_bounds(grid[1] // 2 + 1, world_size)
+
+
+def transpose_bytes(lead: int, rows: int, grid: Sequence[int], world_size: int, real_bytes: int):
+    """Bytes all ranks send in one transpose of :func:`sharded_rfft2` /
+    :func:`sharded_irfft2` (``lead`` = product of the leading dims, ``rows`` of the real
+    map): ``2 * real_bytes * lead * sum_r sum_{q != r} rows_r U_q``."""
+    hb = [b - a for a, b in band_bounds(rows, world_size)]
+    ub = [b - a for a, b in spectrum_columns(grid, world_size)]
+    total = sum(hb) * sum(ub) - sum(h * u for h, u in zip(hb, ub))
+    return 2 * real_bytes * lead * total
+
+
+def _exchange(pieces, recv_shapes, group):
+    """All-to-all of complex tensors: ``pieces[q]`` goes to rank q; returns the pieces
+    received from every rank q, of shapes ``recv_shapes[q]`` (one flat real buffer each
+    way, uneven splits)."""
+    send = torch.cat([torch.view_as_real(t).reshape(-1) for t in pieces])  # (sum 2 n_q,)
+    in_split = [2 * t.numel() for t in pieces]
+    out_split = [2 * torch.Size(shp).numel() for shp in recv_shapes]
+    recv = send.new_empty(sum(out_split))
+    dist.all_to_all_single(recv, send, out_split, in_split, group=group)
+    return [
+        torch.view_as_complex(t.view(*shp, 2)) for t, shp in zip(recv.split(out_split), recv_shapes)
+    ]
+
+
+def _rows_to_cols(z, row_bounds, col_bounds, rank, group):
+    """(L, h_r, U) complex row band -> (L, rows, u_r) column band."""
+    if len(row_bounds) == 1:
+        return z
+    lead, (c0, c1) = z.shape[0], col_bounds[rank]
+    pieces = [z[:, :, a:b] for a, b in col_bounds]  # (L, h_r, u_q) to rank q
+    got = _exchange(pieces, [(lead, b - a, c1 - c0) for a, b in row_bounds], group)
+    return torch.cat(got, dim=1)  # rows of ranks 0..P-1 in order: (L, rows, u_r)
+
+
+def _cols_to_rows(z, row_bounds, col_bounds, rank, group):
+    """(L, rows, u_r) complex column band -> (L, h_r, U) row band."""
+    if len(row_bounds) == 1:
+        return z
+    lead, (r0, r1) = z.shape[0], row_bounds[rank]
+    pieces = [z[:, a:b] for a, b in row_bounds]  # (L, h_q, u_r) to rank q
+    got = _exchange(pieces, [(lead, r1 - r0, b - a) for a, b in col_bounds], group)
+    return torch.cat(got, dim=2)  # columns of ranks 0..P-1 in order: (L, h_r, U)
+
+
+def _fft(fn, z, n, dim):
+    """``fn(z, n=n, dim=dim)``, also for an empty band (a rank without rows or columns,
+    which MKL refuses): zeros of the output's shape and dtype."""
+    if z.numel():
+        return fn(z, n=n, dim=dim)
+    real = torch.empty(0, dtype=z.real.dtype)
+    shape = list(z.shape)
+    shape[dim] = n // 2 + 1 if fn is torch.fft.rfft else n
+    dtype = real.dtype if fn is torch.fft.irfft else torch.complex(real, real).dtype
+    return z.new_zeros(shape, dtype=dtype)
+
+
+def _check_grid(rows, width, grid):
+    if len(grid) != 2 or grid[0] < rows or grid[1] < width:
+        raise ValueError(f'grid must be (Ph, Pw) >= (rows, W) = ({rows}, {width}), got {grid!r}')
+
+
+def sharded_rfft2(x: torch.Tensor, rows: int, grid: Sequence[int], group=None) -> torch.Tensor:
+    """Column band of ``torch.fft.rfft2(full, s=grid)`` from the row band ``x``.
+
+    Args:
+        x (Tensor): real (..., h_r, W), rows ``band_of(rows, rank, P)`` of the map.
+        rows (int): rows of the whole map (<= Ph).
+        grid (tuple): FFT grid (Ph, Pw) >= (rows, W); the map is zero padded to it.
+        group: process group (None: the default group).
+
+    Returns:
+        Tensor: complex (..., Ph, u_r), the half-spectrum columns
+        ``spectrum_columns(grid, P)[rank]``.
+    """
+    rank, size = group_rank_size(group)
+    *lead, hr, w = x.shape
+    _check_grid(rows, w, grid)
+    rb, cb = band_bounds(rows, size), spectrum_columns(grid, size)
+    if hr != rb[rank][1] - rb[rank][0]:
+        raise ValueError(f'x has {hr} rows, rank {rank} of {size} owns {rb[rank]} of {rows}')
+    z = _fft(torch.fft.rfft, x.reshape(math.prod(lead), hr, w), grid[1], -1)  # (L, h_r, U)
+    z = _rows_to_cols(z, rb, cb, rank, group)  # (L, rows, u_r)
+    z = _fft(torch.fft.fft, z, grid[0], -2)  # zero rows rows..Ph-1: (L, Ph, u_r)
+    return z.view(*lead, *z.shape[-2:])
+
+
+def sharded_irfft2(
+    z: torch.Tensor, rows: int, grid: Sequence[int], width: Optional[int] = None, group=None
+) -> torch.Tensor:
+    """Row band of ``torch.fft.irfft2(full, s=grid)[..., :rows, :width]`` from the
+    column band ``z``.
+
+    Args:
+        z (Tensor): complex (..., Ph, u_r), columns ``spectrum_columns(grid, P)[rank]``.
+        rows (int): rows of the output map (<= Ph), split by ``band_bounds(rows, P)``.
+        grid (tuple): FFT grid (Ph, Pw).
+        width (int, optional): columns kept (<= Pw; None: Pw).
+
+    Returns:
+        Tensor: real (..., h_r, width), rows ``band_of(rows, rank, P)``.
+    """
+    rank, size = group_rank_size(group)
+    width = grid[1] if width is None else width
+    _check_grid(rows, width, grid)
+    *lead, ph, ur = z.shape
+    rb, cb = band_bounds(rows, size), spectrum_columns(grid, size)
+    if ph != grid[0] or ur != cb[rank][1] - cb[rank][0]:
+        raise ValueError(
+            f'z must be (..., {grid[0]}, {cb[rank][1] - cb[rank][0]}) on rank {rank} of '
+            f'{size} for grid {tuple(grid)}, got {tuple(z.shape)}'
+        )
+    z = _fft(torch.fft.ifft, z.reshape(math.prod(lead), ph, ur), ph, -2)[:, :rows]  # (L, rows, u_r)
+    z = _cols_to_rows(z, rb, cb, rank, group)  # (L, h_r, U)
+    x = _fft(torch.fft.irfft, z, grid[1], -1)[..., :width]  # (L, h_r, width)
+    return x.reshape(*lead, *x.shape[-2:])
