@@ -6,20 +6,14 @@
   SwinTransformer with the same weights (key mapping of the docstrings).
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from mmcirc.models.backbones import CAPVT, CASwin
 from mmcirc.models.backbones.ca_pvt import convert_mmdet_pvt_keys
 from mmcirc.ops.circulant import CirculantAttention
+from ops import dense_reference
 
-_REF = Path(__file__).resolve().parents[2] / 'ops' / 'dense_reference.py'
-_spec = importlib.util.spec_from_file_location('mmcirc_tests_dense_reference', _REF)
-dense_reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(dense_reference)
 
 TINY = dict(embed_dims=(8, 16, 24, 32), depths=(1, 1, 2, 1), num_heads=(1, 2, 3, 4))
 
