@@ -1,17 +1,24 @@
 """A new attention kind needs nothing but its own registered block (issue 11).
 
-This file registers a fictitious block, kind ``'identity'`` (an identity attention
-with one new parameter, a per-channel gain initialised to 1, then PVT's / Swin's MLP),
-and shows that, with no edit anywhere else, CA-PVT and CA-Swin build and run with it
-(``stage_attentions`` short form and ``block_cfgs``), the high-res overrides accept
-it, and the converters report its added key as new. The expectations are computed
+This file registers a fictitious block, kind ``'pooled'`` (every token attends to the
+patches with the same weights ``p = softmax_j(mean_c x_j)``, computed in O(N) through
+``logsumexp``, times one new parameter, a per-channel gain initialised to 1; then PVT's
+/ Swin's MLP), and shows that, with no edit anywhere else, CA-PVT and CA-Swin build and
+run with it (``stage_attentions`` short form and ``block_cfgs``), the high-res
+overrides accept it, the converters report its added key as new, the attention
+capture (``bccb_score`` / ``vis_*``) records its matrix and the FLOP counter
+(``get_flops``) counts it as attention, with the FLOP handle its probe declares for
+``logsumexp`` (an op mmengine does not price). The expectations are computed
 independently of the code under test: key sets from the source and target state
-dicts, calls counted with forward hooks. The registration is removed after each test
-(the registries are global).
+dicts, calls counted with forward hooks, the layer's own output, the BCCB distance and
+the MACs by hand. The registration is removed after each test (the registries are
+global).
 """
 
 import contextlib
+import math
 import warnings
+from collections import Counter
 
 import pytest
 import torch
@@ -22,7 +29,7 @@ from mmengine.model import BaseModule
 
 from mmcirc.apis import highres as hr
 from mmcirc.models.backbones import CAPVT, CASwin
-from mmcirc.models.blocks import PyramidBlock
+from mmcirc.models.blocks import AttentionProbe, PyramidBlock
 from mmcirc.models.blocks.base import apply_ffn, build_ffn
 from mmcirc.models.convert import build_backbone, convert_pyramid, format_summary
 from mmcirc.registry import model_registries, register_model
@@ -31,21 +38,46 @@ TINY = dict(embed_dims=[8, 16, 24, 32], depths=[1, 2, 1, 1], num_heads=[1, 2, 2,
 ORIGINAL = {CAPVT: 'sra', CASwin: 'window'}
 
 
-class IdentityAttention(nn.Module):
-    """y = gain * x (gain initialised to 1: the identity)."""
+class PooledAttention(nn.Module):
+    """y_i = gain * sum_j p_j x_j with p = softmax_j(mean_c x_j): A[i, j] = p_j for every
+    query i (rank one), computed in O(N); x (B, N, C) -> (B, N, C)."""
 
     def __init__(self, embed_dims):
         super().__init__()
         self.gain = nn.Parameter(torch.ones(embed_dims))
 
     def forward(self, x, hw_shape):
-        return x * self.gain
+        s = x.mean(-1)  # (B, N)
+        p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))  # (B, N)
+        return (self.gain * (p.unsqueeze(1) @ x)).expand_as(x)  # (B, 1, C) -> (B, N, C)
 
 
-class IdentityBlock(PyramidBlock, BaseModule):
+def _logsumexp_macs(inputs, outputs):
+    """mmengine op handle: one exponential per input element (as a softmax)."""
+    return Counter({'logsumexp': math.prod(inputs[0].type().sizes())})
+
+
+class PooledProbe(AttentionProbe):
+    """How the analysis sees PooledAttention: its matrix (B, 1, N, N), rows p."""
+
+    kind = 'pooled'
+    form = 'matrix'
+    flop_handles = {'aten::logsumexp': _logsumexp_macs}
+
+    def matches(self, module):
+        return isinstance(module, PooledAttention)
+
+    def weights(self, module, args, kwargs, ctx):
+        x, hw = args[0], tuple(args[1])
+        p = torch.softmax(x.mean(-1), -1)  # (B, N)
+        return dict(weights=p[:, None, None].expand(-1, 1, x.shape[1], -1), q_grid=hw, k_grid=hw)
+
+
+class PooledBlock(PyramidBlock, BaseModule):
     """``x + attn(LN(x))``, then the family's MLP; ``attn.gain`` is what is new."""
 
-    kind = 'identity'
+    kind = 'pooled'
+    attention_probes = (PooledProbe(),)
     added_keys = ('attn.',)
 
     def __init__(
@@ -60,7 +92,7 @@ class IdentityBlock(PyramidBlock, BaseModule):
     ):
         super().__init__(init_cfg=init_cfg)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = IdentityAttention(embed_dims)
+        self.attn = PooledAttention(embed_dims)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = build_ffn(
             ffn_type, embed_dims, feedforward_channels, 0.0, drop_path_rate, act_cfg
@@ -72,37 +104,35 @@ class IdentityBlock(PyramidBlock, BaseModule):
 
 
 @contextlib.contextmanager
-def identity_registered():
-    register_model(IdentityBlock)
+def pooled_registered():
+    register_model(PooledBlock)
     try:
         yield
     finally:
         for registry in model_registries():
-            registry.module_dict.pop('IdentityBlock', None)
+            registry.module_dict.pop('PooledBlock', None)
 
 
 def _layout(cls):
-    return ('identity', 'identity', ORIGINAL[cls], ORIGINAL[cls])
+    return ('pooled', 'pooled', ORIGINAL[cls], ORIGINAL[cls])
 
 
 @pytest.mark.parametrize('cls', [CAPVT, CASwin])
 def test_kind_is_offered_only_while_registered(cls):
-    with identity_registered():
-        assert 'identity' in cls.attention_choices()
-    assert 'identity' not in cls.attention_choices()
-    with pytest.raises(
-        ValueError, match="stage_attentions\\[0\\] must be one of .* got 'identity'"
-    ):
+    with pooled_registered():
+        assert 'pooled' in cls.attention_choices()
+    assert 'pooled' not in cls.attention_choices()
+    with pytest.raises(ValueError, match="stage_attentions\\[0\\] must be one of .* got 'pooled'"):
         cls(arch=TINY, stage_attentions=_layout(cls))
 
 
 @pytest.mark.parametrize('cls', [CAPVT, CASwin])
 def test_backbones_build_and_run_with_it(cls):
-    with identity_registered():
+    with pooled_registered():
         for kwargs in (
             dict(stage_attentions=_layout(cls)),
-            dict(attention='identity'),
-            dict(block_cfgs=[dict(type='IdentityBlock'), dict(type='IdentityBlock'), None, None]),
+            dict(attention='pooled'),
+            dict(block_cfgs=[dict(type='PooledBlock'), dict(type='PooledBlock'), None, None]),
         ):
             model = cls(arch=TINY, num_cores_max=8, **kwargs).eval()
             assert model.stage_attentions == _layout(cls)
@@ -110,7 +140,7 @@ def test_backbones_build_and_run_with_it(cls):
             calls = []
             for stage in model.stages[:2]:
                 for block in stage.blocks:
-                    assert type(block) is IdentityBlock
+                    assert type(block) is PooledBlock
                     block.register_forward_hook(lambda *a: calls.append(1))
             assert all(s.cores is None for s in model.stages)
             with torch.no_grad():
@@ -126,7 +156,7 @@ def test_backbones_build_and_run_with_it(cls):
 
 @pytest.mark.parametrize('cls', [CAPVT, CASwin])
 def test_gain_reaches_the_output(cls):
-    with identity_registered():
+    with pooled_registered():
         torch.manual_seed(0)
         model = cls(arch=TINY, stage_attentions=_layout(cls)).eval()
         x = torch.randn(1, 3, 64, 64)
@@ -139,28 +169,28 @@ def test_gain_reaches_the_output(cls):
 
 @pytest.mark.parametrize('btype', ['CAPVT', 'CASwin'])
 def test_highres_overrides_accept_it(btype):
-    with identity_registered():
-        overrides = hr.validate_overrides(stage_attentions='identity', num_cores='mobile')
-        assert overrides['stage_attentions'] == 'identity'
+    with pooled_registered():
+        overrides = hr.validate_overrides(stage_attentions='pooled', num_cores='mobile')
+        assert overrides['stage_attentions'] == 'pooled'
         cfg = Config(dict(model=dict(backbone=dict(type=btype, arch=TINY))))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
             hr.apply_backbone_overrides(cfg, overrides)
-        assert cfg.model.backbone.stage_attentions == 'identity'
+        assert cfg.model.backbone.stage_attentions == 'pooled'
         assert any('num_cores has no effect' in str(w.message) for w in caught)  # no core stage
         from mmseg.registry import MODELS
 
         model = MODELS.build(cfg.model.backbone)
-        assert model.stage_attentions == ('identity',) * 4
+        assert model.stage_attentions == ('pooled',) * 4
         assert hr.quadratic_attention_estimates(model, (97, 131)) == []
-        assert hr.backbone_summary(model) == dict(type=btype, stage_attentions=['identity'] * 4)
+        assert hr.backbone_summary(model) == dict(type=btype, stage_attentions=['pooled'] * 4)
     with pytest.raises(ValueError, match='^stage_attentions must'):
-        hr.validate_overrides(stage_attentions='identity')
+        hr.validate_overrides(stage_attentions='pooled')
 
 
 @pytest.mark.parametrize('family,cls', [('pvt', CAPVT), ('swin', CASwin)])
 def test_converter_reports_its_added_keys_as_new(family, cls):
-    with identity_registered():
+    with pooled_registered():
         torch.manual_seed(0)
         source = cls(arch=TINY, stage_attentions=ORIGINAL[cls]).state_dict()  # plain PVT / Swin
         model = build_backbone(family, arch=TINY, stage_attentions=list(_layout(cls)))
@@ -175,6 +205,108 @@ def test_converter_reports_its_added_keys_as_new(family, cls):
     attr = cls.stages_attr
     assert set(result.unused) == {k for k in source if k not in target}
     assert all(k.startswith((f'{attr}.0.', f'{attr}.1.')) and '.attn.' in k for k in result.unused)
-    text = format_summary(result, 'identity')
+    text = format_summary(result, 'pooled')
     assert 'new: replaced attention, left to the model init: 3 tensors' in text
     assert f'{attr}.*.blocks.*.attn.gain (x3)' in text
+
+
+# --------------------------------------------------------------------------- analysis
+def _pooled_pvt(seed=0):
+    torch.manual_seed(seed)
+    model = CAPVT(arch=TINY, stage_attentions=_layout(CAPVT)).eval()
+    for stage in model.stages[:2]:  # a non-uniform p: scale the tokens apart
+        for block in stage.blocks:
+            nn.init.normal_(block.norm1.weight, std=3.0)
+    return model
+
+
+def _attn_calls(model):
+    """{name: (x, hw, output)} of every PooledAttention call, by forward hooks."""
+    seen = {}
+    for name, m in model.named_modules():
+        if isinstance(m, PooledAttention):
+            m.register_forward_hook(
+                lambda m, a, o, name=name: seen.__setitem__(name, (a[0], tuple(a[1]), o))
+            )
+    return seen
+
+
+def test_capture_records_the_matrix_the_layer_uses():
+    """Every PooledAttention call is captured (and nothing while unregistered); the
+    captured A reproduces the layer's output, gain * (A x), on the block's grid."""
+    from mmcirc.analysis.attention_maps import AttentionCapture, find_attention_layers
+
+    with pooled_registered():
+        model = _pooled_pvt()
+        calls = _attn_calls(model)
+        with AttentionCapture(model, forms=('matrix',)) as cap, torch.no_grad():
+            model(torch.randn(1, 3, 64, 64))
+        assert [n for n, k, _ in find_attention_layers(model, forms=('kernel', 'gather'))] == []
+    assert find_attention_layers(model, kinds=None, forms=('matrix',)) == [
+        (n, 'sra', m) for n, k, m in find_attention_layers(model) if k == 'sra'
+    ]
+    pooled = [r for r in cap.records if r.kind == 'pooled']
+    assert sorted(r.name for r in pooled) == sorted(calls) and len(calls) == 3
+    for rec in pooled:
+        x, hw, out = calls[rec.name]
+        assert rec.form == 'matrix' and rec.q_grid == rec.k_grid == hw
+        n = hw[0] * hw[1]
+        assert rec.weights.shape == (1, 1, n, n)
+        gain = model.get_submodule(rec.name).gain
+        torch.testing.assert_close(out, gain * (rec.weights[:, 0] @ x), rtol=1e-5, atol=1e-6)
+
+
+def test_bccb_distance_of_its_layers_is_the_closed_form():
+    """A rank-one A with rows p projects onto the constant matrix S / N, S = sum_j p_j
+    (every offset class holds each p_j once), so ||A - P(A)|| / ||A|| =
+    sqrt(1 - S^2 / (N sum_j p_j^2)) (S = 1 up to rounding)."""
+    from mmcirc.analysis.attention_maps import AttentionCapture, bccb_distance
+
+    with pooled_registered():
+        model = _pooled_pvt(1)
+        scores = {}
+
+        def reduce(rec):  # what bccb_score does with each matrix
+            scores[rec.name] = (rec, bccb_distance(rec.weights, rec.q_grid, rec.k_grid, (0,)))
+
+        with AttentionCapture(model, forms=('matrix',), callback=reduce), torch.no_grad():
+            model(torch.randn(1, 3, 64, 64))
+    pooled = {n: v for n, v in scores.items() if v[0].kind == 'pooled'}
+    assert len(pooled) == 3
+    for rec, dist in pooled.values():
+        p = rec.weights[0, 0, 0].double()  # (N,)
+        expected = math.sqrt(1 - float(p.sum()) ** 2 / (p.numel() * float(p.square().sum())))
+        assert expected > 0.01  # p is not uniform: a distance the projection must find
+        assert dist.shape == (1,) and float(dist[0]) == pytest.approx(expected, rel=1e-6)
+
+
+def test_flops_count_it_as_attention_with_its_declared_handle():
+    """Per PooledAttention call (B = 1, N tokens, C channels): logsumexp N (the probe's
+    handle) + exp N + the (1, N) @ (N, C) product N C; mean, sub and the gain are free.
+    Unregistered, its logsumexp is not counted and it is no attention module."""
+    from mmcirc.analysis import attention_modules, get_complexity
+
+    img = (3, 64, 64)
+    with pooled_registered():
+        model = _pooled_pvt()
+        res = get_complexity(model, img)
+        names = attention_modules(model)
+    expected = {}
+    for i, (hw, c) in enumerate((((16, 16), 8), ((8, 8), 16))):
+        for j in range(TINY['depths'][i]):
+            n = hw[0] * hw[1]
+            expected[f'layers.{i}.blocks.{j}.attn'] = 2 * n + n * c
+    assert [n for n in names if n in expected] == list(expected)
+    for name, macs in expected.items():
+        assert res['by_module'][name] == macs, name
+    assert res['by_operator']['logsumexp'] == sum(
+        hw[0] * hw[1] * d for hw, d in (((16, 16), 1), ((8, 8), 2))
+    )
+    others = [n for n in names if n not in expected]
+    assert others and res['attention_flops'] == sum(expected.values()) + sum(
+        res['by_module'][n] for n in others
+    )
+    plain = get_complexity(model, img)
+    assert not set(attention_modules(model)) & set(expected)
+    assert 'logsumexp' not in plain['by_operator']
+    assert plain['flops'] == res['flops'] - res['by_operator']['logsumexp']
