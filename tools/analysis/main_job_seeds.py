@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+from mmcirc.utils.cli import main_guard
 from mmcirc.utils.fileio import atomic_write
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -115,6 +116,7 @@ def table(records):
     return '\n'.join(lines) + '\n'
 
 
+@main_guard
 def main(argv=None):
     args = parse_args(argv)
     out_dir = osp.abspath(args.out_dir)
