@@ -1,12 +1,11 @@
 """cadeit_to_mmcirc.py --family deit and veca_to_mmcirc.py from the command line, on the
 official-code fixtures (tests/fixtures/official): report, output, one-line errors and
 no output file on bad input. One run per tool goes through a fresh process; the error
-cases call the scripts' ``main`` in this process (same code, no second start-up)."""
+cases call in this process the package's ``main`` the scripts are entry points of (same
+code, no second start-up)."""
 
-import importlib.util
 import os.path as osp
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -29,15 +28,10 @@ def _load(path):
 
 
 def _tool_main(tool):
-    folder = osp.join(REPO, 'tools', 'model_converters')
-    if folder not in sys.path:
-        sys.path.insert(0, folder)  # the scripts import their sibling _cli
-    spec = importlib.util.spec_from_file_location(
-        'mmcirc_test_' + osp.basename(tool)[:-3], osp.join(REPO, tool)
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    """The ``main`` a tool script is the entry point of (in the package)."""
+    from mmcirc.models.convert import cli
+
+    return {CADEIT: cli.cadeit_main, VECA: cli.veca_main}[tool]
 
 
 @pytest.fixture

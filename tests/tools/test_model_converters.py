@@ -1,18 +1,10 @@
 """tools/model_converters/*_to_mmcirc.py from the command line (fake checkpoints of
-tests/models/test_convert.py)."""
-
-import importlib.util
-import os.path as osp
+tests/checkpoint_fakes.py)."""
 
 import torch
 
-from helpers import REPO, run_tool
-
-_spec = importlib.util.spec_from_file_location(
-    'mmcirc_tests_convert_fakes', osp.join(REPO, 'tests', 'models', 'test_convert.py')
-)
-fakes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fakes)
+import checkpoint_fakes as fakes
+from helpers import run_tool
 
 
 def _load(path):

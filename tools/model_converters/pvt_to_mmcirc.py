@@ -1,4 +1,4 @@
-"""Convert a PVT v1 checkpoint to CA-PVT / Core-PVT (mmcirc.models.convert).
+"""Convert a PVT v1 checkpoint to CA-PVT / Core-PVT (mmcirc.models.backbones.pvt_convert).
 
 Reads the official release (github.com/whai362/PVT: ``patch_embed1.proj``,
 ``pos_embed1``, ``block1.0.attn.q/kv/sr``, ``norm``, ``head``) or an mmdet
@@ -17,27 +17,7 @@ core attention left new and what of the source went unused; writes
 
 import sys
 
-import _cli  # sibling module: tools/model_converters/_cli.py
-
-
-def _add_args(parser):
-    parser.add_argument(
-        '--pos-embed-size',
-        type=int,
-        metavar='PX',
-        help='image size the target position tables are stored for; source '
-        'tables of another size are resized (bilinear)',
-    )
-
-
-main = _cli.pyramid_main(
-    'pvt',
-    'PVT v1 checkpoint -> CA-PVT / Core-PVT',
-    src_help='source checkpoint (official PVT v1 or mmdet layout)',
-    arch_help='tiny, small, medium, large, or a dict literal '
-    "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"",
-    add_args=_add_args,
-)
+from mmcirc.models.convert.cli import pvt_main as main
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""Convert a Swin checkpoint to CA-Swin / Core-Swin (mmcirc.models.convert).
+"""Convert a Swin checkpoint to CA-Swin / Core-Swin (mmcirc.models.backbones.swin_convert).
 
 Reads the official release (github.com/microsoft/Swin-Transformer: ``patch_embed.proj``,
 ``layers.{i}.blocks.{j}.attn.*``, ``layers.{i}.downsample``, ``norm``, ``head``,
@@ -16,15 +16,7 @@ source went unused (stage 1-2 window attention, head, attention masks); writes
 
 import sys
 
-import _cli  # sibling module: tools/model_converters/_cli.py
-
-main = _cli.pyramid_main(
-    'swin',
-    'Swin checkpoint -> CA-Swin / Core-Swin',
-    src_help='source checkpoint (official Swin, mmdet/mmseg/mmpretrain layout)',
-    arch_help='tiny, small, base, or a dict literal '
-    "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"",
-)
+from mmcirc.models.convert.cli import swin_main as main
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -10,7 +10,7 @@ then its blocks. ``'sra'`` stages use mmdet's ``PVTEncoderLayer`` unchanged
 fits the ``'pvt'`` family may be named in ``stage_attentions`` / ``block_cfgs``.
 
 Parameter names follow mmdet's ``PyramidVisionTransformer``; a converter maps an
-mmdet-format state dict with these renames (``MMDET_PVT_KEY_MAP``)::
+mmdet-format state dict with these renames (``pvt_convert.MMDET_PVT_KEY_MAP``)::
 
     mmdet                                ours
     layers.{i}.0.*                       layers.{i}.patch_embed.*
@@ -24,7 +24,6 @@ Circulant blocks have ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2`` 
 ``ffn.layers.{0,3}``; core stages also hold the bank ``layers.{i}.cores``.
 """
 
-import re
 from numbers import Real
 
 from mmcv.cnn import build_norm_layer
@@ -35,34 +34,9 @@ from mmengine.model import ModuleList
 from mmcirc.registry import register_model
 from .contract import is_int
 from .pyramid import PyramidBackbone, PyramidStage
+from .pvt_convert import MMDET_PVT_KEY_MAP, convert_mmdet_pvt_keys  # noqa: F401  (moved)
 
 __all__ = ['CAPVT', 'CorePVT', 'MMDET_PVT_KEY_MAP', 'convert_mmdet_pvt_keys']
-
-#: (regex, replacement) pairs for the non-block keys of mmdet's PyramidVisionTransformer;
-#: block keys ``layers.{i}.1.{j+1}.`` become ``layers.{i}.blocks.{j}.`` (see
-#: :func:`convert_mmdet_pvt_keys`).
-MMDET_PVT_KEY_MAP = (
-    (r'^layers\.(\d+)\.0\.', r'layers.\1.patch_embed.'),
-    (r'^layers\.(\d+)\.1\.0\.pos_embed$', r'layers.\1.pos_embed.pos_embed'),
-    (r'^layers\.(\d+)\.2\.', r'layers.\1.norm.'),
-)
-_BLOCK_KEY = re.compile(r'^layers\.(\d+)\.1\.(\d+)\.')
-
-
-def convert_mmdet_pvt_keys(state_dict, use_abs_pos_embed=True):
-    """Rename the keys of an mmdet ``PyramidVisionTransformer`` state dict (no
-    ``backbone.`` prefix) to :class:`CAPVT` keys; values are untouched."""
-    out = {}
-    for key, value in state_dict.items():
-        new = key
-        for pattern, repl in MMDET_PVT_KEY_MAP:
-            new = re.sub(pattern, repl, new)
-        m = _BLOCK_KEY.match(new)
-        if m:
-            j = int(m.group(2)) - int(bool(use_abs_pos_embed))
-            new = f'layers.{m.group(1)}.blocks.{j}.' + new[m.end() :]
-        out[new] = value
-    return out
 
 
 @register_model()

@@ -1,6 +1,6 @@
-"""Converters of the released isotropic models (mmcirc.models.convert_isotropic) on the
-official-code fixtures (tests/fixtures/official, see make_official_fixtures.py): what
-is loaded, new and unused is compared with the official state dicts' own keys."""
+"""VECA checkpoints (mmcirc.models.backbones.veca_convert) on the official-code fixture
+(tests/fixtures/official, see make_official_fixtures.py): what is loaded, new and unused
+is compared with the official state dict's own keys."""
 
 import os.path as osp
 
@@ -8,75 +8,14 @@ import pytest
 import torch
 
 from helpers import REPO
-from mmcirc.models.convert import ConversionError
-from mmcirc.models.convert_isotropic import (
-    CheckpointKindError,
-    convert_cadeit_official,
-    convert_veca_official,
-    veca_settings_of,
-)
+from mmcirc.models.backbones.veca_convert import convert_veca_official, veca_settings_of
+from mmcirc.models.convert import CheckpointKindError, ConversionError
 
 FIXTURES = osp.join(REPO, 'tests', 'fixtures', 'official')
 
 
 def _fix(name):
     return torch.load(osp.join(FIXTURES, name), weights_only=True)
-
-
-def test_cadeit_everything_loaded():
-    fix = _fix('ca_deit_official.pth')
-    src = fix['checkpoint']['model']
-    result, model = convert_cadeit_official(fix['checkpoint'])
-    assert result.new == [] and result.unused == []
-    assert len(result.loaded) == len(src)
-    for key, value in src.items():  # every official tensor, unchanged, under its new name
-        new = 'head.fc.' + key[5:] if key.startswith('head.') else 'backbone.' + key
-        assert torch.equal(result.state_dict[new], value), key
-        assert result.sources[new] == [key]
-    assert result.meta['arch'] == dict(embed_dims=48, depth=2, mlp_ratio=4.0)
-
-
-def test_cadeit_named_arch_detected():
-    from mmcirc.models.backbones import CADeiT
-
-    with torch.device('meta'):
-        sd = CADeiT(arch='small').state_dict()
-    sd = {
-        k: torch.zeros(v.shape)
-        for k, v in sd.items()
-        if 'blocks.' not in k or k.startswith('blocks.0.')
-    }
-    for k in list(sd):  # 12 blocks, but tiny tensors are enough for the detection: copy block 0
-        if k.startswith('blocks.0.'):
-            for i in range(1, 12):
-                sd[k.replace('blocks.0.', f'blocks.{i}.')] = sd[k]
-    result, model = convert_cadeit_official({'model': sd}, arch='small')
-    assert result.meta['arch'] == 'small' and model.embed_dims == 384
-    with pytest.raises(ConversionError, match="arch 'tiny' .* use arch 'small'"):
-        convert_cadeit_official({'model': sd}, arch='tiny')
-
-
-def test_cadeit_converter_refuses_veca():
-    with pytest.raises(
-        CheckpointKindError, match='this is a VECA checkpoint .*, not CA-DeiT'
-    ) as err:
-        convert_cadeit_official(_fix('veca_official.pth')['checkpoint'])
-    assert err.value.found == 'veca'
-
-
-def test_foreign_checkpoint_says_what_was_expected():
-    with pytest.raises(
-        ConversionError, match=r'not a VECA checkpoint: expected \{"student"'
-    ) as err:
-        convert_veca_official({'model': {'w': torch.zeros(1)}})
-    assert not isinstance(err.value, CheckpointKindError)
-
-
-def test_cadeit_missing_tensor():
-    ckpt = _fix('ca_deit_official.pth')['checkpoint']
-    del ckpt['model']['blocks.1.attn.proj.weight']
-    with pytest.raises(ConversionError, match=r'lacks 1 tensor\(s\).*blocks.1.attn.proj.weight'):
-        convert_cadeit_official(ckpt)
 
 
 def test_veca_everything_loaded():
@@ -174,21 +113,3 @@ def test_veca_output_loads_through_init_cfg(tmp_path):
     torch.testing.assert_close(
         token, fix['global_16'], rtol=1e-5, atol=1e-5 * float(fix['global_16'].abs().max())
     )
-
-
-def test_foreign_checkpoints_refused():
-    """A plain DeiT (no gate, no CPE) and an arbitrary dict are neither CA-DeiT nor VECA."""
-    deit = {
-        'model': {
-            'cls_token': torch.zeros(1, 1, 8),
-            'pos_embed': torch.zeros(1, 5, 8),
-            'blocks.0.attn.qkv.weight': torch.zeros(24, 8),
-            'blocks.0.attn.qkv.bias': torch.zeros(24),
-        }
-    }
-    with pytest.raises(ConversionError, match='not a CA-DeiT checkpoint.*circulant attention'):
-        convert_cadeit_official(deit)
-    with pytest.raises(ConversionError, match=r'not a VECA checkpoint: expected \{"student"'):
-        convert_veca_official(deit)
-    with pytest.raises(ConversionError, match='not a VECA checkpoint'):
-        convert_veca_official([1, 2])

@@ -1,0 +1,253 @@
+"""The converter command lines (``tools/model_converters/*_to_mmcirc.py`` are entry
+points of :func:`pvt_main`, :func:`swin_main`, :func:`cadeit_main`, :func:`veca_main`):
+the options, reading them into the arguments of :func:`mmcirc.models.convert.convert_file`,
+a check that the inputs exist before the slow imports, and failures as one ``error:``
+line (exit 1, :func:`mmcirc.utils.cli.main_guard`).
+"""
+
+import argparse
+import ast
+import os.path as osp
+
+from mmcirc.utils.cli import CLIError, main_guard
+
+__all__ = ['cadeit_main', 'pvt_main', 'swin_main', 'veca_main']
+
+#: The other released kind's tool, for a CA-DeiT file given to VECA's and vice versa.
+_KIND_TOOLS = {
+    'cadeit': 'tools/model_converters/cadeit_to_mmcirc.py --family deit',
+    'veca': 'tools/model_converters/veca_to_mmcirc.py',
+}
+
+
+def add_target_args(parser):
+    """Options every pyramid converter takes: the target's attention layout, extra
+    target arguments, trust and verbosity. The attention kinds are those of the
+    registered blocks that fit the target family (checked when the target is built, so
+    that ``--help`` does not import the libraries)."""
+    parser.add_argument(
+        '--attention',
+        default='circulant',
+        metavar='KIND',
+        help='attention of stages 1-2 (the paper layout): circulant (default), core, '
+        'or any registered block kind of the family',
+    )
+    parser.add_argument(
+        '--stage-attentions',
+        nargs='+',
+        metavar='KIND',
+        help='per-stage attention instead: one kind for every stage or one per stage '
+        '(the registered block kinds of the family)',
+    )
+    parser.add_argument(
+        '--backbone-options',
+        nargs='+',
+        metavar='KEY=VALUE',
+        help='extra target arguments, e.g. num_cores_max=32',
+    )
+    parser.add_argument(
+        '--trust-checkpoint',
+        action='store_true',
+        help='allow full unpickling of the sources (only for files you trust)',
+    )
+    parser.add_argument('--verbose', action='store_true', help='list every key')
+
+
+def parse_value(text: str):
+    """A Python literal (number, tuple, dict, ...), else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_arch(text):
+    """``--arch``: a name, or a dict literal when it starts with ``{``."""
+    if isinstance(text, str) and text.lstrip().startswith('{'):
+        return parse_value(text)
+    return text
+
+
+def parse_backbone_options(items) -> dict:
+    """``--backbone-options key=value ...`` -> dict (values read as Python literals)."""
+    opts = {}
+    for item in items or ():
+        if '=' not in item:
+            raise CLIError(f'--backbone-options takes key=value, got {item!r}')
+        key, value = item.split('=', 1)
+        opts[key.strip()] = parse_value(value)
+    return opts
+
+
+def _convert(family, args, paths, **options):
+    """Check that ``paths`` exist, convert ``args.src`` for ``family``
+    (:func:`~mmcirc.models.convert.convert_file`), print the report and the path;
+    library errors become :class:`CLIError`. Returns the exit code (0)."""
+    for path in paths:
+        if path is not None and not osp.isfile(path):
+            raise CLIError(f'checkpoint not found: {path}')
+    from .core import CheckpointKindError, ConversionError, convert_file, format_summary
+
+    try:
+        result, out, title = convert_file(
+            family,
+            args.src,
+            args.out,
+            trust=getattr(args, 'trust_checkpoint', False),
+            arch=parse_arch(args.arch),
+            **options,
+        )
+    except CheckpointKindError as err:
+        raise CLIError(f'{err}: use {_KIND_TOOLS[err.found]}') from None
+    except ConversionError as err:  # a multi-line message (tensor list, hint) on one line
+        first, *rest = str(err).splitlines() or ['']
+        raise CLIError(' '.join([first] + ['; '.join(r.strip() for r in rest)]).strip()) from None
+    print(
+        format_summary(
+            result, title, verbose=getattr(args, 'verbose', False), more_hint='--verbose lists all'
+        )
+    )
+    print(f'saved {out}')
+    return 0
+
+
+def _pyramid_options(args, cadeit=False) -> dict:
+    """The :func:`~mmcirc.models.backbones.pyramid_convert.convert_source` options of
+    the parsed flags."""
+    kinds = args.stage_attentions
+    if kinds is not None and len(kinds) == 1:
+        kinds = kinds[0]  # one kind for every stage
+    options = dict(
+        attention=args.attention,
+        stage_attentions=kinds,
+        backbone_options=parse_backbone_options(args.backbone_options),
+    )
+    if cadeit:
+        return dict(options, cadeit=True, source_blocks=args.source_blocks, base=args.base)
+    return dict(
+        options, pos_embed_size=getattr(args, 'pos_embed_size', None), src_layout=args.src_layout
+    )
+
+
+def _pyramid_parser(family, description, src_help, arch_help):
+    """SRC [OUT] --arch ... (:func:`add_target_args`) --src-layout {auto, the family's layouts}."""
+    from mmcirc.models.backbones.pyramid_convert import layouts_of
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument('src', help=src_help)
+    parser.add_argument(
+        'out', nargs='?', help='output path (default work_dirs/pretrained/<variant>_in1k.pth)'
+    )
+    parser.add_argument('--arch', default='tiny', help=arch_help)
+    add_target_args(parser)
+    parser.add_argument('--src-layout', default='auto', choices=('auto',) + layouts_of(family))
+    return parser
+
+
+@main_guard
+def pvt_main(argv=None):
+    """``pvt_to_mmcirc.py``: a PVT v1 checkpoint -> CA-PVT / Core-PVT."""
+    parser = _pyramid_parser(
+        'pvt',
+        'PVT v1 checkpoint -> CA-PVT / Core-PVT',
+        src_help='source checkpoint (official PVT v1 or mmdet layout)',
+        arch_help='tiny, small, medium, large, or a dict literal '
+        "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"",
+    )
+    parser.add_argument(
+        '--pos-embed-size',
+        type=int,
+        metavar='PX',
+        help='image size the target position tables are stored for; source '
+        'tables of another size are resized (bilinear)',
+    )
+    args = parser.parse_args(argv)
+    return _convert('pvt', args, [args.src], **_pyramid_options(args))
+
+
+@main_guard
+def swin_main(argv=None):
+    """``swin_to_mmcirc.py``: a Swin checkpoint -> CA-Swin / Core-Swin."""
+    parser = _pyramid_parser(
+        'swin',
+        'Swin checkpoint -> CA-Swin / Core-Swin',
+        src_help='source checkpoint (official Swin, mmdet/mmseg/mmpretrain layout)',
+        arch_help='tiny, small, base, or a dict literal '
+        "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"",
+    )
+    args = parser.parse_args(argv)
+    return _convert('swin', args, [args.src], **_pyramid_options(args))
+
+
+@main_guard
+def cadeit_main(argv=None):
+    """``cadeit_to_mmcirc.py``: a CA-DeiT checkpoint -> the circulant blocks of a
+    CA-Swin / CA-PVT, or (``--family deit``) the CA-DeiT itself."""
+    parser = argparse.ArgumentParser(
+        description='CA-DeiT checkpoint -> circulant blocks of CA-Swin / CA-PVT'
+    )
+    parser.add_argument('src', help='CA-DeiT checkpoint (timm layout, optionally under "model")')
+    parser.add_argument(
+        'out',
+        nargs='?',
+        help='output path (default work_dirs/pretrained/<variant>_ca-deit-<t|s|b>.pth)',
+    )
+    parser.add_argument(
+        '--family',
+        default='swin',
+        choices=['swin', 'pvt', 'deit'],
+        help='target pyramid, or deit: the CA-DeiT model itself (CADeiT)',
+    )
+    parser.add_argument(
+        '--arch',
+        default=None,
+        help='target arch name or dict literal (default tiny; deit: read from the checkpoint)',
+    )
+    add_target_args(parser)
+    parser.add_argument(
+        '--source-blocks',
+        nargs='+',
+        type=int,
+        metavar='K',
+        help='CA-DeiT blocks to use, in order (default 0 1 2 ...)',
+    )
+    parser.add_argument('--base', help='checkpoint in mmcirc layout that supplies everything else')
+    args = parser.parse_args(argv)
+    if args.family == 'deit':
+        extra = [
+            f'--{k.replace("_", "-")}'
+            for k in ('stage_attentions', 'backbone_options', 'source_blocks', 'base')
+            if getattr(args, k) is not None
+        ] + (['--attention'] if args.attention != 'circulant' else [])
+        if extra:
+            raise CLIError(
+                f'{", ".join(extra)} do not apply to --family deit (the whole CA-DeiT is converted)'
+            )
+        return _convert('deit', args, [args.src])
+    args.arch = args.arch or 'tiny'
+    return _convert(args.family, args, [args.src, args.base], **_pyramid_options(args, cadeit=True))
+
+
+@main_guard
+def veca_main(argv=None):
+    """``veca_to_mmcirc.py``: a released VECA checkpoint -> mmcirc's VECAViT."""
+    parser = argparse.ArgumentParser(description='VECA checkpoint -> mmcirc VECAViT')
+    parser.add_argument('src', help="official VECA checkpoint ({'student': ..., 'config': ...})")
+    parser.add_argument(
+        'out',
+        nargs='?',
+        help='output path (default work_dirs/pretrained/veca_<family>_official.pth)',
+    )
+    parser.add_argument(
+        '--arch',
+        default=None,
+        help="override the config's model_family: small, splus, base, large or a dict literal "
+        'with embed_dims, num_layers, num_heads, mlp_ratio, num_cores',
+    )
+    parser.add_argument(
+        '--trust-checkpoint',
+        action='store_true',
+        help='allow full unpickling of the source (only for files you trust)',
+    )
+    args = parser.parse_args(argv)
+    return _convert('veca', args, [args.src])
