@@ -29,7 +29,6 @@ This file needs torch only; with mmengine installed, :class:`CADeiT` is an mmeng
 mmpretrain.
 """
 
-from numbers import Real
 from typing import Optional, Sequence
 
 import torch
@@ -41,6 +40,7 @@ from .contract import (
     HAS_MMENGINE,
     BackboneContract,
     check_circulant,
+    check_positive,
     check_positive_int,
     check_rate,
     spatial_size,
@@ -263,9 +263,7 @@ class CADeiT(BackboneContract):
     def _check_arch(cls, arch: dict) -> dict:
         for key in ('embed_dims', 'depth'):
             check_positive_int(cls.__name__, f'arch {key}', arch[key])
-        ratio = arch['mlp_ratio']
-        if not (isinstance(ratio, Real) and not isinstance(ratio, bool) and ratio > 0):
-            raise ValueError(f'{cls.__name__}: arch mlp_ratio must be positive, got {ratio!r}')
+        check_positive(cls.__name__, 'arch mlp_ratio', arch['mlp_ratio'])
         return arch
 
     def _frozen_parts(self):

@@ -62,6 +62,7 @@ __all__ = [
     'NORM_TYPES',
     'call_block',
     'check_circulant',
+    'check_positive',
     'check_positive_int',
     'check_rate',
     'is_int',
@@ -83,6 +84,13 @@ def check_positive_int(owner: str, name: str, value) -> int:
     if not is_int(value) or value < 1:
         raise ValueError(f'{owner}: {name} must be a positive int, got {value!r}')
     return int(value)
+
+
+def check_positive(owner: str, name: str, value) -> float:
+    """A positive real number (e.g. an MLP ratio)."""
+    if not (isinstance(value, Real) and not isinstance(value, bool) and value > 0):
+        raise ValueError(f'{owner}: {name} must be positive, got {value!r}')
+    return value
 
 
 def check_rate(owner: str, name: str, value) -> float:
@@ -250,15 +258,11 @@ class ElasticCores:
 
     num_cores_step: int = 1
 
-    def _parse_num_cores(self, num_cores) -> int:
-        return parse_num_cores(num_cores, self.num_cores_max, self.num_cores_step)
-
     def _setup_cores(self, num_cores, num_cores_max) -> None:
         """Check the bank size and C' (None: the whole bank)."""
         self.num_cores_max = check_positive_int(type(self).__name__, 'num_cores_max', num_cores_max)
-        self._num_cores = self._parse_num_cores(
-            self.num_cores_max if num_cores is None else num_cores
-        )
+        value = self.num_cores_max if num_cores is None else num_cores
+        self._num_cores = parse_num_cores(value, self.num_cores_max, self.num_cores_step)
 
     @property
     def num_cores(self) -> int:
@@ -268,7 +272,7 @@ class ElasticCores:
     def set_num_cores(self, num_cores) -> None:
         """Set the active core count C' (see the class docstring); takes effect from
         the next forward. ValueError (C' unchanged) for any other value."""
-        self._num_cores = self._parse_num_cores(num_cores)
+        self._num_cores = parse_num_cores(num_cores, self.num_cores_max, self.num_cores_step)
         self._apply_num_cores(self._num_cores)
 
     def _apply_num_cores(self, num_cores: int) -> None:

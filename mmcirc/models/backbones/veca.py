@@ -34,7 +34,6 @@ Needs torch only; with mmengine installed :class:`VECAViT` is an mmengine
 """
 
 import math
-from numbers import Real
 from typing import Optional, Sequence
 
 import torch
@@ -45,6 +44,7 @@ from .contract import (
     HAS_MMENGINE,
     BackboneContract,
     ElasticCores,
+    check_positive,
     check_positive_int,
     check_rate,
     is_int,
@@ -321,9 +321,7 @@ class VECAViT(ElasticCores, BackboneContract):
     def _check_arch(cls, arch: dict) -> dict:
         for key in ('embed_dims', 'num_layers', 'num_heads', 'num_cores'):
             check_positive_int(cls.__name__, f'arch {key}', arch[key])
-        ratio = arch['mlp_ratio']
-        if not (isinstance(ratio, Real) and not isinstance(ratio, bool) and ratio > 0):
-            raise ValueError(f'{cls.__name__}: arch mlp_ratio must be positive, got {ratio!r}')
+        check_positive(cls.__name__, 'arch mlp_ratio', arch['mlp_ratio'])
         return arch
 
     @property
