@@ -41,7 +41,6 @@ from mmcirc.ops.circulant import (
     _linear_cf,
     _linear_spectrum,
     _scale_value,
-    _valid_offsets,
     fft_grid,
 )
 
@@ -78,14 +77,23 @@ def circulant_comm_bytes(
 
 def _softmax_global(a, group):
     """Softmax over all offsets of the score bands a (B, heads, R_r, Pw) of every rank."""
+    if group_rank_size(group)[1] == 1:
+        return torch.softmax(a.flatten(2), dim=-1).view_as(a)
     m = a.amax(dim=(-2, -1), keepdim=True)  # (B, heads, 1, 1), -inf on a masked band
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1:
-        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-        e = torch.exp(a - m)  # (B, heads, R_r, Pw)
-        den = e.sum(dim=(-2, -1), keepdim=True)  # (B, heads, 1, 1)
-        dist.all_reduce(den, group=group)
-        return e / den
-    return torch.softmax(a.flatten(2), dim=-1).view_as(a)
+    dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
+    e = torch.sub(a, m).exp_()  # (B, heads, R_r, Pw)
+    den = e.sum(dim=(-2, -1), keepdim=True)  # (B, heads, 1, 1)
+    dist.all_reduce(den, group=group)
+    return e.div_(den)
+
+
+def _valid_offset_rows(hw, grid, rows, device):
+    """Rows ``[rows[0], rows[1])`` of the single-process offset mask (Ph, Pw): True
+    where the wrapped index is an offset in [-(H-1), H-1] x [-(W-1), W-1]."""
+    (h, w), (ph, pw) = hw, grid
+    r = torch.arange(*rows, device=device)
+    c = torch.arange(pw, device=device)
+    return ((r < h) | (r > ph - h))[:, None] & ((c < w) | (c > pw - w))[None, :]
 
 
 def _indicator_spectrum(hw, grid, cols, dtype, device):
@@ -162,7 +170,7 @@ class ShardedCirculantAttention(CirculantAttention):
                 one = _indicator_spectrum((h, w), grid, cols, cdt, x.device)  # (Ph, u_r)
                 rows = grid[0]
                 a0, a1 = band_bounds(rows, size)[rank]
-                mask = _valid_offsets((h, w), grid, x.device)[a0:a1]  # (R_r, Pw)
+                mask = _valid_offset_rows((h, w), grid, (a0, a1), x.device)  # (R_r, Pw)
             y = t.new_empty(t.shape)  # (B, C, n)
             # the same blocks on every rank (their collectives pair up): global sizes
             blocks = _head_blocks(c, self.num_heads, (grid[0], grid[1] // size), b, x.device.type)

@@ -69,8 +69,10 @@ def _exchange(pieces, recv_shapes, group):
     """All-to-all of complex tensors: ``pieces[q]`` goes to rank q; returns the pieces
     received from every rank q, of shapes ``recv_shapes[q]`` (one flat real buffer each
     way, uneven splits)."""
-    send = torch.cat([torch.view_as_real(t).reshape(-1) for t in pieces])  # (sum 2 n_q,)
     in_split = [2 * t.numel() for t in pieces]
+    send = torch.empty(sum(in_split), dtype=pieces[0].real.dtype, device=pieces[0].device)
+    for t, buf in zip(pieces, send.split(in_split)):  # one copy of each piece
+        buf.view(*t.shape, 2).copy_(torch.view_as_real(t))
     out_split = [2 * torch.Size(shp).numel() for shp in recv_shapes]
     recv = send.new_empty(sum(out_split))
     dist.all_to_all_single(recv, send, out_split, in_split, group=group)
