@@ -4,7 +4,13 @@ falling back to ``getrusage`` elsewhere)."""
 import os
 import resource
 
-__all__ = ['address_space_bytes', 'peak_rss_bytes', 'reset_peak_rss', 'rss_bytes']
+__all__ = [
+    'address_space_bytes',
+    'is_out_of_memory',
+    'peak_rss_bytes',
+    'reset_peak_rss',
+    'rss_bytes',
+]
 
 
 def _statm(field: int) -> int:
@@ -47,3 +53,24 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+#: What the allocators (Python, torch's CPU / CUDA ones, the C++ runtime) say when an
+#: allocation fails, lower case.
+OOM_MARKERS = (
+    "can't allocate memory",
+    'cannot allocate memory',
+    'not enough memory',
+    'out of memory',
+    'unable to allocate',
+    'std::bad_alloc',
+)
+
+
+def is_out_of_memory(err) -> bool:
+    """Whether an exception (or an error text) is an allocation failure: MemoryError,
+    torch's ``OutOfMemoryError`` and the messages of :data:`OOM_MARKERS`."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err).lower()
+    return type(err).__name__ == 'OutOfMemoryError' or any(m in text for m in OOM_MARKERS)

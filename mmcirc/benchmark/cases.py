@@ -1,0 +1,288 @@
+"""The registered benchmark cases: attention layers, backbones and isotropic models, each
+built by its class (random weights, seed 0, nothing downloaded) with size, batch and
+depth as arguments; precision, device, eager / compile and forward / backward are the
+axes of :func:`mmcirc.benchmark.core.make_step`.
+
+* ``attention``: one layer on a (B, H*W, 64) token map (:data:`ATTENTION_DIM`):
+  ``sdpa`` (:class:`~mmcirc.models.baselines.SDPASelfAttention`, 1 head of 64: PVT
+  stage 1 without the reduction), ``circ-circ`` / ``circ-zero``
+  (:class:`~mmcirc.ops.CirculantAttention`, d = 1, circular / zero boundary),
+  ``circ-linears`` (its gate + qkv + proj Linears alone), ``core-K``
+  (:class:`~mmcirc.models.baselines.CoreAttentionWithBank`, 1 head, K cores of 64);
+* ``backbone``: mmdet's / mmseg's PVT-S and Swin-T and mmcirc's pyramids (need
+  mmdet / mmseg: imported by the builder that needs them);
+* ``isotropic``: mmcirc's CA-DeiT / VECA (torch only) and timm's DeiT / ViT
+  (``dynamic_img_size``, no classifier; need timm).
+
+``CASES[name].build(hw, batch=1, depth=None, device='cpu')`` returns ``(model, call, x)``:
+``call(x)`` runs the model on its input ``x``. ``baseline`` names the plain-attention
+twin a case is compared with; ``flash`` marks the plain-attention models whose SDPA is
+pinned to the flash kernel under half precision on CUDA.
+"""
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+__all__ = ['ATTENTION_DIM', 'CASES', 'Case', 'case', 'count_macs', 'register_case']
+
+ATTENTION_DIM = 64
+CORE_COUNTS = (8, 16, 64)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One registered model: see the module docstring."""
+
+    name: str
+    group: str
+    label: str
+    builder: Callable  # (hw, depth) -> (model, call)
+    inputs: str = 'image'  # 'image': (B, 3, H, W); 'tokens': (B, H*W, ATTENTION_DIM)
+    baseline: Optional[str] = None
+    flash: bool = False
+    multiple: int = 1  # H and W must be multiples of this
+
+    def build(self, hw, batch: int = 1, depth: Optional[int] = None, device='cpu') -> Tuple:
+        import torch
+
+        hw = (hw, hw) if isinstance(hw, int) else tuple(hw)
+        torch.manual_seed(0)
+        model, call = self.builder(hw, depth)
+        return model.to(device), call, self.make_input(hw, batch, device)
+
+    def make_input(self, hw, batch: int = 1, device='cpu'):
+        """The random input of this case at ``hw``: (B, 3, H, W) or (B, H*W, C) tokens."""
+        import torch
+
+        hw = (hw, hw) if isinstance(hw, int) else tuple(hw)
+        if self.inputs == 'tokens':
+            return torch.randn(batch, hw[0] * hw[1], ATTENTION_DIM, device=device)
+        return torch.randn(batch, 3, *hw, device=device)
+
+
+#: name -> :class:`Case`
+CASES: Dict[str, Case] = {}
+
+
+def register_case(name, group, label, builder, **kwargs) -> Case:
+    if name in CASES:
+        raise ValueError(f'benchmark case {name!r} is registered already')
+    CASES[name] = Case(name, group, label, builder, **kwargs)
+    return CASES[name]
+
+
+def case(name: str) -> Case:
+    """The registered case ``name``; ValueError naming the registered ones otherwise."""
+    if name not in CASES:
+        raise ValueError(f'benchmark case must be one of {sorted(CASES)}, got {name!r}')
+    return CASES[name]
+
+
+def _init_weights(model):
+    """``init_weights`` with mmengine's per-parameter INFO log silenced (torch only:
+    the isotropic models' fallback base class logs nothing)."""
+    if importlib.util.find_spec('mmengine') is None:
+        model.init_weights()
+        return model
+    from mmcirc.utils.quiet import quiet_logger
+
+    with quiet_logger():
+        model.init_weights()
+    return model
+
+
+def _plain(model):
+    return model, model
+
+
+# ----------------------------------------------------------------------------- attention
+def _attention(kind):
+    def builder(hw, depth):
+        from mmcirc import ops
+        from mmcirc.models.baselines import CoreAttentionWithBank, SDPASelfAttention
+
+        if kind == 'sdpa':
+            return _plain(SDPASelfAttention(ATTENTION_DIM, 1))
+        if kind.startswith('core-'):
+            k = int(kind.split('-')[1])
+            return _plain(CoreAttentionWithBank(ATTENTION_DIM, 1, k, bank_size=max(CORE_COUNTS)))
+        m = ops.CirculantAttention(
+            ATTENTION_DIM, boundary='zero' if kind == 'circ-zero' else 'circular'
+        )
+        if kind == 'circ-linears':
+            return m, lambda x: (m.proj(m.gate(x)), m.qkv(x))
+        return m, lambda x: m(x, hw)
+
+    return builder
+
+
+for _kind in ('sdpa', 'circ-circ', 'circ-zero', 'circ-linears') + tuple(
+    f'core-{k}' for k in CORE_COUNTS
+):
+    register_case(_kind, 'attention', _kind, _attention(_kind), inputs='tokens')
+
+
+# ----------------------------------------------------------------------------- backbones
+def _mm_backbone(library, cls_name, **kwargs):
+    def builder(hw, depth):
+        import importlib
+
+        cls = getattr(importlib.import_module(f'{library}.models.backbones'), cls_name)
+        return _plain(_init_weights(cls(**kwargs, init_cfg=None)))
+
+    return builder
+
+
+def _mmcirc_backbone(cls_name, **kwargs):
+    def builder(hw, depth):
+        from mmcirc.models import backbones
+
+        return _plain(_init_weights(getattr(backbones, cls_name)(**kwargs)))
+
+    return builder
+
+
+_B = 'backbone'
+register_case(
+    'pvt_s',
+    _B,
+    'PVT-S (mmdet)',
+    _mm_backbone('mmdet', 'PyramidVisionTransformer', num_layers=[3, 4, 6, 3]),
+    multiple=32,
+)
+for _name, _cls, _kw, _label in (
+    ('circ_pvt_s', 'CAPVT', dict(stage_attentions='circulant'), 'all-circulant PVT-S'),
+    (
+        'core_pvt_s',
+        'CorePVT',
+        dict(stage_attentions='core', num_cores=64),
+        "all-core PVT-S C'=64",
+    ),
+    ('core_pvt_s_c8', 'CorePVT', dict(stage_attentions='core', num_cores=8), "all-core PVT-S C'=8"),
+    ('ca_pvt_s', 'CAPVT', {}, 'CA-PVT-S (paper layout)'),
+    ('core_pvt_s_paper', 'CorePVT', dict(num_cores=64), "Core-PVT-S (paper layout) C'=64"),
+):
+    register_case(
+        _name,
+        _B,
+        _label,
+        _mmcirc_backbone(_cls, arch='small', **_kw),
+        baseline='pvt_s',
+        multiple=32,
+    )
+register_case('swin_t', _B, 'Swin-T (mmdet)', _mm_backbone('mmdet', 'SwinTransformer'), multiple=32)
+register_case(
+    'swin_t_mmseg', _B, 'Swin-T (mmseg)', _mm_backbone('mmseg', 'SwinTransformer'), multiple=32
+)
+register_case(
+    'ca_swin_t',
+    _B,
+    'CA-Swin-T (paper layout)',
+    _mmcirc_backbone('CASwin', arch='tiny'),
+    baseline='swin_t',
+    multiple=32,
+)
+register_case(
+    'core_swin_t',
+    _B,
+    "Core-Swin-T (paper layout) C'=64",
+    _mmcirc_backbone('CoreSwin', arch='tiny', num_cores=64),
+    baseline='swin_t',
+    multiple=32,
+)
+register_case('ca_pvt_t', _B, 'CA-PVT-T', _mmcirc_backbone('CAPVT', arch='tiny'), multiple=32)
+register_case(
+    'core_pvt_t',
+    _B,
+    "Core-PVT-T (C'=64)",
+    _mmcirc_backbone('CorePVT', arch='tiny', num_cores=64),
+    multiple=32,
+)
+
+
+# ----------------------------------------------------------------------------- isotropic
+def _timm(arch):
+    def builder(hw, depth):
+        import timm
+
+        extra = {} if depth is None else dict(depth=depth)
+        model = timm.create_model(
+            arch, pretrained=False, num_classes=0, img_size=224, dynamic_img_size=True, **extra
+        )
+        return _plain(model)
+
+    return builder
+
+
+def _isotropic(cls_name, arch, depth_key):
+    def builder(hw, depth):
+        from mmcirc.models.backbones import CADeiT, VECAViT
+
+        cls = dict(CADeiT=CADeiT, VECAViT=VECAViT)[cls_name]
+        spec = arch if depth is None else dict(cls.arch_zoo[arch], **{depth_key: depth})
+        return _plain(_init_weights(cls(spec)))
+
+    return builder
+
+
+_I = 'isotropic'
+for _s, _label, _arch in (('t', 'T', 'tiny'), ('s', 'S', 'small'), ('b', 'B', 'base')):
+    register_case(
+        f'ca_deit_{_s}',
+        _I,
+        f'CA-DeiT-{_label}',
+        _isotropic('CADeiT', _arch, 'depth'),
+        baseline=f'deit_{_s}',
+        multiple=16,
+    )
+for _s, _label, _arch in (('s', 'S', 'small'), ('b', 'B', 'base')):
+    register_case(
+        f'veca_{_s}',
+        _I,
+        f'VECA-{_label}',
+        _isotropic('VECAViT', _arch, 'num_layers'),
+        baseline=f'vit_{_s}',
+        multiple=16,
+    )
+for _name, _arch, _label in (
+    ('deit_t', 'deit_tiny_patch16_224', 'DeiT-T'),
+    ('deit_s', 'deit_small_patch16_224', 'DeiT-S'),
+    ('deit_b', 'deit_base_patch16_224', 'DeiT-B'),
+    ('vit_s', 'vit_small_patch16_224', 'ViT-S'),
+    ('vit_b', 'vit_base_patch16_224', 'ViT-B'),
+):
+    register_case(_name, _I, _label, _timm(_arch), flash=True, multiple=16)
+
+
+def group(name: str):
+    """The names of the cases of one group, in registration order."""
+    return [n for n, c in CASES.items() if c.group == name]
+
+
+def count_macs(name: str, hw, depth: Optional[int] = None, extrapolate: bool = False) -> float:
+    """Counted multiply-adds of one forward of case ``name`` at ``hw`` (batch 1,
+    ``mmcirc.analysis.count_flops``; the counter executes the model).
+
+    ``extrapolate`` (isotropic models: identical blocks that keep the token count):
+    count the models with 1 and 2 blocks and return ``F(1) + (depth - 1) (F(2) -
+    F(1))`` for the model's depth (``depth``, else its real one), exact and much cheaper
+    than counting the whole model at large sizes."""
+    from mmcirc.analysis import count_flops
+
+    c = case(name)
+    if not extrapolate:
+        model, call, x = c.build(hw, depth=depth)
+        return count_flops(model.eval(), x)
+    if depth is None:
+        depth = len(c.builder(hw, None)[0].blocks)
+    f1 = count_flops(*_eval_input(c, hw, 1))
+    if depth == 1:
+        return f1
+    f2 = count_flops(*_eval_input(c, hw, 2))
+    return f1 + (depth - 1) * (f2 - f1)
+
+
+def _eval_input(c, hw, depth):
+    model, _, x = c.build(hw, depth=depth)
+    return model.eval(), x

@@ -1,0 +1,278 @@
+"""The measurement core: threads, meters, the step of one model and the round-robin
+timing of the models a table compares.
+
+* :func:`pin_threads` sets torch's intra-op threads (when asked) and returns the count
+  that every result records;
+* :class:`PeakMeter`: peak memory of a block above the memory before it: CPU: the
+  kernel's RSS high-water mark (``mmcirc.utils.memory``; meaningful for the first large
+  computation of a fresh process, hence the memory children), CUDA: the allocator's
+  ``max_memory_allocated``;
+* :func:`make_step`: the callable that runs one forward (or forward + backward) of a
+  model under the axes of a measurement: precision (autocast; the plain-attention
+  baselines pinned to the flash kernel on CUDA under half precision), eager or
+  ``torch.compile``, synchronised;
+* :func:`round_robin`: warm-up of each step, then rounds in which every step runs once
+  in turn, so that a changing machine load hits all compared models alike; per step a
+  time budget (after ``min_runs``), and a first call slower than ``single_run_above``
+  seconds is the measurement (one run). Times are medians.
+
+Everything here needs torch only.
+"""
+
+import contextlib
+import gc
+import statistics
+import time
+from typing import Callable, Dict, Optional
+
+__all__ = [
+    'PRECISIONS',
+    'COMPILE_MODES',
+    'PeakMeter',
+    'finite',
+    'make_step',
+    'pin_threads',
+    'round_robin',
+    'synchronizer',
+]
+
+#: precision axis -> autocast dtype name (None: float32, no autocast)
+PRECISIONS = {'fp32': None, 'bf16': 'bfloat16', 'fp16': 'float16'}
+COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
+
+
+def pin_threads(threads: Optional[int] = None) -> int:
+    """Set torch's intra-op threads to ``threads`` (None / 0: leave torch's) and return
+    the count in use (recorded with every result)."""
+    import torch
+
+    if threads:
+        if int(threads) < 1:
+            raise ValueError(f'threads must be a positive int or None, got {threads!r}')
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+def synchronizer(device) -> Callable[[], None]:
+    """A no-argument function that waits for ``device``'s queued work (CUDA; a no-op
+    on the CPU)."""
+    import torch
+
+    if torch.device(device).type == 'cuda':
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+class PeakMeter:
+    """``with PeakMeter(device) as m: ...`` then ``m.peak_mb``: the peak memory of the
+    block above the memory before it, in MiB (see the module docstring). On the CPU,
+    ``m.reset`` says whether the kernel let the high-water mark be lowered (else the
+    peak includes what came before)."""
+
+    def __init__(self, device='cpu'):
+        import torch
+
+        self.cuda = torch.device(device).type == 'cuda'
+        self.peak_mb = None
+        self.reset = True
+
+    def __enter__(self):
+        gc.collect()
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self._base = torch.cuda.memory_allocated()
+        else:
+            from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+
+            self.reset = reset_peak_rss()
+            self._base = rss_bytes() if self.reset else peak_rss_bytes()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        else:
+            from mmcirc.utils.memory import peak_rss_bytes
+
+            peak = peak_rss_bytes()
+        self.peak_mb = max(peak - self._base, 0) / 2**20
+        return False
+
+
+def finite(out) -> bool:
+    """Whether every tensor in a model's output (tensor, tuple / list / dict of them) is
+    finite."""
+    import torch
+
+    if torch.is_tensor(out):
+        return bool(out.float().isfinite().all())
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return all(finite(o) for o in out)
+    return True
+
+
+def _contexts(device, precision, flash):
+    import torch
+
+    stack = contextlib.ExitStack()
+    dtype = PRECISIONS[precision]
+    if dtype is not None:
+        stack.enter_context(torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype)))
+        if flash and torch.device(device).type == 'cuda':
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            stack.enter_context(sdpa_kernel(SDPBackend.FLASH_ATTENTION))
+    return stack
+
+
+def make_step(
+    model,
+    call: Callable,
+    x,
+    *,
+    device='cpu',
+    precision: str = 'fp32',
+    backward: bool = False,
+    compile: Optional[dict] = None,
+    flash: bool = False,
+) -> Callable:
+    """``step()`` runs ``call(x)`` once (``call`` wraps ``model``; forward only in eval
+    mode under ``no_grad``, or forward + backward of the sum of the outputs), under the
+    autocast of ``precision`` (``flash``: also pin SDPA to the flash kernel on CUDA),
+    synchronised; returns the output. ``compile``: ``torch.compile`` keyword arguments
+    (the first ``step()`` compiles; CUDA graphs of the inductor's ``reduce-overhead`` /
+    ``max-autotune`` modes get their step marker)."""
+    import torch
+
+    if precision not in PRECISIONS:
+        raise ValueError(f'precision must be one of {tuple(PRECISIONS)}, got {precision!r}')
+    sync = synchronizer(device)
+    fn = call
+    cudagraphs = False
+    if compile is not None:
+        compile = dict(compile)
+        mode = compile.get('mode')
+        if mode is not None and mode not in COMPILE_MODES:
+            raise ValueError(f'compile mode must be one of {COMPILE_MODES}, got {mode!r}')
+        cudagraphs = (
+            compile.get('backend', 'inductor') == 'inductor'
+            and mode in ('reduce-overhead', 'max-autotune')
+            and torch.device(device).type == 'cuda'
+        )
+        fn = torch.compile(call, dynamic=False, **compile)
+    if backward:
+        model.train(False)  # mmdet's Swin returns None from train(); keep the module
+        x.requires_grad_()
+    else:
+        model.eval()
+
+    def step():
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        if backward:
+            with _contexts(device, precision, flash):
+                out = fn(x)
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            sum(o.float().sum() for o in outs).backward()
+            model.zero_grad(set_to_none=True)
+            x.grad = None
+        else:
+            with torch.no_grad(), _contexts(device, precision, flash):
+                out = fn(x)
+        sync()
+        return out
+
+    return step
+
+
+def _failure(err) -> dict:
+    from mmcirc.utils.memory import is_out_of_memory
+
+    text = str(err).strip()
+    msg = f'{type(err).__name__}: {text.splitlines()[0][:200] if text else ""}'
+    if is_out_of_memory(err):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return dict(status='oom', error='out of memory')
+    return dict(status='error', error=msg)
+
+
+def round_robin(
+    steps: Dict[str, Callable],
+    *,
+    repeat: int = 5,
+    warmup: int = 1,
+    budget_s: Optional[float] = None,
+    min_runs: int = 1,
+    single_run_above: Optional[float] = None,
+    on_first: Optional[Callable] = None,
+    record_errors: bool = False,
+) -> Dict[str, dict]:
+    """Time ``steps`` (name -> ``step()``) side by side; see the module docstring.
+
+    Each step's first call is timed (``first_ms``; ``on_first(name, out)`` sees its
+    output), then ``warmup - 1`` more untimed calls; then up to ``repeat`` rounds. A step
+    stops taking part once its timed runs add up to ``budget_s`` and it has ``min_runs``
+    (``budget_s`` None: no budget). A step whose first call took longer than
+    ``single_run_above`` seconds is not repeated: its first call is the measurement
+    (``warmup_only``). Returns name -> ``time_ms`` (median), ``min_ms``, ``runs``,
+    ``times_ms``, ``first_ms``, ``warmup_only``. ``record_errors``: a step whose first
+    call raises is left out, its result is ``{'status': 'oom' | 'error', 'error': ...}``
+    (else the exception propagates).
+    """
+    steps = dict(steps)
+    if repeat < 1 or warmup < 1 or min_runs < 1:
+        raise ValueError(
+            f'repeat, warmup and min_runs must be >= 1, got {repeat}, {warmup}, {min_runs}'
+        )
+    first, times, spent, failed = {}, {}, {}, {}
+    for name, step in list(steps.items()):
+        t = time.perf_counter()
+        try:
+            out = step()
+        except Exception as err:  # noqa: BLE001  (one model failing is its result)
+            if not record_errors:
+                raise
+            failed[name] = _failure(err)
+            del steps[name]
+            continue
+        first[name] = time.perf_counter() - t
+        if on_first is not None:
+            on_first(name, out)
+        del out
+        times[name], spent[name] = [], 0.0
+        if single_run_above is not None and first[name] > single_run_above:
+            continue
+        for _ in range(warmup - 1):
+            step()
+    active = [n for n in steps if single_run_above is None or first[n] <= single_run_above]
+    for _ in range(repeat):
+        for name in active:
+            if budget_s is not None and spent[name] >= budget_s and len(times[name]) >= min_runs:
+                continue
+            t = time.perf_counter()
+            steps[name]()
+            times[name].append(time.perf_counter() - t)
+            spent[name] += times[name][-1]
+    out = dict(failed)
+    for name in steps:
+        ts = times[name] or [first[name]]
+        out[name] = dict(
+            time_ms=1e3 * statistics.median(ts),
+            min_ms=1e3 * min(ts),
+            runs=len(ts),
+            times_ms=[round(1e3 * t, 3) for t in ts],
+            first_ms=1e3 * first[name],
+            warmup_only=not times[name],
+        )
+    return out

@@ -1,0 +1,147 @@
+"""The dense-attention baseline of ``tools/infer_highres.py --dense-baseline``: the same
+config with ``stage_attentions`` = the family's own attention (mmdet's PVT with
+spatial-reduction attention everywhere, Swin's windows), run in an isolated child
+(:func:`mmcirc.benchmark.runner.run_isolated`) whose address space is capped with
+``RLIMIT_AS``; it reports whether it ran or ran out of memory, and when.
+
+Needs mmseg (imported by the functions that build the segmentor).
+"""
+
+import os.path as osp
+import re
+import shutil
+import tempfile
+import time
+from typing import Optional
+
+from .runner import GB, run_isolated
+
+MB = 1024**2
+
+__all__ = ['dense_attention', 'run_dense_baseline', 'short_error']
+
+
+def dense_attention(cfg) -> str:
+    """The dense attention kind of the config's backbone family (its
+    ``original_attention``); :class:`~mmcirc.utils.cli.CLIError` for backbones that have
+    none (the isotropic CA-DeiT / VECA, other libraries' backbones)."""
+    from mmseg.registry import MODELS
+
+    from mmcirc.utils.cli import CLIError
+
+    cls = MODELS.get(cfg.model.backbone.type)
+    kind = getattr(cls, 'original_attention', None)
+    if not kind:
+        raise CLIError(
+            f'--dense-baseline needs a pyramid backbone with a dense attention of its own '
+            f'(CA-PVT: sra, CA-Swin: window), the config has {cfg.model.backbone.type!r}'
+        )
+    return kind
+
+
+def run_dense_baseline(
+    config: str,
+    img,
+    *,
+    checkpoint: Optional[str] = None,
+    cfg_options: Optional[dict] = None,
+    stage_attentions: Optional[str] = None,
+    mem_cap_gb: float = 20.0,
+    device: str = 'cpu',
+    timeout: float = 1800,
+    upsample: str = 'banded',
+) -> dict:
+    """Run the dense-attention equivalent of ``config`` on ``img`` (H, W, 3 uint8) in an
+    isolated child with ``RLIMIT_AS = mem_cap_gb`` GiB and report what happened.
+
+    The child builds the same config with ``stage_attentions`` set to the family's own
+    attention (``'sra'`` for PVT: the original PVT; ``'window'`` for Swin) and runs
+    :func:`mmcirc.apis.predict_labels`. Returns a dict: status (``'ok'``,
+    ``'oom'``, ``'timeout'``, ``'error'``: :data:`mmcirc.benchmark.runner.STATUSES`),
+    time_s (inference, or until the failure), build_s, wall_s (whole child), error,
+    failed_during, peak_rss_mb, mem_cap_gb, stage_attentions, attention estimates,
+    returncode, input_size.
+    """
+    import numpy as np
+
+    tmpdir = tempfile.mkdtemp(prefix='mmcirc_dense_')
+    try:
+        image = osp.join(tmpdir, 'img.npy')
+        np.save(image, img)
+        spec = dict(
+            config=osp.abspath(config),
+            checkpoint=checkpoint,
+            cfg_options=cfg_options or {},
+            stage_attentions=stage_attentions,
+            device=device,
+            upsample=upsample,
+            image=image,
+        )
+        result = run_isolated(
+            'mmcirc.benchmark.dense_baseline:child', spec, timeout=timeout, mem_cap_gb=mem_cap_gb
+        )
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    result.pop('log_tail', None)
+    result.update(mem_cap_gb=mem_cap_gb, input_size=list(img.shape[:2]))
+    result.setdefault('time_s', None)
+    result.setdefault('stage_attentions', None)
+    return result
+
+
+def child(spec: dict) -> dict:
+    """The child's measurement (see :func:`run_dense_baseline`): builds, runs, and turns
+    a failure into ``status`` 'oom' / 'error' with the phase it happened in."""
+    import warnings
+
+    import numpy as np
+
+    from mmcirc.utils.memory import is_out_of_memory, peak_rss_bytes, reset_peak_rss, rss_bytes
+
+    out = dict(status='error', stage_attentions=None, build_s=None, time_s=None, error=None)
+    t_start, t0 = time.perf_counter(), None
+    try:
+        warnings.simplefilter('ignore')
+        from mmcirc import apis as hr
+        from mmcirc.analysis.memory import quadratic_attention_estimates, quadratic_warning
+
+        img = np.load(spec['image'])
+        cfg = hr.load_highres_config(spec['config'], spec['cfg_options'])
+        dense = spec['stage_attentions'] or dense_attention(cfg)
+        hr.apply_backbone_overrides(cfg, dict(stage_attentions=dense))
+        model = hr.build_model(cfg, spec['checkpoint'], device=spec['device'], warn_random=True)
+        out['stage_attentions'] = list(model.backbone.stage_attentions)
+        out['build_s'] = round(time.perf_counter() - t_start, 2)
+        hw = img.shape[:2]
+        out['attention_estimates'] = quadratic_attention_estimates(model.backbone, hw)
+        warn = quadratic_warning(model.backbone, hw)
+        if warn:
+            print(warn, flush=True)
+        base = rss_bytes() if reset_peak_rss() else peak_rss_bytes()
+        out['baseline_rss_mb'] = round(base / MB, 1)
+        t0 = time.perf_counter()
+        labels, times = hr.predict_labels(model, img, upsample=spec['upsample'])
+        out.update(
+            status='ok',
+            time_s=round(times['time_s'], 3),
+            labels_present=int(len(np.unique(labels))),
+        )
+    except Exception as err:  # noqa: BLE001  (report, whatever it is)
+        if t0 is not None:
+            out['time_s'] = round(time.perf_counter() - t0, 3)
+        out['status'] = 'oom' if is_out_of_memory(err) else 'error'
+        text = str(err).strip()
+        out['error'] = f'{type(err).__name__}: {text.splitlines()[-1] if text else ""}'
+        out['failed_during'] = 'inference' if t0 is not None else 'setup'
+    out['peak_rss_mb'] = round(peak_rss_bytes() / MB, 1)
+    if out.get('baseline_rss_mb') is not None:
+        out['peak_increase_mb'] = round(out['peak_rss_mb'] - out['baseline_rss_mb'], 1)
+    return out
+
+
+def short_error(error: str) -> str:
+    """torch's allocator message -> 'cannot allocate 64.0 GiB'; else the first 90 chars."""
+    m = re.search(r'tried to allocate (\d+) bytes', error)
+    if m:
+        return f'cannot allocate {int(m.group(1)) / GB:.1f} GiB'
+    return error[:90]

@@ -1,0 +1,194 @@
+"""The report writer: the environment of a run, an atomic JSON store that merges runs,
+and markdown tables with ratios against a named baseline.
+
+* :func:`environment`: date (UTC), CPU, cores and affinity, load, torch / timm /
+  Python versions, the device's name, threads, the command;
+* :class:`ResultStore`: ``results`` keyed by a measurement's key; :meth:`ResultStore.load`
+  reads an earlier run (the records it already has), :meth:`ResultStore.update` adds or
+  replaces records, :meth:`ResultStore.save` writes the whole file atomically (after
+  every measurement: a kill leaves the last complete file);
+* :func:`ratio` / :func:`speedup`: a baseline's figure over a model's, formatted, or
+  ``'-'`` where either is missing; :func:`markdown_table`.
+"""
+
+import contextlib
+import datetime
+import json
+import os
+import os.path as osp
+import platform
+import sys
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from mmcirc.utils.fileio import atomic_write
+
+__all__ = [
+    'ResultStore',
+    'device_name',
+    'environment',
+    'markdown_table',
+    'plot_series',
+    'ratio',
+    'speedup',
+]
+
+
+def device_name(device: str, threads: Optional[int] = None) -> str:
+    """``'cuda (NVIDIA H200, torch 2.x)'``; on the CPU ``'cpu'`` or, with ``threads``,
+    ``'cpu (N threads, torch 2.x)'``."""
+    import torch
+
+    if str(device).startswith('cuda') and torch.cuda.is_available():
+        return f'cuda ({torch.cuda.get_device_name()}, torch {torch.__version__})'
+    if threads is None:
+        return str(device)
+    return f'cpu ({threads} threads, torch {torch.__version__})'
+
+
+def _cpu_model() -> str:
+    cpu = platform.processor()
+    with contextlib.suppress(OSError, StopIteration):
+        with open('/proc/cpuinfo') as f:
+            cpu = next(ln.split(':', 1)[1].strip() for ln in f if ln.startswith('model name'))
+    return cpu
+
+
+def environment(command: Optional[str] = None, device: str = 'cpu', **extra) -> dict:
+    """Date, machine, load, versions and the command of a run (``command`` None: this
+    process's ``sys.argv``)."""
+    import torch
+
+    try:
+        import timm
+
+        timm_version = timm.__version__
+    except ImportError:
+        timm_version = None
+    if command is None:
+        command = 'python ' + ' '.join(sys.argv)
+    env = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
+        cpu=_cpu_model(),
+        cpu_count=os.cpu_count(),
+        affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else None,
+        load=os.getloadavg()[0] if hasattr(os, 'getloadavg') else None,
+        torch=torch.__version__,
+        timm=timm_version,
+        python=platform.python_version(),
+        device=device_name(device),
+        threads=torch.get_num_threads(),
+        command=command,
+    )
+    env.update(extra)
+    return env
+
+
+class ResultStore:
+    """The JSON file of a benchmark: ``{'environment': ..., 'results': {key: record},
+    **extra}`` written atomically. ``as_list``: the file keeps ``results`` as a list of
+    records (older layout of some tables) and ``key(record)`` names each."""
+
+    def __init__(self, path: str, as_list: bool = False, key: Optional[Callable] = None):
+        if as_list and key is None:
+            raise ValueError('ResultStore: as_list needs key (record -> its key)')
+        self.path, self.as_list, self.key = path, as_list, key
+        self.results: Dict[str, dict] = {}
+        self.extra: dict = {}
+
+    def load(self, settings: Optional[dict] = None) -> 'ResultStore':
+        """Read the records of an earlier run, if the file exists (merge, not replace).
+        ``settings`` (JSON-able): merge only a file saved with equal ``settings`` (the same
+        device, precision, threads...: figures of one table); another file's records are
+        replaced at the next save. Returns self."""
+        self.extra['settings'] = settings
+        if not osp.isfile(self.path):
+            return self
+        with open(self.path) as f:
+            data = json.load(f)
+        if settings is not None and data.get('settings') != json.loads(json.dumps(settings)):
+            return self
+        results = data.pop('results', {})
+        if isinstance(results, list):
+            results = {self.key(r): r for r in results}
+        self.results = dict(results, **self.results)
+        for k, v in data.items():
+            self.extra.setdefault(k, v)
+        return self
+
+    def update(self, records: Dict[str, dict]) -> 'ResultStore':
+        self.results.update(records)
+        return self
+
+    def drop(self, keys: Iterable[str]) -> 'ResultStore':
+        for k in list(keys):
+            self.results.pop(k, None)
+        return self
+
+    def save(self, **extra) -> str:
+        """Write the file atomically (``extra``: top-level entries such as
+        ``environment``, replacing those of earlier runs); returns its path."""
+        self.extra.update(extra)
+        results = list(self.results.values()) if self.as_list else self.results
+        atomic_write(self.path, json.dumps(dict(self.extra, results=results), indent=1))
+        return self.path
+
+
+def ratio(num, den, fmt: str = '{:.2f}', suffix: str = '') -> str:
+    """``num / den`` formatted, ``'-'`` where either is missing or the denominator is 0."""
+    if num is None or den is None or not den:
+        return '-'
+    return fmt.format(num / den) + suffix
+
+
+def speedup(baseline: Optional[dict], record: Optional[dict], key: str = 'time_ms') -> str:
+    """The baseline's time over the record's (``'1.23x'``), ``'-'`` where either has none."""
+    get = lambda r: None if not r or r.get('status', 'ok') != 'ok' else r.get(key)  # noqa: E731
+    return ratio(get(baseline), get(record), suffix='x')
+
+
+def markdown_table(head: Sequence[str], rows: List[Sequence], align: Optional[str] = None) -> str:
+    """A markdown table; ``align``: one character per column, ``'l'`` or ``'r'``."""
+    align = align or 'l' * len(head)
+    sep = '|' + ''.join('---:|' if a == 'r' else '---|' for a in align)
+    lines = ['| ' + ' | '.join(head) + ' |', sep]
+    lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
+    return '\n'.join(lines)
+
+
+def plot_series(
+    series: Dict[str, list],
+    path: str,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    *,
+    log_base_x: int = 10,
+    styles: Optional[Dict[str, str]] = None,
+) -> Optional[str]:
+    """One log-log line per ``series`` entry (label -> [(x, y), ...], non-positive y
+    dropped) written to ``path`` (PNG); None (and nothing written) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for i, (label, pts) in enumerate(series.items()):
+        pts = sorted((x, y) for x, y in pts if y is not None and y > 0)
+        if pts:
+            style = (styles or {}).get(label, '-o')
+            ax.plot(*zip(*pts), style, color=f'C{i % 10}', label=label)
+    ax.set_xscale('log', base=log_base_x)
+    ax.set_yscale('log')
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

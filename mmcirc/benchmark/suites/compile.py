@@ -1,0 +1,194 @@
+"""Suite ``compile``: eager against ``torch.compile`` for one backbone of each family,
+side by side in one run: forward time, the speed-up, the first call's compile time, graph
+breaks and the compiled output's difference from eager.
+
+Backbones (registered cases, by class, random weights, eval mode): ``ca_pvt_t`` CAPVT
+tiny, ``core_pvt_t`` CorePVT tiny (C' = 64), ``ca_swin_t`` CASwin tiny, ``ca_deit_t``
+CADeiT tiny, ``veca_s`` VECAViT small (C' = 64). Per (backbone, size), in this process:
+``torch._dynamo.explain`` counts graphs and breaks; the compiled step's first call
+compiles (``first call``: compile plus one run); then eager and compiled forwards
+alternate (round-robin, ``--repeat`` timed calls each after a warm-up), times are
+medians. ``max rel diff``: ``max |compiled - eager| / max |eager|`` over the outputs.
+``--backend eager`` / ``aot_eager`` only capture the graph (smoke tests).
+
+Writes ``DIR/results.json`` and ``DIR/table.md``, atomically after every measurement.
+"""
+
+import argparse
+import os.path as osp
+import sys
+import time
+
+from mmcirc.utils.cli import CLIError, main_guard, parse_hw
+
+from ..cases import case
+from ..core import COMPILE_MODES, make_step, pin_threads, round_robin
+from ..report import ResultStore, environment, markdown_table
+
+#: name -> label of this table
+MODELS = {
+    'ca_pvt_t': 'CA-PVT-T',
+    'core_pvt_t': "Core-PVT-T (C'=64)",
+    'ca_swin_t': 'CA-Swin-T',
+    'ca_deit_t': 'CA-DeiT-T',
+    'veca_s': "VECA-S (C'=64)",
+}
+BACKENDS = ('inductor', 'aot_eager', 'eager')
+MODES = COMPILE_MODES
+DEFAULT_SIZES = ['224', '512']
+MULTIPLE = 32  # PVT's and Swin's four down-samplings
+
+
+def _outputs(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def max_rel_diff(out, ref) -> float:
+    """max over outputs of max|out - ref| / max|ref|."""
+    worst = 0.0
+    for o, r in zip(_outputs(out), _outputs(ref)):
+        scale = float(r.abs().max()) or 1.0
+        worst = max(worst, float((o - r).abs().max()) / scale)
+    return worst
+
+
+def measure(name: str, hw, args) -> dict:
+    """Eager vs compiled forward of backbone ``name`` at ``hw`` = (H, W)."""
+    import torch
+
+    torch._dynamo.reset()
+    model, call, x = case(name).build(hw)
+    model.eval()
+    with torch.no_grad():
+        explain = torch._dynamo.explain(call)(x)
+    res = dict(
+        graphs=explain.graph_count,
+        graph_breaks=explain.graph_break_count,
+        break_reasons=[str(r.reason)[:200] for r in explain.break_reasons],
+    )
+    torch._dynamo.reset()
+    kwargs = dict(backend=args.backend, mode=args.mode if args.backend == 'inductor' else None)
+    steps = dict(
+        eager=make_step(model, call, x),
+        compiled=make_step(model, call, x, compile=kwargs),
+    )
+    outs = {}
+    timed = round_robin(steps, repeat=args.repeat, warmup=2, on_first=outs.__setitem__)
+    res.update(
+        first_call_s=timed['compiled']['first_ms'] / 1e3,
+        max_rel_diff=max_rel_diff(outs['compiled'], outs['eager']),
+        shapes=[list(o.shape) for o in _outputs(outs['compiled'])],
+        eager_ms=timed['eager']['time_ms'],
+        compiled_ms=timed['compiled']['time_ms'],
+        eager_times_ms=timed['eager']['times_ms'],
+        compiled_times_ms=timed['compiled']['times_ms'],
+    )
+    res['speedup'] = res['eager_ms'] / res['compiled_ms']
+    torch._dynamo.reset()
+    return res
+
+
+def table(results: dict, backend: str, mode: str) -> str:
+    rows = []
+    for key, r in results.items():
+        name, size = key.split('|')
+        if 'error' in r:
+            rows.append([MODELS[name], size, r['error'], '-', '-', '-', '-', '-'])
+            continue
+        rows.append(
+            [
+                MODELS[name],
+                size,
+                f'{r["eager_ms"]:.1f}',
+                f'{r["compiled_ms"]:.1f}',
+                f'{r["speedup"]:.2f}x',
+                f'{r["first_call_s"]:.1f}',
+                f'{r["graphs"]} / {r["graph_breaks"]}',
+                f'{r["max_rel_diff"]:.1e}',
+            ]
+        )
+    head = [
+        'backbone',
+        'size',
+        'eager (ms)',
+        'compiled (ms)',
+        'speed-up',
+        'first call (s)',
+        'graphs / breaks',
+        'max rel diff',
+    ]
+    return (
+        f'torch.compile backend={backend!r}, mode={mode!r}; batch 1, float32, no grad.\n\n'
+        + markdown_table(head, rows, 'llrrrrrr')
+        + '\n'
+    )
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        '--models', nargs='+', default=list(MODELS), metavar='MODEL', help=f'from {list(MODELS)}'
+    )
+    p.add_argument('--sizes', nargs='+', default=DEFAULT_SIZES, metavar='S|HxW')
+    p.add_argument(
+        '--backend', default='inductor', help=f'torch.compile backend, one of {BACKENDS}'
+    )
+    p.add_argument('--mode', default='default', help=f'torch.compile mode, one of {MODES}')
+    p.add_argument('--repeat', type=int, default=5, help='timed calls of each, alternating')
+    p.add_argument(
+        '--threads', type=int, default=None, help="torch intra-op threads (default: torch's)"
+    )
+    p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_compile'))
+    args = p.parse_args(argv)
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        raise CLIError(f'--models: unknown {unknown}; choose from {list(MODELS)}')
+    if args.backend not in BACKENDS:
+        raise CLIError(f'--backend must be one of {BACKENDS}, got {args.backend!r}')
+    if args.mode not in MODES:
+        raise CLIError(f'--mode must be one of {MODES}, got {args.mode!r}')
+    for opt in ('repeat', 'threads'):
+        value = getattr(args, opt)
+        if value is not None and value < 1:
+            raise CLIError(f'--{opt} must be a positive int, got {value}')
+    args.sizes = [parse_hw(s, '--sizes', MULTIPLE) for s in args.sizes]
+    return args
+
+
+@main_guard
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    pin_threads(args.threads)
+    env = environment(
+        'python tools/analysis/benchmark_compile.py ' + ' '.join(argv),
+        backend=args.backend,
+        mode=args.mode,
+    )
+    store = ResultStore(osp.join(args.out_dir, 'results.json'))
+    for hw in args.sizes:
+        for name in args.models:
+            t = time.perf_counter()
+            key = f'{name}|{hw[0]}x{hw[1]}'
+            try:
+                r = measure(name, hw, args)
+            except Exception as err:  # noqa: BLE001  (a backbone that fails to compile: a row)
+                r = dict(error=f'{type(err).__name__}: {str(err).splitlines()[0][:150]}')
+            store.update({key: r})
+            msg = r.get('error') or (
+                f'eager {r["eager_ms"]:.1f} ms, compiled {r["compiled_ms"]:.1f} ms '
+                f'({r["speedup"]:.2f}x), first call {r["first_call_s"]:.1f} s, '
+                f'{r["graphs"]} graph(s) / {r["graph_breaks"]} break(s), '
+                f'max rel diff {r["max_rel_diff"]:.1e}'
+            )
+            print(
+                f'[{hw[0]}x{hw[1]}] {MODELS[name]}: {msg} [{time.perf_counter() - t:.0f} s]',
+                flush=True,
+            )
+            text = table(store.results, args.backend, args.mode)
+            store.save(environment=env)
+            from mmcirc.utils.fileio import atomic_write
+
+            atomic_write(osp.join(args.out_dir, 'table.md'), text)
+    print('\n' + text + f'\nwritten: {osp.join(args.out_dir, "table.md")}')
+    return store.results
