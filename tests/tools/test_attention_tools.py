@@ -1,16 +1,16 @@
 """tools/analysis/{bccb_score,vis_circulant,vis_cores}.py end to end on tiny configs and
 a 64 x 96 image: the files are written, the JSON agrees with the model's layout, and bad
 input ends as one ``error:`` line (exit 1) with nothing written. One run goes through the
-command line; the others call ``main(argv)`` in this process (the imports are shared)."""
+command line; the others call the commands' ``main(argv)`` (:mod:`mmcirc.analysis.tools`,
+whose entry points the scripts are) in this process (the imports are shared)."""
 
-import importlib.util
+import importlib
 import json
 import os.path as osp
-import sys
 
 import pytest
 
-from helpers import FIXTURE_CONFIGS, REPO, run_tool
+from helpers import FIXTURE_CONFIGS, run_tool
 
 CA_PVT = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')  # mmdet: circulant 1-2, SRA 3-4
 CA_SWIN = osp.join(FIXTURE_CONFIGS, 'ca_swin_upernet_tiny.py')  # mmseg: circulant 1-2, window 3-4
@@ -18,15 +18,8 @@ CORE_PVT = osp.join(FIXTURE_CONFIGS, 'core_pvt_cls_tiny.py')  # mmpretrain: core
 
 
 def _tool(name):
-    """Import tools/analysis/<name>.py as a module (in-process runs of main), with its
-    folder on ``sys.path`` as when it runs as a script (``import _vis_common``)."""
-    folder = osp.join(REPO, 'tools', 'analysis')
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(f'_tool_{name}', osp.join(folder, f'{name}.py'))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The command behind tools/analysis/<name>.py (for in-process runs of its main)."""
+    return importlib.import_module(f'mmcirc.analysis.tools.{name}')
 
 
 def _only_dir(root):
@@ -257,4 +250,4 @@ def test_core_count_above_the_bank_is_one_line(tmp_path, capsys):
         ],
         capsys,
     )
-    assert '--num-cores must be ints in [1, 8]' in msg and "'16'" in msg
+    assert '--num-cores must be an int in [1, num_cores_max=8]' in msg and "'16'" in msg

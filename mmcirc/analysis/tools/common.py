@@ -1,12 +1,10 @@
-"""The command line the attention-visualisation tools share (bccb_score.py,
-vis_circulant.py, vis_cores.py): CONFIG [CKPT] --img/--demo --size ..., the checks of
-those flags, and :func:`setup`, the prologue of every run (image, config, model with
-random or given weights, the attention layers asked for, the network input). The
-library side is :mod:`mmcirc.analysis.vis`; image files and ``--size`` are
-:mod:`mmcirc.utils.image_io`'s, shared with ``tools/infer_highres.py``.
-
-Import it as a sibling module (``import _vis_common``: a script's own folder is on
-``sys.path``). Errors are :class:`~mmcirc.utils.cli.CLIError` worded for the command line.
+"""The command line the attention-visualisation tools share (bccb_score, vis_circulant,
+vis_cores): CONFIG [CKPT] --img/--demo --size ..., the checks of those flags, and
+:func:`setup`, the prologue of every run (image, config, model with random or given
+weights, the attention layers asked for, the network input). The library side is
+:mod:`mmcirc.analysis.vis`; image files and ``--size`` are :mod:`mmcirc.utils.image_io`'s,
+shared with ``tools/infer_highres.py``. Errors are :class:`~mmcirc.utils.cli.CLIError`
+worded for the command line.
 """
 
 import os.path as osp
@@ -18,6 +16,7 @@ import warnings
 
 warnings.filterwarnings('ignore', message='.*pkg_resources.*')  # mmengine's import
 from mmcirc.analysis import vis  # noqa: E402
+from mmcirc.apis.builder import build_model  # noqa: E402
 from mmcirc.utils import image_io as _image_io  # noqa: E402
 from mmcirc.utils.cli import CLIError  # noqa: E402
 
@@ -100,20 +99,11 @@ def load_image(args, size):
 
 
 def load_cfg(args):
-    """The config (``--cfg-options`` merged) without pretrained weights to load."""
+    """The config (``--cfg-options`` merged; the model builder switches off its
+    pretrained weights)."""
     from mmcirc.utils.cli import load_config
 
-    cfg = load_config(args.config, args.cfg_options)
-    vis.strip_pretrained(cfg.model)
-    return cfg
-
-
-def build_model(cfg, checkpoint=None, device='cpu', seed=0):
-    """:func:`mmcirc.analysis.vis.init_model`, its errors as one line."""
-    try:
-        return vis.init_model(cfg, checkpoint, device, seed)
-    except ValueError as err:
-        raise CLIError(str(err)) from None
+    return load_config(args.config, args.cfg_options)
 
 
 def setup(args, forms, what):
@@ -135,7 +125,9 @@ def setup(args, forms, what):
     img_name, img, img_src = load_image(args, size)
     cfg = load_cfg(args)
     t0 = time.time()
-    model = build_model(cfg, args.checkpoint, args.device, args.seed)
+    model = build_model(cfg, args.checkpoint, args.device, seed=args.seed)
+    if not hasattr(model, 'backbone'):
+        raise CLIError(f'{args.config}: {type(model).__name__} has no backbone attribute')
     layers = find_attention_layers(model.backbone, forms=forms)
     if not layers:
         found = sorted({k for _, k, _ in find_attention_layers(model.backbone)})
