@@ -256,28 +256,26 @@ def test_capture_records_the_matrix_the_layer_uses():
         torch.testing.assert_close(out, gain * (rec.weights[:, 0] @ x), rtol=1e-5, atol=1e-6)
 
 
-def test_bccb_distance_of_its_layers_is_the_closed_form():
-    """A rank-one A with rows p projects onto the constant matrix S / N, S = sum_j p_j
-    (every offset class holds each p_j once), so ||A - P(A)|| / ||A|| =
-    sqrt(1 - S^2 / (N sum_j p_j^2)) (S = 1 up to rounding)."""
-    from mmcirc.analysis.attention_maps import AttentionCapture, bccb_distance
+def test_bccb_score_scores_its_layers_with_the_closed_form():
+    """bccb_score's scoring (mmcirc.analysis.tools.bccb_score.score) takes every
+    'matrix' layer, so the pooled ones too. A rank-one A with rows p (computed here from
+    the layer's input) projects onto the constant matrix S / N, S = sum_j p_j (every
+    offset class holds each p_j once): ||A - P(A)|| / ||A|| = sqrt(1 - S^2 / (N sum p^2))."""
+    from mmcirc.analysis.tools.bccb_score import score
 
     with pooled_registered():
         model = _pooled_pvt(1)
-        scores = {}
-
-        def reduce(rec):  # what bccb_score does with each matrix
-            scores[rec.name] = (rec, bccb_distance(rec.weights, rec.q_grid, rec.k_grid, (0,)))
-
-        with AttentionCapture(model, forms=('matrix',), callback=reduce), torch.no_grad():
-            model(torch.randn(1, 3, 64, 64))
-    pooled = {n: v for n, v in scores.items() if v[0].kind == 'pooled'}
-    assert len(pooled) == 3
-    for rec, dist in pooled.values():
-        p = rec.weights[0, 0, 0].double()  # (N,)
+        calls = _attn_calls(model)
+        entries = score(model, torch.randn(1, 3, 64, 64), shuffle=False)
+    kinds = [e['kind'] for e in entries.values()]
+    assert kinds == ['pooled'] * 3 + ['sra'] * 2
+    for name, (x, hw, _) in calls.items():
+        e = entries[name]
+        assert e['q_grid'] == e['k_grid'] == list(hw) and e['heads'] == 1
+        p = torch.softmax(x.double().mean(-1), -1)[0]  # (N,)
         expected = math.sqrt(1 - float(p.sum()) ** 2 / (p.numel() * float(p.square().sum())))
         assert expected > 0.01  # p is not uniform: a distance the projection must find
-        assert dist.shape == (1,) and float(dist[0]) == pytest.approx(expected, rel=1e-6)
+        assert e['distance'] == [pytest.approx(expected, rel=1e-4)]
 
 
 def test_flops_count_it_as_attention_with_its_declared_handle():
