@@ -15,8 +15,8 @@ from mmcirc.parallel.fft import group_rank_size
 
 from .comm_counter import count_comm
 
-# name: (B, C, (H, W), num_heads, boundary, scale, one head per block); H = 7 and 10 do
-# not divide by 3 (7 not by 2)
+# name: (B, C, (H, W), num_heads, boundary, scale, one head per block[, dtype]); H = 7 and
+# 10 do not divide by 3 (7 not by 2)
 CASES = {
     'circular_d1': (2, 4, (7, 5), None, 'circular', 'sqrt_n', False),
     'zero_d1': (2, 4, (7, 5), None, 'zero', 'sqrt_n', False),
@@ -24,24 +24,28 @@ CASES = {
     'zero_heads2': (1, 4, (10, 6), 2, 'zero', 'n', False),
     'circular_blocks': (1, 6, (10, 3), 3, 'circular', 'sqrt_n', True),
     'zero_blocks': (2, 3, (10, 3), None, 'zero', 0.3, True),
+    'circular_float32': (1, 4, (7, 6), None, 'circular', 'sqrt_n', False, torch.float32),
+    'zero_float32': (1, 4, (7, 6), 2, 'zero', 'sqrt_n', False, torch.float32),
 }
-TOL = dict(rtol=1e-10, atol=1e-10)
+TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5)}
 
 
 def _case(name):
-    """(single-process layer, whole input (B, H W, C)), float64, seeded by the case."""
-    b, c, hw, heads, boundary, scale, _ = CASES[name]
+    """(single-process layer, whole input (B, H W, C)), float64 unless the case says,
+    seeded by the case."""
+    b, c, hw, heads, boundary, scale, _, *dtype = CASES[name]
+    dtype = dtype[0] if dtype else torch.float64
     torch.manual_seed(sorted(CASES).index(name))
-    layer = CirculantAttention(c, num_heads=heads, boundary=boundary, scale=scale).double()
+    layer = CirculantAttention(c, num_heads=heads, boundary=boundary, scale=scale).to(dtype)
     for p in layer.parameters():  # larger than the default init: a peaked softmax
         torch.nn.init.normal_(p, std=1.0)
-    return layer.eval(), torch.randn(b, hw[0] * hw[1], c, dtype=torch.float64)
+    return layer.eval(), torch.randn(b, hw[0] * hw[1], c, dtype=dtype)
 
 
 def _worker():
     rank, size = group_rank_size()
     out = {}
-    for name, (_, _, (h, w), *_, tiny_blocks) in CASES.items():
+    for name, (_, _, (h, w), _, _, _, tiny_blocks, *_) in CASES.items():
         layer, x = _case(name)
         r0, r1 = band_bounds(h, size)[rank]
         sharded = ShardedCirculantAttention.from_module(layer)
@@ -70,7 +74,7 @@ def test_equals_single_process(ranks, name):
     with torch.no_grad():
         want = layer(x, CASES[name][2])
     got = torch.cat([r[name]['y'] for r in results], dim=1)
-    torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(got, want, **TOL[x.dtype])
 
 
 @pytest.mark.parametrize('name', list(CASES))
@@ -78,7 +82,8 @@ def test_comm_bytes(ranks, name):
     """circulant_comm_bytes is what the ranks hand to torch.distributed."""
     size, results = ranks
     b, c, hw, heads, boundary, *_ = CASES[name]
-    want = circulant_comm_bytes(b, c, hw, size, heads, boundary, real_bytes=8)
+    real_bytes = 4 if CASES[name][-1] is torch.float32 else 8
+    want = circulant_comm_bytes(b, c, hw, size, heads, boundary, real_bytes=real_bytes)
     assert sum(r[name]['sent'] for r in results) == want
 
 
@@ -96,7 +101,7 @@ def test_single_rank_equals_single_process():
     layer, x = _case('zero_d1')
     with torch.no_grad():
         got = ShardedCirculantAttention.from_module(layer)(x, (7, 5))
-        torch.testing.assert_close(got, layer(x, (7, 5)), **TOL)
+        torch.testing.assert_close(got, layer(x, (7, 5)), **TOL[x.dtype])
 
 
 def test_band_size_checked():
