@@ -158,7 +158,7 @@ def test_out_indices_select_and_normalise(cls):
             cls(**dict(spec_of(cls).kwargs(cls), out_indices=bad))
 
 
-@pytest.mark.parametrize('frozen_stages', [0, 1, 'all'])
+@pytest.mark.parametrize('frozen_stages', [0, 1, 2, 'all'])
 @pytest.mark.parametrize('cls', BACKBONES, ids=IDS)
 def test_frozen_stages_get_no_gradient(cls, frozen_stages):
     spec = spec_of(cls)
