@@ -157,19 +157,20 @@ def child_main(argv: Optional[List[str]] = None) -> None:
         warnings.simplefilter('ignore')
         import torch  # noqa: F401
 
-        from mmcirc.apis import highres as hr
+        from mmcirc import apis as hr
+        from mmcirc.analysis.memory import quadratic_attention_estimates, quadratic_warning
         from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
 
         img = np.load(spec['image'])
         cfg = hr.load_highres_config(spec['config'], spec['cfg_options'])
         dense = spec['stage_attentions'] or dense_attention(cfg)
         hr.apply_backbone_overrides(cfg, dict(stage_attentions=dense))
-        model = hr.build_segmentor(cfg, spec['checkpoint'], device=spec['device'])
+        model = hr.build_model(cfg, spec['checkpoint'], device=spec['device'], warn_random=True)
         out['stage_attentions'] = list(model.backbone.stage_attentions)
         out['build_s'] = round(time.perf_counter() - t_start, 2)
         hw = img.shape[:2]
-        out['attention_estimates'] = hr.quadratic_attention_estimates(model.backbone, hw)
-        warn = hr.quadratic_warning(model.backbone, hw)
+        out['attention_estimates'] = quadratic_attention_estimates(model.backbone, hw)
+        warn = quadratic_warning(model.backbone, hw)
         if warn:
             print(warn, flush=True)
         base = rss_bytes() if reset_peak_rss() else peak_rss_bytes()

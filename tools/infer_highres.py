@@ -8,7 +8,7 @@ mmseg config, timing it and measuring its peak memory.
         [--dense-baseline | --baseline-only] [--mem-cap-gb 20] [--baseline-timeout 1800]
         [--progress | --no-progress]
 
-The segmentor is built with ``mmseg.apis.init_model`` after the backbone overrides are
+The segmentor is built with :func:`mmcirc.apis.build_model` after the backbone overrides are
 written into the config, and runs mmseg's whole inference (``test_cfg=dict(mode='whole')``
 forced, never sliding windows) on the image at the given size; see
 :mod:`mmcirc.apis.highres` (the library this tool is the command line of). Without
@@ -261,7 +261,8 @@ def _check_args(args):
 def main(argv=None):
     _one_line_warnings()
     args = parse_args(argv)
-    from mmcirc.apis import highres as hr
+    from mmcirc import apis as hr
+    from mmcirc.analysis.memory import quadratic_warning
 
     with as_cli_errors():
         overrides = hr.validate_overrides(
@@ -314,12 +315,12 @@ def main(argv=None):
     if args.baseline_only:
         return 0
 
-    model = hr.build_segmentor(cfg, args.checkpoint, device=args.device)
+    model = hr.build_model(cfg, args.checkpoint, device=args.device, warn_random=True)
     palette = model.dataset_meta['palette']
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     for name, img, source_size, where in images:
         h, w = img.shape[:2]
-        warn = hr.quadratic_warning(model.backbone, (h, w))
+        warn = quadratic_warning(model.backbone, (h, w))
         if warn:
             print(warn, file=sys.stderr, flush=True)
         try:

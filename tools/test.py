@@ -1,11 +1,16 @@
 """Evaluate a checkpoint on an mmdet, mmseg or mmpretrain config's test set.
 
 python tools/test.py CONFIG CHECKPOINT [--out results.pkl] [--show-dir DIR]
+    [--num-cores N] [--boundary B] [--scale S] [--stage-attentions KINDS]
+
+The backbone overrides (:mod:`mmcirc.apis.overrides`) are written into the config
+before the model is built, with the backbone's own checks.
 """
 
 import argparse
 import os.path as osp
 
+from mmcirc.apis.overrides import add_override_args, apply_backbone_overrides, overrides_from_args
 from mmcirc.utils.cli import (
     CLIError,
     apply_common_args,
@@ -44,6 +49,7 @@ def parse_args(argv=None):
         action='store_true',
         help='allow full unpickling of CHECKPOINT (only for files you trust)',
     )
+    add_override_args(parser)
     apply_common_args(parser)
     args = parser.parse_args(argv)
     set_local_rank(args)
@@ -96,6 +102,7 @@ def main(argv=None):
     if not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
+    apply_backbone_overrides(cfg, overrides_from_args(args))
     if args.trust_checkpoint:
         from mmcirc.engine.checkpoint import trust_checkpoint
 

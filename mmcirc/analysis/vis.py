@@ -1,24 +1,20 @@
 """What the attention-visualisation tools (``tools/analysis/bccb_score.py``,
-``vis_circulant.py``, ``vis_cores.py``) need from the libraries: a config's model
-built with its library's own ``init_*`` helper (random weights: ``init_weights``
-under a fixed seed), an image run through the config's test pipeline and data
+``vis_circulant.py``, ``vis_cores.py``) need from the libraries (the model itself is
+:func:`mmcirc.apis.builder.build_model`'s: random weights are ``init_weights`` under a
+fixed seed): an image run through the config's test pipeline and data
 preprocessor, and matplotlib figures written atomically (PNGs, then the JSON).
 
 Bad input raises ``ValueError`` naming what is wrong; the tools turn it into their
 one-line errors.
 """
 
-import copy
 import io
 import json
 import os.path as osp
 import re
-import warnings
 
 __all__ = [
     'MIN_SIDE',
-    'strip_pretrained',
-    'init_model',
     'inference_pipeline',
     'prepare_inputs',
     'display_image',
@@ -38,66 +34,7 @@ _LOADERS = ('Load',)
 _RESIZERS = ('Resize', 'Crop', 'Pad')
 
 
-# --------------------------------------------------------------------------- model
-def strip_pretrained(node):
-    """Remove ``init_cfg=dict(type='Pretrained', ...)`` and ``pretrained=...`` anywhere
-    in a model config, in place (random weights must not read or download files)."""
-    if isinstance(node, dict):
-        init = node.get('init_cfg')
-        inits = init if isinstance(init, (list, tuple)) else [init]
-        if any(isinstance(i, dict) and i.get('type') == 'Pretrained' for i in inits):
-            kept = [i for i in inits if not (isinstance(i, dict) and i.get('type') == 'Pretrained')]
-            node['init_cfg'] = kept[0] if len(kept) == 1 else (kept or None)
-        if node.get('pretrained') is not None:
-            node['pretrained'] = None
-        for v in node.values():
-            strip_pretrained(v)
-    elif isinstance(node, (list, tuple)):
-        for v in node:
-            strip_pretrained(v)
-
-
-def init_model(cfg, checkpoint=None, device='cpu', seed=0):
-    """The config's model through its library's ``init_*`` helper (mmdet, mmseg or
-    mmpretrain, from ``cfg.default_scope``), in eval mode on ``device``.
-
-    Without a checkpoint the weights are ``init_weights()`` after
-    ``torch.manual_seed(seed)`` (the same config's random-weight model). Raises
-    ``ValueError`` when the model has no ``backbone``.
-    """
-    import torch
-    from mmengine.model import revert_sync_batchnorm
-
-    from mmcirc.utils.quiet import quiet_logger
-
-    scope = cfg.default_scope
-    cfg = copy.deepcopy(cfg)  # the init_* helpers edit the config they get
-    with quiet_logger(), warnings.catch_warnings():  # init_weights / load_checkpoint: INFO
-        warnings.simplefilter('ignore')
-        # init_detector resets the filter to warn 'checkpoint is None': silence it
-        warnings.showwarning = lambda *a, **k: None
-        torch.manual_seed(seed)
-        if scope == 'mmdet':
-            from mmdet.apis import init_detector
-
-            model = init_detector(cfg, checkpoint, device='cpu')
-        elif scope == 'mmseg':
-            from mmseg.apis import init_model as init_segmentor
-
-            model = init_segmentor(cfg, checkpoint, device='cpu')
-        else:
-            from mmpretrain.apis import init_model as init_classifier
-
-            model = init_classifier(cfg, checkpoint, device='cpu')
-        if checkpoint is None:
-            torch.manual_seed(seed)
-            model.init_weights()
-    model = revert_sync_batchnorm(model)
-    if not hasattr(model, 'backbone'):
-        raise ValueError(f'cfg.model: {type(model).__name__} has no backbone attribute')
-    return model.to(device).eval()
-
-
+# --------------------------------------------------------------------------- input
 def _type_name(t):
     t = t.get('type') if isinstance(t, dict) else t
     return t.__name__ if isinstance(t, type) else str(t).split('.')[-1]

@@ -1,8 +1,11 @@
-"""Inference helpers built on the OpenMMLab APIs (mmseg's ``init_model`` and its
-whole-image inference). ``import mmcirc.apis`` needs mmseg; ``import mmcirc`` does not
-import this package. The command line around them is ``tools/infer_highres.py``."""
+"""Inference on the OpenMMLab APIs: the one model builder (:mod:`.builder`), the backbone
+overrides (:mod:`.overrides`) and whole-image high-resolution segmentation
+(:mod:`.highres`, whose command line is ``tools/infer_highres.py``). ``import mmcirc``
+does not import this package; its public names are those of the three modules."""
 
-from . import highres
-from .highres import *  # noqa: F401,F403  (the public names listed in highres.__all__)
+from . import builder, highres, overrides
+from .builder import *  # noqa: F401,F403
+from .highres import *  # noqa: F401,F403
+from .overrides import *  # noqa: F401,F403
 
-__all__ = list(highres.__all__)
+__all__ = [*builder.__all__, *overrides.__all__, *highres.__all__]

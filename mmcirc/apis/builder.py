@@ -223,5 +223,5 @@ def _complete_meta(meta: dict, num_classes: int) -> dict:
     if len(palette) < n:
         rng = np.random.RandomState(42)
         palette += rng.randint(0, 256, size=(n - len(palette), 3)).tolist()
-    meta.update(classes=classes, palette=palette)
+    meta.update(classes=tuple(classes), palette=palette)
     return meta

@@ -15,6 +15,9 @@ post-processing stay with the caller). Outputs, flattened depth-first to
 Two-stage detectors (Mask R-CNN) run the RPN's proposal NMS inside ``mode='tensor'``
 and need image metas, so only their backbone + neck (``features=True``) export.
 
+The model to export is :func:`mmcirc.apis.builder.build_model`'s (CPU, eval mode,
+SyncBN reverted; random ``init_weights`` without a checkpoint).
+
 Circulant attention exports through :func:`mmcirc.ops.circulant.export_mode` (real
 matmul DFTs built from the runtime H and W, so a dynamic-shape graph follows the
 input size). The exporter is torch's dynamo-based ``torch.onnx.export(...,
@@ -25,20 +28,17 @@ pooling (PSP / UperNet pool scales) exports as masked-mean matrix products
 blocks are refused (:func:`check_exportable`).
 """
 
-import copy
-import importlib
 import os
 import os.path as osp
 import re
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 from torch import nn
 
 __all__ = [
     'ExportError',
-    'build_model',
     'TensorModel',
     'check_exportable',
     'export_onnx',
@@ -58,55 +58,6 @@ class ExportError(ValueError):
 
 
 # --------------------------------------------------------------------------- model
-def _strip_pretrained(node) -> List[str]:
-    """Drop ``init_cfg=dict(type='Pretrained', ...)`` (and ``pretrained=``) anywhere in a
-    model config (in place); returns the checkpoints dropped."""
-    dropped = []
-    if isinstance(node, dict):
-        init = node.get('init_cfg')
-        if isinstance(init, dict) and init.get('type') == 'Pretrained':
-            dropped.append(str(init.get('checkpoint')))
-            node['init_cfg'] = None
-        if node.get('pretrained'):
-            dropped.append(str(node['pretrained']))
-            node['pretrained'] = None
-        for value in node.values():
-            dropped += _strip_pretrained(value)
-    elif isinstance(node, (list, tuple)):
-        for value in node:
-            dropped += _strip_pretrained(value)
-    return dropped
-
-
-def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
-    """The config's model on the CPU in eval mode, with SyncBN reverted to BN.
-
-    With ``checkpoint``, its weights are loaded (mmengine's ``load_checkpoint``);
-    without, ``Pretrained`` initialisations are dropped and ``init_weights`` runs
-    (random weights: the graph is right, the outputs mean nothing).
-    """
-    from mmcirc.utils.quiet import quiet_logger
-    from mmengine.model import revert_sync_batchnorm
-    from mmengine.registry import init_default_scope
-    from mmengine.runner import load_checkpoint
-
-    if checkpoint is not None and not osp.isfile(checkpoint):
-        raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
-    scope = cfg.get('default_scope')
-    init_default_scope(scope)
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    model_cfg = copy.deepcopy(cfg.model)
-    if checkpoint is None:
-        _strip_pretrained(model_cfg)
-    model = registry.build(model_cfg)
-    with quiet_logger() as logger:  # init_weights / load_checkpoint log every tensor
-        if checkpoint is None:
-            model.init_weights()
-        else:
-            load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
-    return revert_sync_batchnorm(model).cpu().eval()
-
-
 def _flatten(out) -> List[torch.Tensor]:
     if isinstance(out, torch.Tensor):
         return [out]

@@ -2,28 +2,7 @@
 
 import json
 
-from mmcirc.analysis.vis import short_name, strip_pretrained, write_outputs
-
-
-def test_strip_pretrained_drops_only_pretrained_inits():
-    cfg = dict(
-        type='Detector',
-        pretrained='a.pth',
-        backbone=dict(type='B', init_cfg=dict(type='Pretrained', checkpoint='b.pth')),
-        neck=dict(
-            type='N',
-            init_cfg=[
-                dict(type='Pretrained', checkpoint='c.pth'),
-                dict(type='Xavier', layer='Conv2d'),
-            ],
-        ),
-        heads=[dict(type='H', init_cfg=dict(type='Normal', std=0.01))],
-    )
-    strip_pretrained(cfg)
-    assert cfg['pretrained'] is None
-    assert cfg['backbone']['init_cfg'] is None
-    assert cfg['neck']['init_cfg'] == dict(type='Xavier', layer='Conv2d')
-    assert cfg['heads'][0]['init_cfg'] == dict(type='Normal', std=0.01)
+from mmcirc.analysis.vis import short_name, write_outputs
 
 
 def test_short_name_is_a_file_name_part():

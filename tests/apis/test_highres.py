@@ -1,6 +1,8 @@
-"""mmcirc.apis.highres (the library): overrides (pyramids, CA-DeiT, VECA), whole-image
-inference against mmseg's own inference_model, the banded upsample, progress, memory
-estimates. The command line (flags, images, PNGs, the dense-baseline child) is tested in
+"""mmcirc.apis.highres (the library): the whole-image config, whole-image inference
+against mmseg's own inference_model (pyramid, CA-DeiT, VECA), the banded upsample,
+progress. The overrides are tested in tests/apis/test_overrides.py, the builder in
+tests/apis/test_builder.py, the memory estimates in tests/analysis/test_memory.py; the
+command line (flags, images, PNGs, the dense-baseline child) in
 tests/tools/test_infer_highres.py."""
 
 import math
@@ -15,6 +17,7 @@ from helpers import CADEIT_UPERNET as CADEIT
 from helpers import REPO
 from helpers import VECA_UPERNET as VECA
 from helpers import tiny_isotropic_config as isotropic_config
+from mmcirc.apis import build_model
 from mmcirc.apis import highres as hr
 
 TINY = """_base_ = {base!r}
@@ -51,44 +54,7 @@ def _sharpen_head(model):
         model.decode_head.conv_seg.weight.normal_(0, 2.0)
 
 
-# --------------------------------------------------------------------------- parsing
-@pytest.mark.parametrize(
-    'kwargs,param,allowed',
-    [
-        (dict(boundary='wrap'), 'boundary', "('circular', 'zero')"),
-        (dict(scale='log'), 'scale', "('sqrt_n', 'n')"),
-        (dict(num_cores='huge'), 'num_cores', "('mobile', 'edge', 'server')"),
-        (dict(num_cores='0'), 'num_cores', "('mobile', 'edge', 'server')"),
-        (dict(stage_attentions='dense'), 'stage_attentions', "'circulant', 'core', 'sra'"),
-    ],
-)
-def test_unknown_override_names_parameter_and_values(kwargs, param, allowed):
-    with pytest.raises(ValueError) as err:
-        hr.validate_overrides(**kwargs)
-    assert str(err.value).startswith(f'{param} must') and allowed in str(err.value)
-    assert '--' not in str(err.value)
-
-
-def test_validate_overrides_values():
-    assert hr.validate_overrides(num_cores='8', boundary='zero', scale='n') == dict(
-        num_cores=8, boundary='zero', scale='n'
-    )
-    assert hr.validate_overrides(num_cores='mobile', scale='0.5') == dict(
-        num_cores='mobile', scale=0.5
-    )
-    assert hr.validate_overrides(stage_attentions='core,sra,core,sra') == dict(
-        stage_attentions=('core', 'sra', 'core', 'sra')
-    )
-
-
-def test_num_cores_above_bank_is_an_error(tmp_path):
-    with pytest.raises(ValueError, match='^num_cores must .*num_cores_max=64'):
-        hr.load_highres_config(
-            tiny_config(tmp_path, 'core_pvt_t-allcore_fpn_80k_ade20k.py'),
-            overrides=dict(num_cores=65),
-        )
-
-
+# --------------------------------------------------------------------------- config
 def test_whole_mode_is_forced(tmp_path):
     cfg = hr.load_highres_config(
         tiny_config(tmp_path),
@@ -96,49 +62,6 @@ def test_whole_mode_is_forced(tmp_path):
     )
     assert cfg.model.test_cfg == dict(mode='whole')
     assert cfg.highres_replaced_test_cfg['mode'] == 'slide'
-
-
-# --------------------------------------------------------------------------- overrides
-def test_overrides_reach_every_stage_and_block(tmp_path):
-    cfg = hr.load_highres_config(
-        tiny_config(tmp_path, 'core_pvt_t-allcore_fpn_80k_ade20k.py'),
-        overrides=hr.validate_overrides(
-            num_cores='5',
-            boundary='zero',
-            scale='n',
-            stage_attentions='core,circulant,core,circulant',
-        ),
-    )
-    model = hr.build_segmentor(cfg)
-    bb = model.backbone
-    assert bb.stage_attentions == ('core', 'circulant', 'core', 'circulant')
-    core_stages = [s for s in bb.layers if s.attention == 'core']
-    circ_blocks = [m for m in bb.modules() if type(m).__name__ == 'CirculantBlock']
-    assert len(core_stages) == 2 and len(circ_blocks) == 2
-    assert all(s.num_cores == 5 for s in core_stages) and bb.num_cores == 5
-    assert all(b.attn.boundary == 'zero' and b.attn.scale == 'n' for b in circ_blocks)
-    # and the forward really runs with C' = 5 cores in every core block
-    seen = []
-    hooks = [
-        m.attn.register_forward_pre_hook(lambda mod, args: seen.append(args[1].shape[1]))
-        for m in bb.modules()
-        if type(m).__name__ == 'CoreBlock'
-    ]
-    hr.predict_labels(model, _image(33, 45))
-    for h in hooks:
-        h.remove()
-    assert seen == [5, 5]
-    summary = hr.backbone_summary(bb)
-    assert summary['num_cores'] == 5 and summary['boundary'] == 'zero' and summary['scale'] == 'n'
-
-
-def test_preset_num_cores(tmp_path):
-    cfg = hr.load_highres_config(
-        tiny_config(tmp_path, 'core_pvt_t-allcore_fpn_80k_ade20k.py'),
-        overrides=dict(num_cores='mobile'),
-    )
-    model = hr.build_segmentor(cfg)
-    assert [s.num_cores for s in model.backbone.layers] == [8, 8, 8, 8]
 
 
 # --------------------------------------------------------------------------- inference
@@ -176,7 +99,7 @@ def test_predict_labels_equals_mmseg_inference_model(tmp_path, which):
     from mmseg.apis import inference_model
 
     cfg = hr.load_highres_config(MODELS_UNDER_TEST[which](tmp_path))
-    model = hr.build_segmentor(cfg)
+    model = build_model(cfg)
     _sharpen_head(model)
     img = _image()
     path = str(tmp_path / 'img.png')
@@ -201,7 +124,7 @@ def test_progress_once_per_stage_neck_head_and_band(tmp_path, which, units):
     """One call per backbone stage (4 in the tiny CA-PVT) or block (2 in the tiny
     CA-DeiT), the neck, the head and each band of 16 of the 150 ADE20K classes, in
     order; the labels do not change."""
-    model = hr.build_segmentor(hr.load_highres_config(MODELS_UNDER_TEST[which](tmp_path)))
+    model = build_model(hr.load_highres_config(MODELS_UNDER_TEST[which](tmp_path)))
     img = _image(40, 56)
     calls = []
     labels, _ = hr.predict_labels(model, img, progress=lambda *a: calls.append(a))
@@ -222,136 +145,6 @@ def test_progress_once_per_stage_neck_head_and_band(tmp_path, which, units):
 
 
 def test_progress_must_be_callable(tmp_path):
-    model = hr.build_segmentor(hr.load_highres_config(tiny_config(tmp_path)))
+    model = build_model(hr.load_highres_config(tiny_config(tmp_path)))
     with pytest.raises(TypeError, match='^progress must be'):
         hr.predict_labels(model, _image(33, 45), progress='yes')
-
-
-# --------------------------------------------------------------------------- isotropic models
-def test_veca_num_cores_reaches_every_block(tmp_path):
-    """C' = 8 of VECA's bank of 16: every block's attention gets 8 cores, and its
-    sequence is 8 cores + the 3 x 3 patches of a 33 x 45 image (padded to 48 x 48)."""
-    cfg = hr.load_highres_config(
-        isotropic_config(tmp_path, VECA), overrides=hr.validate_overrides(num_cores='8')
-    )
-    assert cfg.model.backbone.num_cores == 8
-    model = hr.build_segmentor(cfg)
-    seen = []
-    hooks = [
-        b.attn.register_forward_pre_hook(lambda mod, args: seen.append((args[3], args[0].shape[1])))
-        for b in model.backbone.blocks
-    ]
-    hr.predict_labels(model, _image(33, 45))
-    for h in hooks:
-        h.remove()
-    assert seen == [(8, 8 + 3 * 3)] * 2
-    assert hr.backbone_summary(model.backbone) == dict(
-        type='VECAViT', num_cores=8, num_cores_max=16
-    )
-    assert hr.quadratic_attention_estimates(model.backbone, (4096, 4096)) == []
-
-
-def test_veca_preset_num_cores(tmp_path):
-    cfg = hr.load_highres_config(
-        isotropic_config(tmp_path, VECA), overrides=dict(num_cores='mobile')
-    )
-    assert hr.build_segmentor(cfg).backbone.num_cores == 8
-
-
-@pytest.mark.parametrize(
-    'value', ['12', '24', 'edge']
-)  # not a chunk multiple; beyond the bank; preset 32
-def test_veca_num_cores_outside_its_bank_is_an_error(tmp_path, value):
-    with pytest.raises(ValueError) as err:
-        hr.load_highres_config(
-            isotropic_config(tmp_path, VECA), overrides=hr.validate_overrides(num_cores=value)
-        )
-    msg = str(err.value)
-    assert msg.startswith('num_cores must') and '16' in msg and '\n' not in msg
-
-
-def test_cadeit_boundary_and_scale_reach_every_block(tmp_path):
-    cfg = hr.load_highres_config(
-        isotropic_config(tmp_path, CADEIT),
-        overrides=hr.validate_overrides(boundary='zero', scale='n'),
-    )
-    model = hr.build_segmentor(cfg)
-    attns = [b.attn for b in model.backbone.blocks]
-    assert len(attns) == 2 and all(a.boundary == 'zero' and a.scale == 'n' for a in attns)
-    assert hr.backbone_summary(model.backbone) == dict(type='CADeiT', boundary='zero', scale='n')
-
-
-@pytest.mark.parametrize(
-    'base,overrides,takes',
-    [
-        (VECA, dict(boundary='zero'), "('num_cores',)"),
-        (CADEIT, dict(num_cores=8), "('boundary', 'scale')"),
-        (CADEIT, dict(stage_attentions='core'), "('boundary', 'scale')"),
-    ],
-)
-def test_override_the_backbone_does_not_take_is_an_error(tmp_path, base, overrides, takes):
-    (key,) = overrides
-    with pytest.raises(ValueError) as err:
-        hr.load_highres_config(isotropic_config(tmp_path, base), overrides=overrides)
-    assert str(err.value).startswith(f'{key} does not apply to') and str(err.value).endswith(
-        f'takes {takes}'
-    )
-
-
-def test_overrides_need_a_backbone_that_takes_them(tmp_path):
-    with pytest.raises(
-        ValueError, match="need an mmcirc backbone .*'CAPVT'.*'VECAViT'.*the config has 'ResNetV1c'"
-    ):
-        hr.load_highres_config(
-            osp.join(REPO, 'configs', 'ca_pvt_t_fpn_80k_ade20k.py'),
-            cfg_options={'model.backbone': dict(_delete_=True, type='ResNetV1c')},
-            overrides=dict(boundary='zero'),
-        )
-
-
-def test_palette_from_config_without_checkpoint(tmp_path):
-    model = hr.build_segmentor(hr.load_highres_config(tiny_config(tmp_path)))
-    from mmseg.datasets import ADE20KDataset
-
-    assert model.dataset_meta['classes'] == ADE20KDataset.METAINFO['classes']
-    assert model.dataset_meta['palette'] == [list(p) for p in ADE20KDataset.METAINFO['palette']]
-
-
-# --------------------------------------------------------------------------- memory
-@pytest.mark.parametrize(
-    'base,attn',
-    [('ca_pvt_t-allcirc_fpn_80k_ade20k.py', 'sra'), ('ca_swin_t_upernet_160k_ade20k.py', 'window')],
-)
-def test_stage_grids_match_forward(tmp_path, base, attn):
-    from mmengine.config import Config
-    from mmseg.registry import MODELS
-
-    bcfg = Config.fromfile(osp.join(REPO, 'configs', base)).model.backbone
-    bcfg.update(init_cfg=None, stage_attentions=attn)
-    bcfg.arch = dict(embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_heads=[1, 1, 1, 1])
-    bb = MODELS.build(bcfg).eval()
-    with torch.no_grad():
-        outs = bb(torch.zeros(1, 3, 97, 131))
-    assert hr._stage_grids(bb, (97, 131)) == [tuple(o.shape[2:]) for o in outs]
-    est = hr.quadratic_attention_estimates(bb, (97, 131))
-    assert [e['attention'] for e in est] == [attn] * 4
-
-
-def test_quadratic_warning_only_where_it_does_not_fit(tmp_path):
-    from mmseg.registry import MODELS
-
-    paper = hr.load_highres_config(tiny_config(tmp_path, 'ca_pvt_t_fpn_80k_ade20k.py'))
-    paper.model.backbone.init_cfg = None
-    bb = MODELS.build(paper.model.backbone)
-    assert bb.stage_attentions == ('circulant', 'circulant', 'sra', 'sra')
-    est = hr.quadratic_attention_estimates(bb, (4096, 4096))
-    # stage 3: 256 x 256 tokens, sr 2 -> 128 x 128 keys, 1 head, scores + softmax
-    assert est[0]['stage'] == 3 and est[0]['queries'] == 65536 and est[0]['keys'] == 16384
-    assert est[0]['bytes'] == 2 * 4 * 65536 * 16384
-    assert hr.quadratic_warning(bb, (97, 131)) is None
-    warn = hr.quadratic_warning(bb, (8192, 8192))
-    assert warn.startswith('WARNING:') and 'quadratic' in warn and 'stage 3' in warn
-    assert '\n' not in warn
-    allcirc = hr.load_highres_config(tiny_config(tmp_path))
-    allcirc.model.backbone.init_cfg = None
-    assert hr.quadratic_warning(MODELS.build(allcirc.model.backbone), (8192, 8192)) is None

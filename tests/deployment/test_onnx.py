@@ -18,10 +18,10 @@ from helpers import FIXTURE_CONFIGS
 pytest.importorskip('onnxscript', reason='pip install -r requirements.txt (onnx, onnxscript)')
 ort = pytest.importorskip('onnxruntime', reason='pip install -r requirements.txt (onnxruntime)')
 
-from mmcirc.deployment.onnx import (
+from mmcirc.apis.builder import build_model  # noqa: E402
+from mmcirc.deployment.onnx import (  # noqa: E402
     ExportError,
     TensorModel,
-    build_model,  # noqa: E402
     check_exportable,
     export_onnx,
     second_shape,

@@ -48,9 +48,9 @@ def _tiny_config(tmp_path):
 def _checkpoint(cfg_path, tmp_path):
     """Random weights (classifier spread out, so many labels appear) saved as a
     checkpoint that both the tool and the reference load."""
-    from mmcirc.apis import highres as hr
+    from mmcirc.apis import build_model, load_highres_config
 
-    model = hr.build_segmentor(hr.load_highres_config(cfg_path))
+    model = build_model(load_highres_config(cfg_path))
     torch.manual_seed(0)
     with torch.no_grad():
         model.decode_head.conv_seg.weight.normal_(0, 2.0)
@@ -325,17 +325,17 @@ def test_dense_baseline_of_an_isotropic_model_is_one_line_error(tmp_path, capsys
         ),
         (
             dict(num_cores='0'),
-            '--num-cores must be a positive int (<= num_cores_max, 64 by default) or one of '
-            "('mobile', 'edge', 'server'), got '0'",
+            "--num-cores must be an int in [1, num_cores_max] or a preset in ('mobile', 'edge', "
+            "'server') {'mobile': 8, 'edge': 32, 'server': 64}, got '0'",
         ),
     ],
 )
 def test_library_errors_become_flag_errors(kwargs, text):
-    from mmcirc.apis import highres as hr
+    from mmcirc.apis import overrides as ov
 
     with pytest.raises(CLIError) as err:
         with infer_highres.as_cli_errors():
-            hr.validate_overrides(**kwargs)
+            ov.validate_overrides(**kwargs)
     assert str(err.value) == text
 
 

@@ -3,12 +3,13 @@ attention, counted with mmengine's FlopAnalyzer plus mmcirc's FFT / softmax / SD
 handles (mmcirc/analysis/flops.py states the convention: multiply-adds).
 
     python tools/analysis/get_flops.py CONFIG [--shape H [W]] [--cfg-options k=v ...]
-        [--mode auto|full|backbone] [--num-cores N] [--device cpu|cuda]
-        [--out-json FILE]
+        [--mode auto|full|backbone] [--num-cores N] [--boundary B] [--scale S]
+        [--stage-attentions KINDS] [--device cpu|cuda] [--out-json FILE]
 
 The library is picked from the config's ``default_scope`` (mmdet, mmseg,
-mmpretrain). Pretrained weights / ``init_cfg`` are switched off and weights are
-not initialised (FLOPs do not depend on them). What is counted, as in mmdet's
+mmpretrain); the model is :func:`mmcirc.apis.builder.build_model`'s, with the backbone
+overrides of the flags (:mod:`mmcirc.apis.overrides`), pretrained loading off and the
+weights not initialised (FLOPs do not depend on them). What is counted, as in mmdet's
 ``tools/analysis_tools/get_flops.py``: the ``mode='tensor'`` forward (detectors:
 backbone + neck + heads without post-processing; segmentors: backbone + neck +
 decode head, no auxiliary head; classifiers: backbone + neck + head), on one
@@ -24,6 +25,8 @@ import os.path as osp
 import sys
 from functools import partial
 
+from mmcirc.apis.builder import build_model
+from mmcirc.apis.overrides import add_override_args, overrides_from_args
 from mmcirc.utils.cli import CLIError, load_config, main_guard
 from mmcirc.utils.fileio import atomic_open
 
@@ -49,11 +52,7 @@ def parse_args(argv=None):
         help="'full': tensor-mode forward; 'backbone': extract_feat "
         "(backbone + neck); 'auto': full, else backbone",
     )
-    parser.add_argument(
-        '--num-cores',
-        default=None,
-        help="active cores C' of core stages (int or mobile/edge/server)",
-    )
+    add_override_args(parser)
     parser.add_argument('--device', default='cpu', help='cpu or cuda')
     parser.add_argument('--out-json', default=None, help='also write the results here')
     parser.add_argument(
@@ -62,41 +61,11 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.shape is not None and len(args.shape) not in (1, 2):
         raise CLIError(f'--shape takes H or H W, got {len(args.shape)} numbers')
+    args.overrides = overrides_from_args(args)  # ValueError: main_guard's error line
     return args
 
 
 # ----------------------------------------------------------------------------- building
-def strip_pretrained(node):
-    """Switch off every ``init_cfg`` and ``pretrained`` in a (nested) model config."""
-    if isinstance(node, dict):
-        for key in list(node.keys()):
-            if key in ('init_cfg', 'pretrained'):
-                node[key] = None
-            else:
-                strip_pretrained(node[key])
-    elif isinstance(node, (list, tuple)):
-        for item in node:
-            strip_pretrained(item)
-    return node
-
-
-def build_model(cfg):
-    """Build ``cfg.model`` in its library's scope, pretrained loading off, eval mode."""
-    import importlib
-
-    from mmengine.registry import init_default_scope
-
-    scope = cfg.get('default_scope')
-    importlib.import_module(f'{scope}.utils').register_all_modules(init_default_scope=False)
-    init_default_scope(scope)
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    import mmcirc  # noqa: F401  (our backbones)
-
-    model = registry.build(strip_pretrained(cfg.model))
-    model.eval()  # (some train() overrides, e.g. mmdet Swin's, return None)
-    return model
-
-
 def padded_shape(cfg, shape):
     """(H, W) rounded up to the data preprocessor's pad / size divisor."""
     h, w = shape
@@ -302,11 +271,8 @@ def main(argv=None):
     shape = tuple(args.shape) if args.shape else DEFAULT_SHAPES[scope]
     shape = (shape[0], shape[-1])
     shape = padded_shape(cfg, shape)
-    model = build_model(cfg)
-    if args.num_cores is not None:
-        backbone = getattr(model, 'backbone', model)
-        n = int(args.num_cores) if str(args.num_cores).isdigit() else args.num_cores
-        backbone.set_num_cores(n)
+    # weights not initialised: FLOPs do not depend on them
+    model = build_model(cfg, overrides=args.overrides, init_weights=False)
     device = torch.device(args.device)
     model = model.to(device)
     inputs = torch.randn(1, 3, *shape, device=device)

@@ -100,7 +100,8 @@ def _check_args(args):
 def main(argv=None):
     args = parse_args(argv)
     _check_args(args)
-    from mmcirc.deployment.onnx import ExportError, TensorModel, build_model, export_onnx
+    from mmcirc.apis.builder import build_model
+    from mmcirc.deployment.onnx import ExportError, TensorModel, export_onnx
     from mmcirc.utils.cli import load_config
 
     cfg = load_config(args.config, args.cfg_options)

@@ -1,0 +1,124 @@
+"""Attention-matrix memory of the stages that materialise one, at a given image size.
+
+Quadratic attention (PVT's spatial reduction, ``'sra'``) stores a score matrix whose
+size grows with the square of the image area, windowed attention (``'window'``) one
+linear in it; circulant (O(N log N)) and core (O(N C')) attention store none. Each
+block says what it materialises (``attention_matrix``); :func:`quadratic_warning` says
+in one line when that would not fit in the memory this process can still use
+(:func:`memory_budget`), before anything runs.
+"""
+
+import math
+import resource
+from typing import List, Optional, Tuple
+
+from mmcirc.models.backbones.pyramid import PyramidBackbone
+from mmcirc.models.blocks import block_classes
+from mmcirc.utils.memory import address_space_bytes
+
+__all__ = ['memory_budget', 'quadratic_attention_estimates', 'quadratic_warning', 'stage_grids']
+
+GB = 1024**3
+
+
+def stage_grids(backbone, hw: Tuple[int, int]) -> List[Tuple[int, int]]:
+    """Token grid (h, w) of each stage of an mmcirc pyramid for an H x W image
+    (patch embeddings / mergings pad at the bottom-right, hence ceil)."""
+    h, w = hw
+    grids = []
+    stem = getattr(backbone, 'patch_embed', None)
+    if stem is not None:  # Swin
+        s = stem.projection.stride[0]
+        h, w = math.ceil(h / s), math.ceil(w / s)
+    for stage in backbone.stages:
+        if stage.patch_embed is not None:  # PVT
+            s = stage.patch_embed.projection.stride[0]
+            h, w = math.ceil(h / s), math.ceil(w / s)
+        grids.append((h, w))
+        if stage.downsample is not None:
+            s = getattr(stage.downsample, 'sampler').stride
+            s = s[0] if isinstance(s, (tuple, list)) else s
+            h, w = math.ceil(h / s), math.ceil(w / s)
+    return grids
+
+
+def quadratic_attention_estimates(backbone, hw: Tuple[int, int]) -> List[dict]:
+    """Attention-matrix memory of each stage whose blocks materialise one, at image size ``hw``.
+
+    Each block says what it materialises (``attention_matrix``): ``'sra'`` (mmdet's PVT
+    layer, ``nn.MultiheadAttention`` with ``need_weights``): queries = tokens N, keys =
+    (h // sr) * (w // sr), quadratic in the image area; ``'window'`` (Swin): keys =
+    window**2 per query (linear). The scores and their softmax, float32, per head:
+    ``bytes ~= 2 * 4 * heads * queries * keys``. One dict per such stage: stage
+    (1-based), attention, grid, queries, keys, heads, bytes. Backbones without
+    pyramid stages (CA-DeiT: O(N log N), VECA: O(N C')) have none.
+    """
+    out = []
+    if not isinstance(backbone, PyramidBackbone):
+        return out
+    stages = list(backbone.stages)
+    if not any(len(s.blocks) and getattr(s.blocks[0], 'attention_matrix', None) for s in stages):
+        return out
+    grids = stage_grids(backbone, hw)
+    for i, (stage, grid) in enumerate(zip(stages, grids)):
+        if not len(stage.blocks) or not hasattr(stage.blocks[0], 'attention_matrix'):
+            continue
+        m = stage.blocks[0].attention_matrix(grid)
+        if m is None:
+            continue
+        out.append(
+            dict(
+                stage=i + 1,
+                attention=stage.attention,
+                grid=list(grid),
+                queries=m['queries'],
+                keys=m['keys'],
+                heads=m['heads'],
+                bytes=2 * 4 * m['heads'] * m['queries'] * m['keys'],
+            )
+        )
+    return out
+
+
+def memory_budget() -> Tuple[int, str]:
+    """Bytes this process can still use: MemAvailable, or the RLIMIT_AS headroom when
+    smaller. Returns (bytes, description)."""
+    avail, what = None, 'unknown'
+    try:
+        with open('/proc/meminfo') as f:
+            for line in f:
+                if line.startswith('MemAvailable:'):
+                    avail, what = int(line.split()[1]) * 1024, 'available RAM'
+    except OSError:
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        left = soft - address_space_bytes()
+        if avail is None or left < avail:
+            avail, what = left, 'RLIMIT_AS headroom'
+    return (avail if avail is not None else 1 << 62), what
+
+
+def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
+    """One-line warning when a quadratic (``'sra'``) or windowed stage's attention
+    would not fit in :func:`memory_budget` at size ``hw``; None otherwise."""
+    est = quadratic_attention_estimates(backbone, hw)
+    if not est:
+        return None
+    budget, what = memory_budget()
+    bad = [e for e in est if e['bytes'] > budget]
+    if not bad:
+        return None
+    parts = ', '.join(
+        f"stage {e['stage']} ('{e['attention']}': {e['queries']} queries x {e['keys']} "
+        f'keys x {e["heads"]} heads ~ {e["bytes"] / GB:.1f} GB)'
+        for e in bad
+    )
+    quadratic = {k for k, b in block_classes().items() if b.quadratic}
+    quad = all(e['attention'] in quadratic for e in bad)
+    return (
+        f'WARNING: at {hw[0]}x{hw[1]} the {"quadratic " if quad else ""}attention of {parts} exceeds '
+        f"the {budget / GB:.1f} GB of {what}; expect an out-of-memory failure. 'sra' stages are "
+        f'quadratic in the image area: use an all-circulant or all-core pyramid (stage_attentions='
+        f"'circulant' or 'core', e.g. configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py)"
+    )
