@@ -217,6 +217,50 @@ def test_find_attention_layers_filters_kinds():
         find_attention_layers(model, ('dense',))
 
 
+class _DotAttention(torch.nn.Module):
+    """An operator that declares its attention itself: y = softmax(x x^T) x."""
+
+    attention_kind = 'dot'
+    attention_form = 'matrix'
+
+    def forward(self, x, hw_shape):
+        return torch.softmax(x @ x.transpose(1, 2), -1) @ x
+
+    def attention_weights(self, args, kwargs, ctx):
+        x, hw = args[0], tuple(args[1])
+        return dict(weights=torch.softmax(x @ x.transpose(1, 2), -1)[:, None], q_grid=hw)
+
+
+def test_an_operator_declaring_itself_is_captured_and_filtered_by_form():
+    """No probe and no registration: the class attributes suffice. A missing k_grid is
+    the enclosing block's hw_shape; the captured A reproduces the output."""
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn, self.circ = _DotAttention(), CirculantAttention(4)
+
+        def forward(self, x, hw_shape):
+            return self.circ(self.attn(x, hw_shape), hw_shape)
+
+    model = torch.nn.ModuleDict(dict(blk=Block()))
+    assert [(n, k) for n, k, _ in find_attention_layers(model, forms=('matrix',))] == [
+        ('blk.attn', 'dot')
+    ]
+    assert [n for n, _, _ in find_attention_layers(model, forms=('kernel',))] == ['blk.circ']
+    assert [n for n, _, _ in find_attention_layers(model, kinds=('dot',))] == ['blk.attn']
+    with pytest.raises(ValueError, match='forms must be a subset of'):
+        find_attention_layers(model, forms=('dense',))
+    x = torch.randn(2, 6, 4)
+    seen = []
+    model.blk.attn.register_forward_hook(lambda m, a, o: seen.append(o))
+    with AttentionCapture(model, forms=('matrix',)) as cap, torch.no_grad():
+        model.blk(x, (2, 3))
+    (rec,) = cap.records
+    assert (rec.kind, rec.form, rec.q_grid, rec.k_grid) == ('dot', 'matrix', (2, 3), (2, 3))
+    torch.testing.assert_close(seen[0], rec.weights[:, 0] @ x)
+
+
 # --------------------------------------------------------------------------- mmdet layers
 def _mha_output(attn, v, heads):
     """concat_h(A_h V_h): attn (B, h, Nq, Nk), v (B, Nk, C) -> (B, Nq, C)."""

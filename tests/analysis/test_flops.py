@@ -385,6 +385,38 @@ def test_get_complexity():
     assert res['flops'] == pytest.approx(n * 3 * c + n * c * 5 + res['attention_flops'])
 
 
+def test_an_operator_declaring_itself_is_attention_with_its_own_handles():
+    """``attention_kind`` makes a module an attention module; its ``flop_handles`` price
+    an op mmengine does not (logsumexp: one per input element, as declared)."""
+    from collections import Counter
+
+    from mmcirc.analysis import attention_modules, get_complexity
+
+    def one_per_element(inputs, outputs):
+        return Counter({'logsumexp': math.prod(inputs[0].type().sizes())})
+
+    class LSE(nn.Module):
+        attention_kind = 'lse'
+        flop_handles = {'aten::logsumexp': one_per_element}
+
+        def forward(self, x):
+            return x - torch.logsumexp(x, -1, keepdim=True)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj, self.lse = nn.Linear(6, 5), LSE()
+
+        def forward(self, x):
+            return self.lse(self.proj(x))
+
+    net = Net().eval()
+    res = get_complexity(net, inputs=torch.randn(2, 3, 6))
+    assert attention_modules(net) == ['lse']
+    assert res['by_module']['lse'] == res['attention_flops'] == 2 * 3 * 5
+    assert res['flops'] == 2 * 3 * 6 * 5 + 2 * 3 * 5
+
+
 def test_get_flops_tool(tmp_path):
     """tools/analysis/get_flops.py on a bare CA-PVT backbone config: one row per
     stage, circulant stages carry FFT work, totals add up."""
