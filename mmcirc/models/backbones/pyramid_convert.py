@@ -124,9 +124,10 @@ def build_backbone(
     """Build the target through mmcirc's registered classes (mmdet's MODELS): the
     family's registered pyramid whose default attention is the one replaced kind
     (``CorePVT`` / ``CoreSwin`` when the replaced stages are all core), else the
-    family's base class (``CAPVT`` / ``CASwin``)."""
+    family's base class (``CAPVT`` / ``CASwin``), with the one model builder
+    (:func:`mmcirc.apis.builder.build_model`, constructor weights, eval mode)."""
     import mmcirc  # noqa: F401  (registration)
-    from mmcirc.registry import model_registries
+    from mmcirc.apis.builder import build_model
     from .pyramid import registered_pyramids
 
     families = {f: c for f, c in registered_pyramids().items() if f in PYRAMID_FAMILIES}
@@ -144,7 +145,7 @@ def build_backbone(
     if stage_attentions is not None:
         cfg['stage_attentions'] = stage_attentions
     try:
-        model = model_registries()[0].build(cfg)
+        model = build_model(dict(model=cfg, default_scope='mmdet'), init_weights=False)
     except (ValueError, TypeError) as err:
         raise ConversionError(f'cannot build the target {cfg["type"]}: {err}') from None
     return model
