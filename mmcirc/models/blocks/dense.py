@@ -24,8 +24,18 @@ from .probe import AttentionProbe, call_arg, lazy_classes, register_attention_pr
 __all__ = ['ViTProbe', 'MHAProbe', 'patch_grid']
 
 
-def _is_patch_embed(m: nn.Module) -> bool:
-    return 'PatchEmbed' in type(m).__name__
+#: (module, class) of the patch embeddings whose output grid a ViT's tokens lie on
+_PATCH_EMBEDS = (
+    ('mmcv.cnn.bricks.transformer', 'PatchEmbed'),  # mmpretrain's ViT / DeiT
+    ('mmpretrain.models.utils.embed', 'PatchEmbed'),
+    ('mmseg.models.utils.embed', 'PatchEmbed'),
+    ('mmdet.models.layers.transformer.utils', 'PatchEmbed'),
+    ('timm.layers', 'PatchEmbed'),  # and its subclasses
+)
+
+
+def _patch_embed_classes() -> tuple:
+    return sum((lazy_classes(path, [name]) for path, name in _PATCH_EMBEDS), ())
 
 
 def patch_grid(m: nn.Module, inputs, output) -> Optional[Tuple[int, int]]:
@@ -63,7 +73,8 @@ class ViTProbe(AttentionProbe):
             if grid is not None:
                 ctx.patch_grid = grid
 
-        return [(m, hook) for m in model.modules() if _is_patch_embed(m)]
+        classes = _patch_embed_classes()
+        return [(m, hook) for m in model.modules() if classes and isinstance(m, classes)]
 
     def weights(self, mod, args, kwargs, ctx):
         x = call_arg(args, kwargs, 0, 'x')

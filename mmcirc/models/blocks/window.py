@@ -5,11 +5,10 @@ from typing import Sequence
 
 import torch
 from mmdet.models.backbones.swin import SwinBlock, WindowMSA
-from torch import nn
 
 from mmcirc.registry import register_model
 from .base import PyramidBlock
-from .probe import AttentionProbe, call_arg
+from .probe import AttentionProbe, call_arg, lazy_classes
 
 __all__ = ['WindowBlock', 'WindowProbe']
 
@@ -23,15 +22,9 @@ class WindowProbe(AttentionProbe):
     form = 'matrix'
 
     def matches(self, m):
-        if isinstance(m, WindowMSA):
-            return True
-        return (  # mmseg's / mmpretrain's copies of the class (not SwinV2's)
-            type(m).__name__ == 'WindowMSA'
-            and isinstance(getattr(m, 'qkv', None), nn.Linear)
-            and hasattr(m, 'relative_position_bias_table')
-            and hasattr(m, 'relative_position_index')
-            and not hasattr(m, 'logit_scale')
-        )
+        copies = lazy_classes('mmseg.models.backbones.swin', ['WindowMSA'])  # same math
+        copies += lazy_classes('mmpretrain.models.utils.attention', ['WindowMSA'])  # not V2
+        return isinstance(m, (WindowMSA, *copies))
 
     def weights(self, mod, args, kwargs, ctx):
         x, mask = call_arg(args, kwargs, 0, 'x'), call_arg(args, kwargs, 1, 'mask')
