@@ -3,10 +3,12 @@
     python tools/analysis/bccb_score.py CONFIG [CHECKPOINT] (--img PATH | --demo astronaut)
         [--size HxW] [--head 0] [--seed 0] [--out-dir work_dirs/analysis/bccb_score]
 
-For every dense-attention layer of the model's backbone (PVT's spatial-reduction
-attention, Swin's window attention, a ViT/DeiT's self-attention; mmdet, mmseg and
-mmpretrain models and mmcirc's own 'sra'/'window' stages) the attention matrices are
-captured on the image with forward hooks (:mod:`mmcirc.analysis.attention_maps`), and
+For every dense-attention layer of the model's backbone (every layer whose probe gives
+an attention matrix, form ``'matrix'``: PVT's spatial-reduction attention, Swin's window
+attention, a ViT/DeiT's self-attention in mmdet, mmseg and mmpretrain models and
+mmcirc's own 'sra'/'window' stages, and any registered block's new kind) the attention
+matrices are captured on the image with forward hooks
+(:mod:`mmcirc.analysis.attention_maps`), and
 per layer and head the relative Frobenius distance ``||A - P(A)|| / ||A||`` to the
 nearest BCCB matrix ``P(A)`` is reported for
 
@@ -17,7 +19,7 @@ nearest BCCB matrix ``P(A)`` is reported for
   permutation per layer from ``--seed``), the value without any spatial structure.
 
 SRA's keys lie on a reduced grid; offsets are measured in key-grid units (each query at
-the key cell that covers it, see the module docstring of attention_maps). A Swin
+the key cell that covers it, see :mod:`mmcirc.analysis.bccb`). A Swin
 layer's windows are taken together (the block-diagonal matrix of its windows).
 
 The image goes through the config's test pipeline (``--size HxW`` replaces its resize by
