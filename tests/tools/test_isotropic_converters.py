@@ -5,7 +5,6 @@ cases call in this process the package's ``main`` the scripts are entry points o
 code, no second start-up)."""
 
 import os.path as osp
-import subprocess
 
 import pytest
 import torch
@@ -27,27 +26,13 @@ def _load(path):
     return load_from_local_safely(str(path))
 
 
-def _tool_main(tool):
-    """The ``main`` a tool script is the entry point of (in the package)."""
+@pytest.fixture
+def run_tool_main(run_main):
+    """run_tool_main(tool, args, cwd): the package's ``main`` of ``tool`` (conftest.run_main)."""
     from mmcirc.models.convert import cli
 
-    return {CADEIT: cli.cadeit_main, VECA: cli.veca_main}[tool]
-
-
-@pytest.fixture
-def run_main(capsys, monkeypatch):
-    """run_main(tool, args, cwd) -> CompletedProcess-like result of the script's main()."""
-
-    def run(tool, args, cwd):
-        monkeypatch.chdir(cwd)
-        try:
-            code = _tool_main(tool)(args)
-        except SystemExit as exit_:  # main_guard: one error line, exit 1
-            code = exit_.code
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
+    mains = {CADEIT: cli.cadeit_main, VECA: cli.veca_main}
+    return lambda tool, args, cwd: run_main(mains[tool], args, cwd)
 
 
 def _one_line_error(proc, *parts):
@@ -73,10 +58,10 @@ def test_cadeit_cli_report_and_output(tmp_path):
     assert out['meta']['source'] == 'ca_deit_small.pth'
 
 
-def test_veca_cli_report_and_default_output(tmp_path, run_main):
+def test_veca_cli_report_and_default_output(tmp_path, run_tool_main):
     fix = _fix('veca_official.pth')
     torch.save(fix['checkpoint'], tmp_path / 'veca.pt')
-    proc = run_main(VECA, ['veca.pt', '--arch', repr(fix['arch'])], tmp_path)
+    proc = run_tool_main(VECA, ['veca.pt', '--arch', repr(fix['arch'])], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert 'new (not in the checkpoint): 0 tensors' in proc.stdout
     assert 'unused (in the checkpoint, not loaded): 0 tensors' in proc.stdout
@@ -84,26 +69,26 @@ def test_veca_cli_report_and_default_output(tmp_path, run_main):
     assert out['state_dict']['backbone.cores'].shape == (24, 48)
 
 
-def test_veca_checkpoint_to_cadeit_converter(tmp_path, run_main):
+def test_veca_checkpoint_to_cadeit_converter(tmp_path, run_tool_main):
     torch.save(_fix('veca_official.pth')['checkpoint'], tmp_path / 'veca.pt')
-    proc = run_main(CADEIT, ['veca.pt', 'out.pth', '--family', 'deit'], tmp_path)
+    proc = run_tool_main(CADEIT, ['veca.pt', 'out.pth', '--family', 'deit'], tmp_path)
     _one_line_error(proc, 'VECA checkpoint', 'veca_to_mmcirc.py')
     assert not (tmp_path / 'out.pth').exists()
 
 
-def test_cadeit_checkpoint_to_veca_converter(tmp_path, run_main):
+def test_cadeit_checkpoint_to_veca_converter(tmp_path, run_tool_main):
     torch.save(_fix('ca_deit_official.pth')['checkpoint'], tmp_path / 'ca.pth')
-    proc = run_main(VECA, ['ca.pth', 'out.pth'], tmp_path)
+    proc = run_tool_main(VECA, ['ca.pth', 'out.pth'], tmp_path)
     _one_line_error(proc, 'CA-DeiT checkpoint', '--family deit')
     assert not (tmp_path / 'out.pth').exists()
 
 
-def test_truncated_checkpoint(tmp_path, run_main):
+def test_truncated_checkpoint(tmp_path, run_tool_main):
     torch.save(_fix('veca_official.pth')['checkpoint'], tmp_path / 'full.pt')
     data = (tmp_path / 'full.pt').read_bytes()
     (tmp_path / 'cut.pt').write_bytes(data[: len(data) // 2])
     for tool in (VECA, CADEIT):
-        proc = run_main(
+        proc = run_tool_main(
             tool, ['cut.pt', 'out.pth'] + (['--family', 'deit'] if tool == CADEIT else []), tmp_path
         )
         _one_line_error(proc, 'cannot read cut.pt')
@@ -111,22 +96,26 @@ def test_truncated_checkpoint(tmp_path, run_main):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['cut.pt', 'full.pt']
 
 
-def test_wrong_arch(tmp_path, run_main):
+def test_wrong_arch(tmp_path, run_tool_main):
     torch.save(_fix('ca_deit_official.pth')['checkpoint'], tmp_path / 'ca.pth')
-    proc = run_main(CADEIT, ['ca.pth', 'out.pth', '--family', 'deit', '--arch', 'huge'], tmp_path)
+    proc = run_tool_main(
+        CADEIT, ['ca.pth', 'out.pth', '--family', 'deit', '--arch', 'huge'], tmp_path
+    )
     _one_line_error(proc, "arch must be one of ('tiny', 'small', 'base')")
-    proc = run_main(CADEIT, ['ca.pth', 'out.pth', '--family', 'deit', '--arch', 'small'], tmp_path)
+    proc = run_tool_main(
+        CADEIT, ['ca.pth', 'out.pth', '--family', 'deit', '--arch', 'small'], tmp_path
+    )
     _one_line_error(proc, "arch 'small'", "'embed_dims': 48")
     assert not (tmp_path / 'out.pth').exists()
 
 
-def test_unsafe_pickle_refused(tmp_path, run_main):
+def test_unsafe_pickle_refused(tmp_path, run_tool_main):
     """The official VECA loader unpickles everything; ours refuses foreign objects."""
     import argparse
 
     fix = _fix('veca_official.pth')
     ckpt = dict(fix['checkpoint'], extra=argparse.Namespace(a=1))
     torch.save(ckpt, tmp_path / 'veca.pt')
-    proc = run_main(VECA, ['veca.pt', 'out.pth', '--arch', repr(fix['arch'])], tmp_path)
+    proc = run_tool_main(VECA, ['veca.pt', 'out.pth', '--arch', repr(fix['arch'])], tmp_path)
     _one_line_error(proc, 'refusing to load', 'argparse.Namespace')
     assert not (tmp_path / 'out.pth').exists()

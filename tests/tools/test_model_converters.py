@@ -1,10 +1,15 @@
 """tools/model_converters/*_to_mmcirc.py from the command line (fake checkpoints of
-tests/checkpoint_fakes.py)."""
+tests/checkpoint_fakes.py): the PVT and Swin tools through a fresh process each, the
+CA-DeiT one and the error cases through the package's ``main`` in this process (same
+code, no second start-up)."""
+
+import re
 
 import torch
 
 import checkpoint_fakes as fakes
 from helpers import run_tool
+from mmcirc.models.convert.cli import cadeit_main, pvt_main, swin_main
 
 
 def _load(path):
@@ -34,7 +39,7 @@ def test_pvt_cli_default_output(tmp_path):
     assert not any(k.startswith('backbone.') for k in ckpt['state_dict'])
 
 
-def test_swin_then_cadeit_cli(tmp_path):
+def test_swin_then_cadeit_cli(tmp_path, run_main):
     torch.save({'model': fakes.official_swin()}, tmp_path / 'swin.pth')
     cadeit = fakes.official_cadeit(width=16, depth=2)
     torch.save(cadeit, tmp_path / 'ca_deit.pth')
@@ -51,9 +56,9 @@ def test_swin_then_cadeit_cli(tmp_path):
         ],
         cwd=tmp_path,
     )
-    proc = run_tool(
+    proc = run_main(
+        cadeit_main,
         [
-            'tools/model_converters/cadeit_to_mmcirc.py',
             'ca_deit.pth',
             'out.pth',
             '--arch',
@@ -64,8 +69,9 @@ def test_swin_then_cadeit_cli(tmp_path):
             '1',
             '0',
         ],
-        cwd=tmp_path,
+        tmp_path,
     )
+    assert proc.returncode == 0, proc.stderr
     assert 'CA-DeiT (width 16, blocks [1, 0]: 30 tensors) -> CASwin' in proc.stdout
     base, out = _load(tmp_path / 'base.pth'), _load(tmp_path / 'out.pth')
     assert torch.equal(
@@ -80,28 +86,30 @@ def test_swin_then_cadeit_cli(tmp_path):
     assert not any(k.startswith('stages.1.') for k in out['meta']['new'])
 
 
-def test_cli_errors(tmp_path):
-    proc = run_tool(
-        ['tools/model_converters/swin_to_mmcirc.py', 'missing.pth'], cwd=tmp_path, check=False
-    )
+def test_cli_errors(tmp_path, run_main):
+    proc = run_main(swin_main, ['missing.pth'], tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.strip() == 'error: checkpoint not found: missing.pth'
 
     torch.save(fakes.official_pvt(), tmp_path / 'pvt_fake.pth')
-    proc = run_tool(
+    proc = run_main(
+        pvt_main,
         [
-            'tools/model_converters/pvt_to_mmcirc.py',
             'pvt_fake.pth',
             'x.pth',
             '--arch',
             repr(dict(fakes.PVT_ARCH, embed_dims=(16, 32, 40, 64))),
         ],
-        cwd=tmp_path,
-        check=False,
+        tmp_path,
     )
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr
     assert (
         'layers.0.patch_embed.projection.weight: checkpoint (8, 3, 4, 4) vs model (16, 3, 4, 4)'
         in proc.stderr
+    )
+    # the tensor list and the hint on the one error line
+    (line,) = proc.stderr.strip().splitlines()
+    assert re.match(r'error: \d+ tensor\(s\) of the checkpoint do not fit CAPVT\(', line) and (
+        'the checkpoint has depths (1, 2, 1, 1) and widths (8, 16, 40, 64)' in line
     )
     assert not (tmp_path / 'x.pth').exists()
