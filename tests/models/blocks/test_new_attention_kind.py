@@ -27,8 +27,7 @@ from mmcv.cnn import build_norm_layer
 from mmengine.config import Config
 from mmengine.model import BaseModule
 
-from mmcirc import apis as hr
-from mmcirc.analysis.memory import quadratic_attention_estimates
+from mmcirc.apis import highres as hr
 from mmcirc.models.backbones import CAPVT, CASwin
 from mmcirc.models.blocks import AttentionProbe, PyramidBlock
 from mmcirc.models.blocks.base import apply_ffn, build_ffn
@@ -183,7 +182,7 @@ def test_highres_overrides_accept_it(btype):
 
         model = MODELS.build(cfg.model.backbone)
         assert model.stage_attentions == ('pooled',) * 4
-        assert quadratic_attention_estimates(model, (97, 131)) == []
+        assert hr.quadratic_attention_estimates(model, (97, 131)) == []
         assert hr.backbone_summary(model) == dict(type=btype, stage_attentions=['pooled'] * 4)
     with pytest.raises(ValueError, match='^stage_attentions must'):
         hr.validate_overrides(stage_attentions='pooled')
@@ -309,3 +308,34 @@ def test_flops_count_it_as_attention_with_its_declared_handle():
     assert not set(attention_modules(model)) & set(expected)
     assert 'logsumexp' not in plain['by_operator']
     assert plain['flops'] == res['flops'] - res['by_operator']['logsumexp']
+
+
+def test_attention_tools_see_it(tmp_path, capsys):
+    """bccb_score's command scores the pooled stages of a config (with no edit of the
+    tool), next to the SRA ones; vis_cores names the kind among those the model has."""
+    import json
+    import os.path as osp
+
+    from helpers import FIXTURE_CONFIGS
+
+    from mmcirc.analysis.tools import bccb_score, vis_cores
+
+    cfg = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')
+    layout = "model.backbone.stage_attentions=('pooled','pooled','sra','sra')"
+    argv = [cfg, '--demo', 'astronaut', '--size', '64x96', '--cfg-options', layout]
+    with pooled_registered():
+        assert bccb_score.main(argv + ['--out-dir', str(tmp_path / 'bccb')]) == 0
+        with pytest.raises(SystemExit):
+            vis_cores.main(argv + ['--out-dir', str(tmp_path / 'cores')])
+    (out,) = (tmp_path / 'bccb').iterdir()
+    layers = json.loads((out / 'bccb_score.json').read_text())['layers']
+    # 64x96 -> stage grids 16x24 and 8x12 (pooled: 1 head, keys = queries), then SRA
+    assert [(e['kind'], e['q_grid'], e['k_grid'], e['heads']) for e in layers[:2]] == [
+        ('pooled', [16, 24], [16, 24], 1),
+        ('pooled', [8, 12], [8, 12], 1),
+    ]
+    assert [e['kind'] for e in layers[2:]] == ['sra', 'sra']
+    assert all(0 < e['distance'][0] < 1 and e['shuffled'][0] > 0 for e in layers[:2])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith('error: ') and 'no core attention layer' in err
+    assert '(it has pooled, sra attention)' in err
