@@ -27,7 +27,8 @@ from mmcv.cnn import build_norm_layer
 from mmengine.config import Config
 from mmengine.model import BaseModule
 
-from mmcirc.apis import highres as hr
+from mmcirc import apis as hr
+from mmcirc.analysis.memory import quadratic_attention_estimates
 from mmcirc.models.backbones import CAPVT, CASwin
 from mmcirc.models.blocks import AttentionProbe, PyramidBlock
 from mmcirc.models.blocks.base import apply_ffn, build_ffn
@@ -182,7 +183,7 @@ def test_highres_overrides_accept_it(btype):
 
         model = MODELS.build(cfg.model.backbone)
         assert model.stage_attentions == ('pooled',) * 4
-        assert hr.quadratic_attention_estimates(model, (97, 131)) == []
+        assert quadratic_attention_estimates(model, (97, 131)) == []
         assert hr.backbone_summary(model) == dict(type=btype, stage_attentions=['pooled'] * 4)
     with pytest.raises(ValueError, match='^stage_attentions must'):
         hr.validate_overrides(stage_attentions='pooled')
