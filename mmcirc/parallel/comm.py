@@ -1,0 +1,165 @@
+"""The row exchange of band-sharded maps (halo exchange), over torch.distributed.
+
+A map is band-sharded along one dimension (the rows, ``dim=-2`` of an NCHW map or
+``dim=1`` of (B, H, W, C)): rank ``r`` holds the global rows
+``[offsets[r], offsets[r + 1])``. Every row-local layer (a convolution, an
+interpolation, a gather of small reduced maps) needs some contiguous range of global
+rows, which may reach into the neighbours' bands or past the image, where the rows are
+zeros (zero padding). :func:`exchange_rows` serves every rank's request at once with
+point-to-point ``isend`` / ``irecv`` of the overlapping slices; :func:`row_offsets` is
+the one collective that tells every rank the band layout (an ``all_gather`` of the
+local row counts, any number of maps in one call).
+
+Requests (``wants``) are computed by every rank for every rank from the layout and the
+layer's geometry, so a layer needs no collective besides :func:`row_offsets`.
+
+This file depends on torch only.
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+__all__ = ['Layout', 'row_offsets', 'exchange_rows', 'fetch_rows', 'gather_rows', 'world']
+
+
+def world(group=None) -> Tuple[int, int]:
+    """(rank, world size) in ``group`` (default: the default group)."""
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+class Layout:
+    """The band layout of one map: ``offsets`` (P + 1 global row indices), ``height``
+    (H = offsets[-1]) and this rank's band ``(start, stop)``."""
+
+    def __init__(self, offsets: Sequence[int], rank: int):
+        self.offsets = [int(o) for o in offsets]
+        self.rank = rank
+        self.height = self.offsets[-1]
+        self.start, self.stop = self.offsets[rank], self.offsets[rank + 1]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.offsets) - 1
+
+    def band(self, q: int) -> Tuple[int, int]:
+        return self.offsets[q], self.offsets[q + 1]
+
+    def __repr__(self) -> str:
+        return f'Layout(offsets={self.offsets}, rank={self.rank})'
+
+
+def row_offsets(*rows: int, group=None, device=None) -> List[Layout]:
+    """The layouts of maps whose local bands have ``rows`` rows here (one int per map):
+    one ``all_gather`` of the local counts; ``[Layout]`` in the order given."""
+    rank, size = world(group)
+    backend = dist.get_backend(group)
+    if device is None:
+        device = torch.device('cuda', torch.cuda.current_device()) if backend == 'nccl' else 'cpu'
+    mine = torch.tensor([int(r) for r in rows], dtype=torch.int64, device=device)  # (M,)
+    every = [torch.empty_like(mine) for _ in range(size)]
+    dist.all_gather(every, mine, group=group)
+    counts = torch.stack(every).cpu().tolist()  # (P, M)
+    out = []
+    for m in range(len(rows)):
+        offsets = [0]
+        for q in range(size):
+            offsets.append(offsets[-1] + counts[q][m])
+        out.append(Layout(offsets, rank))
+    return out
+
+
+def exchange_rows(
+    x: torch.Tensor,
+    layout: Layout,
+    wants: Sequence[Tuple[int, int]],
+    dim: int = -2,
+    group=None,
+) -> torch.Tensor:
+    """Every rank's requested global rows of a band-sharded tensor.
+
+    x: this rank's band (``layout.stop - layout.start`` rows along ``dim``).
+    wants: ``(lo, hi)`` for every rank q (the same list on every rank), any integers
+    with lo <= hi; rows outside ``[0, H)`` are zeros.
+    Returns this rank's rows ``[lo, hi)`` (``hi - lo`` rows along ``dim``), contiguous.
+    """
+    rank, size = layout.rank, layout.world_size
+    dim = dim % x.dim()
+    if x.shape[dim] != layout.stop - layout.start:
+        raise ValueError(
+            f'x has {x.shape[dim]} rows along dim {dim}, the layout gives rank {rank} '
+            f'{layout.stop - layout.start}'
+        )
+    lo, hi = wants[rank]
+    shape = list(x.shape)
+    shape[dim] = hi - lo
+    out = x.new_zeros(shape)  # (..., hi - lo, ...); stays zero outside the map
+    start, stop = layout.start, layout.stop
+    # own rows: a local copy
+    a, b = max(lo, start), min(hi, stop)
+    if a < b:
+        out.narrow(dim, a - lo, b - a).copy_(x.narrow(dim, a - start, b - a))
+    ops, recvs = [], []
+    for q in range(size):
+        if q == rank:
+            continue
+        # what q needs from me
+        qlo, qhi = wants[q]
+        a, b = max(qlo, start), min(qhi, stop)
+        if a < b:
+            ops.append(dist.isend(x.narrow(dim, a - start, b - a).contiguous(), q, group=group))
+        # what I need from q
+        qs, qe = layout.band(q)
+        a, b = max(lo, qs), min(hi, qe)
+        if a < b and lo < hi:
+            shape[dim] = b - a
+            buf = x.new_empty(shape)
+            ops.append(dist.irecv(buf, q, group=group))
+            recvs.append((a, b, buf))
+    for op in ops:
+        op.wait()
+    for a, b, buf in recvs:
+        out.narrow(dim, a - lo, b - a).copy_(buf)
+    return out
+
+
+def fetch_rows(
+    x: torch.Tensor, lo: int, hi: int, dim: int = -2, group=None, layout: Optional[Layout] = None
+) -> torch.Tensor:
+    """Global rows ``[lo, hi)`` of a band-sharded tensor for this rank (each rank its own
+    range; zeros outside the map): one ``all_gather`` of (rows, lo, hi), then
+    :func:`exchange_rows`. ``layout``: the band layout if known (its rows are still
+    gathered with the ranges)."""
+    rank, size = world(group)
+    dim = dim % x.dim()
+    device = x.device if dist.get_backend(group) == 'nccl' else 'cpu'
+    mine = torch.tensor([x.shape[dim], lo, hi], dtype=torch.int64, device=device)
+    every = [torch.empty_like(mine) for _ in range(size)]
+    dist.all_gather(every, mine, group=group)
+    table = torch.stack(every).cpu().tolist()  # (P, 3)
+    offsets = [0]
+    for q in range(size):
+        offsets.append(offsets[-1] + table[q][0])
+    if layout is None:
+        layout = Layout(offsets, rank)
+    return exchange_rows(x, layout, [(t[1], t[2]) for t in table], dim=dim, group=group)
+
+
+def gather_rows(
+    x: torch.Tensor, dim: int = -2, group=None, dst: Optional[int] = None
+) -> Optional[torch.Tensor]:
+    """The whole map from its bands: on every rank (``dst`` None, an all-gather of
+    uneven bands) or on rank ``dst`` only (others get None)."""
+    rank, _ = world(group)
+    dim = dim % x.dim()
+    (layout,) = row_offsets(x.shape[dim], group=group, device=_comm_device(x, group))
+    wants = [
+        (0, layout.height) if dst is None or q == dst else (0, 0) for q in range(layout.world_size)
+    ]
+    out = exchange_rows(x, layout, wants, dim=dim, group=group)
+    return out if dst is None or rank == dst else None
+
+
+def _comm_device(x: torch.Tensor, group=None):
+    return x.device if dist.get_backend(group) == 'nccl' else torch.device('cpu')

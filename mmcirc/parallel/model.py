@@ -1,0 +1,340 @@
+"""A built mmseg segmentor turned into its spatially sharded self, and band-wise inference.
+
+:func:`check_shardable` names the first layer sharding does not support (before
+anything is allocated); :func:`shard_model` swaps, in place and sharing every weight,
+the row-coupled modules of a supported segmentor for their sharded versions
+(:mod:`.layers`, :mod:`.backbones`, :mod:`.circulant`, :mod:`.core`) and returns a
+:class:`ShardedSegmentor` whose forward maps this rank's band of the image to its band
+of the logits. :func:`map_heights` lists the rows of every feature map at an image
+size (for :func:`~mmcirc.parallel.bands.check_world_size`); :func:`predict_sharded`
+is the inference entry: rank 0's image goes out band by band, every rank predicts its
+band of labels (mmseg's bilinear resize of the logits to the image, argmax), rank 0
+gets the whole label map and logits back.
+
+Supported: CA-PVT / Core-PVT (any mix of ``'circulant'``, ``'core'``, ``'sra'``
+stages) with Semantic FPN (``FPN`` + ``FPNHead``) or ``UPerHead``; CA-DeiT and VECA
+with ``MultiLevelNeck`` + ``UPerHead``; ``EncoderDecoder`` segmentors in eval mode.
+"""
+
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from .bands import band_bounds, check_world_size
+from .comm import Layout, exchange_rows, gather_rows, row_offsets, world
+from .heads import HEAD_FORWARDS, NECK_FORWARDS
+from .layers import ShardedConv2d, ShardedGroupNorm, ShardedUpsample, interpolate
+
+__all__ = [
+    'check_shardable',
+    'map_heights',
+    'shard_model',
+    'ShardedSegmentor',
+    'predict_sharded',
+    'SUPPORTED_BACKBONES',
+]
+
+SUPPORTED_BACKBONES = ('CAPVT', 'CorePVT', 'CADeiT', 'VECAViT')
+_PVT_KINDS = ('circulant', 'core', 'sra')
+_INSTEAD = (
+    "sharded inference supports CA-PVT / Core-PVT ('circulant', 'core', 'sra' stages) with "
+    'Semantic FPN or UperNet, CA-DeiT and VECA with UperNet'
+)
+#: Leaf modules of necks and heads that are local (or swapped) under sharding.
+_LOCAL_LEAVES = (
+    nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Sigmoid, nn.Hardswish, nn.Identity,
+    nn.Dropout, nn.Dropout2d, nn.LayerNorm,
+)  # fmt: skip
+
+
+def _err(where: str, what: str) -> ValueError:
+    return ValueError(f'{where}: {what}; {_INSTEAD}')
+
+
+# --------------------------------------------------------------------------- checks
+def _check_backbone(bb) -> None:
+    from mmcirc.models.backbones.pyramid import PyramidBackbone
+
+    name = type(bb).__name__
+    if isinstance(bb, PyramidBackbone):
+        kinds = tuple(getattr(s, 'attention', '?') for s in bb.stages)
+        if 'window' in kinds:
+            i = kinds.index('window')
+            raise ValueError(
+                f"{name} stage {i + 1} uses Swin's shifted-window attention ('window'), which "
+                'sharded inference does not support (windows and their cyclic shift cross '
+                "the row bands): set stage_attentions to 'circulant' or 'core' in a CA-PVT / "
+                'Core-PVT config'
+            )
+        if bb.family != 'pvt':
+            raise _err(name, f'the {bb.family!r} pyramid family (patch merging) is not supported')
+        for i, kind in enumerate(kinds):
+            if kind not in _PVT_KINDS:
+                raise _err(f'{name} stage {i + 1}', f'attention {kind!r} has no sharded version')
+        return
+    if name not in SUPPORTED_BACKBONES:
+        raise _err(f'backbone {name}', 'not supported')
+
+
+def _check_leaves(module, where: str) -> None:
+    from mmseg.models.utils import Upsample
+
+    skip = set()
+    for path, m in module.named_modules():
+        if any(path.startswith(s + '.') for s in skip) or path in skip:
+            continue
+        if path.split('.')[0] == 'loss_decode' or type(m).__name__.endswith('Loss'):
+            continue  # training only
+        if type(m).__name__ == 'PPM':
+            skip.add(path)
+            for branch in m:
+                if not isinstance(branch[0], nn.AdaptiveAvgPool2d):
+                    raise _err(f'{where}.{path}', 'a PPM branch must start with AdaptiveAvgPool2d')
+            continue
+        if list(m.children()):
+            continue
+        full = f'{where}.{path}' if path else where
+        if isinstance(m, nn.Conv2d):
+            if m.padding_mode != 'zeros' or isinstance(m.padding, str):
+                raise _err(full, f'Conv2d padding_mode={m.padding_mode!r} is not supported')
+        elif isinstance(m, _BatchNorm):
+            if m.training:
+                raise _err(full, f'{type(m).__name__} in training mode (call model.eval())')
+        elif not isinstance(m, (nn.GroupNorm, Upsample) + _LOCAL_LEAVES):
+            raise _err(full, f'layer {type(m).__name__} has no sharded version')
+
+
+def check_shardable(model) -> None:
+    """Raise a one-line ValueError naming the first part of ``model`` (an mmseg
+    segmentor) that sharded inference does not support, and what is."""
+    from mmseg.models.segmentors import CascadeEncoderDecoder, EncoderDecoder
+
+    if not isinstance(model, EncoderDecoder) or isinstance(model, CascadeEncoderDecoder):
+        raise _err(f'segmentor {type(model).__name__}', 'only EncoderDecoder is supported')
+    _check_backbone(model.backbone)
+    if getattr(model, 'with_neck', False):
+        neck = model.neck
+        name = type(neck).__name__
+        if name not in NECK_FORWARDS:
+            raise _err(f'neck {name}', 'not supported')
+        if name == 'FPN' and neck.num_outs > len(neck.lateral_convs):
+            raise _err('neck FPN', f'extra levels (num_outs={neck.num_outs}) are not supported')
+        _check_leaves(neck, 'neck')
+    head = model.decode_head
+    if type(head).__name__ not in HEAD_FORWARDS:
+        raise _err(f'decode_head {type(head).__name__}', 'not supported')
+    _check_leaves(head, 'decode_head')
+    pre = model.data_preprocessor
+    if getattr(pre, 'test_cfg', None) and any(
+        pre.test_cfg.get(k) for k in ('size', 'size_divisor')
+    ):
+        raise _err('data_preprocessor', 'test-time padding (test_cfg size / size_divisor)')
+
+
+def map_heights(model, hw: Sequence[int]) -> List[int]:
+    """Rows of the image and of every feature map of ``model`` at image size ``hw``
+    (the backbone stages, the neck levels); the smallest bounds the world size."""
+    from mmcirc.models.backbones.pyramid import PyramidBackbone, _stride_of
+
+    bb, h = model.backbone, int(hw[0])
+    heights = [h]
+    if isinstance(bb, PyramidBackbone):
+        for stage in bb.stages:
+            h = -(-h // _stride_of(stage.patch_embed))
+            heights.append(h)
+        levels = [heights[1 + i] for i in bb.out_indices]
+    else:
+        h = -(-h // bb.patch_size)
+        heights.append(h)
+        levels = [h] * len(bb.out_indices)
+    neck = getattr(model, 'neck', None) if getattr(model, 'with_neck', False) else None
+    if neck is not None and type(neck).__name__ == 'MultiLevelNeck':
+        src = levels if len(levels) > 1 else levels * neck.num_outs
+        heights += [int(math.floor(s * f)) for s, f in zip(src, neck.scales)]
+    return heights
+
+
+def check_size(model, hw: Sequence[int], world_size: int) -> None:
+    """:func:`check_world_size` over :func:`map_heights` at image size ``hw``."""
+    check_world_size(map_heights(model, hw), world_size, what=f'{hw[0]}x{hw[1]} image')
+
+
+# --------------------------------------------------------------------------- swapping
+def _swap_leaves(module, group) -> None:
+    """Conv2d (non-local), GroupNorm and mmseg Upsample -> sharded, in place (PPM
+    branches stay: they run on the replicated pooled maps)."""
+    from mmseg.models.utils import Upsample
+
+    for name, child in list(module.named_children()):
+        if type(child).__name__ == 'PPM':
+            continue
+        if isinstance(child, nn.Conv2d):
+            new = ShardedConv2d(child, group)
+            if not new.local:
+                setattr(module, name, new)
+        elif isinstance(child, nn.GroupNorm):
+            setattr(module, name, ShardedGroupNorm(child, group))
+        elif isinstance(child, Upsample):
+            setattr(module, name, ShardedUpsample(child, group))
+        elif not isinstance(child, (ShardedConv2d, ShardedGroupNorm, ShardedUpsample)):
+            _swap_leaves(child, group)
+
+
+def _shard_pyramid(bb, group) -> None:
+    from mmcirc.models.blocks import CirculantBlock, CoreBlock, SRABlock
+    from .backbones import GlobalShape, ShardedPatchEmbed, ShardedPositionEmbedding, ShardedSRA
+    from .circulant import ShardedCirculantAttention
+    from .core import ShardedCoreAttention
+
+    for stage in bb.stages:
+        stage.patch_embed = ShardedPatchEmbed(stage.patch_embed, group)
+        if stage.pos_embed is not None:
+            stage.pos_embed = ShardedPositionEmbedding(stage.pos_embed, group)
+        for blk in stage.blocks:
+            if isinstance(blk, (CirculantBlock, CoreBlock)) and blk.cpe is not None:
+                blk.cpe = ShardedConv2d(blk.cpe, group)
+            if isinstance(blk, CirculantBlock):
+                blk.attn = GlobalShape(
+                    ShardedCirculantAttention.from_module(blk.attn, group), group
+                )
+            elif isinstance(blk, CoreBlock):
+                blk.attn = ShardedCoreAttention.from_module(blk.attn, group)
+            elif isinstance(blk, SRABlock):
+                blk.attn = ShardedSRA(blk.attn, group)
+
+
+def _shard_isotropic(bb, group) -> None:
+    from .backbones import GlobalShape, ShardedCorePeriphery, ShardedPatchEmbed
+    from .circulant import ShardedCirculantAttention
+
+    bb.patch_embed = ShardedPatchEmbed(bb.patch_embed, group, pad_to_stride=True)
+    for blk in bb.blocks:
+        if type(bb).__name__ == 'CADeiT':
+            blk.cpe = ShardedConv2d(blk.cpe, group)
+            blk.attn = GlobalShape(ShardedCirculantAttention.from_module(blk.attn, group), group)
+        else:
+            blk.attn = ShardedCorePeriphery(blk.attn, group)
+
+
+def shard_model(model, group=None) -> 'ShardedSegmentor':
+    """Swap ``model``'s (an mmseg segmentor, eval mode) row-coupled modules for sharded
+    ones in place (weights shared, nothing copied) and return the band-wise
+    :class:`ShardedSegmentor`. ValueError (:func:`check_shardable`) before any change."""
+    model.eval()
+    check_shardable(model)
+    from mmcirc.models.backbones.pyramid import PyramidBackbone
+
+    bb = model.backbone
+    if isinstance(bb, PyramidBackbone):
+        _shard_pyramid(bb, group)
+    else:
+        _shard_isotropic(bb, group)
+    if model.with_neck:
+        _swap_leaves(model.neck, group)
+    _swap_leaves(model.decode_head, group)
+    return ShardedSegmentor(model, group)
+
+
+class ShardedSegmentor(nn.Module):
+    """``forward(band)``: this rank's rows of the image (1, 3, h_r, W) (uint8 BGR, as
+    mmseg's data preprocessor takes it) -> its band of the decode head's logits
+    (1, K, h'_r, W'). Holds the (swapped) segmentor as ``model``."""
+
+    def __init__(self, model, group=None):
+        super().__init__()
+        self.model = model
+        self.group = group
+
+    def extract_feat(self, x: torch.Tensor) -> tuple:
+        from mmcirc.models.backbones.pyramid import PyramidBackbone
+
+        from .backbones import veca_forward
+
+        m, g = self.model, self.group
+        bb = m.backbone
+        if isinstance(bb, PyramidBackbone):
+            feats, xh = [], (x, None)
+            for i, stage in enumerate(bb.stages):
+                x, hw, out, out_hw = stage(*xh)
+                xh = (x, hw)
+                if i in bb.out_indices:
+                    norm = getattr(bb, f'norm{i}', None)
+                    out = norm(out) if norm is not None else out
+                    b, n, c = out.shape
+                    feats.append(out.transpose(1, 2).reshape(b, c, *out_hw).contiguous())
+            feats = tuple(feats)
+        elif type(bb).__name__ == 'VECAViT':
+            feats = veca_forward(bb, x, bb.patch_embed, g)
+        else:
+            feats = bb(x)
+        if m.with_neck:
+            feats = NECK_FORWARDS[type(m.neck).__name__](m.neck, feats, g)
+        return feats
+
+    def forward(self, band: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        x = m.data_preprocessor(dict(inputs=[band[0]]), False)['inputs']  # (1, 3, h_r, W)
+        feats = self.extract_feat(x)
+        return HEAD_FORWARDS[type(m.decode_head).__name__](m.decode_head, feats, self.group)
+
+
+# --------------------------------------------------------------------------- inference
+def scatter_image(img: Optional[torch.Tensor], hw: Sequence[int], group=None) -> torch.Tensor:
+    """Rank 0's image (C, H, W) (None elsewhere) -> this rank's band (C, h_r, W)."""
+    rank, size = world(group)
+    h = int(hw[0])
+    layout = Layout([0] + [h] * size, rank)  # rank 0 holds every row
+    if rank != 0:
+        img = torch.empty(3, 0, int(hw[1]), dtype=torch.uint8)
+    return exchange_rows(img, layout, band_bounds(h, size), dim=1, group=group)
+
+
+def band_labels(logits: torch.Tensor, hw: Sequence[int], align_corners: bool, group=None,
+                band: int = 16) -> torch.Tensor:  # fmt: skip
+    """This rank's rows of ``resize(logits, hw, bilinear).argmax(1)``: (h_r, W) int64,
+    from the logits band (1, K, h'_r, W'); classes in bands of ``band`` with a running
+    first maximum (as :func:`mmcirc.apis.highres.upsample_argmax`)."""
+    (layout,) = row_offsets(logits.shape[-2], group=group)
+    out = Layout(
+        [b[0] for b in band_bounds(int(hw[0]), layout.world_size)] + [int(hw[0])], layout.rank
+    )
+    best = labels = None
+    for c0 in range(0, logits.shape[1], band):
+        up = interpolate(
+            logits[:, c0 : c0 + band].contiguous(), (int(hw[0]), int(hw[1])), None, 'bilinear',
+            align_corners, group=group, in_layout=layout, out_layout=out,
+        )[0]  # (band, h_r, W)  # fmt: skip
+        idx = up.argmax(dim=0)
+        val = up.gather(0, idx[None])[0]
+        if labels is None:
+            best, labels = val, idx
+        else:
+            better = val > best
+            best = torch.where(better, val, best)
+            labels = torch.where(better, idx + c0, labels)
+    return labels
+
+
+def predict_sharded(
+    sharded: ShardedSegmentor, img, hw: Sequence[int], group=None, logits: bool = False
+) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """The whole-image labels (H, W) int64 on rank 0 (None elsewhere) and, with
+    ``logits``, the decode head's whole logits (1, K, H', W') on rank 0.
+
+    img: the image on rank 0 ((H, W, 3) uint8 BGR numpy array or (3, H, W) tensor);
+    ignored elsewhere. ``hw``: its size, known to every rank."""
+    rank = torch.distributed.get_rank(group)
+    t = None
+    if rank == 0:
+        t = img if isinstance(img, torch.Tensor) else torch.from_numpy(img.transpose(2, 0, 1))
+        t = t.contiguous()
+    band = scatter_image(t, hw, group)  # (3, h_r, W)
+    with torch.no_grad():
+        out = sharded(band[None])  # (1, K, h'_r, W')
+        labels = band_labels(out, hw, sharded.model.decode_head.align_corners, group)
+    labels = gather_rows(labels, dim=0, group=group, dst=0)
+    whole = gather_rows(out, dim=-2, group=group, dst=0) if logits else None
+    return labels, whole
