@@ -41,6 +41,10 @@ class SDPASelfAttention(nn.Module):
     ``forward(x)``: x (B, N, C) -> (B, N, C).
     """
 
+    # mmcirc.models.blocks.probe: an attention layer for the FLOP counter, not captured
+    attention_kind = 'sdpa'
+    attention_form = None
+
     def __init__(self, dim, num_heads=1):
         super().__init__()
         _heads(dim, num_heads)

@@ -95,3 +95,10 @@ def test_import_with_torch_only():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[0] == '(1, 16, 8) (1, 2, 8)'
     assert torch_only_origin(proc) == dict(mmcirc=osp.join(REPO, 'mmcirc', '__init__.py'), mm=[])
+
+
+def test_sdpa_baseline_is_an_attention_layer_for_the_flop_counter():
+    from mmcirc.analysis import attention_modules
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), SDPASelfAttention(8, num_heads=2))
+    assert attention_modules(net) == ['1']
