@@ -162,9 +162,10 @@ def _interp_cols(x, mode, align_corners, w_size, w_scale):
 def _interp_band(rows, row0, in_h, out_band, out_h, mode, align_corners, h_scale, w_size, w_scale):
     """Output rows ``out_band`` from the input rows ``[row0, row0 + rows.shape[-2])``."""
     a, b = out_band
+    if b <= a or rows.shape[-2] == 0:  # an empty band
+        w_out = int(w_size) if w_size is not None else int(rows.shape[-1] * w_scale)
+        return rows.new_zeros(*rows.shape[:-2], 0, w_out)
     cols = _interp_cols(rows, mode, align_corners, w_size, w_scale)  # (B, C, n, W')
-    if b <= a:
-        return cols[..., :0, :]
     src = _source_rows(a, b, in_h, out_h, mode, align_corners, h_scale, rows.dtype)
     if mode == 'nearest':
         return cols.index_select(-2, src[0] - row0)

@@ -326,7 +326,8 @@ def predict_sharded(
 
     img: the image on rank 0 ((H, W, 3) uint8 BGR numpy array or (3, H, W) tensor);
     ignored elsewhere. ``hw``: its size, known to every rank."""
-    rank = torch.distributed.get_rank(group)
+    rank, size = world(group)
+    check_size(sharded.model, hw, size)  # every rank raises the same one-line error
     t = None
     if rank == 0:
         t = img if isinstance(img, torch.Tensor) else torch.from_numpy(img.transpose(2, 0, 1))
