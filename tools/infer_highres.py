@@ -45,8 +45,7 @@ import re
 import sys
 import warnings
 
-import _dense_baseline as db  # sibling module (the script's folder is on sys.path)
-
+from mmcirc.benchmark import dense_baseline as db
 from mmcirc.utils import image_io as imio
 from mmcirc.utils.cli import CLIError, main_guard
 

@@ -272,8 +272,7 @@ def count_macs(name: str, hw, depth: Optional[int] = None, extrapolate: bool = F
 
     c = case(name)
     if not extrapolate:
-        model, call, x = c.build(hw, depth=depth)
-        return count_flops(model.eval(), x)
+        return count_flops(*_eval_input(c, hw, depth))
     if depth is None:
         depth = len(c.builder(hw, None)[0].blocks)
     f1 = count_flops(*_eval_input(c, hw, 1))
@@ -284,5 +283,19 @@ def count_macs(name: str, hw, depth: Optional[int] = None, extrapolate: bool = F
 
 
 def _eval_input(c, hw, depth):
-    model, _, x = c.build(hw, depth=depth)
-    return model.eval(), x
+    """(module, input) for the counter: the case's ``call`` as a module's forward."""
+    from torch import nn
+
+    model, call, x = c.build(hw, depth=depth)
+    if call is model:
+        return model.eval(), x
+
+    class Call(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return call(x)
+
+    return Call().eval(), x

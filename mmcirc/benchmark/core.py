@@ -168,11 +168,9 @@ def make_step(
             and torch.device(device).type == 'cuda'
         )
         fn = torch.compile(call, dynamic=False, **compile)
+    model.eval()  # also for backward: no dropout, the same graph as the forward timings
     if backward:
-        model.train(False)  # mmdet's Swin returns None from train(); keep the module
         x.requires_grad_()
-    else:
-        model.eval()
 
     def step():
         if cudagraphs:

@@ -152,6 +152,4 @@ def measure(
                     r[k] = mem[k]
                 r['memory_first_ms'] = mem['first_ms']
             out[name] = r
-    for r in out.values():
-        r.pop('log_tail', None) if r.get('status') == 'ok' else None
     return {name: out[name] for name in names}

@@ -1,7 +1,7 @@
 """tools/infer_highres.py: end to end on a tiny all-circulant CA-PVT + Semantic FPN and
 tiny CA-DeiT / VECA UperNets (overrides, progress, one-line errors), and its tools-side
-modules (mmcirc/utils/image_io.py: sizes, images, PNGs; tools/_dense_baseline.py: the
-memory-capped child)."""
+modules (mmcirc/utils/image_io.py: sizes, images, PNGs; the memory-capped dense-baseline
+child: tests/benchmark/test_dense_baseline.py)."""
 
 import json
 import math
@@ -21,7 +21,6 @@ from helpers import VECA_UPERNET as VECA
 from helpers import tiny_isotropic_config as _isotropic_config
 
 sys.path.insert(0, osp.join(REPO, 'tools'))
-import _dense_baseline as db  # noqa: E402
 import infer_highres  # noqa: E402
 
 from mmcirc.utils import image_io as imio  # noqa: E402
@@ -380,26 +379,3 @@ def test_write_atomic_leaves_nothing_on_failure(tmp_path):
     assert not list(out.iterdir())
     imio.write_atomic({str(out / 'a.png'): b'1', str(out / 'a.json'): b'2'})
     assert sorted(os.listdir(out)) == ['a.json', 'a.png']
-
-
-def test_short_error():
-    assert db.short_error('CPU: tried to allocate 68719476736 bytes') == 'cannot allocate 64.0 GiB'
-    assert db.short_error('x' * 100) == 'x' * 90
-
-
-def test_dense_baseline_child_reports_out_of_memory(tmp_path):
-    """sr ratio 1 at 1024 px: stage 1 wants a 65536 x 65536 attention matrix (16 GiB),
-    which a 6 GiB address-space cap refuses at once; the child reports it."""
-    cfg = _tiny_config(tmp_path)
-    rng = np.random.RandomState(0)
-    img = cv2.resize(
-        rng.randint(0, 256, (7, 9, 3)).astype(np.uint8), (1024, 1024), interpolation=cv2.INTER_CUBIC
-    )
-    res = db.run_dense_baseline(
-        cfg, img, mem_cap_gb=6, cfg_options={'model.backbone.sr_ratios': [1, 1, 1, 1]}, timeout=600
-    )
-    assert res['status'] == 'out_of_memory', res
-    assert res['stage_attentions'] == ['sra'] * 4
-    assert res['failed_during'] == 'inference' and res['time_s'] is not None
-    assert res['input_size'] == [1024, 1024] and res['mem_cap_gb'] == 6
-    assert res['attention_estimates'][0]['keys'] == 65536

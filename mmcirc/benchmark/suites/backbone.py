@@ -1,5 +1,6 @@
 """Suite ``backbone``: forward time and peak memory of mmcirc's pyramids against mmdet's
-/ mmseg's PVT-S and Swin-T, side by side over input sizes (batch 1, no grad, eval).
+/ mmseg's PVT-S and Swin-T, side by side over input sizes (batch 1 and float32 unless
+``--batch`` / ``--precision``; no grad, eval mode).
 
 Per size, the models of that size are measured together: on the CPU each one's peak
 memory in a fresh child (peak RSS above the RSS with the model and input built: what
@@ -10,8 +11,9 @@ measurement, marked ``*``). ``--timeout`` bounds each child (the timing child: t
 the number of models); a model that times out or runs out of memory at one size is not
 tried at larger sizes. ``--flops`` adds the counted multiply-adds.
 
-Writes ``DIR/results_<device>.json`` (merged with earlier runs), ``DIR/table_<device>.md``
-and ``DIR/{time,memory}_<device>.png``.
+Writes ``DIR/results_<stem>.json`` (merged with earlier runs), ``DIR/table_<stem>.md``
+and ``DIR/{time,memory}_<stem>.png``; ``<stem>``: the device, then ``_bf16`` / ``_fp16``
+and ``_b<N>`` where not float32 / batch 1.
 """
 
 import argparse
@@ -21,6 +23,7 @@ import os.path as osp
 from mmcirc.utils.cli import CLIError, main_guard
 
 from ..cases import CASES, group
+from ..core import PRECISIONS
 from ..report import ResultStore, environment, markdown_table, plot_series, ratio
 from ..tasks import measure
 
@@ -144,6 +147,13 @@ def parse_args(argv=None):
     p.add_argument(
         '--flops', action='store_true', help='also count FLOPs (one more forward per model)'
     )
+    p.add_argument(
+        '--precision',
+        default='fp32',
+        choices=tuple(PRECISIONS),
+        help='fp32, or autocast to bf16 / fp16 (files get a _bf16 / _fp16 suffix)',
+    )
+    p.add_argument('--batch', type=int, default=1, help='batch size (files: _b<N> unless 1)')
     p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
     return p.parse_args(argv)
 
@@ -158,13 +168,19 @@ def main(argv=None):
     bad = [s for s in args.sizes if s < 32 or s % 32]
     if bad:
         raise CLIError(f'--sizes must be multiples of 32 (the total stride), got {bad}')
+    if args.batch < 1:
+        raise CLIError(f'--batch must be a positive int, got {args.batch}')
     os.makedirs(args.out_dir, exist_ok=True)
-    store = ResultStore(osp.join(args.out_dir, f'results_{args.device}.json'), True, _key)
+    stem = args.device + ('' if args.precision == 'fp32' else f'_{args.precision}')
+    stem += '' if args.batch == 1 else f'_b{args.batch}'
+    store = ResultStore(osp.join(args.out_dir, f'results_{stem}.json'), True, _key)
     if not args.fresh:
         store.load()
     store.drop(f'{m}|{s}' for m in args.models for s in args.sizes)
     spec = dict(
         device=args.device,
+        precision=args.precision,
+        batch=args.batch,
         threads=args.threads or None,
         repeat=args.repeats,
         min_runs=args.min_repeats,
@@ -203,14 +219,15 @@ def main(argv=None):
                 else f'{rec["status"]} {rec.get("note", "")}'
             )
             print(f'[{size}] {m}: {msg}', flush=True)
-        store.save(device=args.device, environment=environment(device=args.device))
+        env = environment(device=args.device, precision=args.precision, batch=args.batch)
+        store.save(device=args.device, environment=env)
     results = list(store.results.values())
     models = [m for m in ZOO if any(r['model'] == m for r in results)]
     md = table(results, models, sorted({r['size'] for r in results}))
     print('\n' + md)
     from mmcirc.utils.fileio import atomic_write
 
-    atomic_write(osp.join(args.out_dir, f'table_{args.device}.md'), md + '\n')
+    atomic_write(osp.join(args.out_dir, f'table_{stem}.md'), md + '\n')
     for key, ylabel, name in (
         ('time_s', 'forward time (s)', 'time'),
         ('mem_mb', 'peak memory added by forward (MB)', 'memory'),
@@ -224,10 +241,10 @@ def main(argv=None):
         styles = {CASES[m].label: '--o' if CASES[m].baseline is None else '-o' for m in models}
         path = plot_series(
             series,
-            osp.join(args.out_dir, f'{name}_{args.device}.png'),
+            osp.join(args.out_dir, f'{name}_{stem}.png'),
             'input size (px, square)',
             ylabel,
-            f'backbone forward, batch 1, {args.device}',
+            f'backbone forward, batch {args.batch}, {args.precision}, {args.device}',
             log_base_x=2,
             styles=styles,
         )

@@ -6,13 +6,14 @@ VECAViT, timm's DeiT / ViT with ``dynamic_img_size``, random weights, no classif
 each is compared with its plain-attention twin (``baseline``). Per size, all models are
 measured together: on the CPU each one's peak memory in a fresh child (what the first
 forward adds to the resident set), then one child times them round-robin (median of
-``--repeat`` forwards after one warm-up, batch 1, float32, no grad; a warm-up slower
-than ``--single-run-above`` seconds is the time, one run, marked ``*``). FLOPs:
-multiply-adds of ``mmcirc.analysis.count_flops`` on the 1- and 2-block models,
-extrapolated to the depth (exact for identical blocks; ``cases.count_macs``).
+``--repeat`` forwards after one warm-up, no grad; batch 1 and float32 unless ``--batch``
+/ ``--precision``; a warm-up slower than ``--single-run-above`` seconds is the time, one
+run, marked ``*``). FLOPs: multiply-adds of ``mmcirc.analysis.count_flops`` on the 1-
+and 2-block models, extrapolated to the depth (exact for identical blocks;
+``cases.count_macs``).
 
-Writes ``DIR/results.json`` (merged with earlier runs of the same depth and threads) and
-``DIR/table.md``, atomically after every size.
+Writes ``DIR/results.json`` (merged with earlier runs of the same depth, threads, device,
+precision and batch) and ``DIR/table.md``, atomically after every size.
 """
 
 import argparse
@@ -24,6 +25,7 @@ import time
 from mmcirc.utils.cli import CLIError, main_guard, parse_hw
 
 from ..cases import CASES, count_macs, group
+from ..core import PRECISIONS
 from ..report import ResultStore, environment, markdown_table, ratio
 from ..tasks import measure
 
@@ -137,6 +139,8 @@ def parse_args(argv=None):
     )
     p.add_argument('--timeout', type=float, default=3600.0, help='seconds per measurement')
     p.add_argument('--device', default='cpu', help='cpu or cuda')
+    p.add_argument('--precision', default='fp32', choices=tuple(PRECISIONS), help='autocast dtype')
+    p.add_argument('--batch', type=int, default=1, help='batch size')
     p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_isotropic'))
     p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
     args = p.parse_args(argv)
@@ -145,7 +149,7 @@ def parse_args(argv=None):
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         raise CLIError(f'--models: unknown {unknown}; choose from {MODELS}')
-    for opt in ('repeat', 'depth', 'threads'):
+    for opt in ('repeat', 'depth', 'threads', 'batch'):
         value = getattr(args, opt)
         if value is not None and value < 1:
             raise CLIError(f'--{opt} must be a positive int, got {value}')
@@ -164,7 +168,13 @@ def main(argv=None):
         raise CLIError('the DeiT / ViT baselines need timm: pip install timm')
     command = 'python tools/analysis/benchmark_isotropic.py ' + ' '.join(argv)
     store = ResultStore(osp.join(args.out_dir, 'results.json'))
-    settings = dict(depth=args.depth, threads=args.threads, device=args.device)
+    settings = dict(
+        depth=args.depth,
+        threads=args.threads,
+        device=args.device,
+        precision=args.precision,
+        batch=args.batch,
+    )
     if args.flops_only:
         if not osp.isfile(store.path):
             raise CLIError(
@@ -177,9 +187,7 @@ def main(argv=None):
     env = store.extra.get('environment') if args.flops_only else environment(command, args.device)
     models = order(args.models)
     spec = dict(
-        device=args.device,
-        depth=args.depth,
-        threads=args.threads,
+        settings,
         repeat=args.repeat,
         single_run_above=args.single_run_above,
         flops='extrapolate' if args.flops else None,
