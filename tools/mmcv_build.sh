@@ -8,8 +8,14 @@
 # with sed to the extracted sources (mmcv_patch_sources), never to an installed copy:
 #   1. setup.py: -std=c++17 -> -std=c++20 (cxx and nvcc flags) for torch >= 2.10, whose
 #      headers use C++20 (concepts, std::span); older torch keeps c++17.
-# A CUDA build resumes where it stopped: its build folder (BUILD_DIR) is kept until the
-# wheel exists, and ninja recompiles only the objects that are missing.
+#   2. CUDA builds: torch's CUDA headers include cusparse.h, cublas_v2.h, cusolverDn.h,
+#      which a minimal CUDA toolkit (nvcc + cudart, e.g. /usr/local/cuda-13.0 here) lacks;
+#      torch's own nvidia-* wheels ship them (site-packages/nvidia/cu13/include for CUDA 13,
+#      nvidia/<lib>/include before), so those folders are added after the toolkit's own
+#      (nvcc: MMCV_CUDA_ARGS, which mmcv's setup.py appends to the nvcc flags; g++: CPATH).
+# A CUDA build resumes where it stopped: its build folder is kept until the wheel exists
+# (pip --use-pep517: pip's legacy path runs `setup.py clean --all` after a failure, which
+# deletes build/ and every compiled object), and ninja recompiles only what is missing.
 
 # The CUDA version torch was built with (e.g. 13.0), or nothing for a CPU-only torch.
 mmcv_torch_cuda() {
@@ -53,6 +59,21 @@ mmcv_find_cuda_home() {
   fi
 }
 
+# The include folders of torch's nvidia-* wheels that hold the CUDA library headers torch's
+# CUDA headers need, when CUDA_HOME=$2 lacks them; ':'-separated, possibly empty.
+mmcv_torch_cuda_includes() {
+  [ -f "$2/include/cusparse.h" ] && return 0
+  "$1" -c '
+import glob, os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit
+dirs = {os.path.dirname(h) for p in nvidia.__path__ for h in glob.glob(os.path.join(p, "*", "include", "cusparse.h"))
+        + glob.glob(os.path.join(p, "*", "include", "cublas_v2.h")) + glob.glob(os.path.join(p, "*", "include", "cusolverDn.h"))}
+print(":".join(sorted(dirs)))'
+}
+
 # Checks that CUDA_HOME=$2 has an nvcc of torch's CUDA major.minor ($3); fails otherwise.
 mmcv_check_nvcc() {
   local home="$2" want="$3" got
@@ -92,8 +113,24 @@ _mmcv_pip() {
 # Builds the mmcv wheel from the patched sources in $3 into $4, with CUDA ops when $2 = 1
 # (CUDA_HOME and TORCH_CUDA_ARCH_LIST must be exported by then; nvcc runs from CUDA_HOME).
 mmcv_build_wheel() {
-  local py="$1" cuda="$2" dir="$3" out="$4" path="$PATH"
-  [ "$cuda" = 1 ] && path="$CUDA_HOME/bin:$PATH"
-  MMCV_WITH_OPS=1 FORCE_CUDA="$cuda" MAX_JOBS="${MAX_JOBS:-$(nproc)}" PATH="$path" \
-    _mmcv_pip "$py" wheel -q --no-deps --no-build-isolation -w "$out" "$dir"
+  local py="$1" cuda="$2" dir="$3" out="$4" inc
+  if [ "$cuda" = 1 ]; then
+    inc="$(mmcv_torch_cuda_includes "$py" "$CUDA_HOME")"
+    if [[ "$inc" == *:* ]]; then  # one folder of links: MMCV_CUDA_ARGS is a single nvcc argument
+      mkdir -p "$dir/cuda_lib_include"
+      for d in ${inc//:/ }; do ln -sf "$d"/* "$dir/cuda_lib_include/"; done
+      inc="$dir/cuda_lib_include"
+    fi
+    (
+      export MMCV_WITH_OPS=1 FORCE_CUDA=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" PATH="$CUDA_HOME/bin:$PATH"
+      if [ -n "$inc" ]; then
+        say "CUDA library headers from torch's wheels: $inc"
+        export MMCV_CUDA_ARGS="-I$inc" CPATH="$inc${CPATH:+:$CPATH}"
+      fi
+      _mmcv_pip "$py" wheel -q --no-deps --no-build-isolation --use-pep517 -w "$out" "$dir"
+    )
+  else
+    MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+      _mmcv_pip "$py" wheel -q --no-deps --no-build-isolation -w "$out" "$dir"
+  fi
 }
