@@ -6,7 +6,7 @@ mmseg config, timing it and measuring its peak memory.
         [--scale sqrt_n|n] [--stage-attentions KIND[,KIND...]] [--out-dir work_dirs/highres]
         [--device cpu] [--opacity 0.5] [--upsample banded|mmseg] [--cfg-options k=v ...]
         [--dense-baseline | --baseline-only] [--mem-cap-gb 20] [--baseline-timeout 1800]
-        [--progress | --no-progress]
+        [--progress | --no-progress] [--shard | --nproc P]
 
 The segmentor is built with :func:`mmcirc.apis.build_model` after the backbone overrides are
 written into the config, and runs mmseg's whole inference (``test_cfg=dict(mode='whole')``
@@ -31,6 +31,13 @@ capped with RLIMIT_AS and records whether it ran or ran out of memory, and after
 Progress (mmengine's ``ProgressBar`` on stderr): one step per backbone stage (pyramids) or
 block (isotropic models), the neck, the decode head and each band of classes of the
 upsampling. Shown when stderr is a terminal; ``--progress`` / ``--no-progress`` force it.
+
+Sharded (issue 21; :mod:`mmcirc.parallel`): ``torchrun --nproc-per-node P
+tools/infer_highres.py ... --shard`` or ``--nproc P`` (this tool starts P local gloo ranks
+itself): every rank holds a band of rows of the image and of every feature map, rank 0
+writes the same files (JSON: the slowest rank's time, every rank's peak RSS and bytes
+sent, under ``per_rank``). CPU only; an unsupported layer or a P above the rows of the
+smallest map is one error line before any image is read; a failing rank stops all.
 
 A config whose backbone keeps quadratic 'sra' stages (the paper layout) gets a WARNING
 when those would not fit at the requested size: use the all-circulant / all-core configs
@@ -161,6 +168,11 @@ def parse_args(argv=None):
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
     )
+    shard = parser.add_mutually_exclusive_group()
+    shard.add_argument(
+        '--shard', action='store_true', help='one rank of a torchrun group (sharded inference)'
+    )
+    shard.add_argument('--nproc', type=int, help='sharded inference on P local processes')
     return parser.parse_args(argv)
 
 
@@ -262,6 +274,7 @@ def main(argv=None):
     args = parse_args(argv)
     from mmcirc import apis as hr
     from mmcirc.analysis.memory import quadratic_warning
+    from mmcirc.utils.memory import is_out_of_memory
 
     with as_cli_errors():
         overrides = hr.validate_overrides(
@@ -271,6 +284,8 @@ def main(argv=None):
             stage_attentions=args.stage_attentions,
         )
     size = _check_args(args)
+    if args.shard or args.nproc is not None:
+        return _main_sharded(args, overrides, size)
     images = _load_images(args, size)
     with as_cli_errors():
         cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
@@ -336,7 +351,7 @@ def main(argv=None):
                 progress=ProgressReporter() if show_progress else None,
             )
         except (RuntimeError, MemoryError) as err:
-            if not hr.is_out_of_memory(err):
+            if not is_out_of_memory(err):
                 raise
             msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise CLIError(f'out of memory at {h}x{w} ({name}): {db.short_error(msg)}') from None
@@ -367,6 +382,104 @@ def main(argv=None):
             f'{rec.baseline_rss_mb / 1024:.2f} GB) | {base}_overlay.png',
             flush=True,
         )
+    return 0
+
+
+def _sharded_rank(args, overrides, size):
+    """One rank of ``--shard`` / ``--nproc``: build, shard (errors before any image),
+    predict each image band-wise; rank 0 writes the files and returns its lines."""
+    import torch.distributed as dist
+
+    from mmcirc import apis as hr
+    from mmcirc.parallel import infer as pinf
+    from mmcirc.parallel.model import check_size, shard_model
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with as_cli_errors():
+        cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
+        model = hr.build_model(cfg, args.checkpoint, device='cpu', warn_random=rank == 0)
+        backbone = hr.backbone_summary(model.backbone)
+        sharded = shard_model(model)  # an unsupported layer: ValueError, nothing read yet
+    pinf.sync_weights(model)  # random weights: rank 0's everywhere
+    images = _load_images(args, size) if rank == 0 else None
+    meta = [[(n, i.shape[:2], s, w) for n, i, s, w in images] if rank == 0 else None]
+    dist.broadcast_object_list(meta, 0)
+    cfg_name = osp.splitext(osp.basename(args.config))[0]
+    lines = []
+    for k, (name, hw, source_size, where) in enumerate(meta[0]):
+        with as_cli_errors():
+            check_size(model, hw, world)
+        img = images[k][1] if rank == 0 else None
+        labels, rec = pinf.run_image_sharded(sharded, img, hw)
+        if rank != 0:
+            continue
+        rec = dict(
+            image=where, input_size=list(hw), source_size=list(source_size), config=args.config,
+            checkpoint=args.checkpoint, random_weights=args.checkpoint is None,
+            overrides=dict(overrides), backbone=backbone, device='cpu', sharded=True, **rec,
+            num_classes=len(model.dataset_meta['classes']),
+            labels_present=int(len(set(labels.ravel().tolist()))),
+        )  # fmt: skip
+        base = osp.join(args.out_dir, f'{name}_{hw[0]}x{hw[1]}_{cfg_name}{_suffix(overrides)}')
+        palette = model.dataset_meta['palette']
+        color = imio.colorize(labels, palette)
+        files = {
+            f'{base}_labels.png': imio.encode_png(
+                labels.astype('uint8' if len(palette) <= 256 else 'uint16')
+            ),
+            f'{base}_mask.png': imio.encode_png(color[..., ::-1]),
+            f'{base}_overlay.png': imio.encode_png(imio.overlay(images[k][1], color, args.opacity)),
+        }
+        rec['outputs'] = {
+            k: osp.basename(p)
+            for k, p in zip(('labels', 'mask', 'overlay', 'json'), [*files, f'{base}.json'])
+        }
+        files[f'{base}.json'] = json.dumps(rec, indent=2).encode()
+        imio.write_atomic(files)
+        lines.append(
+            f'{name} {hw[0]}x{hw[1]} | {backbone["type"]} sharded over {world} ranks | '
+            f'{rec["time_s"]:.2f} s | peak RSS per rank '
+            + ', '.join(f'{r["peak_rss_mb"] / 1024:.2f}' for r in rec['per_rank'])
+            + f' GB | {rec["bytes_sent"] / MB_:.1f} MB sent | {base}_overlay.png'
+        )
+    return lines
+
+
+MB_ = 1024**2
+
+
+def _main_sharded(args, overrides, size):
+    """``--shard`` (this process is one torchrun rank) or ``--nproc P`` (start P ranks)."""
+    if args.dense_baseline or args.baseline_only or args.upsample != 'banded':
+        raise CLIError('--shard/--nproc: no --dense-baseline/--baseline-only/--upsample mmseg')
+    if args.device != 'cpu':
+        raise CLIError('--shard/--nproc run on the CPU (gloo) only')
+    if args.nproc is not None:
+        import torch
+
+        from mmcirc.parallel import run_parallel
+
+        if args.nproc < 1:
+            raise CLIError(f'--nproc must be a positive int, got {args.nproc}')
+        threads = max(1, torch.get_num_threads() // args.nproc)
+        try:
+            lines = run_parallel(_sharded_rank, args.nproc, (args, overrides, size), threads=threads)[0]
+        except RuntimeError as err:  # 'rank r failed: <its error>'
+            raise CLIError(str(err).strip().splitlines()[0]) from None
+    else:
+        import torch.distributed as dist
+
+        from mmcirc.parallel import init_from_env
+
+        init_from_env('gloo')
+        try:
+            lines = _sharded_rank(args, overrides, size)
+        except (CLIError, ValueError, TypeError):
+            if dist.get_rank() != 0:  # the same error on every rank: rank 0 reports it
+                sys.exit(1)
+            raise
+    for line in lines:
+        print(line, flush=True)
     return 0
 
 

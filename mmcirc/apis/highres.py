@@ -45,7 +45,6 @@ from .overrides import apply_backbone_overrides, backbone_on_meta, backbone_summ
 __all__ = [
     'UPSAMPLE_MODES',
     'HighResResult',
-    'is_out_of_memory',
     'load_highres_config',
     'min_input_size',
     'predict_labels',
@@ -92,24 +91,6 @@ def min_input_size(cfg) -> int:
     ``min_input_size``; 1 for backbones that do not state one). Builds the backbone
     alone on the ``meta`` device: no weights, no memory."""
     return int(getattr(backbone_on_meta(cfg.model.backbone), 'min_input_size', 1))
-
-
-_OOM_MARKERS = (
-    "can't allocate memory",
-    'cannot allocate memory',
-    'not enough memory',
-    'out of memory',
-    'unable to allocate',
-    'std::bad_alloc',
-)
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """Whether an exception is an allocation failure (MemoryError, torch's allocators)."""
-    if isinstance(err, MemoryError):
-        return True
-    text = str(err).lower()
-    return any(m in text for m in _OOM_MARKERS)
 
 
 # --------------------------------------------------------------------------- inference
