@@ -137,7 +137,12 @@ def build_model(
     init_default_scope(scope)
     if seed is not None:
         torch.manual_seed(seed)
-    model = registries_by_library()[scope].build(model_cfg)
+    registry = registries_by_library().get(scope)
+    if registry is None:
+        raise ValueError(
+            f'default_scope {scope!r} needs {scope} installed (pip install -r requirements.txt)'
+        )
+    model = registry.build(model_cfg)
     meta = {}
     with quiet_logger() as logger:  # init_weights / load_checkpoint log every tensor
         if checkpoint is not None:
