@@ -63,6 +63,9 @@ fail() { printf 'error: %s (try: %s)\n' "$1" "$2" >&2; exit 1; }
 if [ "$PREPARE" = 1 ]; then
   VPY="$ROOT/.venv/bin/python"
   ver() { "$VPY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
+  pip_quiet() {  # minus the warnings this machine's pip.conf prints for absent local indexes
+    "$VPY" -m pip --disable-pip-version-check "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  }
   mkdir -p "$WHEELS"
   # what mmengine / mmdet / mmseg import that the machine's image lacks (its package list:
   # /work/.library/device/KINDS.md); setuptools<82 for pkg_resources (mmcv's setup.py, mmengine)
@@ -71,16 +74,16 @@ if [ "$PREPARE" = 1 ]; then
   specs=()
   for n in "${names[@]}"; do specs+=("$n==$(ver "$n")"); done
   specs+=("setuptools==$(ver setuptools)")
-  "$VPY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  pip_quiet download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d "$WHEELS" "${specs[@]}" || fail "pip download" "check PyPI"
   # numpy 1.26 for Python 3.12, installed there only if the stack fails with the image's 2.x
-  "$VPY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  pip_quiet download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "$WHEELS/numpy1" "numpy==$(ver numpy)" || fail "pip download numpy" "check PyPI"
   sdist="$(ls "${MMCIRC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mmcirc}"/src/mmcv-2.1.0.tar.gz 2>/dev/null)"
   if [ -n "$sdist" ]; then cp "$sdist" "$WHEELS/"; else
-    "$VPY" -m pip download -q --no-deps --no-binary :all: --no-build-isolation mmcv==2.1.0 -d "$WHEELS" \
+    pip_quiet download -q --no-deps --no-binary :all: --no-build-isolation mmcv==2.1.0 -d "$WHEELS" \
       || fail "pip download mmcv==2.1.0 (sdist)" "check PyPI"
   fi
   say "carry $WHEELS: $(du -sh "$WHEELS" | cut -f1) ($(ls "$WHEELS" | wc -l) files)"
@@ -94,6 +97,8 @@ if [ -n "$BUILD_ONLY" ]; then
   [ "$NPROC" -ge 8 ] || { cores="0-$((NPROC - 1))" && export MAX_JOBS=$NPROC; }
   taskset -cp "$cores" $$ > /dev/null  # the timed steps run on cores 0-3
   export PYTHONPATH="$BUILD_ONLY/site" TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+  inc="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+  [ -f "$inc/Python.h" ] || fail "no Python.h in $inc: C extensions cannot be built" "carry the python3-dev headers"
   for kind in cpu cuda; do
     cuda=0 && [ $kind = cuda ] && cuda=1
     [ -f "$BUILD_ONLY/build/$kind.done" ] && continue
@@ -165,10 +170,11 @@ cat "$OUT_DIR/env.txt"
 # --- mmcv: the carried wheels into SITE, then the builds in the background -----------------
 SITE="$OUT_DIR/site"
 BUILD_DIR="$OUT_DIR/build"
-mmcv_objects() {  # compiled / total objects of a build folder
-  local n=$(find "$1" -name '*.o' 2>/dev/null | wc -l)
-  local t=$(grep -c '^build .*\.o:' "$1"/build/temp*/build.ninja 2>/dev/null || echo '?')
-  echo "$n/$t"
+mmcv_objects() {  # compiled / total objects of the KIND (cpu|cuda) build
+  local src="$BUILD_DIR/$1/src" n t
+  n=$(find "$src" -name '*.o' 2>/dev/null | wc -l)
+  t=$(cat "$src"/build/temp*/build.ninja 2>/dev/null | grep -c '^build .*\.o:')
+  echo "$n/${t:-?}"
 }
 if [ "$DEVICE" = cuda ] && { want c || want d; }; then
   ls "$WHEELS"/mmcv-2.1.0.tar.gz > /dev/null 2>&1 \
@@ -226,24 +232,16 @@ if want c; then
   if [ "$DEVICE" = cuda ]; then
     # the CUDA build when it is already done, else the CPU-ops one (enough for backbones)
     if wait_mmcv cuda 0; then mmcv_note="mmcv with CUDA ops"
-    elif wait_mmcv cpu "$(($(left) / 3))"; then mmcv_note="CPU-ops mmcv (CUDA build at $(mmcv_objects "$BUILD_DIR/cuda") objects)"
-    else mmcv_note="no mmcv: neither build finished ($(mmcv_objects "$BUILD_DIR/cpu") CPU objects)"; fi
+    elif wait_mmcv cpu "$(($(left) / 3))"; then mmcv_note="CPU-ops mmcv (CUDA build at $(mmcv_objects cuda) objects)"
+    else mmcv_note="no mmcv: neither build finished ($(mmcv_objects cpu) CPU objects)"; fi
     C=(--sizes 512 1024 2048 4096 --models pvt_s ca_pvt_s circ_pvt_s core_pvt_s swin_t ca_swin_t
-      --timeout 60 --budget 3)
+      --timeout 60 --budget 1)
   else
     C=(--sizes 64 --models ca_swin_t --timeout 60 --budget 0.1 --repeats 1)
   fi
-  if "$PY" "$ROOT/tools/analysis/benchmark_backbone.py" --help 2>/dev/null | grep -q -- '--precisions'; then
-    step c_backbones "${LIMIT_C:-150}" "backbone forward, fp32 + bf16, with $mmcv_note" \
-      "${BENCH[@]}" "$PY" "$ROOT/tools/analysis/benchmark_backbone.py" --device "$DEVICE" \
-      --precisions fp32 bf16 "${C[@]}" --out-dir "$OUT_DIR/c_backbones"
-  else
-    step c_backbones "${LIMIT_C:-150}" "backbone forward, fp32, with $mmcv_note" \
-      "${BENCH[@]}" "$PY" "$ROOT/tools/analysis/benchmark_backbone.py" --device "$DEVICE" \
-      "${C[@]}" --out-dir "$OUT_DIR/c_backbones"
-    row c_backbones_bf16 "NOT RUN: benchmark_backbone.py has no --precisions" 0 "backbone forward, bf16"
-    failed=$((failed + 1))
-  fi
+  step c_backbones "${LIMIT_C:-150}" "backbone forward, fp32 + bf16, with $mmcv_note" \
+    "${BENCH[@]}" "$PY" "$ROOT/tools/analysis/benchmark_backbone.py" --device "$DEVICE" \
+    --precisions fp32 bf16 "${C[@]}" --out-dir "$OUT_DIR/c_backbones"
 fi
 
 # --- (d) --------------------------------------------------------------------------------
@@ -255,7 +253,7 @@ if want d; then
   ready=1
   if [ "$DEVICE" = cuda ] && ! wait_mmcv cuda "$(($(left) - 150))"; then
     ready=0
-    row d_detectors "NOT RUN: mmcv CUDA build unfinished ($(mmcv_objects "$BUILD_DIR/cuda") objects; build_mmcv.log); rerun --steps d on the warm machine" 0 "toy RetinaNet, test, Mask R-CNN step"
+    row d_detectors "NOT RUN: mmcv CUDA build unfinished ($(mmcv_objects cuda) objects; build_mmcv.log); rerun --steps d on the warm machine" 0 "toy RetinaNet, test, Mask R-CNN step"
     failed=$((failed + 1))
   fi
   if [ $ready = 1 ]; then
