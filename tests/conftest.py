@@ -37,8 +37,11 @@ def _drop_new_default_scopes():
     library's registry every ``MODELS.build`` searches: a Runner, ``init_model`` or config
     built in one test would otherwise change how the next test builds (e.g. mmdet's
     ``FPN`` looked up in mmpretrain). Yields, then drops the instances made meanwhile."""
-    from mmengine.registry import DefaultScope
-
+    try:
+        from mmengine.registry import DefaultScope
+    except ImportError:  # a torch-only machine: tests/ops/test_cuda.py on the lent GPU
+        yield
+        return
     before = set(DefaultScope._instance_dict)
     yield
     for name in [n for n in DefaultScope._instance_dict if n not in before]:
