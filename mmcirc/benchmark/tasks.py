@@ -36,6 +36,13 @@ def _step(name, spec):
     return step, dict(params=sum(p.numel() for p in model.parameters()))
 
 
+def _dtype(out):
+    """The dtype of a model's first output tensor (``'torch.bfloat16'``...), or None."""
+    while isinstance(out, (tuple, list, dict)) and out:
+        out = next(iter(out.values())) if isinstance(out, dict) else out[0]
+    return str(out.dtype) if hasattr(out, 'dtype') else None
+
+
 def measure_memory(spec: dict) -> dict:
     """Peak memory of one call of ``spec['case']`` above the memory after building it
     (run in a fresh process: the CPU high-water mark is this call's alone); also its
@@ -49,6 +56,7 @@ def measure_memory(spec: dict) -> dict:
         out = step()
         res['first_ms'] = 1e3 * (time.perf_counter() - t)
     res.update(peak_mb=meter.peak_mb, peak_reset=meter.reset, finite=finite(out), threads=threads)
+    res['dtype'] = _dtype(out)
     return res
 
 
@@ -64,7 +72,7 @@ def measure_group(spec: dict) -> dict:
         steps[name], extra[name] = _step(name, spec)
 
     def on_first(name, out):
-        extra[name]['finite'] = finite(out)
+        extra[name].update(finite=finite(out), dtype=_dtype(out))
 
     res = round_robin(
         steps,

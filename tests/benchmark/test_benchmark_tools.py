@@ -106,6 +106,34 @@ def test_benchmark_backbone_side_by_side(tmp_path):
     assert '| 64 | all-circulant PVT-S |' in table and f'{ratio:.2f}x' in table
 
 
+def test_benchmark_backbone_bf16_has_its_own_table(tmp_path):
+    """``--precisions bf16`` (autocast: tests/benchmark/test_bench_core.py) writes
+    results_cpu_bf16.json / table_cpu_bf16.md, not into the float32 table."""
+    _run(
+        [
+            'tools/analysis/benchmark_backbone.py',
+            '--models',
+            'circ_pvt_s',
+            '--sizes',
+            '64',
+            '--repeats',
+            '1',
+            '--threads',
+            '1',
+            '--precisions',
+            'bf16',
+            '--out-dir',
+            str(tmp_path),
+        ],
+        tmp_path,
+    )
+    (r,) = _load(tmp_path / 'results_cpu_bf16.json')['results']
+    assert r['status'] == 'ok' and r['model'] == 'circ_pvt_s' and r['time_s'] > 0, r
+    assert _load(tmp_path / 'results_cpu_bf16.json')['environment']['precision'] == 'bf16'
+    assert (tmp_path / 'table_cpu_bf16.md').is_file()
+    assert not (tmp_path / 'results_cpu.json').exists()
+
+
 def test_isotropic_benchmark_writes_its_table_and_merges_a_second_run(tmp_path):
     tool = 'tools/analysis/benchmark_isotropic.py'
     common = ['--depth', '1', '--repeat', '1', '--out-dir', str(tmp_path)]

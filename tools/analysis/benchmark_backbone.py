@@ -3,7 +3,7 @@ side by side over input sizes (batch 1, no grad, eval mode).
 
     python tools/analysis/benchmark_backbone.py [--models a b ...] [--sizes 224 512 ...]
         [--device cpu|cuda] [--threads N] [--timeout S] [--repeats 10] [--min-repeats 1]
-        [--budget 10] [--single-run-above 30] [--precision fp32|bf16|fp16] [--batch 1]
+        [--budget 10] [--single-run-above 30] [--precisions fp32 [bf16 fp16]] [--batch 1]
         [--flops] [--fresh] [--out-dir DIR]
 
 Models: pvt_s, circ_pvt_s, core_pvt_s, core_pvt_s_c8, ca_pvt_s, core_pvt_s_paper, swin_t,

@@ -1,6 +1,6 @@
 """Suite ``backbone``: forward time and peak memory of mmcirc's pyramids against mmdet's
 / mmseg's PVT-S and Swin-T, side by side over input sizes (batch 1 and float32 unless
-``--batch`` / ``--precision``; no grad, eval mode).
+``--batch`` / ``--precisions``; no grad, eval mode).
 
 Per size, the models of that size are measured together: on the CPU each one's peak
 memory in a fresh child (peak RSS above the RSS with the model and input built: what
@@ -13,7 +13,7 @@ tried at larger sizes. ``--flops`` adds the counted multiply-adds.
 
 Writes ``DIR/results_<stem>.json`` (merged with earlier runs), ``DIR/table_<stem>.md``
 and ``DIR/{time,memory}_<stem>.png``; ``<stem>``: the device, then ``_bf16`` / ``_fp16``
-and ``_b<N>`` where not float32 / batch 1.
+and ``_b<N>`` where not float32 / batch 1 (``--precisions fp32 bf16``: two tables).
 """
 
 import argparse
@@ -60,6 +60,7 @@ def record(model, size, device, r, load):
         mem_mb=r.get('peak_mb'),
         build_s=r.get('build_s'),
         finite=r.get('finite'),
+        dtype=r.get('dtype'),
         load_before=load[0],
         load_after=load[1],
     )
@@ -148,10 +149,11 @@ def parse_args(argv=None):
         '--flops', action='store_true', help='also count FLOPs (one more forward per model)'
     )
     p.add_argument(
-        '--precision',
-        default='fp32',
+        '--precisions',
+        nargs='+',
+        default=['fp32'],
         choices=tuple(PRECISIONS),
-        help='fp32, or autocast to bf16 / fp16 (files get a _bf16 / _fp16 suffix)',
+        help='fp32, and / or autocast to bf16 / fp16: one table each (stem suffix _bf16 / _fp16)',
     )
     p.add_argument('--batch', type=int, default=1, help='batch size (files: _b<N> unless 1)')
     p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
@@ -171,7 +173,13 @@ def main(argv=None):
     if args.batch < 1:
         raise CLIError(f'--batch must be a positive int, got {args.batch}')
     os.makedirs(args.out_dir, exist_ok=True)
-    stem = args.device + ('' if args.precision == 'fp32' else f'_{args.precision}')
+    for precision in args.precisions:
+        run(args, precision)
+
+
+def run(args, precision):
+    """One table: every size and model at ``precision``."""
+    stem = args.device + ('' if precision == 'fp32' else f'_{precision}')
     stem += '' if args.batch == 1 else f'_b{args.batch}'
     store = ResultStore(osp.join(args.out_dir, f'results_{stem}.json'), True, _key)
     if not args.fresh:
@@ -179,7 +187,7 @@ def main(argv=None):
     store.drop(f'{m}|{s}' for m in args.models for s in args.sizes)
     spec = dict(
         device=args.device,
-        precision=args.precision,
+        precision=precision,
         batch=args.batch,
         threads=args.threads or None,
         repeat=args.repeats,
@@ -218,8 +226,8 @@ def main(argv=None):
                 if rec['status'] == 'ok'
                 else f'{rec["status"]} {rec.get("note", "")}'
             )
-            print(f'[{size}] {m}: {msg}', flush=True)
-        env = environment(device=args.device, precision=args.precision, batch=args.batch)
+            print(f'[{size}, {precision}] {m}: {msg}', flush=True)
+        env = environment(device=args.device, precision=precision, batch=args.batch)
         store.save(device=args.device, environment=env)
     results = list(store.results.values())
     models = [m for m in ZOO if any(r['model'] == m for r in results)]
@@ -244,7 +252,7 @@ def main(argv=None):
             osp.join(args.out_dir, f'{name}_{stem}.png'),
             'input size (px, square)',
             ylabel,
-            f'backbone forward, batch {args.batch}, {args.precision}, {args.device}',
+            f'backbone forward, batch {args.batch}, {precision}, {args.device}',
             log_base_x=2,
             styles=styles,
         )
