@@ -463,7 +463,9 @@ def _main_sharded(args, overrides, size):
             raise CLIError(f'--nproc must be a positive int, got {args.nproc}')
         threads = max(1, torch.get_num_threads() // args.nproc)
         try:
-            lines = run_parallel(_sharded_rank, args.nproc, (args, overrides, size), threads=threads)[0]
+            lines = run_parallel(
+                _sharded_rank, args.nproc, (args, overrides, size), threads=threads
+            )[0]
         except RuntimeError as err:  # 'rank r failed: <its error>'
             raise CLIError(str(err).strip().splitlines()[0]) from None
     else:

@@ -143,7 +143,8 @@ def map_heights(model, hw: Sequence[int]) -> List[int]:
     heights = [h]
     if isinstance(bb, PyramidBackbone):
         for stage in bb.stages:
-            h = -(-h // _stride_of(stage.patch_embed))
+            embed = getattr(stage.patch_embed, 'embed', stage.patch_embed)  # sharded or not
+            h = -(-h // _stride_of(embed))
             heights.append(h)
         levels = [heights[1 + i] for i in bb.out_indices]
     else:
