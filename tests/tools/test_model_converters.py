@@ -5,6 +5,7 @@ code, no second start-up)."""
 
 import re
 
+import pytest
 import torch
 
 import checkpoint_fakes as fakes
@@ -112,4 +113,42 @@ def test_cli_errors(tmp_path, run_main):
     assert re.match(r'error: \d+ tensor\(s\) of the checkpoint do not fit CAPVT\(', line) and (
         'the checkpoint has depths (1, 2, 1, 1) and widths (8, 16, 40, 64)' in line
     )
+    assert not (tmp_path / 'x.pth').exists()
+
+
+@pytest.mark.parametrize(
+    'main,args,text',
+    [
+        (
+            cadeit_main,
+            ['src.pth', 'x.pth', '--family', 'deit', '--base', 'src.pth', '--attention', 'core'],
+            'error: --base, --attention do not apply to --family deit',
+        ),
+        (
+            pvt_main,
+            ['src.pth', 'x.pth', '--backbone-options', 'nokey'],
+            'error: --backbone-options takes key=value',
+        ),
+        (
+            pvt_main,
+            ['src.pth', 'x.pth', '--pos-embed-size', '0'],
+            'error: pos_embed_size must be a positive int',
+        ),
+        (
+            swin_main,
+            ['src.pth', 'x.pth', '--arch', 'huge'],
+            'error: cannot build the target CASwin',
+        ),
+        (
+            cadeit_main,
+            ['src.pth', 'x.pth', '--base', 'missing.pth'],
+            'error: checkpoint not found: missing.pth',
+        ),
+    ],
+)
+def test_cli_option_errors_are_one_line(tmp_path, run_main, main, args, text):
+    torch.save(fakes.official_pvt(), tmp_path / 'src.pth')
+    proc = run_main(main, args, tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith(text), proc.stderr
     assert not (tmp_path / 'x.pth').exists()
