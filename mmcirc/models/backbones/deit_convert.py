@@ -32,6 +32,7 @@ from mmcirc.models.convert.core import (
     ReleasedKind,
     build_result,
     expect_released,
+    strip_common_prefix,
     tensors_of,
     unwrap_state_dict,
 )
@@ -141,9 +142,7 @@ def convert_cadeit_official(ckpt, arch=None, meta: Optional[dict] = None):
     default it is read from the tensors. ``head.*`` becomes ``head.fc.*``."""
     expect_released(ckpt, 'deit')
     sd = ckpt.get('model', ckpt.get('state_dict', ckpt))
-    sd = tensors_of(sd, 'CA-DeiT checkpoint')
-    if all(k.startswith('module.') for k in sd):
-        sd = OrderedDict((k[len('module.') :], v) for k, v in sd.items())
+    sd = strip_common_prefix(tensors_of(sd, 'CA-DeiT checkpoint'), 'module.')
     info = cadeit_arch_of(sd)
     CADeiT = _cadeit_class()
 

@@ -26,6 +26,7 @@ from .core import (  # noqa: F401
     format_summary,
     load_source,
     save_checkpoint,
+    strip_common_prefix,
     tensors_of,
     trace_provenance,
     unwrap_state_dict,

@@ -45,6 +45,7 @@ __all__ = [
     'format_summary',
     'load_source',
     'save_checkpoint',
+    'strip_common_prefix',
     'tensors_of',
     'trace_provenance',
     'unwrap_state_dict',
@@ -124,14 +125,20 @@ def unwrap_state_dict(ckpt) -> tuple:
         raise ConversionError(
             f'no tensors found in the checkpoint (top-level keys: {list(ckpt)[:8]})'
         )
-    if all(k.startswith('module.') for k in sd):
-        sd = OrderedDict((k[len('module.') :], v) for k, v in sd.items())
+    sd = strip_common_prefix(sd, 'module.')
     if any(k.startswith('backbone.') for k in sd):
         outside += [k for k in sd if not k.startswith('backbone.')]
         sd = OrderedDict(
             (k[len('backbone.') :], v) for k, v in sd.items() if k.startswith('backbone.')
         )
     return sd, outside
+
+
+def strip_common_prefix(sd, prefix: str):
+    """``sd`` without ``prefix`` (e.g. DDP's ``module.``) when every key has it, else ``sd``."""
+    if sd and all(k.startswith(prefix) for k in sd):
+        return OrderedDict((k[len(prefix) :], v) for k, v in sd.items())
+    return sd
 
 
 def tensors_of(sd, what: str) -> 'OrderedDict[str, torch.Tensor]':
