@@ -1,0 +1,113 @@
+"""tools/infer_highres.py sharded (--nproc P, torchrun --shard) against its own
+single-process run with the same checkpoint: identical label maps, the same files, a
+JSON with every rank's figures; bad input is one error line and leaves no file."""
+
+import json
+import os
+import os.path as osp
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import REPO, run_tool
+
+from .test_model import CA_PVT, PVT
+
+SIZE = '70x100'
+
+
+@pytest.fixture(scope='module')
+def setup(tmp_path_factory):
+    """(config, checkpoint, cwd) of a tiny CA-PVT FPN with circulant, core and sra stages."""
+    from mmcirc.apis.builder import build_model
+
+    tmp = tmp_path_factory.mktemp('shard_tool')
+    cfg = tmp / 'tiny_pvt.py'
+    extra = ", stage_attentions=('circulant', 'core', 'sra', 'circulant')"
+    cfg.write_text(PVT.format(base=osp.join(REPO, 'configs', CA_PVT), extra=extra))
+    model = build_model(str(cfg), seed=0)
+    ckpt = tmp / 'tiny.pth'
+    torch.save({'state_dict': model.state_dict()}, ckpt)
+    return str(cfg), str(ckpt), tmp
+
+
+def _labels(out_dir):
+    from PIL import Image
+
+    (path,) = [p for p in os.listdir(out_dir) if p.endswith('_labels.png')]
+    return np.array(Image.open(osp.join(out_dir, path)))
+
+
+def _run(setup, out, *extra, check=True):
+    cfg, ckpt, tmp = setup
+    args = ['tools/infer_highres.py', cfg, ckpt, '--demo', 'astronaut', '--size', SIZE]
+    return run_tool([*args, '--out-dir', str(tmp / out), *extra], cwd=tmp, check=check)
+
+
+@pytest.fixture(scope='module')
+def single(setup):
+    _run(setup, 'single')
+    return _labels(setup[2] / 'single')
+
+
+def test_nproc_3_same_labels_and_files_as_one_process(setup, single):
+    _run(setup, 'nproc3', '--nproc', '3')
+    out = setup[2] / 'nproc3'
+    assert np.array_equal(_labels(out), single)
+    names = sorted(p.replace('nproc3', '') for p in os.listdir(out))
+    assert names == sorted(os.listdir(setup[2] / 'single'))
+    (js,) = [p for p in os.listdir(out) if p.endswith('.json')]
+    rec = json.load(open(out / js))
+    assert rec['world_size'] == 3 and [r['rank'] for r in rec['per_rank']] == [0, 1, 2]
+    assert all(r['peak_rss_mb'] > 0 and r['bytes_sent']['total'] > 0 for r in rec['per_rank'])
+    assert rec['time_s'] == max(r['time_s'] for r in rec['per_rank'])
+
+
+@pytest.mark.skipif(
+    shutil.which('torchrun', path=osp.dirname(sys.executable)) is None, reason='no torchrun'
+)
+def test_torchrun_shard_same_labels(setup, single):
+    cfg, ckpt, tmp = setup
+    torchrun = osp.join(osp.dirname(sys.executable), 'torchrun')
+    cmd = [
+        torchrun, '--nproc-per-node', '2', '--master-port', str(_port()),
+        osp.join(REPO, 'tools', 'infer_highres.py'), cfg, ckpt, '--demo', 'astronaut',
+        '--size', SIZE, '--shard', '--out-dir', str(tmp / 'torchrun2'),
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=REPO)
+    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert np.array_equal(_labels(tmp / 'torchrun2'), single)
+
+
+def _port():
+    from mmcirc.parallel import free_port
+
+    return free_port()
+
+
+def test_swin_window_config_is_one_error_line_and_no_file(setup):
+    cfg = osp.join(REPO, 'tests', 'fixtures', 'configs', 'ca_swin_upernet_tiny.py')
+    tmp = setup[2]
+    proc = run_tool(
+        ['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--size', '64', '--nproc', '2',
+         '--out-dir', str(tmp / 'swin')],
+        cwd=tmp, check=False,
+    )  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert "shifted-window attention ('window')" in errors[0] and 'stage_attentions' in errors[0]
+    assert not (tmp / 'swin').exists()
+
+
+def test_too_many_ranks_is_one_error_line_naming_the_largest_p(setup):
+    proc = _run(setup, 'nproc4', '--nproc', '4', check=False)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert '3 rows of the smallest feature map' in errors[0]
+    assert 'largest usable number of processes is 3' in errors[0]
+    assert not (setup[2] / 'nproc4').exists()
