@@ -34,9 +34,8 @@ from mmengine.model import ModuleList
 from mmcirc.registry import register_model
 from .contract import is_int
 from .pyramid import PyramidBackbone, PyramidStage
-from .pvt_convert import MMDET_PVT_KEY_MAP, convert_mmdet_pvt_keys  # noqa: F401  (moved)
 
-__all__ = ['CAPVT', 'CorePVT', 'MMDET_PVT_KEY_MAP', 'convert_mmdet_pvt_keys']
+__all__ = ['CAPVT', 'CorePVT']
 
 
 @register_model()

@@ -185,7 +185,8 @@ def convert_cadeit_official(ckpt, arch=None, meta: Optional[dict] = None):
         sources,
         list(sd),
         'official',
-        converter='mmcirc.models.convert_isotropic',
+        converter='mmcirc.models.convert_isotropic',  # the name in the files since the first
+        # release (the module is now this one): converted files stay byte-identical
         prefix='backbone.',
         extra=head,
         whole_model=True,

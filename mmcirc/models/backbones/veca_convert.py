@@ -167,7 +167,8 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
         sources,
         list(sd),
         'official',
-        converter='mmcirc.models.convert_isotropic',
+        converter='mmcirc.models.convert_isotropic',  # the name in the files since the first
+        # release (the module is now this one): converted files stay byte-identical
         prefix='backbone.',
         whole_model=True,
         meta=m,

@@ -168,10 +168,3 @@ def test_mmdet_key_map_loads_mmdet_weights_into_capvt():
         ours.state_dict()['layers.2.blocks.0.attn.attn.in_proj_weight'],
         det.state_dict()['layers.2.1.1.attn.attn.in_proj_weight'],
     )
-
-
-def test_ca_pvt_reexports_the_key_map():
-    """Code that imported the map from the backbone file keeps working."""
-    from mmcirc.models.backbones import ca_pvt, pvt_convert
-
-    assert ca_pvt.convert_mmdet_pvt_keys is pvt_convert.convert_mmdet_pvt_keys

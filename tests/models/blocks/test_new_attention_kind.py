@@ -32,7 +32,8 @@ from mmcirc.analysis.memory import quadratic_attention_estimates
 from mmcirc.models.backbones import CAPVT, CASwin
 from mmcirc.models.blocks import AttentionProbe, PyramidBlock
 from mmcirc.models.blocks.base import apply_ffn, build_ffn
-from mmcirc.models.convert import build_backbone, convert_pyramid, format_summary
+from mmcirc.models.backbones.pyramid_convert import build_backbone, convert_pyramid
+from mmcirc.models.convert import format_summary
 from mmcirc.registry import model_registries, register_model
 
 TINY = dict(embed_dims=[8, 16, 24, 32], depths=[1, 2, 1, 1], num_heads=[1, 2, 2, 4])
