@@ -1,0 +1,133 @@
+"""The sharded backbone parts (mmcirc.parallel.backbones) on 2 and 3 gloo ranks against
+the single-process mmcv / mmdet / mmcirc modules in float64: mmcv's PatchEmbed (corner
+and same adaptive padding), CA-DeiT's padded patch embedding, mmdet PVT's absolute
+position embedding and spatial-reduction attention (r = 1, 2, 4, an empty reduced band
+at P = 3), VECA's core-periphery attention (cores over all patches, exact)."""
+
+import pytest
+import torch
+from mmcv.cnn.bricks.transformer import PatchEmbed
+from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, SpatialReductionAttention
+
+from mmcirc.models.backbones.ca_deit import PatchEmbed as DeiTPatchEmbed
+from mmcirc.models.backbones.veca import CorePeripheryAttention
+from mmcirc.parallel import band_bounds, run_parallel
+from mmcirc.parallel.backbones import (
+    ShardedCorePeriphery,
+    ShardedPatchEmbed,
+    ShardedPositionEmbedding,
+    ShardedSRA,
+)
+
+TOL = dict(rtol=1e-11, atol=1e-11)
+EMBEDS = {'corner_4': ('corner', 4, (13, 10)), 'same_3': ('same', 3, (13, 8))}
+SRAS = {'sr_1': (1, (5, 4)), 'sr_2': (2, (7, 6)), 'sr_4': (4, (9, 8))}  # sr_4: 2 reduced rows
+
+
+def _seed(name):
+    torch.manual_seed(sum(map(ord, name)))
+
+
+def _embed(name):
+    mode, k, hw = EMBEDS[name]
+    _seed(name)
+    e = PatchEmbed(3, 6, kernel_size=k, stride=k, padding=mode, norm_cfg=dict(type='LN'))
+    return e.double().eval(), torch.randn(1, 3, *hw, dtype=torch.float64)
+
+
+def _deit():
+    _seed('deit')
+    return DeiTPatchEmbed(3, 6, 4).double(), torch.randn(2, 3, 13, 9, dtype=torch.float64)
+
+
+def _pos():
+    _seed('pos')
+    p = AbsolutePositionEmbedding((4, 5), 6).double().eval()
+    torch.nn.init.normal_(p.pos_embed)
+    return p, torch.randn(2, 11 * 7, 6, dtype=torch.float64), (11, 7)
+
+
+def _sra(name):
+    sr, hw = SRAS[name]
+    _seed(name)
+    m = SpatialReductionAttention(8, 2, sr_ratio=sr).double().eval()
+    return m, torch.randn(2, hw[0] * hw[1], 8, dtype=torch.float64), hw
+
+
+def _periphery():
+    _seed('veca')
+    a = CorePeripheryAttention(8, 2).double().eval()
+    c, (h, w), d = 3, (7, 4), 4
+    x = torch.randn(2, c + h * w, 8, dtype=torch.float64)
+    cos, sin = torch.randn(2, c + h * w, d, dtype=torch.float64).chunk(2, -1)
+    cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    return a, x, cos, sin, c, (h, w)
+
+
+def _rows(x, hw, rank, size):
+    """This rank's tokens (B, h_r W, C) of (B, H W, C) tokens, and its hw."""
+    a, b = band_bounds(hw[0], size)[rank]
+    return x[:, a * hw[1] : b * hw[1]], (b - a, hw[1])
+
+
+def _worker():
+    rank, size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    out = {}
+    with torch.no_grad():
+        for name in EMBEDS:
+            e, x = _embed(name)
+            a, b = band_bounds(x.shape[2], size)[rank]
+            out[name] = ShardedPatchEmbed(e)(x[:, :, a:b])[0]
+        e, x = _deit()
+        a, b = band_bounds(x.shape[2], size)[rank]
+        out['deit_embed'] = ShardedPatchEmbed(e, pad_to_stride=True)(x[:, :, a:b])[0]
+        p, x, hw = _pos()
+        out['pos_embed'] = ShardedPositionEmbedding(p)(*_rows(x, hw, rank, size))
+        for name in SRAS:
+            m, x, hw = _sra(name)
+            out[name] = ShardedSRA(m)(*_rows(x, hw, rank, size))
+        a, x, cos, sin, c, hw = _periphery()
+        band = [_rows(t[:, c:], hw, rank, size)[0] for t in (x, cos, sin)]
+        args = [torch.cat([t[:, :c], bt], 1) for t, bt in zip((x, cos, sin), band)]
+        out['core_periphery'] = ShardedCorePeriphery(a)(*args, c)
+    return out
+
+
+@pytest.fixture(scope='module', params=[2, 3])
+def results(request):
+    return run_parallel(_worker, request.param)
+
+
+def _cat(results, name):
+    return torch.cat([r[name] for r in results], dim=1)
+
+
+@pytest.mark.parametrize('name', list(EMBEDS))
+def test_mmcv_patch_embed(results, name):
+    e, x = _embed(name)
+    torch.testing.assert_close(_cat(results, name), e(x)[0], **TOL)
+
+
+def test_deit_patch_embed_pads_bottom_rows(results):
+    e, x = _deit()
+    torch.testing.assert_close(_cat(results, 'deit_embed'), e(x)[0], **TOL)
+
+
+def test_position_embedding_band_of_the_resized_table(results):
+    p, x, hw = _pos()
+    torch.testing.assert_close(_cat(results, 'pos_embed'), p(x, hw), **TOL)
+
+
+@pytest.mark.parametrize('name', list(SRAS))
+def test_spatial_reduction_attention(results, name):
+    m, x, hw = _sra(name)
+    torch.testing.assert_close(_cat(results, name), m(x, hw), **TOL)
+
+
+def test_core_periphery_cores_see_all_patches(results):
+    a, x, cos, sin, c, _ = _periphery()
+    ref = a(x, cos, sin, c)  # (B, C' + N, D)
+    for r in results:  # the cores: the same on every rank
+        torch.testing.assert_close(r['core_periphery'][:, :c], ref[:, :c], **TOL)
+    patches = torch.cat([r['core_periphery'][:, c:] for r in results], dim=1)
+    torch.testing.assert_close(patches, ref[:, c:], **TOL)
