@@ -250,6 +250,15 @@ class ShardedSegmentor(nn.Module):
         self.group = group
 
     def extract_feat(self, x: torch.Tensor) -> tuple:
+        """Backbone and neck of the preprocessed band x (1, 3, h_r, W)."""
+        m = self.model
+        feats = self.backbone_feat(x)
+        if m.with_neck:
+            feats = NECK_FORWARDS[type(m.neck).__name__](m.neck, feats, self.group)
+        return feats
+
+    def backbone_feat(self, x: torch.Tensor) -> tuple:
+        """The backbone's bands of its output maps."""
         from mmcirc.models.backbones.pyramid import PyramidBackbone
 
         from .backbones import veca_forward
@@ -271,14 +280,15 @@ class ShardedSegmentor(nn.Module):
             feats = veca_forward(bb, x, bb.patch_embed, g)
         else:
             feats = bb(x)
-        if m.with_neck:
-            feats = NECK_FORWARDS[type(m.neck).__name__](m.neck, feats, g)
         return feats
+
+    def preprocess(self, band: torch.Tensor) -> torch.Tensor:
+        """mmseg's data preprocessor on the band (1, 3, h_r, W) uint8 BGR -> float."""
+        return self.model.data_preprocessor(dict(inputs=[band[0]]), False)['inputs']
 
     def forward(self, band: torch.Tensor) -> torch.Tensor:
         m = self.model
-        x = m.data_preprocessor(dict(inputs=[band[0]]), False)['inputs']  # (1, 3, h_r, W)
-        feats = self.extract_feat(x)
+        feats = self.extract_feat(self.preprocess(band))  # band (1, 3, h_r, W)
         return HEAD_FORWARDS[type(m.decode_head).__name__](m.decode_head, feats, self.group)
 
 
