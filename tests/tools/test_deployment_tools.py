@@ -3,20 +3,20 @@ tests/benchmark/test_benchmark_tools.py)."""
 
 import os
 import os.path as osp
-import runpy
 
 import pytest
 
-from helpers import FIXTURE_CONFIGS, REPO
+from helpers import FIXTURE_CONFIGS
 
 DET = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')
-TOOL = osp.join(REPO, 'tools', 'deployment', 'pytorch2onnx.py')
 
 
 @pytest.fixture(scope='module')
 def export_main():
     pytest.importorskip('onnxscript', reason='pip install -r requirements.txt')
-    return runpy.run_path(TOOL)['main']
+    from mmcirc.deployment.pytorch2onnx import main
+
+    return main
 
 
 def _run(main, argv, capsys):

@@ -1,0 +1,136 @@
+"""Export an mmdet / mmseg / mmpretrain model of mmcirc to ONNX.
+
+The command behind ``tools/deployment/pytorch2onnx.py`` (its entry point)::
+
+    python tools/deployment/pytorch2onnx.py CONFIG [CHECKPOINT] --shape H W --out FILE.onnx
+        [--dynamic [--size-divisor 32]] [--verify] [--features] [--opset 18]
+        [--cfg-options k=v ...]
+
+The graph is the network, ``model(inputs, mode='tensor')``, on a preprocessed batch
+``input`` (B, 3, H, W) float32 (normalised as the config's ``data_preprocessor`` does);
+outputs ``output.<i>[.<j>]`` are its tensors depth-first: raw head outputs for mmdet
+single-stage detectors (anchors, decoding and NMS are left to the caller, e.g. mmdet's
+``bbox_head.predict_by_feat``), the decode head's logits for mmseg, logits for
+mmpretrain. ``--features`` exports the backbone + neck only (``extract_feat``; the way to
+export a two-stage detector's network). Circulant attention runs as real matmul DFTs in
+the graph (``mmcirc.ops.circulant.export_mode``). Exporter: ``torch.onnx.export(...,
+dynamo=True)`` (needs ``onnx`` and ``onnxscript``; ``--verify`` needs ``onnxruntime``).
+
+``--dynamic``: batch, H and W are symbolic (one file for several sizes), H and W
+multiples of ``--size-divisor`` (default 32, the pyramids' total stride: pad other sizes
+up, as mmdet's ``pad_size_divisor=32`` does). ``--verify`` runs the file in ONNX
+Runtime on the CPU and compares with torch (max |difference| over max |torch output|
+<= 1e-4) at the export size and, with ``--dynamic``, at a second, non-square size (H and W swapped; W + size divisor for a square shape), batch 2.
+
+Without CHECKPOINT the weights are random (Pretrained initialisations are skipped). The
+file appears only when everything succeeded (written to a temporary file in the same
+folder, then renamed); errors are one line (exit 1).
+"""
+
+import argparse
+import os.path as osp
+
+from mmcirc.utils.cli import CLIError, main_guard
+
+
+def parse_args(argv=None):
+    from mmengine.config import DictAction
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('config', help='mmdet / mmseg / mmpretrain config of an mmcirc model')
+    p.add_argument(
+        'checkpoint',
+        nargs='?',
+        default=None,
+        help='weights (.pth); without it the weights are random',
+    )
+    p.add_argument(
+        '--shape',
+        nargs=2,
+        type=int,
+        required=True,
+        metavar=('H', 'W'),
+        help='input height and width of the exported graph (and of --verify)',
+    )
+    p.add_argument('--out', required=True, help='output file, FILE.onnx')
+    p.add_argument('--dynamic', action='store_true', help='symbolic batch, height and width')
+    p.add_argument(
+        '--verify', action='store_true', help='compare ONNX Runtime (CPU) with torch, 1e-4 relative'
+    )
+    p.add_argument(
+        '--features',
+        action='store_true',
+        help='export the backbone + neck (extract_feat) instead of mode=tensor',
+    )
+    p.add_argument(
+        '--size-divisor',
+        type=int,
+        default=32,
+        help='with --dynamic, H and W are symbolic multiples of this (the total '
+        'stride; default 32)',
+    )
+    p.add_argument('--opset', type=int, default=18, help='ONNX opset (>= 17, default 18)')
+    p.add_argument(
+        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
+    )
+    return p.parse_args(argv)
+
+
+def _check_args(args):
+    h, w = args.shape
+    if h < 1 or w < 1:
+        raise CLIError(f'--shape must be two positive ints H W, got {h} {w}')
+    if args.size_divisor < 1:
+        raise CLIError(f'--size-divisor must be a positive int, got {args.size_divisor}')
+    if not args.out.endswith('.onnx'):
+        raise CLIError(f'--out must name a .onnx file, got {args.out}')
+    if osp.isdir(args.out):
+        raise CLIError(f'--out is a directory: {args.out}')
+    if args.opset < 17:
+        raise CLIError(f'--opset must be >= 17 (the exporter targets opset 17+), got {args.opset}')
+    if args.checkpoint is not None and not osp.isfile(args.checkpoint):
+        raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    import importlib.util
+
+    need = ['onnx', 'onnxscript'] + (['onnxruntime'] if args.verify else [])
+    missing = [m for m in need if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CLIError(f'missing packages {missing}: pip install -r requirements.txt')
+
+
+@main_guard
+def main(argv=None):
+    args = parse_args(argv)
+    _check_args(args)
+    from mmcirc.apis.builder import build_model
+    from mmcirc.deployment.onnx import ExportError, TensorModel, export_onnx
+    from mmcirc.utils.cli import load_config
+
+    cfg = load_config(args.config, args.cfg_options)
+    try:
+        model = build_model(cfg, args.checkpoint)
+        tensor_model = TensorModel(model, features=args.features)
+        in_channels = int(getattr(getattr(model, 'backbone', None), 'in_channels', 3) or 3)
+        result = export_onnx(
+            tensor_model,
+            tuple(args.shape),
+            args.out,
+            dynamic=args.dynamic,
+            size_divisor=args.size_divisor,
+            opset=args.opset,
+            in_channels=in_channels,
+            verify=args.verify,
+        )
+    except ExportError as err:
+        raise CLIError(str(err)) from err
+    h, w = args.shape
+    print(
+        f'wrote {args.out} ({"dynamic batch/H/W" if args.dynamic else f"{h}x{w}"}, opset '
+        f'{args.opset}, {len(result["outputs"])} outputs: {", ".join(result["outputs"])})'
+    )
+    for r in result.get('verify', []):
+        print(
+            f'verified with ONNX Runtime at {"x".join(map(str, r["shape"]))}: max relative '
+            f'error {r["max_rel_err"]:.2e}'
+        )
+    return result
