@@ -480,6 +480,13 @@ def _main_sharded(args, overrides, size):
             if dist.get_rank() != 0:  # the same error on every rank: rank 0 reports it
                 sys.exit(1)
             raise
+        except Exception as err:  # one line from the failing rank; its peers' echoes quiet
+            from mmcirc.parallel.launch import _SECONDARY
+
+            msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            if any(s in msg for s in _SECONDARY):
+                sys.exit(1)
+            raise CLIError(f'rank {dist.get_rank()} failed: {type(err).__name__}: {msg}') from None
     for line in lines:
         print(line, flush=True)
     return 0

@@ -160,19 +160,21 @@ def _interp_cols(x, mode, align_corners, w_size, w_scale):
 
 
 def _interp_band(rows, row0, in_h, out_band, out_h, mode, align_corners, h_scale, w_size, w_scale):
-    """Output rows ``out_band`` from the input rows ``[row0, row0 + rows.shape[-2])``."""
+    """Output rows ``out_band`` from the input rows ``[row0, row0 + rows.shape[-2])``:
+    the rows (torch's source rows and weights) on the input width first, then the
+    columns (torch's own interpolation, rows unchanged): one pass at the output size."""
     a, b = out_band
     if b <= a or rows.shape[-2] == 0:  # an empty band
         w_out = int(w_size) if w_size is not None else int(rows.shape[-1] * w_scale)
         return rows.new_zeros(*rows.shape[:-2], 0, w_out)
-    cols = _interp_cols(rows, mode, align_corners, w_size, w_scale)  # (B, C, n, W')
     src = _source_rows(a, b, in_h, out_h, mode, align_corners, h_scale, rows.dtype)
     if mode == 'nearest':
-        return cols.index_select(-2, src[0] - row0)
-    i0, i1, w0, w1 = src
-    top = cols.index_select(-2, i0 - row0)
-    bot = cols.index_select(-2, i1 - row0)
-    return top * w0.view(-1, 1) + bot * w1.view(-1, 1)  # (B, C, b - a, W')
+        banded = rows.index_select(-2, src[0] - row0)  # (B, C, b - a, W)
+    else:
+        i0, i1, w0, w1 = src
+        banded = rows.index_select(-2, i0 - row0) * w0.view(-1, 1)
+        banded += rows.index_select(-2, i1 - row0) * w1.view(-1, 1)  # (B, C, b - a, W)
+    return _interp_cols(banded, mode, align_corners, w_size, w_scale)  # (B, C, b - a, W')
 
 
 def _needed(band, in_h, out_h, mode, align_corners, h_scale):

@@ -111,3 +111,34 @@ def test_too_many_ranks_is_one_error_line_naming_the_largest_p(setup):
     assert '3 rows of the smallest feature map' in errors[0]
     assert 'largest usable number of processes is 3' in errors[0]
     assert not (setup[2] / 'nproc4').exists()
+
+
+FAILING = """import runpy, sys
+import torch.distributed as dist
+import mmcirc.parallel.model as pm
+orig = pm.band_labels
+def band_labels(*a, **k):
+    if dist.get_rank() == 1:
+        raise RuntimeError('injected failure on rank 1')
+    return orig(*a, **k)
+pm.band_labels = band_labels
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
+def test_a_rank_failing_mid_inference_stops_all_with_one_line_and_no_file(setup):
+    cfg, ckpt, tmp = setup
+    (tmp / 'failing.py').write_text(FAILING)
+    cmd = [
+        sys.executable, str(tmp / 'failing.py'), osp.join(REPO, 'tools', 'infer_highres.py'),
+        cfg, ckpt, '--demo', 'astronaut', '--size', SIZE, '--nproc', '2',
+        '--out-dir', str(tmp / 'failing'),
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
+    assert proc.returncode == 1 and errors == [
+        'error: rank 1 failed: RuntimeError: injected failure on rank 1'
+    ], proc.stderr
+    assert not (tmp / 'failing').exists()
