@@ -176,9 +176,11 @@ mmcv_objects() {  # compiled / total objects of the KIND (cpu|cuda) build
   t=$(cat "$src"/build/temp*/build.ninja 2>/dev/null | grep -c '^build .*\.o:')
   echo "$n/${t:-?}"
 }
-if [ "$DEVICE" = cuda ] && { want c || want d; }; then
-  ls "$WHEELS"/mmcv-2.1.0.tar.gz > /dev/null 2>&1 \
-    || fail "no $WHEELS/mmcv-2.1.0.tar.gz" "bash tools/deployment/gpu_checks.sh --prepare here, then carry work_dirs/wheels"
+if [ "$DEVICE" = cuda ] && ! ls "$WHEELS"/mmcv-2.1.0.tar.gz > /dev/null 2>&1; then
+  want c || want d \
+    && fail "no $WHEELS/mmcv-2.1.0.tar.gz" "bash tools/deployment/gpu_checks.sh --prepare here, then carry work_dirs/wheels"
+  row wheels "none carried" 0 "(a) and (b) need torch and timm only"
+elif [ "$DEVICE" = cuda ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" "$WHEELS"/*.whl > "$OUT_DIR/install.log" 2>&1 \
     || fail "installing the carried wheels (see $OUT_DIR/install.log)" "rerun --prepare"
@@ -248,8 +250,13 @@ fi
 if want d; then
   D="$OUT_DIR/d_detectors"
   mkdir -p "$D"
-  ITERS=20 SCALE="(512, 384)" NTRAIN=32 NVAL=16
-  [ "$DEVICE" = cpu ] && ITERS=2 SCALE="(64, 48)" NTRAIN=8 NVAL=4
+  ITERS=20 SCALE="(512, 384)" NTRAIN=32 NVAL=16 LOADERS=()
+  if [ "$DEVICE" = cpu ]; then  # no loader worker processes: they cost more than 2 steps here
+    ITERS=2 SCALE="(64, 48)" NTRAIN=8 NVAL=4
+    LOADERS=(train_dataloader.num_workers=0 train_dataloader.persistent_workers=False
+      val_dataloader.num_workers=0 val_dataloader.persistent_workers=False
+      test_dataloader.num_workers=0 test_dataloader.persistent_workers=False)
+  fi
   ready=1
   if [ "$DEVICE" = cuda ] && ! wait_mmcv cuda "$(($(left) - 150))"; then
     ready=0
@@ -267,11 +274,11 @@ if want d; then
     step d1_retinanet_train 150 "toy CA-PVT-T RetinaNet, $ITERS iterations on $DEVICE" \
       "$PY" "$ROOT/tools/train.py" "$ROOT/configs/toy/ca_pvt_t_retinanet_toy.py" \
       --work-dir "$D/retinanet" --cfg-options "train_cfg.max_iters=$ITERS" \
-      "train_cfg.val_interval=$ITERS" "default_hooks.checkpoint.interval=$ITERS"
+      "train_cfg.val_interval=$ITERS" "default_hooks.checkpoint.interval=$ITERS" "${LOADERS[@]}"
     step d2_retinanet_test 90 "tools/test.py on the toy RetinaNet (bbox mAP)" \
       "$PY" "$ROOT/tools/test.py" "$ROOT/configs/toy/ca_pvt_t_retinanet_toy.py" \
       "$D/retinanet/iter_$ITERS.pth" --work-dir "$D/retinanet_test" \
-      --cfg-options model.test_cfg.score_thr=0.0  # after 20 iterations no box clears 0.05
+      --cfg-options model.test_cfg.score_thr=0.0 "${LOADERS[@]}"  # no box clears 0.05 yet
     cat > "$D/ca_swin_t_mask-rcnn_toy.py" << EOF
 # configs/ca_swin_t_mask-rcnn_1x_coco.py (full CA-Swin-T) on the toy shapes, one step
 _base_ = '$ROOT/configs/ca_swin_t_mask-rcnn_1x_coco.py'
