@@ -347,6 +347,9 @@ def predict_sharded(
     with torch.no_grad():
         out = sharded(band[None])  # (1, K, h'_r, W')
         labels = band_labels(out, hw, sharded.model.decode_head.align_corners, group)
-    labels = gather_rows(labels, dim=0, group=group, dst=0)
+    k = int(out.shape[1])  # labels travel in the smallest integer type that holds them
+    small = torch.uint8 if k <= 256 else torch.int32
+    labels = gather_rows(labels.to(small), dim=0, group=group, dst=0)
+    labels = None if labels is None else labels.long()
     whole = gather_rows(out, dim=-2, group=group, dst=0) if logits else None
     return labels, whole
