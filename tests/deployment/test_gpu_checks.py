@@ -70,9 +70,9 @@ def test_step_b_times_both_models_in_both_modes(rehearsal):
         assert word in text, f'{word} missing from {path}'
 
 
-def test_step_c_measures_the_backbone(rehearsal):
+def test_step_c_measures_the_backbone_under_bf16(rehearsal):
     (path,) = glob.glob(
-        str(rehearsal[1] / 'c_backbones' / '**' / 'results_cpu.json'), recursive=True
+        str(rehearsal[1] / 'c_backbones' / '**' / 'results_cpu_bf16.json'), recursive=True
     )
     results = _json(path)['results']
     assert any(r['model'] == 'ca_swin_t' and r['status'] == 'ok' for r in results), results

@@ -18,7 +18,7 @@
 # If the CUDA build is not done when (d) is due, (d) says so (objects compiled / total); the
 # build folder is kept, so a second call (--steps d) on the still-warm machine resumes it.
 #
-# Here, with PyPI (once; ~12 MiB, into the ignored work_dirs/wheels):
+# Here, with PyPI (once; 28 MiB into the ignored work_dirs/wheels, 18 of them numpy 1.26):
 #   bash tools/deployment/gpu_checks.sh --prepare
 # There (the device call; carry work_dirs/wheels; $OUT comes back):
 #   bash tools/deployment/gpu_checks.sh --out work_dirs/gpu_checks --pack $OUT/gpu_checks.tar.gz
@@ -28,7 +28,8 @@
 # each step's limit shrinks to what is left), --wheels DIR, PYTHON=python3; the steps'
 # limits (s): LIMIT_A=90 LIMIT_B=170 LIMIT_C=150 (d: what is left, at least 150).
 # Budget on the H200 (estimated, not yet run): (a)+(b)+(c) ~7 min while mmcv compiles on
-# 12 cores (CPU ops ~2 min, then CUDA ops ~6.5 min: 136 units, 39 min on 2 cores here), so
+# 12 cores (CPU ops ~2 min, then CUDA ops ~6.5 min: 136 units, which took 39 min on 2 cores
+# with MAX_JOBS=2 in shared/docs/ENVIRONMENT.md's by-hand build), so
 # (d) may find the CUDA build unfinished: then call again with --steps d (~3 min).
 # Results: OUT/summary.md (one row per step: status, seconds, what), OUT/<step>.log, and the
 # tools' results_*.json / table_*.md under OUT/<step>/. Exit status: failed steps.
@@ -129,7 +130,9 @@ printf '# gpu_checks %s (--device %s, --steps %s)\n\n| step | status | s | what 
   "$(date -u +%FT%TZ)" "$DEVICE" "$STEPS" > "$SUMMARY"
 pack() {
   [ -n "$PACK" ] || return 0
-  tar -czf "$PACK.tmp" -C "$OUT_DIR" --exclude '*.pth' --exclude 'data' . && mv "$PACK.tmp" "$PACK"
+  # not the installed wheels, the build folders, checkpoints or toy images: $OUT takes 16 MiB a file
+  tar -czf "$PACK.tmp" -C "$OUT_DIR" --exclude ./site --exclude ./build --exclude '*.pth' \
+    --exclude data . && mv "$PACK.tmp" "$PACK"
   cp "$SUMMARY" "$(dirname "$PACK")/summary.md"
 }
 row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" >> "$SUMMARY"; pack; }
@@ -152,7 +155,8 @@ step() {
     return 0
   fi
   [ $rc -eq 124 ] && rc="timeout after ${limit}s" || rc="failed (exit $rc)"
-  row "$name" "$rc: $(grep -m1 '^error:' "$OUT_DIR/$name.log" | cut -c1-160)" $((SECONDS - t)) "$what"
+  row "$name" "$rc: $(grep -m1 -E '^(error|[A-Za-z.]*Error):' "$OUT_DIR/$name.log" | tr '|' '/' | cut -c1-200)" \
+    $((SECONDS - t)) "$what"
   failed=$((failed + 1))
   return 1
 }
@@ -236,14 +240,16 @@ if want c; then
     if wait_mmcv cuda 0; then mmcv_note="mmcv with CUDA ops"
     elif wait_mmcv cpu "$(($(left) / 3))"; then mmcv_note="CPU-ops mmcv (CUDA build at $(mmcv_objects cuda) objects)"
     else mmcv_note="no mmcv: neither build finished ($(mmcv_objects cpu) CPU objects)"; fi
+    PRECS=(fp32 bf16)
     C=(--sizes 512 1024 2048 4096 --models pvt_s ca_pvt_s circ_pvt_s core_pvt_s swin_t ca_swin_t
       --timeout 60 --budget 1)
   else
+    PRECS=(bf16)  # alone: the CPU suite runs fp32 (the default) all the time
     C=(--sizes 64 --models ca_swin_t --timeout 60 --budget 0.1 --repeats 1)
   fi
-  step c_backbones "${LIMIT_C:-150}" "backbone forward, fp32 + bf16, with $mmcv_note" \
+  step c_backbones "${LIMIT_C:-150}" "backbone forward, ${PRECS[*]}, with $mmcv_note" \
     "${BENCH[@]}" "$PY" "$ROOT/tools/analysis/benchmark_backbone.py" --device "$DEVICE" \
-    --precisions fp32 bf16 "${C[@]}" --out-dir "$OUT_DIR/c_backbones"
+    --precisions "${PRECS[@]}" "${C[@]}" --out-dir "$OUT_DIR/c_backbones"
 fi
 
 # --- (d) --------------------------------------------------------------------------------
@@ -271,10 +277,16 @@ if want d; then
     # mmengine's deterministic=True (the toy config's) needs cuBLAS's fixed workspace on CUDA
     export CUBLAS_WORKSPACE_CONFIG=:4096:8
     cd "$D"  # the toy configs read data/toy_coco from the working directory
-    step d1_retinanet_train 150 "toy CA-PVT-T RetinaNet, $ITERS iterations on $DEVICE" \
-      "$PY" "$ROOT/tools/train.py" "$ROOT/configs/toy/ca_pvt_t_retinanet_toy.py" \
-      --work-dir "$D/retinanet" --cfg-options "train_cfg.max_iters=$ITERS" \
-      "train_cfg.val_interval=$ITERS" "default_hooks.checkpoint.interval=$ITERS" "${LOADERS[@]}"
+    TRAIN=("$PY" "$ROOT/tools/train.py" "$ROOT/configs/toy/ca_pvt_t_retinanet_toy.py"
+      --work-dir "$D/retinanet" --cfg-options "train_cfg.max_iters=$ITERS"
+      "train_cfg.val_interval=$ITERS" "default_hooks.checkpoint.interval=$ITERS" "${LOADERS[@]}")
+    if ! step d1_retinanet_train 150 "toy CA-PVT-T RetinaNet, $ITERS iterations on $DEVICE" "${TRAIN[@]}" \
+      && grep -q -i 'deterministic' "$OUT_DIR/d1_retinanet_train.log"; then
+      # the toy config's randomness.deterministic=True refused a CUDA op (the row above says
+      # which): the same run without it, so that the mmcv kernels are still exercised
+      step d1b_retinanet_train_nondeterministic 150 "the same with randomness.deterministic=False" \
+        "${TRAIN[@]}" randomness.deterministic=False
+    fi
     step d2_retinanet_test 90 "tools/test.py on the toy RetinaNet (bbox mAP)" \
       "$PY" "$ROOT/tools/test.py" "$ROOT/configs/toy/ca_pvt_t_retinanet_toy.py" \
       "$D/retinanet/iter_$ITERS.pth" --work-dir "$D/retinanet_test" \
