@@ -134,8 +134,10 @@ else
       BUILD="$(mktemp -d)"; trap 'rm -rf "$BUILD"' EXIT
       mmcv_patch_sources "$VENV/bin/python" "$SRC/mmcv-$MMCV_VERSION.tar.gz" "$BUILD/mmcv-$MMCV_VERSION" 0
     fi
+    HINT="check gcc/g++ >= 10 (g++ --version) and free disk space; delete $CACHE and rerun"
+    if [ "$CUDA_OPS" = 1 ]; then HINT="fix the first error above and rerun: the compile resumes from $BUILD"; fi
     mmcv_build_wheel "$VENV/bin/python" "$CUDA_OPS" "$BUILD/mmcv-$MMCV_VERSION" "$BUILD/out" \
-      || fail "building mmcv $MMCV_VERSION (see the compiler output above)" "check gcc/g++ >= 10 (g++ --version) and free disk space; delete $CACHE and rerun"
+      || fail "building mmcv $MMCV_VERSION (see the compiler output above)" "$HINT"
     mv "$BUILD"/out/mmcv-*.whl "$WHEELS/"
     if [ "$CUDA_OPS" = 1 ]; then rm -rf "$BUILD"; fi
     WHEEL="$(ls "$WHEELS"/mmcv-$MMCV_VERSION-*.whl | head -n1)"
