@@ -8,9 +8,9 @@ Block: self-attention (qkv linear + SDPA + proj, one head: PVT stage 1), plain
 multi-head attention (``nn.MultiheadAttention``, unfused), circulant attention
 (``CirculantAttention``, d = 1) and core attention with C' = 8, 16, 64, on an
 H x H map of ``--dims`` channels, traced on meta tensors (shapes only: no compute,
-so 512 x 512 tokens of self-attention cost nothing). Backbones: the ZOO of
-``tools/analysis/benchmark_backbone.py`` at square input sizes, traced on CPU
-(the tracer runs each forward once: PVT-S at 2048 px takes about a minute; the
+so 512 x 512 tokens of self-attention cost nothing). Backbones: the backbone cases
+of :mod:`mmcirc.benchmark.cases` (those of ``benchmark_backbone.py``) at square input
+sizes, traced on CPU (the tracer runs each forward once: PVT-S at 2048 px takes about a minute; the
 patch-embedding convolutions cannot be traced on meta tensors). A model whose
 count at one size took longer than ``--max-seconds`` is not run at larger sizes.
 
@@ -55,7 +55,9 @@ def block_flops(name, make, side, dim):
 
 
 def parse_args(argv=None):
-    from benchmark_backbone import ZOO
+    from mmcirc.benchmark.cases import group
+
+    backbones = group('backbone')
 
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--dims', type=int, default=64, help='channels of the block')
@@ -69,7 +71,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--models',
         nargs='+',
-        choices=sorted(ZOO),
+        choices=sorted(backbones),
         metavar='MODEL',
         default=[
             'pvt_s',
@@ -85,7 +87,6 @@ def parse_args(argv=None):
         '--sizes', type=int, nargs='+', default=[224, 320, 512, 768, 1024, 1536, 2048]
     )
     parser.add_argument('--no-backbones', action='store_true')
-    parser.add_argument('--device', default='cpu', help='device of the backbone traces')
     parser.add_argument(
         '--max-seconds',
         type=float,
@@ -163,16 +164,15 @@ def main(argv=None):
     if not args.no_backbones:
         import time
 
-        from benchmark_backbone import ZOO, backbone_flops, build_backbone
+        from mmcirc.benchmark.cases import case, count_macs
 
         nets = {}
         for m in args.models:
             pts = []
-            model = build_backbone(m, args.device, init=False)
             for size in sorted(args.sizes):
                 t = time.perf_counter()
                 try:
-                    pts.append((size, backbone_flops(m, size, model, args.device) / 1e9))
+                    pts.append((size, count_macs(m, size) / 1e9))
                 except Exception as e:  # noqa: BLE001
                     out['backbones']['errors'][f'{m}@{size}'] = f'{type(e).__name__}: {e}'[:300]
                     print(f'{m} at {size}: {type(e).__name__}: {e}'[:300], file=sys.stderr)
@@ -185,7 +185,7 @@ def main(argv=None):
                 if took > args.max_seconds:
                     out['backbones']['errors'][f'{m}>{size}'] = f'skipped: {took:.0f} s at {size}'
                     break
-            nets[ZOO[m][3]] = pts
+            nets[case(m).label] = pts
         out['backbones']['series'] = {
             k: [dict(size=s, gmacs=g) for s, g in v] for k, v in nets.items()
         }
