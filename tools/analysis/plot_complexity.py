@@ -10,8 +10,8 @@ multi-head attention (``nn.MultiheadAttention``, unfused), circulant attention
 H x H map of ``--dims`` channels, traced on meta tensors (shapes only: no compute,
 so 512 x 512 tokens of self-attention cost nothing). Backbones: the backbone cases
 of :mod:`mmcirc.benchmark.cases` (those of ``benchmark_backbone.py``) at square input
-sizes, traced on CPU (the tracer runs each forward once: PVT-S at 2048 px takes about a minute; the
-patch-embedding convolutions cannot be traced on meta tensors). A model whose
+sizes, traced on CPU (the tracer runs each forward once: PVT-S at 2048 px takes about
+a minute; the patch-embedding convolutions cannot be traced on meta tensors). A model whose
 count at one size took longer than ``--max-seconds`` is not run at larger sizes.
 
 Writes ``DIR/complexity.json``, ``DIR/block.png``, ``DIR/backbones.png`` and prints
