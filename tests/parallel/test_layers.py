@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmcirc.parallel import band_bounds, run_parallel
-from mmcirc.parallel.comm import exchange_rows, gather_rows, row_offsets
+from mmcirc.parallel.comm import exchange_rows, fetch_rows, gather_rows, row_offsets
 from mmcirc.parallel.layers import (
     ShardedAdaptiveAvgPool2d,
     ShardedConv2d,
@@ -99,6 +99,8 @@ def _worker():
         wants = [(-3, 4), (2, 13), (9, 10), (0, 0)][:size]
         (lay,) = row_offsets(_band(x, rank, size, dim=1).shape[1])
         out['exchange_rows'] = exchange_rows(_band(x, rank, size, dim=1), lay, wants, dim=1)
+        lo, hi = [(5, 12), (-2, 3), (0, 10)][rank]  # each rank its own range, told to none
+        out['fetch_rows'] = fetch_rows(_band(x, rank, size, dim=1), lo, hi, dim=1)
         out['gather_rows_all'] = gather_rows(_band(x, rank, size, dim=1), dim=1)
         out['gather_rows_dst0'] = gather_rows(_band(x, rank, size, dim=1), dim=1, dst=0)
     return out
@@ -182,3 +184,10 @@ def test_gather_rows_whole_map(results):
         torch.testing.assert_close(outs[r]['gather_rows_all'], x, **TOL)
     torch.testing.assert_close(outs[0]['gather_rows_dst0'], x, **TOL)
     assert all(outs[r]['gather_rows_dst0'] is None for r in range(1, size))
+
+
+def test_fetch_rows_own_range_per_rank(results):
+    size, outs = results
+    padded = F.pad(_seeded('exchange', (2, 10, 3)), (0, 0, 3, 3))  # rows -3 .. 12
+    for r, (lo, hi) in enumerate([(5, 12), (-2, 3), (0, 10)][:size]):
+        torch.testing.assert_close(outs[r]['fetch_rows'], padded[:, lo + 3 : hi + 3], **TOL)

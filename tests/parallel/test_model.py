@@ -141,3 +141,21 @@ def test_world_size_above_the_smallest_map_is_refused(models):
         ValueError, match=r'world_size=4 .* 3 rows .* largest usable number of processes is 3'
     ):
         check_size(model, (100, 70), 4)
+
+
+def test_unsupported_decode_head_named_in_one_line(tmp_path):
+    from mmcirc.apis.builder import build_model
+    from mmcirc.parallel.model import shard_model
+
+    path = tmp_path / 'fcn_head.py'
+    head = (
+        "decode_head=dict(_delete_=True, type='FCNHead', in_channels=8, channels=8, "
+        'num_convs=1, num_classes=150, in_index=0)'
+    )
+    text = PVT.format(base=osp.join(REPO, 'configs', CA_PVT), extra='')
+    path.write_text(text.replace('decode_head=dict(in_channels=[8, 8, 8, 8], channels=8)', head))
+    model = build_model(str(path))
+    with pytest.raises(ValueError, match=r'^decode_head FCNHead: not supported; sharded') as err:
+        shard_model(model)
+    assert len(str(err.value).splitlines()) == 1
+    assert not any('Sharded' in type(m).__name__ for m in model.modules())
