@@ -36,8 +36,9 @@ Sharded (issue 21; :mod:`mmcirc.parallel`): ``torchrun --nproc-per-node P
 tools/infer_highres.py ... --shard`` or ``--nproc P`` (this tool starts P local gloo ranks
 itself): every rank holds a band of rows of the image and of every feature map, rank 0
 writes the same files (JSON: the slowest rank's time, every rank's peak RSS and bytes
-sent, under ``per_rank``). CPU only; an unsupported layer or a P above the rows of the
-smallest map is one error line before any image is read; a failing rank stops all.
+sent, under ``per_rank``). CPU only; an unsupported layer is one error line before any
+image is read, a P above the rows of the smallest feature map one line before inference
+(naming the largest usable P); a failing rank stops all with one line and no file.
 
 A config whose backbone keeps quadratic 'sra' stages (the paper layout) gets a WARNING
 when those would not fit at the requested size: use the all-circulant / all-core configs
