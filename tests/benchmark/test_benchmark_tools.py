@@ -18,6 +18,7 @@ TOOLS = (
     'tools/analysis/benchmark_isotropic.py',
     'tools/analysis/benchmark_compile.py',
     'tools/deployment/benchmark_gpu.py',
+    'tools/analysis/benchmark_sharded.py',
 )
 ENV = dict(OMP_NUM_THREADS='1')
 

@@ -9,7 +9,8 @@ suite          what                                        tool
 ``isotropic``  CA-DeiT / VECA vs DeiT / ViT                analysis/benchmark_isotropic.py
 ``compile``    eager vs torch.compile per family           analysis/benchmark_compile.py
 ``gpu``        CA-DeiT-T vs DeiT-T, precisions, compile    deployment/benchmark_gpu.py
+``sharded``    sharded whole-image inference vs P = 1      analysis/benchmark_sharded.py
 =============  ==========================================  ===============================
 """
 
-SUITES = ('attention', 'backbone', 'isotropic', 'compile', 'gpu')
+SUITES = ('attention', 'backbone', 'isotropic', 'compile', 'gpu', 'sharded')

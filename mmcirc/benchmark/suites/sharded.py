@@ -1,0 +1,173 @@
+"""Suite ``sharded``: per-rank memory and time of sharded whole-image inference
+(:mod:`mmcirc.parallel`) against one process, side by side in one run.
+
+    python tools/analysis/benchmark_sharded.py CONFIG [CONFIG ...] [--size 2048]
+        [--nprocs 1 2] [--threads 2] [--out-dir work_dirs/benchmark_sharded]
+
+For each config and P: P local gloo ranks (``run_parallel``; P = 1 is the unsharded
+segmentor in one child process), random weights (seed 0, rank 0's on every rank), the
+demo image bicubic-resized to S x S. Each rank measures with the harness's
+:class:`~mmcirc.benchmark.core.PeakMeter` (peak RSS above the rank's RSS just before,
+the high-water mark reset first) and the wall time: the backbone alone (preprocessed
+band in, its bands of the stage maps out) and the whole prediction (image on rank 0 ->
+labels on rank 0), plus the bytes each rank hands to torch.distributed during the
+prediction (:func:`mmcirc.parallel.infer.count_bytes`). ``--threads``: torch threads of
+the single process; each of P ranks gets ``max(1, threads // P)``.
+
+Writes ``DIR/results.json`` (merged across runs of the same settings) and
+``DIR/table.md`` (ratios against P = 1 of the same config and size) after every P.
+"""
+
+import argparse
+import os.path as osp
+import time
+
+from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.utils.fileio import atomic_write
+
+from ..core import PeakMeter
+from ..report import ResultStore, environment, markdown_table, ratio
+
+MB = 1024**2
+
+
+def _measure(fn):
+    """``fn()`` under the peak meter: (its output, {time_s, peak_increase_mb})."""
+    with PeakMeter('cpu') as meter:
+        t0 = time.perf_counter()
+        out = fn()
+        dt = time.perf_counter() - t0
+    return out, dict(time_s=round(dt, 3), peak_increase_mb=round(meter.peak_mb, 1))
+
+
+def _worker(cfg, size, sharded):
+    import torch
+    import torch.distributed as dist
+
+    from mmcirc.apis import highres as hr
+    from mmcirc.apis.builder import build_model
+    from mmcirc.parallel.infer import count_bytes, sync_weights
+    from mmcirc.parallel.model import predict_sharded, scatter_image, shard_model
+    from mmcirc.utils import image_io as imio
+
+    rank = dist.get_rank()
+    model = build_model(hr.load_highres_config(cfg), seed=0)
+    img = imio.resize_image(imio.demo_image('astronaut'), (size, size))
+    out = dict(rank=rank)
+    with torch.no_grad():
+        if not sharded:
+            x = model.data_preprocessor(hr._make_data(img), False)['inputs']
+            feats, out['backbone'] = _measure(lambda: model.backbone(x))
+            del feats
+            _, out['predict'] = _measure(lambda: hr.predict_labels(model, img))
+            return out
+        sync_weights(model)
+        s = shard_model(model)
+        band = scatter_image(
+            torch.from_numpy(img.transpose(2, 0, 1)).contiguous() if rank == 0 else None,
+            img.shape[:2],
+        )
+        x = s.preprocess(band[None])
+        dist.barrier()
+        feats, out['backbone'] = _measure(lambda: s.backbone_feat(x))
+        del feats, x, band
+        dist.barrier()
+        with count_bytes() as sent:
+            _, out['predict'] = _measure(lambda: predict_sharded(s, img, img.shape[:2]))
+        out['bytes_sent'] = dict(sent, total=sum(sent.values()))
+    return out
+
+
+def summary(row):
+    """The figures of one (config, size, P) record: the largest rank's."""
+    r = row['ranks']
+    return dict(
+        backbone_gb=max(x['backbone']['peak_increase_mb'] for x in r) / 1024,
+        predict_gb=max(x['predict']['peak_increase_mb'] for x in r) / 1024,
+        backbone_s=max(x['backbone']['time_s'] for x in r),
+        predict_s=max(x['predict']['time_s'] for x in r),
+        sent_mb=sum(x.get('bytes_sent', {}).get('total', 0) for x in r) / MB,
+    )
+
+
+def table(results):
+    rows = []
+    for key, row in sorted(results.items()):
+        s = summary(row)
+        one = results.get(f'{row["config"]}@{row["size"]}@1')
+        base = summary(one) if one else {}
+        rows.append(
+            [
+                osp.basename(row['config']),
+                f'{row["size"]}x{row["size"]}',
+                row['nproc'],
+                f'{s["backbone_gb"]:.2f}',
+                ratio(s['backbone_gb'], base.get('backbone_gb')),
+                f'{s["predict_gb"]:.2f}',
+                ratio(s['predict_gb'], base.get('predict_gb')),
+                f'{s["backbone_s"]:.1f}',
+                f'{s["predict_s"]:.1f}',
+                f'{s["sent_mb"]:.0f}',
+            ]
+        )
+    head = [
+        'config',
+        'size',
+        'P',
+        'backbone per rank (GB)',
+        'ratio to P = 1',
+        'predict per rank (GB)',
+        'ratio',
+        'backbone time (s)',
+        'predict time (s)',
+        'sent per image (MB)',
+    ]
+    return markdown_table(head, rows, 'llrrrrrrrr') + '\n'
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('configs', nargs='+', help='mmseg configs of shardable segmentors')
+    p.add_argument('--size', type=int, default=2048, help='image side S (S x S), default 2048')
+    p.add_argument('--nprocs', type=int, nargs='+', default=[1, 2], help='values of P')
+    p.add_argument('--threads', type=int, default=2, help='torch threads of one process')
+    p.add_argument('--out-dir', default='work_dirs/benchmark_sharded')
+    args = p.parse_args(argv)
+    if args.size < 32:
+        raise CLIError(f'--size must be >= 32, got {args.size}')
+    if min(args.nprocs) < 1 or args.threads < 1:
+        raise CLIError(f'--nprocs and --threads must be >= 1, got {args.nprocs} {args.threads}')
+    for cfg in args.configs:
+        if not osp.isfile(cfg):
+            raise CLIError(f'config file not found: {cfg}')
+    return args
+
+
+@main_guard
+def main(argv=None):
+    from mmcirc.parallel.launch import run_parallel
+
+    args = parse_args(argv)
+    store = ResultStore(osp.join(args.out_dir, 'results.json'))
+    store.load(settings=dict(threads=args.threads))
+    for cfg in args.configs:
+        for p in args.nprocs:
+            ranks = run_parallel(
+                _worker,
+                p,
+                args=(cfg, args.size, p > 1),
+                threads=max(1, args.threads // p),
+                timeout_s=3600,
+            )
+            row = dict(config=cfg, size=args.size, nproc=p, sharded=p > 1, ranks=ranks)
+            store.update({f'{cfg}@{args.size}@{p}': row})
+            store.save(environment=environment(threads=args.threads))
+            s = summary(row)
+            print(
+                f'{cfg} {args.size} px P={p}: backbone +{s["backbone_gb"]:.2f} GB/rank '
+                f'{s["backbone_s"]:.1f} s | predict +{s["predict_gb"]:.2f} GB/rank '
+                f'{s["predict_s"]:.1f} s | sent {s["sent_mb"]:.0f} MB (all ranks)',
+                flush=True,
+            )
+            atomic_write(osp.join(args.out_dir, 'table.md'), table(store.results))
+    return store.results
