@@ -113,7 +113,7 @@ def test_too_many_ranks_is_one_error_line_naming_the_largest_p(setup):
     assert not (setup[2] / 'nproc4').exists()
 
 
-FAILING = """import runpy, sys
+FAILING = """import sys
 import torch.distributed as dist
 import mmcirc.parallel.model as pm
 orig = pm.band_labels
@@ -122,8 +122,8 @@ def band_labels(*a, **k):
         raise RuntimeError('injected failure on rank 1')
     return orig(*a, **k)
 pm.band_labels = band_labels
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name='__main__')
+from mmcirc.apis.highres_cli import main
+sys.exit(main(sys.argv[2:]))
 """
 
 

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import os.path as osp
-import sys
 import warnings
 
 import cv2
@@ -20,12 +19,9 @@ from helpers import REPO, run_tool
 from helpers import VECA_UPERNET as VECA
 from helpers import tiny_isotropic_config as _isotropic_config
 
-sys.path.insert(0, osp.join(REPO, 'tools'))
-import infer_highres  # noqa: E402
-
-from mmcirc.utils import image_io as imio  # noqa: E402
-
-from mmcirc.utils.cli import CLIError  # noqa: E402
+from mmcirc.apis import highres_cli as infer_highres
+from mmcirc.utils import image_io as imio
+from mmcirc.utils.cli import CLIError
 
 TINY = """_base_ = {base!r}
 model = dict(
