@@ -54,6 +54,7 @@ import re
 import sys
 import warnings
 
+from mmcirc.apis.overrides import add_override_args, overrides_from_args
 from mmcirc.benchmark import dense_baseline as db
 from mmcirc.utils import image_io as imio
 from mmcirc.utils.cli import CLIError, main_guard
@@ -109,24 +110,7 @@ def parse_args(argv=None):
         help='S: resize the longer side to S (aspect kept); HxW: exact '
         'size; omitted: the image as it is',
     )
-    parser.add_argument(
-        '--num-cores',
-        help="active cores C' of core stages (pyramids: int or "
-        'mobile (8) / edge (32) / server (64); VECA: a multiple of 8 within its bank, '
-        'or a preset)',
-    )
-    parser.add_argument(
-        '--boundary', help="circulant boundary: 'circular' or 'zero' (pyramids, CA-DeiT)"
-    )
-    parser.add_argument(
-        '--scale', help="circulant scale: 'sqrt_n' (official) or 'n' (paper, resolution invariant)"
-    )
-    parser.add_argument(
-        '--stage-attentions',
-        help='attention kind of every stage (a registered '
-        "block's kind the backbone's family takes, e.g. circulant, core, sra) or one "
-        'per stage, comma separated (pyramids)',
-    )
+    add_override_args(parser)
     parser.add_argument('--out-dir', default='work_dirs/highres', help='output folder')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
     parser.add_argument('--opacity', type=float, default=0.5, help='mask opacity in the overlay')
@@ -279,12 +263,7 @@ def main(argv=None):
     from mmcirc.utils.memory import is_out_of_memory
 
     with as_cli_errors():
-        overrides = hr.validate_overrides(
-            num_cores=args.num_cores,
-            boundary=args.boundary,
-            scale=args.scale,
-            stage_attentions=args.stage_attentions,
-        )
+        overrides = overrides_from_args(args)
     size = _check_args(args)
     if args.shard or args.nproc is not None:
         return _main_sharded(args, overrides, size)
