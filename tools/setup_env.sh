@@ -117,7 +117,7 @@ else
   if [ -z "$WHEEL" ]; then
     if [ "$CUDA_OPS" = 1 ]; then
       use_nvcc
-      say "building mmcv $MMCV_VERSION with CUDA ops (CUDA $TORCH_CUDA, arch $TORCH_CUDA_ARCH_LIST, nvcc from $CUDA_HOME), about 2 h on 2 cores (once; cached in $WHEELS)"
+      say "building mmcv $MMCV_VERSION with CUDA ops (CUDA $TORCH_CUDA, arch $TORCH_CUDA_ARCH_LIST, nvcc from $CUDA_HOME), about 70 min on 2 cores (once; cached in $WHEELS)"
     else
       say "building mmcv $MMCV_VERSION from source, about 10 min on 2 cores (once; cached in $WHEELS)"
     fi
