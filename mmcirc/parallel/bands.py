@@ -2,7 +2,7 @@
 
 Every map, the input image and each stage's output alike, is split on its own height
 ``H``: rank ``r`` of ``P`` owns rows ``[floor(r H / P), floor((r + 1) H / P))``. The
-bands differ by at most one row and the later ranks get the longer ones. A layer that
+bands differ by at most one row. A layer that
 maps rows to rows (a strided convolution, an upsampling) fetches the input rows its
 output band needs from the neighbours (halo exchange); nothing ties the bands of two
 stages together, so the split of a stage is a function of its own height and P only

@@ -75,12 +75,16 @@ def run_parallel(
     """``[fn(*args) on rank r for r in range(nprocs)]``, each rank a process of one group.
 
     ``start_method``: 'fork' (fast: the children share what the parent imported) or
-    'spawn' (``fn`` must then be importable by name). ``threads``: torch threads per rank.
+    'spawn' (``fn`` must then be importable by name). ``threads``: torch threads per rank;
+    more than one makes the children 'spawn' (a forked child that runs OpenMP regions
+    after its parent did can deadlock: libgomp's thread pool does not survive a fork).
     Return values travel pickled by value through a multiprocessing queue."""
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f'nprocs must be a positive int, got {nprocs!r}')
     if backend not in ('gloo', 'nccl'):
         raise ValueError(f"backend must be one of ('gloo', 'nccl'), got {backend!r}")
+    if threads > 1:
+        start_method = 'spawn'
     ctx = mp.get_context(start_method)
     queue = ctx.SimpleQueue() if start_method == 'fork' else ctx.Queue()
     port = free_port()

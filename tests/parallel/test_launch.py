@@ -1,0 +1,58 @@
+"""mmcirc.parallel.run_parallel: results in rank order, one error naming the failing rank
+(not the ranks that failed because of it), ranks with several threads after the parent
+ran OpenMP regions."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from mmcirc.parallel import band_bounds, run_parallel
+
+
+def _rank_sum(x):
+    t = torch.tensor([float(dist.get_rank() + x)])
+    dist.all_reduce(t)
+    return dist.get_rank(), t.item()
+
+
+def _fail_on_rank_1():
+    if dist.get_rank() == 1:
+        raise ValueError('boom on rank 1')
+    dist.barrier()  # rank 0 waits for rank 1, which is gone
+
+
+def _threaded_matmul():
+    a = torch.randn(512, 512, dtype=torch.float64)
+    return torch.get_num_threads(), (a @ a).sum().item()
+
+
+def test_results_in_rank_order_and_collectives_work():
+    # ranks 0, 1, 2 contribute 1, 2, 3
+    assert run_parallel(_rank_sum, 3, (1,)) == [(0, 6.0), (1, 6.0), (2, 6.0)]
+
+
+def test_a_failing_rank_is_named_with_its_own_error():
+    with pytest.raises(RuntimeError, match=r'^rank 1 failed: ValueError: boom on rank 1$'):
+        run_parallel(_fail_on_rank_1, 2, timeout_s=120)
+
+
+def test_ranks_with_two_threads_after_the_parent_used_openmp():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a = torch.randn(512, 512, dtype=torch.float64)
+        (a @ a).sum()  # the parent's OpenMP pool is up
+        ((threads, _),) = run_parallel(_threaded_matmul, 1, threads=2, timeout_s=300)
+    finally:
+        torch.set_num_threads(before)
+    assert threads == 2
+
+
+def test_band_bounds_cover_every_row_once_within_one_row():
+    assert band_bounds(70, 3) == [(0, 23), (23, 46), (46, 70)]
+    for h, p in [(7, 3), (10, 4), (5, 5), (1, 1)]:
+        bands = band_bounds(h, p)
+        assert bands[0][0] == 0 and bands[-1][1] == h
+        assert all(a[1] == b[0] for a, b in zip(bands, bands[1:]))
+        sizes = [b - a for a, b in bands]
+        assert max(sizes) - min(sizes) <= 1
