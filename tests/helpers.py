@@ -162,3 +162,22 @@ def tiny_isotropic_config(tmp_path, base):
         TINY_ISOTROPIC.format(base=osp.join(REPO, 'configs', base), arch=arch, extra=extra)
     )
     return str(path)
+
+
+# configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py (all-circulant CA-PVT-T + Semantic FPN) with
+# widths 8-32, one block per stage, one head and small neck / head.
+TINY_PYRAMID_FPN = """_base_ = {base!r}
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+                            num_heads=[1, 1, 1, 1])),
+    neck=dict(in_channels=[8, 16, 24, 32], out_channels=8),
+    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8))
+"""
+
+
+def tiny_pyramid_config(tmp_path, base='ca_pvt_t-allcirc_fpn_80k_ade20k.py', name='tiny_allcirc'):
+    """``tmp_path/<name>.py``: a thin config over configs/<base> (a pyramid + Semantic
+    FPN) with a tiny model."""
+    path = tmp_path / (name + '.py')
+    path.write_text(TINY_PYRAMID_FPN.format(base=osp.join(REPO, 'configs', base)))
+    return str(path)

@@ -2,19 +2,10 @@
 rank's figures, bytes only where ranks talk, runs merged, the table's ratio against P = 1."""
 
 import json
-import os.path as osp
 
 import pytest
 
-from helpers import REPO
-
-PVT = """_base_ = {base!r}
-model = dict(
-    backbone=dict(arch=dict(_delete_=True, embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
-                            num_heads=[1, 1, 1, 2])),
-    neck=dict(in_channels=[8, 16, 24, 32], out_channels=8),
-    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8))
-"""
+from helpers import tiny_pyramid_config
 
 
 @pytest.fixture(scope='module')
@@ -22,13 +13,12 @@ def run(tmp_path_factory):
     from mmcirc.benchmark.suites.sharded import main
 
     tmp = tmp_path_factory.mktemp('bench_sharded')
-    cfg = tmp / 'tiny.py'
-    cfg.write_text(PVT.format(base=osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py')))
+    cfg = tiny_pyramid_config(tmp)
     out = tmp / 'out'
-    main([str(cfg), '--size', '64', '--nprocs', '1', '--out-dir', str(out)])
-    main([str(cfg), '--size', '64', '--nprocs', '2', '--out-dir', str(out)])  # merges
+    main([cfg, '--size', '64', '--nprocs', '1', '--out-dir', str(out)])
+    main([cfg, '--size', '64', '--nprocs', '2', '--out-dir', str(out)])  # merges
     with open(out / 'results.json') as f:
-        return str(cfg), json.load(f), (out / 'table.md').read_text()
+        return cfg, json.load(f), (out / 'table.md').read_text()
 
 
 def test_one_record_per_p_with_every_rank(run):
@@ -50,7 +40,7 @@ def test_only_sharded_ranks_send_bytes(run):
 
 def test_table_has_a_row_per_p_and_ratios_against_p1(run):
     _, _, table = run
-    rows = [line for line in table.splitlines() if line.startswith('| tiny.py')]
+    rows = [line for line in table.splitlines() if line.startswith('| tiny_allcirc')]
     assert len(rows) == 2
     assert rows[0].split('|')[5].strip() == '1.00' or rows[0].split('|')[5].strip() == '-'
     assert rows[1].split('|')[5].strip() not in ('', '-')

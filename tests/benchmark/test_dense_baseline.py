@@ -2,30 +2,12 @@
 ``tools/infer_highres.py --dense-baseline`` (its end-to-end run is in
 tests/tools/test_infer_highres.py)."""
 
-import os.path as osp
-
 import numpy as np
 import pytest
 
-from helpers import REPO
+from helpers import tiny_pyramid_config
 
 from mmcirc.benchmark import dense_baseline as db
-
-TINY = """_base_ = {base!r}
-model = dict(
-    backbone=dict(arch=dict(_delete_=True, embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
-                            num_heads=[1, 1, 1, 1])),
-    neck=dict(in_channels=[8, 16, 24, 32], out_channels=8),
-    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8))
-"""
-
-
-def _tiny_config(tmp_path):
-    path = tmp_path / 'tiny_allcirc.py'
-    path.write_text(
-        TINY.format(base=osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py'))
-    )
-    return str(path)
 
 
 def test_short_error():
@@ -40,7 +22,7 @@ def test_dense_baseline_child_reports_out_of_memory(tmp_path):
     pytest.importorskip('mmseg')
     import cv2
 
-    cfg = _tiny_config(tmp_path)
+    cfg = tiny_pyramid_config(tmp_path)
     rng = np.random.RandomState(0)
     img = cv2.resize(
         rng.randint(0, 256, (7, 9, 3)).astype(np.uint8), (1024, 1024), interpolation=cv2.INTER_CUBIC
@@ -59,6 +41,6 @@ def test_dense_baseline_timeout_is_a_status(tmp_path):
     """A child that does not finish in time is killed and reported, not waited for."""
     pytest.importorskip('mmseg')
     img = np.zeros((64, 64, 3), np.uint8)
-    res = db.run_dense_baseline(_tiny_config(tmp_path), img, timeout=1)
+    res = db.run_dense_baseline(tiny_pyramid_config(tmp_path), img, timeout=1)
     assert res['status'] == 'timeout' and res['error'] == 'timeout (> 1 s)', res
     assert res['time_s'] is None and res['input_size'] == [64, 64]

@@ -15,29 +15,13 @@ import pytest
 import torch
 
 from helpers import CADEIT_UPERNET as CADEIT
-from helpers import REPO, run_tool
+from helpers import REPO, run_tool, tiny_pyramid_config
 from helpers import VECA_UPERNET as VECA
 from helpers import tiny_isotropic_config as _isotropic_config
 
 from mmcirc.apis import highres_cli as infer_highres
 from mmcirc.utils import image_io as imio
 from mmcirc.utils.cli import CLIError
-
-TINY = """_base_ = {base!r}
-model = dict(
-    backbone=dict(arch=dict(_delete_=True, embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
-                            num_heads=[1, 1, 1, 1])),
-    neck=dict(in_channels=[8, 16, 24, 32], out_channels=8),
-    decode_head=dict(in_channels=[8, 8, 8, 8], channels=8))
-"""
-
-
-def _tiny_config(tmp_path):
-    path = tmp_path / 'tiny_allcirc.py'
-    path.write_text(
-        TINY.format(base=osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py'))
-    )
-    return str(path)
 
 
 def _checkpoint(cfg_path, tmp_path):
@@ -75,7 +59,7 @@ def _reference(cfg_path, ckpt, img_path):
 
 
 def test_outputs_match_mmseg_inference_model(tmp_path):
-    cfg = _tiny_config(tmp_path)
+    cfg = tiny_pyramid_config(tmp_path)
     ckpt = _checkpoint(cfg, tmp_path)
     rng = np.random.RandomState(1)
     img = cv2.resize(
