@@ -26,6 +26,8 @@ import torch
 from torch import nn
 
 from mmcirc.models.blocks.probe import FORMS, attention_probes, probe_of
+
+from . import bccb as _bccb
 from .bccb import (
     bccb_distance,
     bccb_expand,
@@ -44,15 +46,7 @@ __all__ = [
     'AttentionCapture',
     'attention_kinds_in',
     'find_attention_layers',
-    'query_cells',
-    'offset_index',
-    'bccb_kernel',
-    'bccb_expand',
-    'bccb_project',
-    'bccb_distance',
-    'shuffle_tokens',
-    'centre_kernel',
-    'gather_entropy',
+    *_bccb.__all__,
 ]
 
 

@@ -84,15 +84,10 @@ from .flop_handles import (  # noqa: F401  (public names of the convention)
     fft_macs,
 )
 
+from . import flop_handles as _handles
+
 __all__ = [
-    'FFT_COMPLEX_MACS',
-    'FFT_REAL_MACS',
-    'COMPLEX_MUL_MACS',
-    'REAL_COMPLEX_MUL_MACS',
-    'SOFTMAX_MACS',
-    'fft_macs',
-    'FLOP_HANDLES',
-    'FREE_OPS',
+    *_handles.__all__,
     'FlopCounter',
     'add_flop_handles',
     'declared_flop_handles',
