@@ -69,7 +69,7 @@ if [ "$PREPARE" = 1 ]; then
   }
   mkdir -p "$WHEELS"
   # what mmengine / mmdet / mmseg import that the machine's image lacks (its package list:
-  # /work/.library/device/KINDS.md); setuptools<82 for pkg_resources (mmcv's setup.py, mmengine)
+  # the device tool's list of kinds); setuptools<82 for pkg_resources (mmcv's setup.py, mmengine)
   names=(mmengine mmdet mmsegmentation addict yapf platformdirs termcolor terminaltables
     pycocotools shapely ftfy wcwidth prettytable)
   specs=()
