@@ -287,8 +287,9 @@ def _eval_input(c, hw, depth):
     from torch import nn
 
     model, call, x = c.build(hw, depth=depth)
+    model.eval()  # not chained: some train() overrides (mmdet's Swin) return None
     if call is model:
-        return model.eval(), x
+        return model, x
 
     class Call(nn.Module):
         def __init__(self):
