@@ -37,6 +37,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mmcirc.analysis.memory import quadratic_warning
+from mmcirc.utils.labels import banded_argmax
 from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
 
 from .builder import load_model_config
@@ -113,7 +114,6 @@ def upsample_argmax(
     widest SIMD width (``band`` must be a multiple of 16) and channel c takes the same
     path as in the full tensor.
     """
-    import torch
     from mmseg.models.utils import resize
 
     if logits.dim() != 4 or logits.shape[0] != 1:
@@ -122,29 +122,23 @@ def upsample_argmax(
         raise ValueError(f'band must be a positive multiple of 16, got {band}')
     size = tuple(int(s) for s in size)
     num_bands = -(-logits.shape[1] // band)
-    best_val = labels = None
-    for k, c0 in enumerate(range(0, logits.shape[1], band)):
-        up = resize(
-            logits[:, c0 : c0 + band].contiguous(),
-            size=size,
-            mode='bilinear',
-            align_corners=align_corners,
-            warning=False,
-        )[0]  # (band, H, W)
-        idx = up.argmax(dim=0)  # (H, W)
-        val = up.gather(0, idx[None])[0]
-        del up
-        if labels is None:
-            best_val, labels = val, idx
-        else:
-            better = val > best_val
-            best_val = torch.where(better, val, best_val)
-            labels = torch.where(better, idx + c0, labels)
-            del better
-        del val, idx
-        if on_band is not None:
-            on_band(k + 1, num_bands)
-    return labels
+
+    def bands():
+        for k, c0 in enumerate(range(0, logits.shape[1], band)):
+            yield (
+                c0,
+                resize(
+                    logits[:, c0 : c0 + band].contiguous(),
+                    size=size,
+                    mode='bilinear',
+                    align_corners=align_corners,
+                    warning=False,
+                )[0],
+            )  # (band, H, W)
+            if on_band is not None:  # band k + 1 is merged once the next one is asked for
+                on_band(k + 1, num_bands)
+
+    return banded_argmax(bands())
 
 
 def _make_data(img: np.ndarray):

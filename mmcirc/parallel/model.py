@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..utils.labels import banded_argmax
 from .bands import band_bounds, check_world_size
 from .comm import Layout, exchange_rows, gather_rows, row_offsets, world
 from .heads import HEAD_FORWARDS, NECK_FORWARDS
@@ -312,21 +313,14 @@ def band_labels(logits: torch.Tensor, hw: Sequence[int], align_corners: bool, gr
     out = Layout(
         [b[0] for b in band_bounds(int(hw[0]), layout.world_size)] + [int(hw[0])], layout.rank
     )
-    best = labels = None
-    for c0 in range(0, logits.shape[1], band):
-        up = interpolate(
-            logits[:, c0 : c0 + band].contiguous(), (int(hw[0]), int(hw[1])), None, 'bilinear',
-            align_corners, group=group, in_layout=layout, out_layout=out,
-        )[0]  # (band, h_r, W)  # fmt: skip
-        idx = up.argmax(dim=0)
-        val = up.gather(0, idx[None])[0]
-        if labels is None:
-            best, labels = val, idx
-        else:
-            better = val > best
-            best = torch.where(better, val, best)
-            labels = torch.where(better, idx + c0, labels)
-    return labels
+    size = (int(hw[0]), int(hw[1]))
+    return banded_argmax(
+        (c0, interpolate(
+            logits[:, c0 : c0 + band].contiguous(), size, None, 'bilinear', align_corners,
+            group=group, in_layout=layout, out_layout=out,
+        )[0])  # (band, h_r, W)
+        for c0 in range(0, logits.shape[1], band)
+    )  # fmt: skip
 
 
 def predict_sharded(
