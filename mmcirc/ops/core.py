@@ -256,13 +256,20 @@ class CoreAttention(nn.Module):
             new = [None if t is None else old * corr + t for old, t in zip((den, acc, mass), new)]
         return (m_new, *new)
 
-    def _gather(self, cores, x, chunk, fold):
-        """g = MHA(c W_qc, x W_kp, x W_vp), heads concatenated: (B, C', C)."""
+    def _gather_queries(self, cores, fold):
+        """The gather's scaled queries: (B, h, C', dh), or folded (B, h*C', C)."""
         b, nc, c = cores.shape
         h, dh = self.num_heads, self.head_dim
         q = self._heads(self.q_core(cores)) * self.scale  # (B, h, C', dh)
         if fold:  # (q W_k,h) . x : (B, h, C', dh) @ (h, dh, C) -> (B, h*C', C)
             q = (q @ self.k_patch.weight.view(h, dh, c)).view(b, h * nc, c)
+        return q
+
+    def _gather(self, cores, x, chunk, fold):
+        """g = MHA(c W_qc, x W_kp, x W_vp), heads concatenated: (B, C', C)."""
+        b, nc, c = cores.shape
+        h, dh = self.num_heads, self.head_dim
+        q = self._gather_queries(cores, fold)
         track = fold and self.training and self.attn_drop > 0
         if chunk >= x.shape[1] and not track:  # all patches at once (fused)
             k, v = self._patch_kv(x, fold)

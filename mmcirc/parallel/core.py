@@ -79,9 +79,7 @@ class ShardedCoreAttention(CoreAttention):
         """g = MHA(c W_qc, x W_kp, x W_vp) over the patches of all ranks: (B, C', C)."""
         b, nc, c = cores.shape
         h, dh = self.num_heads, self.head_dim
-        q = self._heads(self.q_core(cores)) * self.scale  # (B, h, C', dh)
-        if fold:  # (q W_k,h) . x : (B, h, C', dh) @ (h, dh, C) -> (B, h*C', C)
-            q = (q @ self.k_patch.weight.view(h, dh, c)).view(b, h * nc, c)
+        q = self._gather_queries(cores, fold)  # (B, h, C', dh) | (B, h*C', C)
         track = fold and self.training and self.attn_drop > 0
         if x.shape[1] == 0:  # no local patches: the neutral state
             m = q.new_full((*q.shape[:-1], 1), float('-inf'))  # (B, h, C', 1) | (B, h*C', 1)
