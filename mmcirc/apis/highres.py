@@ -38,7 +38,7 @@ import numpy as np
 
 from mmcirc.analysis.memory import quadratic_warning
 from mmcirc.utils.labels import banded_argmax
-from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
 
 from .builder import load_model_config
 from .overrides import apply_backbone_overrides, backbone_on_meta, backbone_summary
@@ -313,8 +313,7 @@ def run_image(
 
     hw = tuple(img.shape[:2])
     warn = quadratic_warning(model.backbone, hw)
-    per_image = reset_peak_rss()
-    base_rss = rss_bytes() if per_image else peak_rss_bytes()
+    base_rss, per_image = rss_baseline()
     cuda = str(device).startswith('cuda')
     if cuda:
         torch.cuda.reset_peak_memory_stats()

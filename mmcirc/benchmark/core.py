@@ -85,10 +85,9 @@ class PeakMeter:
             torch.cuda.reset_peak_memory_stats()
             self._base = torch.cuda.memory_allocated()
         else:
-            from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+            from mmcirc.utils.memory import rss_baseline
 
-            self.reset = reset_peak_rss()
-            self._base = rss_bytes() if self.reset else peak_rss_bytes()
+            self._base, self.reset = rss_baseline()
         return self
 
     def __exit__(self, *exc):

@@ -96,7 +96,7 @@ def child(spec: dict) -> dict:
 
     import numpy as np
 
-    from mmcirc.utils.memory import is_out_of_memory, peak_rss_bytes, reset_peak_rss, rss_bytes
+    from mmcirc.utils.memory import is_out_of_memory, peak_rss_bytes, rss_baseline
 
     out = dict(status='error', stage_attentions=None, build_s=None, time_s=None, error=None)
     t_start, t0 = time.perf_counter(), None
@@ -117,7 +117,7 @@ def child(spec: dict) -> dict:
         warn = quadratic_warning(model.backbone, hw)
         if warn:
             print(warn, flush=True)
-        base = rss_bytes() if reset_peak_rss() else peak_rss_bytes()
+        base, _ = rss_baseline()
         out['baseline_rss_mb'] = round(base / MB, 1)
         t0 = time.perf_counter()
         labels, times = hr.predict_labels(model, img, upsample=spec['upsample'])

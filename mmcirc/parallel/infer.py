@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from mmcirc.utils.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
 from .model import ShardedSegmentor, predict_sharded
 
 __all__ = ['count_bytes', 'run_image_sharded', 'sync_weights']
@@ -82,8 +82,7 @@ def run_image_sharded(sharded: ShardedSegmentor, img, hw: Sequence[int], group=N
     ``time_s`` (slowest rank, from a barrier to the labels on rank 0), ``per_rank``
     [{rank, time_s, peak_rss_mb, baseline_rss_mb, peak_increase_mb, bytes_sent}]."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
-    per_image = reset_peak_rss()
-    base = rss_bytes() if per_image else peak_rss_bytes()
+    base, per_image = rss_baseline()
     dist.barrier(group=group)
     t0 = time.perf_counter()
     with count_bytes() as sent:

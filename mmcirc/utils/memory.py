@@ -9,6 +9,7 @@ __all__ = [
     'is_out_of_memory',
     'peak_rss_bytes',
     'reset_peak_rss',
+    'rss_baseline',
     'rss_bytes',
 ]
 
@@ -53,6 +54,15 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+def rss_baseline():
+    """Start a peak-RSS measurement: ``(baseline bytes, per_block)``. The high-water
+    mark is lowered to the current RSS where the kernel allows it (``per_block`` True,
+    baseline = RSS now); else the baseline is the mark so far and a later
+    :func:`peak_rss_bytes` includes what came before."""
+    per_block = reset_peak_rss()
+    return (rss_bytes() if per_block else peak_rss_bytes()), per_block
 
 
 #: What the allocators (Python, torch's CPU / CUDA ones, the C++ runtime) say when an
