@@ -1,6 +1,7 @@
 """Helpers shared by the tests: paths of the repo and a runner for its tools."""
 
 import glob
+import mmap
 import os
 import os.path as osp
 import subprocess
@@ -27,6 +28,17 @@ def run_tool(args, cwd, timeout=900, env=None, check=True):
             f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}'
         )
     return proc
+
+
+def touch_fresh_pages(nbytes):
+    """Write ``nbytes`` of newly mapped anonymous memory, then unmap it: RSS grows by
+    that much whatever the state of the heap. (A numpy or torch buffer may be served
+    from freed memory that is still resident, which leaves RSS where it was.)"""
+    block = mmap.mmap(-1, nbytes)
+    page = b'\x01' * mmap.PAGESIZE
+    for _ in range(nbytes // mmap.PAGESIZE):
+        block.write(page)
+    block.close()
 
 
 #: What a torch-only machine (the lent GPU machine) lacks.
