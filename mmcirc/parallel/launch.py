@@ -42,6 +42,7 @@ def init_from_env(backend: str = None, timeout_s: float = 600) -> None:
 
 
 def _worker(rank, world_size, port, backend, fn, args, threads, queue):
+    joined = False
     try:
         torch.set_num_threads(threads)
         dist.init_process_group(
@@ -51,16 +52,18 @@ def _worker(rank, world_size, port, backend, fn, args, threads, queue):
             world_size=world_size,
             timeout=timedelta(seconds=600),
         )
-        try:
-            out = fn(*args)
-        finally:
-            dist.destroy_process_group()
+        joined = True
         # plain pickle: by value (torch's reducers would pass a file descriptor that
         # dies with this process)
-        queue.put((rank, True, pickle.dumps(out)))
+        message = (rank, True, pickle.dumps(fn(*args)))
     except BaseException as exc:  # reported to the parent, which raises
         last = traceback.format_exc().strip().splitlines()[-1]
-        queue.put((rank, False, f'{type(exc).__name__}: {exc}' if str(exc) else last))
+        message = (rank, False, f'{type(exc).__name__}: {exc}' if str(exc) else last)
+    # reported before the group is torn down: the peers only see this rank's sockets
+    # close afterwards, so a failing rank's own error reaches the parent before their echo
+    queue.put(message)
+    if joined:
+        dist.destroy_process_group()
 
 
 def run_parallel(

@@ -2,11 +2,13 @@
 (not the ranks that failed because of it), ranks with several threads after the parent
 ran OpenMP regions."""
 
+import functools
+
 import pytest
 import torch
 import torch.distributed as dist
 
-from mmcirc.parallel import band_bounds, run_parallel
+from mmcirc.parallel import band_bounds, launch, run_parallel
 
 
 def _rank_sum(x):
@@ -34,6 +36,15 @@ def test_results_in_rank_order_and_collectives_work():
 def test_a_failing_rank_is_named_with_its_own_error():
     with pytest.raises(RuntimeError, match=r'^rank 1 failed: ValueError: boom on rank 1$'):
         run_parallel(_fail_on_rank_1, 2, timeout_s=120)
+
+
+def test_the_failing_rank_reports_before_its_peers_echo(monkeypatch):
+    """With no grace period for later messages, the first one must already be the
+    failing rank's own error, not a peer's 'Connection closed by peer'."""
+    monkeypatch.setattr(launch, '_first_cause', functools.partial(launch._first_cause, grace_s=0))
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match=r'^rank 1 failed: ValueError: boom on rank 1$'):
+            run_parallel(_fail_on_rank_1, 2, timeout_s=120)
 
 
 def test_ranks_with_two_threads_after_the_parent_used_openmp():
