@@ -83,7 +83,7 @@ def test_cpu_peak_meter_sees_an_allocation():
     with PeakMeter('cpu') as meter:
         touch_fresh_pages(256 << 20)
     assert meter.peak_mb >= 250
-    if meter.reset:  # the high-water mark was lowered: nothing much besides the tensor
+    if meter.reset:  # the high-water mark was lowered: nothing much besides the pages
         assert meter.peak_mb < 250 + 200
 
 
