@@ -43,7 +43,6 @@ def init_from_env(backend: str = None, timeout_s: float = 600) -> None:
 
 
 def _worker(rank, world_size, port, backend, fn, args, threads, queue):
-    joined = False
     try:
         torch.set_num_threads(threads)
         dist.init_process_group(
@@ -53,7 +52,6 @@ def _worker(rank, world_size, port, backend, fn, args, threads, queue):
             world_size=world_size,
             timeout=timedelta(seconds=600),
         )
-        joined = True
         # plain pickle: by value (torch's reducers would pass a file descriptor that
         # dies with this process)
         message = (rank, True, pickle.dumps(fn(*args)))
@@ -63,7 +61,7 @@ def _worker(rank, world_size, port, backend, fn, args, threads, queue):
     # reported before the group is torn down: the peers only see this rank's sockets
     # close afterwards, so a failing rank's own error reaches the parent before their echo
     queue.put(message)
-    if joined:
+    if dist.is_initialized():
         # what this rank had to say is sent: a failing teardown must not turn into a
         # non-zero exit that the parent would read as a rank lost without a result
         with contextlib.suppress(Exception):
