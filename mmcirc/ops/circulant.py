@@ -25,7 +25,7 @@ Two boundary modes:
 Every FFT and the softmax run in float32 (float64 for float64 inputs) with
 autocast disabled; the result is cast back to the autocast / input dtype. Under
 autocast the gate and output projection run in the autocast dtype (bf16 on the
-CPU); the qkv projection acts on the float32 spectrum.
+CPU), and so does the qkv product on the float32 spectrum under bf16.
 
 One body of the equations (:func:`_attend`) for both backends of the 2-D
 transforms (:mod:`mmcirc.ops.circulant_transforms`: torch.fft, or real matmul
@@ -146,19 +146,10 @@ def _fp32_region(t):
 
 
 def transpose_tokens(x, dtype=None):
-    """Contiguous ``x.transpose(1, 2)`` of x (B, P, Q) -> (B, Q, P), cast to ``dtype``.
-
-    One 2-D transpose per batch element: torch's ``copy_`` has a blocked kernel for a
-    2-D transpose only (a 3-D transpose copy of (1, 16384, 64) is about 8x slower).
-    Symbolic batch sizes (torch.export) take the plain copy.
-    """
-    b, p, q = x.shape
-    if not isinstance(b, int):
-        return x.transpose(1, 2).to(dtype or x.dtype, memory_format=torch.contiguous_format)
-    out = x.new_empty(b, q, p, dtype=dtype)  # (B, Q, P)
-    for i in range(b):
-        out[i].copy_(x[i].t())  # (Q, P) <- (P, Q)^T
-    return out
+    """Contiguous ``x.transpose(1, 2)`` of x (B, P, Q) -> (B, Q, P), cast to ``dtype``,
+    in one copy (the layout change between tokens and channels-first maps; measured
+    cheaper forward and backward than per-batch 2-D transposes or a stack of them)."""
+    return x.transpose(1, 2).to(dtype or x.dtype, memory_format=torch.contiguous_format)
 
 
 def _mask_padding(a, hw):
@@ -173,19 +164,20 @@ def _mask_padding(a, hw):
 
 def _row_mass(p, hw):
     """Z[i] = sum_m p[m] [i + m inside the map], (..., H, W), from p (..., Ph, Pw) on the
-    wrapped grid, with one cumulative sum over the grid and the rest on H rows.
+    wrapped grid, as box sums of two cumulative sums along contiguous last axes (torch's
+    CPU cumsum along a non-last axis is ~20x slower).
 
-    Row r admits the row offsets -r..H-1-r: rows 0..H-1-r and Ph-r..Ph-1 of the grid,
-    so with C the inclusive cumulative sum over rows the row sum is
-    C[H-1-r] - C[Ph-1-r] + C[Ph-1]; likewise the columns.
+    Column c admits the column offsets -c..W-1-c: columns 0..W-1-c and Pw-c..Pw-1 of
+    the grid, so with C the inclusive cumulative sum over columns the column sum is
+    C[W-1-c] - C[Pw-1-c] + C[Pw-1]; likewise the rows.
     """
     h, w = hw
     ph, pw = p.shape[-2:]
-    c = p.cumsum(-2)  # (..., Ph, Pw)
-    s = c[..., :h, :] - c[..., ph - h :, :] + c[..., ph - 1 :, :]  # (..., H, Pw), rows reversed
-    c = s.cumsum(-1)  # (..., H, Pw)
-    z = c[..., :w] - c[..., pw - w :] + c[..., pw - 1 :]  # (..., H, W), both axes reversed
-    return z.flip(-2, -1)  # (..., H, W)
+    c = p.cumsum(-1)  # (..., Ph, Pw)
+    s = c[..., :w] - c[..., pw - w :] + c[..., pw - 1 :]  # (..., Ph, W), columns reversed
+    c = s.transpose(-1, -2).contiguous().cumsum(-1)  # (..., W, Ph)
+    z = c[..., :h] - c[..., ph - h :] + c[..., ph - 1 :]  # (..., W, H), both axes reversed
+    return z.flip(-2, -1).transpose(-1, -2).contiguous()  # (..., H, W)
 
 
 BLOCK_BYTES = 1 << 23  # CPU: spectra of one block of heads ~8 MiB (cache)
@@ -376,6 +368,10 @@ class CirculantAttention(nn.Module):
         d = c // self.num_heads
         s = scale_value(self.scale, n, d)
         cdt, odt = _dtypes(x)
+        # the qkv product on the spectrum in bf16 when the layer's output is (autocast):
+        # a linear like the gate and proj; bf16 has float32's range (fp16 could overflow
+        # on the spectrum's DC term, ~N times a token), the FFTs stay float32
+        ldt = torch.bfloat16 if odt == torch.bfloat16 else None
 
         x = transpose_tokens(x)  # (B, C, N) contiguous: channels first from here on
         t = self.gate[1](_linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
@@ -389,7 +385,7 @@ class CirculantAttention(nn.Module):
             for sl in _blocks(tf, c, self.num_heads, b, x.device.type):  # whole heads
                 # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
-                q, k, v = tf.linear(wb, x).chunk(3, dim=1)  # (B, Cb, Ph, U) each
+                q, k, v = tf.linear(wb, x, ldt).chunk(3, dim=1)  # (B, Cb, Ph, U) each
                 o = _attend(tf, q, k, v, (h, w), d, self.boundary)  # Eqs. 15-16 (B, Cb, H, W)
                 y.append(o.reshape(b, -1, n).to(odt) * t[:, sl])  # gate, (B, Cb, N)
             y = y[0] if len(y) == 1 else torch.cat(y, dim=1)  # (B, C, N)
