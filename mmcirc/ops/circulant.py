@@ -58,12 +58,12 @@ __all__ = [
     'BOUNDARIES',
     'FFT_IMPLS',
     'SCALES',
-    'circulant_attention',
     'CirculantAttention',
-    'next_fast_len',
-    'fft_grid',
+    'circulant_attention',
     'export_mode',
+    'fft_grid',
     'get_fft_impl',
+    'next_fast_len',
     'scale_value',
     'set_fft_impl',
 ]
@@ -273,7 +273,9 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='
     with _fp32_region(q):
         tf = transforms((h, w), boundary, cdt, q.device)
         # (B, H, W, C) -> (B, C, H, W) contiguous: FFTs over contiguous last axes
-        q, k, v = (transpose_tokens(t.reshape(b, h * w, c), cdt).view(b, c, h, w) for t in (q, k, v))
+        q, k, v = (
+            transpose_tokens(t.reshape(b, h * w, c), cdt).view(b, c, h, w) for t in (q, k, v)
+        )
         o = []
         for sl in _blocks(tf, c, heads, b, q.device.type):  # whole heads
             qb, kb, vb = (tf.rfft2(t[:, sl]) for t in (q, k, v))  # (B, Cb, Ph, U) each

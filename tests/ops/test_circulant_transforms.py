@@ -45,7 +45,9 @@ def test_irfft2_inverts_and_crops(hw, boundary):
         full = torch.randn(2, 3, *tf.grid, dtype=torch.float64)
         y = tf.rfft2(full)
         torch.testing.assert_close(tf.irfft2(y, tf.grid), full, rtol=1e-10, atol=1e-10)
-        torch.testing.assert_close(tf.irfft2(y, hw), full[..., : hw[0], : hw[1]], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            tf.irfft2(y, hw), full[..., : hw[0], : hw[1]], rtol=1e-10, atol=1e-10
+        )
 
 
 def test_backends_grids():
@@ -81,7 +83,9 @@ def test_linear_is_the_channel_product():
         torch.testing.assert_close(_complex(tf, tf.linear(w, _spectrum(tf, y))), ref)
 
 
-@pytest.mark.parametrize('hw, grid', [((3, 4), (5, 7)), ((3, 4), (8, 9)), ((1, 5), (2, 10)), ((4, 1), (7, 1))])
+@pytest.mark.parametrize(
+    'hw, grid', [((3, 4), (5, 7)), ((3, 4), (8, 9)), ((1, 5), (2, 10)), ((4, 1), (7, 1))]
+)
 def test_row_mass_sums_the_in_map_offsets(hw, grid):
     """Z[i] = sum_m p[m] [i + m inside], brute force over the offsets of a wrapped grid."""
     h, w = hw
