@@ -57,3 +57,8 @@ def test_ranks_with_two_threads_after_the_parent_used_openmp():
     finally:
         torch.set_num_threads(before)
     assert threads == 2
+
+
+def test_secondary_errors_are_the_peers_echo_not_a_cause():
+    assert launch.is_secondary_error('RuntimeError: [gloo] Connection closed by peer [::1]:1')
+    assert not launch.is_secondary_error('ValueError: world_size=4 is larger than the 3 rows')
