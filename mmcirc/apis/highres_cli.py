@@ -373,9 +373,10 @@ def _sharded_rank(args, overrides, size):
 
     from mmcirc import apis as hr
     from mmcirc.parallel import infer as pinf
+    from mmcirc.parallel.comm import group_rank_size
     from mmcirc.parallel.model import check_size, shard_model
 
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = group_rank_size()
     with as_cli_errors():
         cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
         model = hr.build_model(cfg, args.checkpoint, device='cpu', warn_random=rank == 0)
@@ -450,24 +451,22 @@ def _main_sharded(args, overrides, size):
         except RuntimeError as err:  # 'rank r failed: <its error>'
             raise CLIError(str(err).strip().splitlines()[0]) from None
     else:
-        import torch.distributed as dist
-
-        from mmcirc.parallel import init_from_env
+        from mmcirc.parallel.comm import group_rank_size
+        from mmcirc.parallel.launch import init_from_env, is_secondary_error
 
         init_from_env('gloo')
         try:
             lines = _sharded_rank(args, overrides, size)
         except (CLIError, ValueError, TypeError):
-            if dist.get_rank() != 0:  # the same error on every rank: rank 0 reports it
+            if group_rank_size()[0] != 0:  # the same error on every rank: rank 0 reports it
                 sys.exit(1)
             raise
         except Exception as err:  # one line from the failing rank; its peers' echoes quiet
-            from mmcirc.parallel.launch import _SECONDARY
-
             msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-            if any(s in msg for s in _SECONDARY):
+            if is_secondary_error(msg):
                 sys.exit(1)
-            raise CLIError(f'rank {dist.get_rank()} failed: {type(err).__name__}: {msg}') from None
+            rank = group_rank_size()[0]
+            raise CLIError(f'rank {rank} failed: {type(err).__name__}: {msg}') from None
     for line in lines:
         print(line, flush=True)
     return 0

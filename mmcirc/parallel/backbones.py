@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .comm import gather_rows, row_offsets
+from .comm import gather_rows, group_rank_size, row_offsets
 from .layers import ShardedConv2d, interpolate_full
 
 __all__ = [
@@ -172,7 +172,7 @@ class ShardedCorePeriphery(nn.Module):
         q, k, v = heads(a.q_proj(x)), heads(a.k_proj(x)), heads(a.v_proj(x))
         cos, sin = cos.to(q.dtype).unsqueeze(1), sin.to(q.dtype).unsqueeze(1)
         q, k = Rotary2D.rotate(q, cos, sin), Rotary2D.rotate(k, cos, sin)
-        rank = dist.get_rank(self.group)
+        rank = group_rank_size(self.group)[0]
         keys, vals = (k, v) if rank == 0 else (k[:, :, c:], v[:, :, c:])
         s = (q[:, :, :c] @ keys.transpose(-1, -2)) * a.head_dim**-0.5  # (B, h, C', T_r)
         if s.shape[-1]:

@@ -45,13 +45,8 @@ from mmcirc.ops.circulant import (
 )
 
 from .bands import band_bounds
-from .fft import (
-    group_rank_size,
-    sharded_irfft2,
-    sharded_rfft2,
-    spectrum_columns,
-    transpose_bytes,
-)
+from .comm import group_rank_size
+from .fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
 
 __all__ = ['ShardedCirculantAttention', 'circulant_comm_bytes']
 

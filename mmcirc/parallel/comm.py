@@ -21,12 +21,33 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-__all__ = ['Layout', 'row_offsets', 'exchange_rows', 'fetch_rows', 'gather_rows', 'world']
+__all__ = [
+    'Layout',
+    'comm_device',
+    'exchange_rows',
+    'fetch_rows',
+    'gather_rows',
+    'group_rank_size',
+    'row_offsets',
+]
 
 
-def world(group=None) -> Tuple[int, int]:
-    """(rank, world size) in ``group`` (default: the default group)."""
+def group_rank_size(group=None) -> Tuple[int, int]:
+    """``(rank, world_size)`` in ``group`` (None: the default group); ``(0, 1)``
+    without a process group. The one rank / size helper of :mod:`mmcirc.parallel`."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
     return dist.get_rank(group), dist.get_world_size(group)
+
+
+def comm_device(group=None, like: Optional[torch.Tensor] = None) -> torch.device:
+    """Where the tensors handed to ``group``'s collectives live: the CUDA device of
+    ``like`` (else the current one) under NCCL, the CPU otherwise (gloo)."""
+    if dist.get_backend(group) != 'nccl':
+        return torch.device('cpu')
+    if like is not None and like.device.type == 'cuda':
+        return like.device
+    return torch.device('cuda', torch.cuda.current_device())
 
 
 class Layout:
@@ -53,10 +74,8 @@ class Layout:
 def row_offsets(*rows: int, group=None, device=None) -> List[Layout]:
     """The layouts of maps whose local bands have ``rows`` rows here (one int per map):
     one ``all_gather`` of the local counts; ``[Layout]`` in the order given."""
-    rank, size = world(group)
-    backend = dist.get_backend(group)
-    if device is None:
-        device = torch.device('cuda', torch.cuda.current_device()) if backend == 'nccl' else 'cpu'
+    rank, size = group_rank_size(group)
+    device = comm_device(group) if device is None else device
     mine = torch.tensor([int(r) for r in rows], dtype=torch.int64, device=device)  # (M,)
     every = [torch.empty_like(mine) for _ in range(size)]
     dist.all_gather(every, mine, group=group)
@@ -131,10 +150,9 @@ def fetch_rows(
     range; zeros outside the map): one ``all_gather`` of (rows, lo, hi), then
     :func:`exchange_rows`. ``layout``: the band layout if known (its rows are still
     gathered with the ranges)."""
-    rank, size = world(group)
+    rank, size = group_rank_size(group)
     dim = dim % x.dim()
-    device = x.device if dist.get_backend(group) == 'nccl' else 'cpu'
-    mine = torch.tensor([x.shape[dim], lo, hi], dtype=torch.int64, device=device)
+    mine = torch.tensor([x.shape[dim], lo, hi], dtype=torch.int64, device=comm_device(group, x))
     every = [torch.empty_like(mine) for _ in range(size)]
     dist.all_gather(every, mine, group=group)
     table = torch.stack(every).cpu().tolist()  # (P, 3)
@@ -151,15 +169,11 @@ def gather_rows(
 ) -> Optional[torch.Tensor]:
     """The whole map from its bands: on every rank (``dst`` None, an all-gather of
     uneven bands) or on rank ``dst`` only (others get None)."""
-    rank, _ = world(group)
+    rank, _ = group_rank_size(group)
     dim = dim % x.dim()
-    (layout,) = row_offsets(x.shape[dim], group=group, device=_comm_device(x, group))
+    (layout,) = row_offsets(x.shape[dim], group=group, device=comm_device(group, x))
     wants = [
         (0, layout.height) if dst is None or q == dst else (0, 0) for q in range(layout.world_size)
     ]
     out = exchange_rows(x, layout, wants, dim=dim, group=group)
     return out if dst is None or rank == dst else None
-
-
-def _comm_device(x: torch.Tensor, group=None):
-    return x.device if dist.get_backend(group) == 'nccl' else torch.device('cpu')

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from mmcirc.ops.core import CoreAttention
 
-from .fft import group_rank_size
+from .comm import group_rank_size
 
 __all__ = ['ShardedCoreAttention', 'core_comm_bytes']
 

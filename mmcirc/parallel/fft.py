@@ -33,21 +33,14 @@ import torch
 import torch.distributed as dist
 
 from .bands import band_bounds
+from .comm import group_rank_size
 
 __all__ = [
-    'group_rank_size',
     'sharded_irfft2',
     'sharded_rfft2',
     'spectrum_columns',
     'transpose_bytes',
 ]
-
-
-def group_rank_size(group=None) -> Tuple[int, int]:
-    """``(rank, world_size)`` in ``group``; ``(0, 1)`` without a process group."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return 0, 1
-    return dist.get_rank(group), dist.get_world_size(group)
 
 
 def spectrum_columns(grid: Sequence[int], world_size: int):

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
+from .comm import group_rank_size
 from .model import ShardedSegmentor, predict_sharded
 
 __all__ = ['count_bytes', 'run_image_sharded', 'sync_weights']
@@ -51,7 +52,7 @@ def count_bytes():
 
     def all_to_all_single(out, inp, out_split=None, in_split=None, group=None, **k):
         if in_split is not None:
-            rank = dist.get_rank(group)
+            rank = group_rank_size(group)[0]
             rows = sum(in_split) - in_split[rank]
             counts['all_to_all'] += (
                 rows * (inp.numel() // max(inp.shape[0], 1)) * inp.element_size()
@@ -81,7 +82,7 @@ def run_image_sharded(sharded: ShardedSegmentor, img, hw: Sequence[int], group=N
     """(labels (H, W) int64 numpy on rank 0 / None elsewhere, record dict on every rank):
     ``time_s`` (slowest rank, from a barrier to the labels on rank 0), ``per_rank``
     [{rank, time_s, peak_rss_mb, baseline_rss_mb, peak_increase_mb, bytes_sent}]."""
-    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    rank, size = group_rank_size(group)
     base, per_image = rss_baseline()
     dist.barrier(group=group)
     t0 = time.perf_counter()

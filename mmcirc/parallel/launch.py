@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-__all__ = ['free_port', 'init_from_env', 'run_parallel']
+__all__ = ['free_port', 'init_from_env', 'is_secondary_error', 'run_parallel']
 
 
 def free_port() -> int:
@@ -143,6 +143,12 @@ def run_parallel(
 _SECONDARY = ('Connection closed by peer', 'Connection reset by peer', 'remote worker', 'aborted')
 
 
+def is_secondary_error(message: str) -> bool:
+    """Whether a rank's error ``message`` is the echo of another rank's failure (its
+    peer's sockets closed), not a cause of its own."""
+    return any(s in message for s in _SECONDARY)
+
+
 def _first_cause(rank, message, queue, procs, grace_s=3.0):
     """The error to report: the first one that is not the echo of another rank's failure
     (waits ``grace_s`` for the others' messages)."""
@@ -155,7 +161,7 @@ def _first_cause(rank, message, queue, procs, grace_s=3.0):
         if not got[1]:
             errors.append((got[0], got[2]))
     for r, msg in errors:
-        if not any(s in msg for s in _SECONDARY):
+        if not is_secondary_error(msg):
             return f'rank {r} failed: {msg}'
     return f'rank {errors[0][0]} failed: {errors[0][1]}'
 

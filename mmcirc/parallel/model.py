@@ -14,6 +14,11 @@ gets the whole label map and logits back.
 Supported: CA-PVT / Core-PVT (any mix of ``'circulant'``, ``'core'``, ``'sra'``
 stages) with Semantic FPN (``FPN`` + ``FPNHead``) or ``UPerHead``; CA-DeiT and VECA
 with ``MultiLevelNeck`` + ``UPerHead``; ``EncoderDecoder`` segmentors in eval mode.
+The backbone's attention, patch and position embeddings are swapped whole
+(:func:`_backbone_parts`); every other leaf of the backbone, neck and head goes through
+one leaf rule: local (channel-wise, elementwise), swapped (a Conv2d with zero padding,
+e.g. PVTv2's depthwise FFN conv, becomes a halo :class:`ShardedConv2d`; GroupNorm;
+mmseg ``Upsample``) or refused by name.
 """
 
 import math
@@ -25,7 +30,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..utils.labels import banded_argmax
 from .bands import band_bounds, check_world_size
-from .comm import Layout, exchange_rows, gather_rows, row_offsets, world
+from .comm import Layout, exchange_rows, gather_rows, group_rank_size, row_offsets
 from .heads import HEAD_FORWARDS, NECK_FORWARDS
 from .layers import ShardedConv2d, ShardedGroupNorm, ShardedUpsample, interpolate
 
@@ -44,11 +49,20 @@ _INSTEAD = (
     "sharded inference supports CA-PVT / Core-PVT ('circulant', 'core', 'sra' stages) with "
     'Semantic FPN or UperNet, CA-DeiT and VECA with UperNet'
 )
-#: Leaf modules of necks and heads that are local (or swapped) under sharding.
+#: Leaf modules that are local under sharding (they act on channels or elementwise).
 _LOCAL_LEAVES = (
     nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Sigmoid, nn.Hardswish, nn.Identity,
-    nn.Dropout, nn.Dropout2d, nn.LayerNorm,
+    nn.Dropout, nn.Dropout2d, nn.LayerNorm, nn.Linear,
 )  # fmt: skip
+
+
+def _local_leaves() -> tuple:
+    """:data:`_LOCAL_LEAVES` and the drop-path layers (identity in eval mode)."""
+    from mmcv.cnn.bricks.drop import DropPath
+
+    from mmcirc.models.backbones.ca_deit import DropPath as DeiTDropPath
+
+    return _LOCAL_LEAVES + (DropPath, DeiTDropPath)
 
 
 def _err(where: str, what: str) -> ValueError:
@@ -80,12 +94,64 @@ def _check_backbone(bb) -> None:
         raise _err(f'backbone {name}', 'not supported')
 
 
-def _check_leaves(module, where: str) -> None:
+def _backbone_parts(bb) -> dict:
+    """``{path: wrap(module, group) | None}`` (paths as ``bb.named_modules()`` gives
+    them): the row-coupled parts of the backbone
+    ``bb`` that :func:`shard_model` swaps whole for a sharded wrapper (``None``: the
+    sharded backbone forward computes the part itself). Everything else in the backbone
+    goes through the leaf rule (:func:`_check_leaves`, :func:`_swap_leaves`)."""
+    from mmcirc.models.backbones.pyramid import PyramidBackbone
+    from mmcirc.models.blocks import CirculantBlock, CoreBlock, SRABlock
+    from .backbones import (
+        GlobalShape, ShardedCorePeriphery, ShardedPatchEmbed, ShardedPositionEmbedding,
+        ShardedSRA,
+    )  # fmt: skip
+    from .circulant import ShardedCirculantAttention
+    from .core import ShardedCoreAttention
+
+    def circulant(attn, group):
+        return GlobalShape(ShardedCirculantAttention.from_module(attn, group), group)
+
+    found = {}  # id(module) -> wrap
+    if isinstance(bb, PyramidBackbone):
+        for i, stage in enumerate(bb.stages):
+            found[id(stage.patch_embed)] = ShardedPatchEmbed
+            if stage.pos_embed is not None:
+                found[id(stage.pos_embed)] = ShardedPositionEmbedding
+            for blk in stage.blocks:
+                if isinstance(blk, (CirculantBlock, CoreBlock)) and blk.cpe is not None:
+                    found[id(blk.cpe)] = ShardedConv2d
+                if isinstance(blk, CirculantBlock):
+                    found[id(blk.attn)] = circulant
+                elif isinstance(blk, CoreBlock):
+                    found[id(blk.attn)] = ShardedCoreAttention.from_module
+                elif isinstance(blk, SRABlock):
+                    found[id(blk.attn)] = ShardedSRA
+    else:
+        found[id(bb.patch_embed)] = lambda m, g: ShardedPatchEmbed(m, g, pad_to_stride=True)
+        cadeit = type(bb).__name__ == 'CADeiT'
+        if not cadeit:
+            found[id(bb.rope)] = None  # the patch coordinates of the band's rows: veca_forward
+        for blk in bb.blocks:
+            if cadeit:
+                found[id(blk.cpe)] = ShardedConv2d
+            found[id(blk.attn)] = circulant if cadeit else ShardedCorePeriphery
+    return {path: found[id(m)] for path, m in bb.named_modules() if id(m) in found}
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r + '.') for r in roots)
+
+
+def _check_leaves(module, where: str, skip=()) -> None:
+    """Every leaf of ``module`` outside the subtrees ``skip`` (paths) is local, swapped
+    by :func:`_swap_leaves` (Conv2d with zero padding, GroupNorm, mmseg Upsample) or
+    BatchNorm in eval mode; the first one that is not is named in a ValueError."""
     from mmseg.models.utils import Upsample
 
-    skip = set()
+    skip, local = set(skip), _local_leaves()
     for path, m in module.named_modules():
-        if any(path.startswith(s + '.') for s in skip) or path in skip:
+        if _under(path, skip):
             continue
         if path.split('.')[0] == 'loss_decode' or type(m).__name__.endswith('Loss'):
             continue  # training only
@@ -104,7 +170,7 @@ def _check_leaves(module, where: str) -> None:
         elif isinstance(m, _BatchNorm):
             if m.training:
                 raise _err(full, f'{type(m).__name__} in training mode (call model.eval())')
-        elif not isinstance(m, (nn.GroupNorm, Upsample) + _LOCAL_LEAVES):
+        elif not isinstance(m, (nn.GroupNorm, Upsample) + local):
             raise _err(full, f'layer {type(m).__name__} has no sharded version')
 
 
@@ -116,6 +182,7 @@ def check_shardable(model) -> None:
     if not isinstance(model, EncoderDecoder) or isinstance(model, CascadeEncoderDecoder):
         raise _err(f'segmentor {type(model).__name__}', 'only EncoderDecoder is supported')
     _check_backbone(model.backbone)
+    _check_leaves(model.backbone, 'backbone', skip=_backbone_parts(model.backbone))
     if getattr(model, 'with_neck', False):
         neck = model.neck
         name = type(neck).__name__
@@ -165,60 +232,26 @@ def check_size(model, hw: Sequence[int], world_size: int) -> None:
 
 
 # --------------------------------------------------------------------------- swapping
-def _swap_leaves(module, group) -> None:
-    """Conv2d (non-local), GroupNorm and mmseg Upsample -> sharded, in place (PPM
-    branches stay: they run on the replicated pooled maps)."""
+def _swap_leaves(module, group, skip=()) -> None:
+    """Conv2d (non-local), GroupNorm and mmseg Upsample -> sharded, in place, outside
+    the subtrees ``skip`` (paths) and the PPM branches (they run on the replicated
+    pooled maps)."""
     from mmseg.models.utils import Upsample
 
-    for name, child in list(module.named_children()):
-        if type(child).__name__ == 'PPM':
+    skip = set(skip)
+    for path, child in list(module.named_modules()):
+        if not path or _under(path, skip):
             continue
-        if isinstance(child, nn.Conv2d):
+        if type(child).__name__ == 'PPM':
+            skip.add(path)
+        elif isinstance(child, nn.Conv2d):
             new = ShardedConv2d(child, group)
             if not new.local:
-                setattr(module, name, new)
+                module.set_submodule(path, new)
         elif isinstance(child, nn.GroupNorm):
-            setattr(module, name, ShardedGroupNorm(child, group))
+            module.set_submodule(path, ShardedGroupNorm(child, group))
         elif isinstance(child, Upsample):
-            setattr(module, name, ShardedUpsample(child, group))
-        elif not isinstance(child, (ShardedConv2d, ShardedGroupNorm, ShardedUpsample)):
-            _swap_leaves(child, group)
-
-
-def _shard_pyramid(bb, group) -> None:
-    from mmcirc.models.blocks import CirculantBlock, CoreBlock, SRABlock
-    from .backbones import GlobalShape, ShardedPatchEmbed, ShardedPositionEmbedding, ShardedSRA
-    from .circulant import ShardedCirculantAttention
-    from .core import ShardedCoreAttention
-
-    for stage in bb.stages:
-        stage.patch_embed = ShardedPatchEmbed(stage.patch_embed, group)
-        if stage.pos_embed is not None:
-            stage.pos_embed = ShardedPositionEmbedding(stage.pos_embed, group)
-        for blk in stage.blocks:
-            if isinstance(blk, (CirculantBlock, CoreBlock)) and blk.cpe is not None:
-                blk.cpe = ShardedConv2d(blk.cpe, group)
-            if isinstance(blk, CirculantBlock):
-                blk.attn = GlobalShape(
-                    ShardedCirculantAttention.from_module(blk.attn, group), group
-                )
-            elif isinstance(blk, CoreBlock):
-                blk.attn = ShardedCoreAttention.from_module(blk.attn, group)
-            elif isinstance(blk, SRABlock):
-                blk.attn = ShardedSRA(blk.attn, group)
-
-
-def _shard_isotropic(bb, group) -> None:
-    from .backbones import GlobalShape, ShardedCorePeriphery, ShardedPatchEmbed
-    from .circulant import ShardedCirculantAttention
-
-    bb.patch_embed = ShardedPatchEmbed(bb.patch_embed, group, pad_to_stride=True)
-    for blk in bb.blocks:
-        if type(bb).__name__ == 'CADeiT':
-            blk.cpe = ShardedConv2d(blk.cpe, group)
-            blk.attn = GlobalShape(ShardedCirculantAttention.from_module(blk.attn, group), group)
-        else:
-            blk.attn = ShardedCorePeriphery(blk.attn, group)
+            module.set_submodule(path, ShardedUpsample(child, group))
 
 
 def shard_model(model, group=None) -> 'ShardedSegmentor':
@@ -227,13 +260,12 @@ def shard_model(model, group=None) -> 'ShardedSegmentor':
     :class:`ShardedSegmentor`. ValueError (:func:`check_shardable`) before any change."""
     model.eval()
     check_shardable(model)
-    from mmcirc.models.backbones.pyramid import PyramidBackbone
-
     bb = model.backbone
-    if isinstance(bb, PyramidBackbone):
-        _shard_pyramid(bb, group)
-    else:
-        _shard_isotropic(bb, group)
+    parts = _backbone_parts(bb)
+    for path, wrap in parts.items():
+        if wrap is not None:
+            bb.set_submodule(path, wrap(bb.get_submodule(path), group))
+    _swap_leaves(bb, group, skip=parts)  # e.g. PVTv2's depthwise conv in the FFN
     if model.with_neck:
         _swap_leaves(model.neck, group)
     _swap_leaves(model.decode_head, group)
@@ -296,7 +328,7 @@ class ShardedSegmentor(nn.Module):
 # --------------------------------------------------------------------------- inference
 def scatter_image(img: Optional[torch.Tensor], hw: Sequence[int], group=None) -> torch.Tensor:
     """Rank 0's image (C, H, W) (None elsewhere) -> this rank's band (C, h_r, W)."""
-    rank, size = world(group)
+    rank, size = group_rank_size(group)
     h = int(hw[0])
     layout = Layout([0] + [h] * size, rank)  # rank 0 holds every row
     if rank != 0:
@@ -331,7 +363,7 @@ def predict_sharded(
 
     img: the image on rank 0 ((H, W, 3) uint8 BGR numpy array or (3, H, W) tensor);
     ignored elsewhere. ``hw``: its size, known to every rank."""
-    rank, size = world(group)
+    rank, size = group_rank_size(group)
     check_size(sharded.model, hw, size)  # every rank raises the same one-line error
     t = None
     if rank == 0:

@@ -11,7 +11,7 @@ import mmcirc.ops.circulant as circ_ops
 from mmcirc.ops.circulant import CirculantAttention
 from mmcirc.parallel import band_bounds, run_parallel
 from mmcirc.parallel.circulant import ShardedCirculantAttention, circulant_comm_bytes
-from mmcirc.parallel.fft import group_rank_size
+from mmcirc.parallel.comm import group_rank_size
 
 from .comm_counter import count_comm
 

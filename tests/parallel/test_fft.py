@@ -8,8 +8,8 @@ import torch
 
 from mmcirc.ops.circulant import fft_grid
 from mmcirc.parallel import band_bounds, run_parallel
+from mmcirc.parallel.comm import group_rank_size
 from mmcirc.parallel.fft import (
-    group_rank_size,
     sharded_irfft2,
     sharded_rfft2,
     spectrum_columns,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mmcirc.parallel import band_bounds, launch, run_parallel
+from mmcirc.parallel import launch, run_parallel
 
 
 def _rank_sum(x):
@@ -59,11 +59,6 @@ def test_ranks_with_two_threads_after_the_parent_used_openmp():
     assert threads == 2
 
 
-def test_band_bounds_cover_every_row_once_within_one_row():
-    assert band_bounds(70, 3) == [(0, 23), (23, 46), (46, 70)]
-    for h, p in [(7, 3), (10, 4), (5, 5), (1, 1)]:
-        bands = band_bounds(h, p)
-        assert bands[0][0] == 0 and bands[-1][1] == h
-        assert all(a[1] == b[0] for a, b in zip(bands, bands[1:]))
-        sizes = [b - a for a, b in bands]
-        assert max(sizes) - min(sizes) <= 1
+def test_secondary_errors_are_the_peers_echo_not_a_cause():
+    assert launch.is_secondary_error('RuntimeError: [gloo] Connection closed by peer [::1]:1')
+    assert not launch.is_secondary_error('ValueError: world_size=4 is larger than the 3 rows')

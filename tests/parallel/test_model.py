@@ -40,6 +40,8 @@ CASES = {
     'ca_pvt_fpn_mixed': (PVT, CA_PVT, "stage_attentions=('circulant', 'core', 'sra', 'sra')", (70, 100)),
     'ca_pvt_fpn_zero': (PVT, CA_PVT, "boundary='zero'", (70, 100)),
     'core_pvt_fpn_chunked': (PVT, CORE_PVT, 'core_chunk_size=16, num_cores=5', (70, 100)),
+    # PVTv2's FFN (a 3 x 3 depthwise conv between its linears) in stage 1: mmdet's block
+    'ca_pvt_fpn_conv_ffn': (PVT, 'ca_pvt_t_fpn_80k_ade20k.py', "block_cfgs=[dict(type='SRABlock', use_conv_ffn=True), None, None, None]", (70, 100)),
     'ca_pvt_upernet_gn': (UPER, CA_PVT, "stage_attentions=('circulant', 'sra', 'core', 'circulant')", (67, 45)),
     'ca_deit_upernet': (TINY_ISOTROPIC, 'ca_deit_s_upernet_160k_ade20k.py', '', (100, 70)),
     'veca_upernet': (TINY_ISOTROPIC, 'veca_b_upernet_160k_ade20k.py', '', (100, 70)),
@@ -141,6 +143,26 @@ def test_world_size_above_the_smallest_map_is_refused(models):
         ValueError, match=r'world_size=4 .* 3 rows .* largest usable number of processes is 3'
     ):
         check_size(model, (100, 70), 4)
+
+
+def test_backbone_leaf_without_a_sharded_version_named_in_one_line(tmp_path, models):
+    """The backbone is inspected leaf by leaf as the neck and head are: a row-coupled
+    layer with no sharded version (here a max pool in place of PVTv2's FFN conv) is
+    refused, naming it, before anything is swapped."""
+    import copy
+
+    model = copy.deepcopy(models['ca_pvt_fpn_conv_ffn'][0])
+    ffn = model.backbone.stages[0].blocks[0].ffn.layers
+    ffn[1] = torch.nn.MaxPool2d(3, 1, 1)
+    from mmcirc.parallel.model import shard_model
+
+    with pytest.raises(
+        ValueError,
+        match=r'^backbone\.layers\.0\.blocks\.0\.ffn\.layers\.1: layer MaxPool2d has no sharded',
+    ) as err:
+        shard_model(model)
+    assert len(str(err.value).splitlines()) == 1
+    assert not any('Sharded' in type(m).__name__ for m in model.modules())
 
 
 def test_unsupported_decode_head_named_in_one_line(tmp_path):

@@ -46,11 +46,12 @@ def _worker(cfg, size, sharded):
 
     from mmcirc.apis import highres as hr
     from mmcirc.apis.builder import build_model
+    from mmcirc.parallel.comm import group_rank_size
     from mmcirc.parallel.infer import count_bytes, sync_weights
     from mmcirc.parallel.model import predict_sharded, scatter_image, shard_model
     from mmcirc.utils import image_io as imio
 
-    rank = dist.get_rank()
+    rank = group_rank_size()[0]
     model = build_model(hr.load_highres_config(cfg), seed=0)
     img = imio.resize_image(imio.demo_image('astronaut'), (size, size))
     out = dict(rank=rank)
