@@ -13,7 +13,7 @@ from torch import nn
 
 from checkpoint_fakes import PVT_ARCH, PVT_IMG, capvt, official_pvt
 from helpers import REPO, run_torch_only
-from mmcirc.engine import load_from_local_safely
+from mmcirc.engine import load_from_local
 from mmcirc.models.backbones.deit_convert import convert_cadeit_official
 from mmcirc.models.backbones.pyramid_convert import convert_pyramid
 from mmcirc.models.backbones.veca_convert import convert_veca_official
@@ -228,7 +228,7 @@ def test_convert_file_writes_what_convert_pyramid_gives(tmp_path):
         pos_embed_size=PVT_IMG,
     )
     ref = convert_pyramid(official_pvt(), capvt())
-    ckpt = load_from_local_safely(out)
+    ckpt = load_from_local(out, map_location=None)
     assert set(ckpt['state_dict']) == set(ref.state_dict) and result.unused == ref.unused
     for k, v in ref.state_dict.items():
         assert torch.equal(ckpt['state_dict'][k], v), k
@@ -265,7 +265,7 @@ def test_convert_file_released_kinds(tmp_path, monkeypatch, family):
     ref, _ = convert(fix['checkpoint'], arch=arch)
     name = 'ca_deit_custom' if family == 'deit' else 'veca_custom'
     assert out == f'work_dirs/pretrained/{name}_official.pth'
-    saved = load_from_local_safely(str(tmp_path / out))
+    saved = load_from_local(str(tmp_path / out), map_location=None)
     assert list(saved['state_dict']) == list(ref.state_dict)
     for k, v in ref.state_dict.items():
         assert torch.equal(saved['state_dict'][k], v), k

@@ -25,9 +25,9 @@ import os.path as osp
 import sys
 from functools import partial
 
-from mmcirc.apis.builder import build_model
+from mmcirc.apis.builder import build_model, load_model_config
 from mmcirc.apis.overrides import add_override_args, overrides_from_args
-from mmcirc.utils.cli import CLIError, load_config, main_guard
+from mmcirc.cli.common import CLIError, main_guard
 from mmcirc.utils.fileio import atomic_open
 
 DEFAULT_SHAPES = {'mmdet': (800, 1333), 'mmseg': (512, 512), 'mmpretrain': (224, 224)}
@@ -266,7 +266,7 @@ def main(argv=None):
     import torch
 
     args = parse_args(argv)
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = load_model_config(args.config, args.cfg_options)
     scope = cfg.default_scope
     shape = tuple(args.shape) if args.shape else DEFAULT_SHAPES[scope]
     shape = (shape[0], shape[-1])

@@ -24,7 +24,7 @@ import re
 from collections import OrderedDict
 from typing import Optional, Sequence
 
-from mmcirc.models.convert.core import (
+from mmcirc.models.convert.conversion import (
     ARCH_LETTERS,
     OUTPUT_ROOT,
     ConversionError,
@@ -227,7 +227,7 @@ def convert_cadeit(
     :class:`ConversionError` if nothing fits.
     """
     from ..blocks import CirculantBlock
-    from .pyramid_convert import describe, pyramid_result
+    from .pyramid_target import describe, pyramid_result
 
     sd, outside = unwrap_state_dict(ckpt)
     probe = [

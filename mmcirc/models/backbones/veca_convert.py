@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from mmcirc.models.convert.core import (
+from mmcirc.models.convert.conversion import (
     OUTPUT_ROOT,
     ConversionError,
     ReleasedKind,

@@ -92,14 +92,14 @@ def family_converter(family: str):
 def load_source(path: str, trust: bool = False):
     """Load a checkpoint file with mmcirc's safe loader (tensors, containers and the
     types mmengine writes; ``trust=True`` allows full unpickling of this one file)."""
-    from mmcirc.engine import load_from_local_safely, trust_checkpoint
+    from mmcirc.engine import load_from_local, trust_checkpoint
 
     if not osp.isfile(osp.expanduser(path)):
         raise FileNotFoundError(f'checkpoint not found: {path}')
     if trust:
         trust_checkpoint(path)
     try:
-        return load_from_local_safely(path, map_location='cpu')
+        return load_from_local(path, map_location='cpu')
     except (RuntimeError, EOFError) as err:  # not a torch checkpoint, truncated file
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConversionError(f'cannot read {path}: {reason}') from None

@@ -3,7 +3,7 @@ vis_cores): CONFIG [CKPT] --img/--demo --size ..., the checks of those flags, an
 :func:`setup`, the prologue of every run (image, config, model with random or given
 weights, the attention layers asked for, the network input). The library side is
 :mod:`mmcirc.analysis.vis`; image files and ``--size`` are :mod:`mmcirc.utils.image_io`'s,
-shared with ``tools/infer_highres.py``. Errors are :class:`~mmcirc.utils.cli.CLIError`
+shared with ``tools/infer_highres.py``. Errors are :class:`~mmcirc.cli.common.CLIError`
 worded for the command line.
 """
 
@@ -18,7 +18,7 @@ warnings.filterwarnings('ignore', message='.*pkg_resources.*')  # mmengine's imp
 from mmcirc.analysis import vis  # noqa: E402
 from mmcirc.apis.builder import build_model  # noqa: E402
 from mmcirc.utils import image_io as _image_io  # noqa: E402
-from mmcirc.utils.cli import CLIError  # noqa: E402
+from mmcirc.cli.common import CLIError  # noqa: E402
 
 MIN_SIDE = vis.MIN_SIDE
 
@@ -101,9 +101,9 @@ def load_image(args, size):
 def load_cfg(args):
     """The config (``--cfg-options`` merged; the model builder switches off its
     pretrained weights)."""
-    from mmcirc.utils.cli import load_config
+    from mmcirc.apis.builder import load_model_config
 
-    return load_config(args.config, args.cfg_options)
+    return load_model_config(args.config, args.cfg_options)
 
 
 def setup(args, forms, what):
