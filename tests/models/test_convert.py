@@ -25,6 +25,7 @@ from mmcirc.models.convert import (
     convert_file,
     expect_released,
     format_summary,
+    shape_mismatches,
     trace_provenance,
     unwrap_state_dict,
 )
@@ -166,6 +167,16 @@ def test_build_result_classifies_every_tensor():
         source='x.pth',
     )
     assert result.sizes['backbone.fc.weight'] == 6 and result.sizes['head.fc.bias'] == 5
+
+
+def test_shape_mismatches_lists_only_model_keys_of_another_shape():
+    target = {'a': torch.zeros(2, 3), 'b': torch.zeros(4), 'c': torch.zeros(1)}
+    given = {'b': torch.zeros(5), 'x': torch.zeros(7), 'a': torch.zeros(3, 2), 'c': torch.zeros(1)}
+    assert shape_mismatches(given, target, 'base') == [
+        'b: base (5,) vs model (4,)',
+        'a: base (3, 2) vs model (2, 3)',
+    ]
+    assert shape_mismatches({'c': torch.ones(1)}, target) == []
 
 
 def test_build_result_refuses_a_tensor_of_another_shape():

@@ -32,6 +32,7 @@ from mmcirc.models.convert.conversion import (
     ReleasedKind,
     build_result,
     expect_released,
+    shape_mismatches,
     strip_common_prefix,
     tensors_of,
     unwrap_state_dict,
@@ -271,14 +272,11 @@ def convert_cadeit(
     out, loaded_from = OrderedDict(), {}
     if base is not None:
         base_sd, _ = unwrap_state_dict(base)
-        bad = [
-            f'  {k}: base {tuple(v.shape)} vs model {tuple(target[k].shape)}'
-            for k, v in base_sd.items()
-            if k in target and v.shape != target[k].shape
-        ]
+        bad = shape_mismatches(base_sd, target, 'base')
         if bad:
             raise ConversionError(
-                f'the base checkpoint does not fit {describe(model)}:\n' + '\n'.join(bad[:6])
+                f'the base checkpoint does not fit {describe(model)}:\n'
+                + '\n'.join(f'  {b}' for b in bad[:6])
             )
         for k, v in base_sd.items():
             if k in target:

@@ -23,6 +23,7 @@ from .conversion import (  # noqa: F401
     format_summary,
     load_source,
     save_checkpoint,
+    shape_mismatches,
     strip_common_prefix,
     tensors_of,
     trace_provenance,

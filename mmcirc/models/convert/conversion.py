@@ -45,6 +45,7 @@ __all__ = [
     'format_summary',
     'load_source',
     'save_checkpoint',
+    'shape_mismatches',
     'strip_common_prefix',
     'tensors_of',
     'trace_provenance',
@@ -251,6 +252,16 @@ class ConversionResult:
         return self.new_attention + self.new_other
 
 
+def shape_mismatches(tensors, target, source: str = 'checkpoint') -> List[str]:
+    """``'key: <source> (shape) vs model (shape)'`` for every key of ``tensors`` (in
+    their order) that ``target`` (the model's state dict) holds with another shape."""
+    return [
+        f'{k}: {source} {tuple(v.shape)} vs model {tuple(target[k].shape)}'
+        for k, v in tensors.items()
+        if k in target and v.shape != target[k].shape
+    ]
+
+
 def _contiguous_copy(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone(memory_format=torch.contiguous_format)
 
@@ -283,14 +294,11 @@ def build_result(
     ``info``, what was loaded / new / unused, then ``meta``.
     """
     target = model.state_dict()
-    bad = [
-        f'  {k}: checkpoint {tuple(v.shape)} vs model {tuple(target[k].shape)}'
-        for k, v in tensors.items()
-        if k in target and v.shape != target[k].shape
-    ]
+    bad = shape_mismatches(tensors, target)
     if bad:
         raise ConversionError(
-            f'{len(bad)} tensor(s) do not fit {type(model).__name__}:\n' + '\n'.join(bad[:6])
+            f'{len(bad)} tensor(s) do not fit {type(model).__name__}:\n'
+            + '\n'.join(f'  {b}' for b in bad[:6])
         )
     params = {k for k, _ in model.named_parameters()}
     attention = set(attention_keys)
