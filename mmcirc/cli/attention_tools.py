@@ -18,15 +18,13 @@ warnings.filterwarnings('ignore', message='.*pkg_resources.*')  # mmengine's imp
 from mmcirc.analysis import vis  # noqa: E402
 from mmcirc.apis.builder import build_model  # noqa: E402
 from mmcirc.utils import image_io as _image_io  # noqa: E402
-from mmcirc.cli.common import CLIError  # noqa: E402
+from mmcirc.cli.common import CLIError, add_cfg_options  # noqa: E402
 
 MIN_SIDE = vis.MIN_SIDE
 
 
 def add_common_args(parser, tool):
     """CONFIG [CHECKPOINT] (--img PATH | --demo NAME) [--size HxW] [--out-dir] ..."""
-    from mmengine.config import DictAction
-
     parser.add_argument('config', help='mmdet / mmseg / mmpretrain config file')
     parser.add_argument(
         'checkpoint', nargs='?', help='checkpoint (omit: random weights, init_weights under --seed)'
@@ -45,9 +43,7 @@ def add_common_args(parser, tool):
     parser.add_argument('--out-dir', default=f'work_dirs/analysis/{tool}', help='output folder')
     parser.add_argument('--seed', type=int, default=0, help='seed of random weights (0)')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
-    )
+    add_cfg_options(parser)
     return parser
 
 

@@ -1,6 +1,6 @@
 """What mmcirc's commands share: the one ``error:`` line (:class:`CLIError`,
 :func:`main_guard`: exit 1, ``MMCIRC_DEBUG=1`` for the traceback) and the size flags
-(:func:`parse_hw`). The library raises ``ValueError`` / ``TypeError`` (or its own
+(:func:`parse_hw`) and ``--cfg-options`` (:func:`add_cfg_options`). The library raises ``ValueError`` / ``TypeError`` (or its own
 exception types); the commands turn them into that one line.
 """
 
@@ -29,6 +29,20 @@ def parse_hw(text: str, flag: str, multiple: int = 1):
             f'(>= {multiple}), got {text!r}'
         )
     return hw
+
+
+def add_cfg_options(parser, example: str = ''):
+    """The commands' ``--cfg-options key=value ...`` (mmengine's ``DictAction``: the
+    overrides of the config, as a dict); ``example`` is added to its help."""
+    from mmengine.config import DictAction
+
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override config settings, key=value' + (f' (e.g. {example})' if example else ''),
+    )
+    return parser
 
 
 #: Set to 1 to see the traceback behind a tool's one-line ``error:``.

@@ -31,12 +31,10 @@ folder, then renamed); errors are one line (exit 1).
 import argparse
 import os.path as osp
 
-from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.common import CLIError, add_cfg_options, main_guard
 
 
 def parse_args(argv=None):
-    from mmengine.config import DictAction
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('config', help='mmdet / mmseg / mmpretrain config of an mmcirc model')
     p.add_argument(
@@ -71,9 +69,7 @@ def parse_args(argv=None):
         'stride; default 32)',
     )
     p.add_argument('--opset', type=int, default=18, help='ONNX opset (>= 17, default 18)')
-    p.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
-    )
+    add_cfg_options(p)
     return p.parse_args(argv)
 
 

@@ -8,6 +8,7 @@ import os
 import os.path as osp
 
 from mmcirc.apis.builder import load_model_config
+from mmcirc.cli.common import add_cfg_options
 
 
 def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
@@ -26,15 +27,8 @@ def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
 
 def apply_common_args(parser):
     """Arguments every tool takes: ``--work-dir``, ``--cfg-options``, ``--launcher``."""
-    from mmengine.config import DictAction
-
     parser.add_argument('--work-dir', help='directory for logs, checkpoints and results')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override config settings, key=value (e.g. train_cfg.max_iters=10)',
-    )
+    add_cfg_options(parser, 'train_cfg.max_iters=10')
     parser.add_argument(
         '--launcher',
         choices=['none', 'pytorch', 'slurm', 'mpi'],
