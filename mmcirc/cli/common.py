@@ -1,7 +1,8 @@
 """What mmcirc's commands share: the one ``error:`` line (:class:`CLIError`,
-:func:`main_guard`: exit 1, ``MMCIRC_DEBUG=1`` for the traceback) and the size flags
-(:func:`parse_hw`) and ``--cfg-options`` (:func:`add_cfg_options`). The library raises ``ValueError`` / ``TypeError`` (or its own
-exception types); the commands turn them into that one line.
+:func:`main_guard`: exit 1, ``MMCIRC_DEBUG=1`` for the traceback), the size flags
+(:func:`parse_hw`) and ``--cfg-options`` (:func:`add_cfg_options`). The library raises
+``ValueError`` / ``TypeError`` (or its own exception types); the commands turn them into
+that one line.
 """
 
 import functools

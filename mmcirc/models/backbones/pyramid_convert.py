@@ -7,10 +7,9 @@ original pyramid initialises all of it: patch embeddings, position embeddings, n
 the MLPs of every stage (same shapes in circulant/core stages) and the attention of
 the stages that keep it (PVT spatial-reduction attention, Swin shifted windows). What
 is left new (initialised by the model) is the replaced attention, as the blocks
-declare it
-(:func:`~mmcirc.models.backbones.pyramid_target.replaced_attention_keys`). What the source has and the target
-cannot use (stage 1-2 SRA / window attention, classifier head, ...) is reported as
-unused.
+declare it (:func:`~mmcirc.models.backbones.pyramid_target.replaced_attention_keys`).
+What the source has and the target cannot use (stage 1-2 SRA / window attention,
+classifier head, ...) is reported as unused.
 
 A family's source layouts (their key patterns, the key converter of each, PVT's
 position tables) are in its module beside its backbone
