@@ -11,12 +11,11 @@ import argparse
 import os.path as osp
 
 from mmcirc.apis.overrides import add_override_args, apply_backbone_overrides, overrides_from_args
-from mmcirc.utils.cli import (
-    CLIError,
+from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.runner import (
     apply_common_args,
     build_runner,
     load_config,
-    main_guard,
     run_and_release,
     set_local_rank,
 )

@@ -9,12 +9,11 @@ import sys
 
 from mmengine.logging import print_log
 
-from mmcirc.utils.cli import (
-    CLIError,
+from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.runner import (
     apply_common_args,
     build_runner,
     load_config,
-    main_guard,
     run_and_release,
     set_local_rank,
 )

@@ -8,7 +8,6 @@ in one line when that would not fit in the memory this process can still use
 (:func:`memory_budget`), before anything runs.
 """
 
-import math
 import resource
 from typing import List, Optional, Tuple
 
@@ -16,30 +15,9 @@ from mmcirc.models.backbones.pyramid import PyramidBackbone
 from mmcirc.models.blocks import block_classes
 from mmcirc.utils.memory import address_space_bytes
 
-__all__ = ['memory_budget', 'quadratic_attention_estimates', 'quadratic_warning', 'stage_grids']
+__all__ = ['memory_budget', 'quadratic_attention_estimates', 'quadratic_warning']
 
 GB = 1024**3
-
-
-def stage_grids(backbone, hw: Tuple[int, int]) -> List[Tuple[int, int]]:
-    """Token grid (h, w) of each stage of an mmcirc pyramid for an H x W image
-    (patch embeddings / mergings pad at the bottom-right, hence ceil)."""
-    h, w = hw
-    grids = []
-    stem = getattr(backbone, 'patch_embed', None)
-    if stem is not None:  # Swin
-        s = stem.projection.stride[0]
-        h, w = math.ceil(h / s), math.ceil(w / s)
-    for stage in backbone.stages:
-        if stage.patch_embed is not None:  # PVT
-            s = stage.patch_embed.projection.stride[0]
-            h, w = math.ceil(h / s), math.ceil(w / s)
-        grids.append((h, w))
-        if stage.downsample is not None:
-            s = getattr(stage.downsample, 'sampler').stride
-            s = s[0] if isinstance(s, (tuple, list)) else s
-            h, w = math.ceil(h / s), math.ceil(w / s)
-    return grids
 
 
 def quadratic_attention_estimates(backbone, hw: Tuple[int, int]) -> List[dict]:
@@ -59,7 +37,7 @@ def quadratic_attention_estimates(backbone, hw: Tuple[int, int]) -> List[dict]:
     stages = list(backbone.stages)
     if not any(len(s.blocks) and getattr(s.blocks[0], 'attention_matrix', None) for s in stages):
         return out
-    grids = stage_grids(backbone, hw)
+    grids = backbone.stage_grids(hw)
     for i, (stage, grid) in enumerate(zip(stages, grids)):
         if not len(stage.blocks) or not hasattr(stage.blocks[0], 'attention_matrix'):
             continue

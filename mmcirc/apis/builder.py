@@ -62,9 +62,11 @@ def load_model_config(cfg, cfg_options: Optional[dict] = None):
     import mmcirc  # noqa: F401  (registers the models and the safe checkpoint loader)
     from mmcirc.registry import LIBRARIES
 
+    where = ''  # a file's errors start with its path
     if isinstance(cfg, str):
         if not osp.isfile(cfg):
             raise FileNotFoundError(f'config file not found: {cfg}')
+        where = f'{cfg}: '
         cfg = Config.fromfile(cfg)
     elif isinstance(cfg, Config):
         cfg = copy.deepcopy(cfg)
@@ -77,11 +79,13 @@ def load_model_config(cfg, cfg_options: Optional[dict] = None):
     scope = cfg.get('default_scope')
     if scope not in LIBRARIES:
         raise ValueError(
-            f'default_scope must be one of {LIBRARIES} (inherit an mmdet::, mmseg:: or '
-            f'mmpretrain:: base config), got {scope!r}'
+            f'{where}default_scope must be one of {LIBRARIES} (inherit an mmdet::, mmseg:: '
+            f'or mmpretrain:: base config), got {scope!r}'
         )
     if not isinstance(cfg.get('model'), dict):
-        raise ValueError(f'model must be a dict (the model config), got {cfg.get("model")!r}')
+        raise ValueError(
+            f'{where}model must be a dict (the model config), got {cfg.get("model")!r}'
+        )
     return cfg
 
 

@@ -23,16 +23,14 @@ __all__ = ['dense_attention', 'run_dense_baseline', 'short_error']
 
 def dense_attention(cfg) -> str:
     """The dense attention kind of the config's backbone family (its
-    ``original_attention``); :class:`~mmcirc.utils.cli.CLIError` for backbones that have
+    ``original_attention``); ``ValueError`` for backbones that have
     none (the isotropic CA-DeiT / VECA, other libraries' backbones)."""
     from mmseg.registry import MODELS
-
-    from mmcirc.utils.cli import CLIError
 
     cls = MODELS.get(cfg.model.backbone.type)
     kind = getattr(cls, 'original_attention', None)
     if not kind:
-        raise CLIError(
+        raise ValueError(
             f'--dense-baseline needs a pyramid backbone with a dense attention of its own '
             f'(CA-PVT: sra, CA-Swin: window), the config has {cfg.model.backbone.type!r}'
         )

@@ -7,7 +7,7 @@ from .checkpoint import (
     find_resumable_checkpoint,
     install_atomic_saving,
     install_safe_loader,
-    load_from_local_safely,
+    load_from_local,
     trust_checkpoint,
 )
 from .hooks import NestedCoreHook, core_count_choices
@@ -21,6 +21,6 @@ __all__ = [
     'find_resumable_checkpoint',
     'install_atomic_saving',
     'install_safe_loader',
-    'load_from_local_safely',
+    'load_from_local',
     'trust_checkpoint',
 ]

@@ -1,5 +1,3 @@
-"""Helpers shared by mmcirc's command-line tools."""
-
-from .cli import LIBRARIES, apply_common_args, load_config, main_guard
-
-__all__ = ['LIBRARIES', 'apply_common_args', 'load_config', 'main_guard']
+"""What the library's modules share: atomic file writes (:mod:`.fileio`), image I/O
+(:mod:`.image_io`), process memory (:mod:`.memory`), the banded argmax (:mod:`.labels`)
+and quiet loggers (:mod:`.quiet`)."""

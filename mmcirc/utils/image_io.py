@@ -1,16 +1,15 @@
 """Image input and output of the image tools (``tools/infer_highres.py`` and the
 attention visualisations in ``tools/analysis``): ``--size`` parsing, reading an image
 file or a scikit-image demo image, bicubic resizing, palettes, overlays and PNG
-encoding, written all or nothing with :mod:`mmcirc.utils.fileio`. Like :mod:`mmcirc.utils.cli`,
-this module serves the tools: errors are :class:`~mmcirc.utils.cli.CLIError` worded for
-the command line (one line, the flag).
+encoding, written all or nothing with :mod:`mmcirc.utils.fileio`. It serves the
+commands: its errors are one-line ``ValueError`` messages worded for the command line
+(naming the flag), which the commands print as their ``error:`` line.
 """
 
 from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 
-from mmcirc.utils.cli import CLIError
 from mmcirc.utils.fileio import atomic_write_many
 
 __all__ = [
@@ -30,7 +29,7 @@ DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
 
 def parse_size(text: Optional[str]) -> Union[None, int, Tuple[int, int]]:
     """``None`` (keep), ``'S'`` (longer side to S) or ``'HxW'`` (exact) -> None, int
-    or (H, W). Raises :class:`CLIError` (``--size ...``) for anything else."""
+    or (H, W). Raises ``ValueError`` (``--size ...``) for anything else."""
     if text is None:
         return None
     t = str(text).strip().lower()
@@ -45,7 +44,7 @@ def parse_size(text: Optional[str]) -> Union[None, int, Tuple[int, int]]:
                 return s
     except ValueError:
         pass
-    raise CLIError(
+    raise ValueError(
         f'--size must be S (longer side, e.g. 4096) or HxW (e.g. 2048x3072) with '
         f'positive integers, got {text!r}'
     )
@@ -71,7 +70,7 @@ def resize_image(img: np.ndarray, size) -> np.ndarray:
 
 def read_image(path: str) -> np.ndarray:
     """(H, W, 3) uint8 BGR image, as mmseg's ``LoadImageFromFile`` reads it (cv2).
-    Raises ``CLIError('cannot read image: PATH')`` for a missing or undecodable file."""
+    Raises ``ValueError('cannot read image: PATH')`` for a missing or undecodable file."""
     import mmcv
 
     try:
@@ -80,18 +79,18 @@ def read_image(path: str) -> np.ndarray:
     except Exception:  # noqa: BLE001  (missing, a folder, unreadable, corrupt)
         img = None
     if img is None or img.ndim != 3 or img.size == 0:
-        raise CLIError(f'cannot read image: {path}')
+        raise ValueError(f'cannot read image: {path}')
     return img
 
 
 def demo_image(name: str = 'astronaut') -> np.ndarray:
     """A scikit-image sample image (:data:`DEMO_IMAGES`) as (H, W, 3) uint8 BGR."""
     if name not in DEMO_IMAGES:
-        raise CLIError(f'--demo must be one of {DEMO_IMAGES}, got {name!r}')
+        raise ValueError(f'--demo must be one of {DEMO_IMAGES}, got {name!r}')
     try:
         import skimage.data
     except ImportError as err:
-        raise CLIError(f'--demo needs scikit-image (pip install scikit-image): {err}') from None
+        raise ValueError(f'--demo needs scikit-image (pip install scikit-image): {err}') from None
     rgb = getattr(skimage.data, name)()
     if rgb.ndim == 2:
         rgb = np.stack([rgb] * 3, axis=-1)
@@ -117,7 +116,7 @@ def encode_png(arr: np.ndarray) -> bytes:
 
     ok, buf = cv2.imencode('.png', arr)
     if not ok:
-        raise CLIError(f'cannot encode a PNG of shape {arr.shape}')
+        raise ValueError(f'cannot encode a PNG of shape {arr.shape}')
     return buf.tobytes()
 
 

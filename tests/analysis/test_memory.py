@@ -10,12 +10,7 @@ import torch
 from helpers import REPO
 from helpers import VECA_UPERNET as VECA
 from helpers import tiny_isotropic_config as isotropic_config
-from mmcirc.analysis.memory import (
-    memory_budget,
-    quadratic_attention_estimates,
-    quadratic_warning,
-    stage_grids,
-)
+from mmcirc.analysis.memory import memory_budget, quadratic_attention_estimates, quadratic_warning
 from mmcirc.apis import build_model, load_highres_config
 
 TINY = """_base_ = {base!r}
@@ -36,7 +31,7 @@ def tiny_config(tmp_path, base='ca_pvt_t-allcirc_fpn_80k_ade20k.py'):
     'base,attn',
     [('ca_pvt_t-allcirc_fpn_80k_ade20k.py', 'sra'), ('ca_swin_t_upernet_160k_ade20k.py', 'window')],
 )
-def test_stage_grids_match_forward(tmp_path, base, attn):
+def test_every_stage_of_the_kind_has_an_estimate(tmp_path, base, attn):
     from mmengine.config import Config
     from mmseg.registry import MODELS
 
@@ -46,9 +41,9 @@ def test_stage_grids_match_forward(tmp_path, base, attn):
     bb = MODELS.build(bcfg).eval()
     with torch.no_grad():
         outs = bb(torch.zeros(1, 3, 97, 131))
-    assert stage_grids(bb, (97, 131)) == [tuple(o.shape[2:]) for o in outs]
     est = quadratic_attention_estimates(bb, (97, 131))
     assert [e['attention'] for e in est] == [attn] * 4
+    assert [tuple(e['grid']) for e in est] == [tuple(o.shape[2:]) for o in outs]
 
 
 def test_quadratic_warning_only_where_it_does_not_fit(tmp_path):

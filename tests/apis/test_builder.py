@@ -4,6 +4,7 @@ seeded random weights, checkpoints through the safe loader, dataset_meta."""
 
 import os.path as osp
 import pickle
+import re
 
 import pytest
 import torch
@@ -226,3 +227,13 @@ def test_bad_inputs_name_the_parameter(tmp_path):
         load_model_config(dict(model=dict(type='X'), default_scope='mmocr'))
     with pytest.raises(TypeError, match='^cfg must be'):
         load_model_config(3)
+
+
+def test_a_config_file_error_starts_with_its_path(tmp_path):
+    path = tmp_path / 'ocr.py'
+    path.write_text("default_scope = 'mmocr'\nmodel = dict(type='X')\n")
+    with pytest.raises(ValueError, match=f'^{re.escape(str(path))}: default_scope must be one of'):
+        load_model_config(str(path))
+    path.write_text("default_scope = 'mmdet'\nmodel = 3\n")
+    with pytest.raises(ValueError, match=f'^{re.escape(str(path))}: model must be a dict'):
+        load_model_config(str(path))

@@ -15,6 +15,28 @@ def test_short_error():
     assert db.short_error('x' * 100) == 'x' * 90
 
 
+@pytest.mark.parametrize(
+    'backbone,kind', [('CAPVT', 'sra'), ('CorePVT', 'sra'), ('CASwin', 'window')]
+)
+def test_dense_attention_is_the_familys_own(backbone, kind):
+    from mmengine.config import Config
+
+    import mmcirc  # noqa: F401  (registration)
+
+    assert db.dense_attention(Config(dict(model=dict(backbone=dict(type=backbone))))) == kind
+
+
+@pytest.mark.parametrize('backbone', ['CADeiT', 'VECAViT', 'ResNetV1c'])
+def test_dense_attention_of_a_backbone_without_one_is_a_value_error(backbone):
+    from mmengine.config import Config
+
+    import mmcirc  # noqa: F401  (registration)
+
+    cfg = Config(dict(model=dict(backbone=dict(type=backbone))))
+    with pytest.raises(ValueError, match=f"^--dense-baseline needs a pyramid.*'{backbone}'"):
+        db.dense_attention(cfg)
+
+
 def test_dense_baseline_child_reports_out_of_memory(tmp_path):
     """sr ratio 1 at 1024 px: stage 1 wants a 65536 x 65536 attention matrix (16 GiB),
     which a 6 GiB address-space cap refuses at once; the child reports it, with the

@@ -26,7 +26,7 @@ from mmcirc.deployment.onnx import (  # noqa: E402
     export_onnx,
     second_shape,
 )
-from mmcirc.utils.cli import load_config  # noqa: E402
+from mmcirc.apis.builder import load_model_config  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('two_torch_threads')
 
@@ -43,7 +43,7 @@ def _model(config, boundary='circular', **backbone):
     }
     opts.update({f'model.backbone.{k}': v for k, v in backbone.items()})
     torch.manual_seed(0)
-    return build_model(load_config(config, opts))
+    return build_model(load_model_config(config, opts))
 
 
 def _kinds(model):
@@ -193,7 +193,7 @@ def test_chunked_core_gather_cannot_be_dynamic():
 
 
 def test_two_stage_detector_is_refused_with_features_hint():
-    cfg = load_config(osp.join(FIXTURE_CONFIGS, 'core_swin_mask-rcnn_tiny.py'))
+    cfg = load_model_config(osp.join(FIXTURE_CONFIGS, 'core_swin_mask-rcnn_tiny.py'))
     model = build_model(cfg)
     with pytest.raises(ExportError, match='two-stage detector.*--features'):
         TensorModel(model)

@@ -24,7 +24,7 @@ from mmcirc.deployment.onnx import (  # noqa: E402
     check_exportable,
     export_onnx,
 )
-from mmcirc.utils.cli import load_config  # noqa: E402
+from mmcirc.apis.builder import load_model_config  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('two_torch_threads')
 
@@ -40,7 +40,7 @@ SWIN_DEPTHS = {'model.backbone.arch.depths': (1, 1, 2, 2)}
 
 def _model(config, options=None):
     torch.manual_seed(0)
-    return build_model(load_config(config, options))
+    return build_model(load_model_config(config, options))
 
 
 def _check_in_onnxruntime(path, tensor_model, shape):

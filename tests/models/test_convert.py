@@ -13,7 +13,7 @@ from torch import nn
 
 from checkpoint_fakes import PVT_ARCH, PVT_IMG, capvt, official_pvt
 from helpers import REPO, run_torch_only
-from mmcirc.engine import load_from_local_safely
+from mmcirc.engine import load_from_local
 from mmcirc.models.backbones.deit_convert import convert_cadeit_official
 from mmcirc.models.backbones.pyramid_convert import convert_pyramid
 from mmcirc.models.backbones.veca_convert import convert_veca_official
@@ -25,6 +25,7 @@ from mmcirc.models.convert import (
     convert_file,
     expect_released,
     format_summary,
+    shape_mismatches,
     trace_provenance,
     unwrap_state_dict,
 )
@@ -168,6 +169,16 @@ def test_build_result_classifies_every_tensor():
     assert result.sizes['backbone.fc.weight'] == 6 and result.sizes['head.fc.bias'] == 5
 
 
+def test_shape_mismatches_lists_only_model_keys_of_another_shape():
+    target = {'a': torch.zeros(2, 3), 'b': torch.zeros(4), 'c': torch.zeros(1)}
+    given = {'b': torch.zeros(5), 'x': torch.zeros(7), 'a': torch.zeros(3, 2), 'c': torch.zeros(1)}
+    assert shape_mismatches(given, target, 'base') == [
+        'b: base (5,) vs model (4,)',
+        'a: base (3, 2) vs model (2, 3)',
+    ]
+    assert shape_mismatches({'c': torch.ones(1)}, target) == []
+
+
 def test_build_result_refuses_a_tensor_of_another_shape():
     with pytest.raises(
         ConversionError,
@@ -228,7 +239,7 @@ def test_convert_file_writes_what_convert_pyramid_gives(tmp_path):
         pos_embed_size=PVT_IMG,
     )
     ref = convert_pyramid(official_pvt(), capvt())
-    ckpt = load_from_local_safely(out)
+    ckpt = load_from_local(out, map_location=None)
     assert set(ckpt['state_dict']) == set(ref.state_dict) and result.unused == ref.unused
     for k, v in ref.state_dict.items():
         assert torch.equal(ckpt['state_dict'][k], v), k
@@ -265,7 +276,7 @@ def test_convert_file_released_kinds(tmp_path, monkeypatch, family):
     ref, _ = convert(fix['checkpoint'], arch=arch)
     name = 'ca_deit_custom' if family == 'deit' else 'veca_custom'
     assert out == f'work_dirs/pretrained/{name}_official.pth'
-    saved = load_from_local_safely(str(tmp_path / out))
+    saved = load_from_local(str(tmp_path / out), map_location=None)
     assert list(saved['state_dict']) == list(ref.state_dict)
     for k, v in ref.state_dict.items():
         assert torch.equal(saved['state_dict'][k], v), k

@@ -1,7 +1,7 @@
 """tools/analysis/{bccb_score,vis_circulant,vis_cores}.py end to end on tiny configs and
 a 64 x 96 image: the files are written, the JSON agrees with the model's layout, and bad
 input ends as one ``error:`` line (exit 1) with nothing written. One run goes through the
-command line; the others call the commands' ``main(argv)`` (:mod:`mmcirc.analysis.tools`,
+command line; the others call the commands' ``main(argv)`` (:mod:`mmcirc.cli`,
 whose entry points the scripts are) in this process (the imports are shared)."""
 
 import importlib
@@ -19,7 +19,7 @@ CORE_PVT = osp.join(FIXTURE_CONFIGS, 'core_pvt_cls_tiny.py')  # mmpretrain: core
 
 def _tool(name):
     """The command behind tools/analysis/<name>.py (for in-process runs of its main)."""
-    return importlib.import_module(f'mmcirc.analysis.tools.{name}')
+    return importlib.import_module(f'mmcirc.cli.{name}')
 
 
 def _only_dir(root):
@@ -32,9 +32,9 @@ def pvt_checkpoint(tmp_path_factory):
     """A checkpoint of the tiny CA-PVT RetinaNet (weights from seed 1, not the tool's 0)."""
     import torch
     from mmdet.apis import init_detector
-    from mmcirc.utils.cli import load_config
+    from mmcirc.apis.builder import load_model_config
 
-    cfg = load_config(CA_PVT)
+    cfg = load_model_config(CA_PVT)
     torch.manual_seed(1)
     model = init_detector(cfg, None, device='cpu')
     model.init_weights()

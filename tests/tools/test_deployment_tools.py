@@ -14,7 +14,7 @@ DET = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')
 @pytest.fixture(scope='module')
 def export_main():
     pytest.importorskip('onnxscript', reason='pip install -r requirements.txt')
-    from mmcirc.deployment.pytorch2onnx import main
+    from mmcirc.cli.pytorch2onnx import main
 
     return main
 

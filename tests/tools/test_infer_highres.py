@@ -21,7 +21,7 @@ from helpers import tiny_isotropic_config as _isotropic_config
 
 from mmcirc.apis import highres_cli as infer_highres
 from mmcirc.utils import image_io as imio
-from mmcirc.utils.cli import CLIError
+from mmcirc.cli.common import CLIError
 
 
 def _checkpoint(cfg_path, tmp_path):
@@ -323,7 +323,7 @@ def test_parse_size():
     assert imio.parse_size('4096') == 4096
     assert imio.parse_size('97x131') == (97, 131)
     for bad in ('0', 'x', '12x', '-3', 'big', '3x0'):
-        with pytest.raises(CLIError, match='--size'):
+        with pytest.raises(ValueError, match='--size'):
             imio.parse_size(bad)
     img = np.zeros((50, 100, 3), np.uint8)
     assert imio.resize_image(img, 300).shape == (150, 300, 3)
@@ -334,7 +334,7 @@ def test_read_image_errors(tmp_path):
     bad = tmp_path / 'bad.png'
     bad.write_bytes(b'not a png')
     for path in (str(bad), str(tmp_path / 'missing.jpg'), str(tmp_path)):
-        with pytest.raises(CLIError) as err:
+        with pytest.raises(ValueError) as err:
             imio.read_image(path)
         assert str(err.value) == f'cannot read image: {path}'
 

@@ -21,15 +21,15 @@ def _fix(name):
 
 
 def _load(path):
-    from mmcirc.engine import load_from_local_safely
+    from mmcirc.engine import load_from_local
 
-    return load_from_local_safely(str(path))
+    return load_from_local(str(path), map_location=None)
 
 
 @pytest.fixture
 def run_tool_main(run_main):
     """run_tool_main(tool, args, cwd): the package's ``main`` of ``tool`` (conftest.run_main)."""
-    from mmcirc.models.convert import cli
+    from mmcirc.cli import convert as cli
 
     mains = {CADEIT: cli.cadeit_main, VECA: cli.veca_main}
     return lambda tool, args, cwd: run_main(mains[tool], args, cwd)

@@ -10,13 +10,13 @@ import torch
 
 import checkpoint_fakes as fakes
 from helpers import run_tool
-from mmcirc.models.convert.cli import cadeit_main, pvt_main, swin_main
+from mmcirc.cli.convert import cadeit_main, pvt_main, swin_main
 
 
 def _load(path):
-    from mmcirc.engine import load_from_local_safely
+    from mmcirc.engine import load_from_local
 
-    return load_from_local_safely(str(path))
+    return load_from_local(str(path), map_location=None)
 
 
 def test_pvt_cli_default_output(tmp_path):

@@ -13,7 +13,7 @@ size, only PVT's position embeddings are stored for 224) and prints a markdown t
 import argparse
 
 import mmcirc  # noqa: F401  (registers the backbones)
-from mmcirc.utils.cli import main_guard
+from mmcirc.cli.common import main_guard
 
 
 def variants():

@@ -25,17 +25,15 @@ import os.path as osp
 import sys
 from functools import partial
 
-from mmcirc.apis.builder import build_model
+from mmcirc.apis.builder import build_model, load_model_config
 from mmcirc.apis.overrides import add_override_args, overrides_from_args
-from mmcirc.utils.cli import CLIError, load_config, main_guard
+from mmcirc.cli.common import CLIError, add_cfg_options, main_guard
 from mmcirc.utils.fileio import atomic_open
 
 DEFAULT_SHAPES = {'mmdet': (800, 1333), 'mmseg': (512, 512), 'mmpretrain': (224, 224)}
 
 
 def parse_args(argv=None):
-    from mmengine.config import DictAction
-
     parser = argparse.ArgumentParser(description='Params and FLOPs (MACs) of a model')
     parser.add_argument('config', help='config file (mmdet, mmseg or mmpretrain)')
     parser.add_argument(
@@ -55,9 +53,7 @@ def parse_args(argv=None):
     add_override_args(parser)
     parser.add_argument('--device', default='cpu', help='cpu or cuda')
     parser.add_argument('--out-json', default=None, help='also write the results here')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
-    )
+    add_cfg_options(parser)
     args = parser.parse_args(argv)
     if args.shape is not None and len(args.shape) not in (1, 2):
         raise CLIError(f'--shape takes H or H W, got {len(args.shape)} numbers')
@@ -266,7 +262,7 @@ def main(argv=None):
     import torch
 
     args = parse_args(argv)
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = load_model_config(args.config, args.cfg_options)
     scope = cfg.default_scope
     shape = tuple(args.shape) if args.shape else DEFAULT_SHAPES[scope]
     shape = (shape[0], shape[-1])

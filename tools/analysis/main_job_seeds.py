@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from mmcirc.utils.cli import main_guard
+from mmcirc.cli.common import main_guard
 from mmcirc.utils.fileio import atomic_write
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))

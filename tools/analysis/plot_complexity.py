@@ -27,7 +27,7 @@ import sys
 import torch
 
 from mmcirc.models.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
-from mmcirc.utils.cli import main_guard
+from mmcirc.cli.common import main_guard
 from mmcirc.utils.fileio import atomic_open
 
 

@@ -16,7 +16,7 @@ import argparse
 import time
 
 from mmcirc.datasets import toy_data
-from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.cli.common import CLIError, main_guard
 
 
 def parse_args(argv=None):

@@ -4,11 +4,11 @@
         [--dynamic [--size-divisor 32]] [--verify] [--features] [--opset 18]
         [--cfg-options k=v ...]
 
-The entry point of :mod:`mmcirc.deployment.pytorch2onnx` (what the graph holds, what
+The entry point of :mod:`mmcirc.cli.pytorch2onnx` (what the graph holds, what
 ``--dynamic`` and ``--verify`` do: there; ``--help`` lists the flags).
 """
 
-from mmcirc.deployment.pytorch2onnx import main
+from mmcirc.cli.pytorch2onnx import main
 
 if __name__ == '__main__':
     main()

@@ -27,7 +27,7 @@ loaded, nothing is new or unused (mmcirc.models.backbones.deit_convert):
 
 import sys
 
-from mmcirc.models.convert.cli import cadeit_main as main
+from mmcirc.cli.convert import cadeit_main as main
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -17,7 +17,7 @@ core attention left new and what of the source went unused; writes
 
 import sys
 
-from mmcirc.models.convert.cli import pvt_main as main
+from mmcirc.cli.convert import pvt_main as main
 
 if __name__ == '__main__':
     sys.exit(main())

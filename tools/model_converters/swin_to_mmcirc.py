@@ -16,7 +16,7 @@ source went unused (stage 1-2 window attention, head, attention masks); writes
 
 import sys
 
-from mmcirc.models.convert.cli import swin_main as main
+from mmcirc.cli.convert import swin_main as main
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -15,7 +15,7 @@ the report lists anything new or unused. The output holds ``backbone.*`` keys an
 
 import sys
 
-from mmcirc.models.convert.cli import veca_main as main
+from mmcirc.cli.convert import veca_main as main
 
 if __name__ == '__main__':
     sys.exit(main())

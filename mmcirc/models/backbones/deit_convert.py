@@ -24,7 +24,7 @@ import re
 from collections import OrderedDict
 from typing import Optional, Sequence
 
-from mmcirc.models.convert.core import (
+from mmcirc.models.convert.conversion import (
     ARCH_LETTERS,
     OUTPUT_ROOT,
     ConversionError,
@@ -32,6 +32,7 @@ from mmcirc.models.convert.core import (
     ReleasedKind,
     build_result,
     expect_released,
+    shape_mismatches,
     strip_common_prefix,
     tensors_of,
     unwrap_state_dict,
@@ -227,7 +228,7 @@ def convert_cadeit(
     :class:`ConversionError` if nothing fits.
     """
     from ..blocks import CirculantBlock
-    from .pyramid_convert import describe, pyramid_result
+    from .pyramid_target import describe, pyramid_result
 
     sd, outside = unwrap_state_dict(ckpt)
     probe = [
@@ -271,14 +272,11 @@ def convert_cadeit(
     out, loaded_from = OrderedDict(), {}
     if base is not None:
         base_sd, _ = unwrap_state_dict(base)
-        bad = [
-            f'  {k}: base {tuple(v.shape)} vs model {tuple(target[k].shape)}'
-            for k, v in base_sd.items()
-            if k in target and v.shape != target[k].shape
-        ]
+        bad = shape_mismatches(base_sd, target, 'base')
         if bad:
             raise ConversionError(
-                f'the base checkpoint does not fit {describe(model)}:\n' + '\n'.join(bad[:6])
+                f'the base checkpoint does not fit {describe(model)}:\n'
+                + '\n'.join(f'  {b}' for b in bad[:6])
             )
         for k, v in base_sd.items():
             if k in target:

@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import torch
 
-from mmcirc.models.convert.core import ConversionError
+from mmcirc.models.convert.conversion import ConversionError
 from . import pyramid_convert
 
 __all__ = [

@@ -21,7 +21,7 @@ it was. Hence one skeleton with a per-stage choice of attention:
 """
 
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -363,24 +363,41 @@ class PyramidBackbone(ElasticCores, BackboneContract):
                     normal_init(m, mean=0, std=math.sqrt(2.0 / fan_out), bias=0.0)
         super().init_weights()
 
+    def stage_grids(self, hw: Sequence[int]) -> List[Tuple[int, int]]:
+        """The token grid (h, w) each stage's blocks see for an H x W input, stage order.
+
+        Patch embeddings and merges pad the bottom/right, so a stage at total stride s
+        (the stem's, its own patch embedding's and every earlier merge's, multiplied)
+        sees a ceil(H / s) x ceil(W / s) map (nested ceilings of integer strides are
+        the ceiling of their product).
+        """
+        h, w = (int(v) for v in hw)
+        return [(-(-h // s), -(-w // s)) for s in self._stage_strides()]
+
+    def _stage_strides(self) -> List[int]:
+        """Total stride of the map each stage's blocks see."""
+        stride, strides = _stride_of(getattr(self, 'patch_embed', None)), []
+        for stage in self.stages:
+            stride *= _stride_of(stage.patch_embed)
+            strides.append(stride)
+            stride *= _stride_of(stage.downsample)
+        return strides
+
     @property
     def min_input_size(self) -> int:
         """The smallest H (and W) this backbone accepts.
 
-        Patch embeddings and merges pad the bottom/right, so a stage at total stride s
-        sees a ceil(H / s)-row map, and circulant, core and window attention take any
-        map, down to 1 x 1. PVT's spatial-reduction attention does not: its keys come
-        from a stride-r, kernel-r convolution (``attn.sr_ratio`` = r), which needs an
-        r x r map, i.e. H >= s * (r - 1) + 1.
+        Circulant, core and window attention take any map, down to 1 x 1. PVT's
+        spatial-reduction attention does not: its keys come from a stride-r, kernel-r
+        convolution (``attn.sr_ratio`` = r), which needs an r x r map; a stage at total
+        stride s sees ceil(H / s) rows (:meth:`stage_grids`), so H >= s * (r - 1) + 1.
         """
-        size, stride = 1, _stride_of(getattr(self, 'patch_embed', None))
-        for stage in self.stages:
-            stride *= _stride_of(stage.patch_embed)
+        size = 1
+        for stage, stride in zip(self.stages, self._stage_strides()):
             ratio = max(
                 (getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks), default=1
             )
             size = max(size, stride * (ratio - 1) + 1)
-            stride *= _stride_of(stage.downsample)
         return size
 
     def _check_input_size(self, x: torch.Tensor) -> None:

@@ -7,9 +7,9 @@ original pyramid initialises all of it: patch embeddings, position embeddings, n
 the MLPs of every stage (same shapes in circulant/core stages) and the attention of
 the stages that keep it (PVT spatial-reduction attention, Swin shifted windows). What
 is left new (initialised by the model) is the replaced attention, as the blocks
-declare it (:func:`replaced_attention_keys`). What the source has and the target
-cannot use (stage 1-2 SRA / window attention, classifier head, ...) is reported as
-unused.
+declare it (:func:`~mmcirc.models.backbones.pyramid_target.replaced_attention_keys`).
+What the source has and the target cannot use (stage 1-2 SRA / window attention,
+classifier head, ...) is reported as unused.
 
 A family's source layouts (their key patterns, the key converter of each, PVT's
 position tables) are in its module beside its backbone
@@ -26,36 +26,34 @@ with ``init_cfg=dict(type='Pretrained', checkpoint=...)``.
 import os.path as osp
 import re
 from collections import OrderedDict
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
-from mmcirc.models.convert.core import (
+from mmcirc.models.convert.conversion import (
     ARCH_LETTERS,
     OUTPUT_ROOT,
     ConversionError,
     ConversionResult,
-    build_result,
     family_converter,
     trace_provenance,
     unwrap_state_dict,
 )
 
+from .pyramid_target import (
+    PYRAMID_FAMILIES,
+    build_backbone,
+    describe,
+    family_of,
+    pyramid_result,
+)
+
 __all__ = [
-    'PYRAMID_FAMILIES',
     'layouts_of',
     'detect_layout',
     'to_mmcirc_keys',
-    'family_of',
-    'build_backbone',
-    'replaced_attention_keys',
-    'describe',
-    'pyramid_result',
     'convert_pyramid',
     'default_output_path',
     'convert_source',
 ]
-
-#: The pyramid families with a converter (their modules: :data:`FAMILIES`).
-PYRAMID_FAMILIES = ('pvt', 'swin')
 
 
 def _module(family: str):
@@ -102,72 +100,6 @@ def to_mmcirc_keys(family: str, state_dict, layout: str = 'auto') -> tuple:
     return mapped, provenance, layout
 
 
-# --------------------------------------------------------------------------- target
-def family_of(model) -> str:
-    """The family (``'pvt'``, ``'swin'``) of a built CA/Core pyramid."""
-    from .pyramid import PyramidBackbone
-
-    if isinstance(model, PyramidBackbone) and model.family in PYRAMID_FAMILIES:
-        return model.family
-    raise ConversionError(
-        f'not an mmcirc pyramid with a converter ({PYRAMID_FAMILIES}): {type(model).__name__}'
-    )
-
-
-def build_backbone(
-    family: str,
-    arch='tiny',
-    attention: str = 'circulant',
-    stage_attentions: Optional[Sequence[str]] = None,
-    **kwargs,
-):
-    """Build the target through mmcirc's registered classes (mmdet's MODELS): the
-    family's registered pyramid whose default attention is the one replaced kind
-    (``CorePVT`` / ``CoreSwin`` when the replaced stages are all core), else the
-    family's base class (``CAPVT`` / ``CASwin``), with the one model builder
-    (:func:`mmcirc.apis.builder.build_model`, constructor weights, eval mode)."""
-    import mmcirc  # noqa: F401  (registration)
-    from mmcirc.apis.builder import build_model
-    from .pyramid import registered_pyramids
-
-    families = {f: c for f, c in registered_pyramids().items() if f in PYRAMID_FAMILIES}
-    if family not in families:
-        raise ConversionError(f'family must be one of {tuple(families)}, got {family!r}')
-    classes = families[family]
-    kinds = (
-        [attention]
-        if stage_attentions is None
-        else list([stage_attentions] if isinstance(stage_attentions, str) else stage_attentions)
-    )
-    replaced = {k for k in kinds if k != classes[0].original_attention}
-    cls = next((c for c in classes if replaced == {c.default_attention}), classes[0])
-    cfg = dict(type=cls.__name__, arch=arch, attention=attention, **kwargs)
-    if stage_attentions is not None:
-        cfg['stage_attentions'] = stage_attentions
-    try:
-        model = build_model(dict(model=cfg, default_scope='mmdet'), init_weights=False)
-    except (ValueError, TypeError) as err:
-        raise ConversionError(f'cannot build the target {cfg["type"]}: {err}') from None
-    return model
-
-
-def replaced_attention_keys(model) -> List[str]:
-    """State-dict keys of the replaced attention, as the blocks declare them
-    (``added_keys``: e.g. circulant / core ``blocks.{j}.attn.*``, ``blocks.{j}.cpe.*``),
-    and the core banks ``cores`` of the stages that carry cores."""
-    from ..blocks import PyramidBlock
-
-    attr = model.stages_attr
-    keys = []
-    for i, stage in enumerate(model.stages):
-        if stage.cores is not None:
-            keys.append(f'{attr}.{i}.cores')
-        for j, block in enumerate(stage.blocks):
-            if isinstance(block, PyramidBlock):
-                keys += [f'{attr}.{i}.blocks.{j}.{k}' for k in block.added_state_keys()]
-    return keys
-
-
 def _depths_widths(sd, attr: str) -> tuple:
     depths, widths = {}, {}
     for k, v in sd.items():
@@ -181,14 +113,6 @@ def _depths_widths(sd, attr: str) -> tuple:
     return (tuple(depths.get(i, 0) for i in range(n)), tuple(widths.get(i, 0) for i in range(n)))
 
 
-def describe(model) -> str:
-    """``CAPVT(embed_dims=..., depths=..., stage_attentions=...)`` (reports, errors)."""
-    return (
-        f'{type(model).__name__}(embed_dims={model.embed_dims}, depths={model.depths}, '
-        f'stage_attentions={model.stage_attentions})'
-    )
-
-
 def _arch_hint(model, depths, widths) -> str:
     fits = []
     for name in model.arch_zoo:
@@ -198,32 +122,6 @@ def _arch_hint(model, depths, widths) -> str:
     seen = f'the checkpoint has depths {depths}' + (f' and widths {widths}' if any(widths) else '')
     return seen + (
         f': use arch {" or ".join(repr(f) for f in fits)}' if fits else ' (no named arch fits)'
-    )
-
-
-def pyramid_result(model, out, loaded_from, source_keys, layout, resized=(), meta=None):
-    """:func:`mmcirc.models.convert.build_result` for a pyramid: buffers the source
-    lacks from the model, the replaced attention told from the rest, the target
-    described in ``meta['model']``."""
-    return build_result(
-        model,
-        out,
-        loaded_from,
-        source_keys,
-        layout,
-        converter='mmcirc.models.convert',
-        attention_keys=replaced_attention_keys(model),
-        resized=resized,
-        info=dict(
-            source_layout=layout,
-            model=dict(
-                type=type(model).__name__,
-                embed_dims=list(model.embed_dims),
-                depths=list(model.depths),
-                stage_attentions=list(model.stage_attentions),
-            ),
-        ),
-        meta=dict(resized=list(resized), **(meta or {})),
     )
 
 

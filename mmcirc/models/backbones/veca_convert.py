@@ -20,12 +20,13 @@ from typing import Optional
 
 import torch
 
-from mmcirc.models.convert.core import (
+from mmcirc.models.convert.conversion import (
     OUTPUT_ROOT,
     ConversionError,
     ReleasedKind,
     build_result,
     expect_released,
+    shape_mismatches,
     tensors_of,
 )
 
@@ -136,15 +137,11 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
             f'the VECA checkpoint lacks {len(missing)} tensor(s) of VECAViT for {given} '
             f'(truncated, or another family?): {missing[:4]}'
         )
-    bad = [k for k in target if out[k].shape != target[k].shape]
+    bad = shape_mismatches(out, target)
     if bad:
         raise ConversionError(
             f'the VECA checkpoint does not fit VECAViT for model_family {family!r}'
-            f'{" (given arch)" if arch is not None else ""}: '
-            + '; '.join(
-                f'{k}: checkpoint {tuple(out[k].shape)} vs model {tuple(target[k].shape)}'
-                for k in bad[:4]
-            )
+            f'{" (given arch)" if arch is not None else ""}: ' + '; '.join(bad[:4])
         )
     defaults = {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
     backbone = dict(

@@ -35,8 +35,7 @@ class CirculantProbe(AttentionProbe):
         b, n, c = x.shape
         heads = mod.num_heads
         cdt = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the operator
-        bias = None if mod.qkv.bias is None else mod.qkv.bias[: 2 * c].to(cdt)
-        qk = F.linear(x.to(cdt), mod.qkv.weight[: 2 * c].to(cdt), bias)  # (B, N, 2C)
+        qk = F.linear(x.to(cdt), mod.qkv.weight[: 2 * c].to(cdt))  # (B, N, 2C), qkv: no bias
         q, k = qk.transpose(1, 2).reshape(b, 2, heads, c // heads, h, w).unbind(1)
         grid = (h, w) if mod.boundary == 'circular' else (2 * h - 1, 2 * w - 1)
         # cross-correlation a[m] = sum_i q[i] k[i + m] on `grid` (zero padded: no wrap)

@@ -143,8 +143,8 @@ def register_attention_probe(probe: AttentionProbe) -> AttentionProbe:
 
 def attention_probes() -> List[AttentionProbe]:
     """The ``attention_probes`` of the registered blocks (registration order), then
-    those added with :func:`register_attention_probe`."""
-    from . import dense  # noqa: F401  (registers the probes of other libraries' layers)
+    those added with :func:`register_attention_probe` (the package registers those of
+    other libraries' dense attention, :mod:`.dense_probes`, when it is imported)."""
     from .base import block_classes
 
     out = []

@@ -5,6 +5,7 @@ state dict's own keys), and its blocks in the circulant stages of a pyramid on t
 of tests/checkpoint_fakes.py."""
 
 import os.path as osp
+import re
 
 import pytest
 import torch
@@ -120,6 +121,20 @@ def test_cadeit_into_caswin_stage_of_its_width():
     assert set(res.new_attention) == {
         k for k in replaced_params(caswin()) if k.startswith('stages.0.')
     }
+
+
+def test_cadeit_base_of_another_shape_is_refused_naming_the_tensor():
+    src = official_cadeit(width=16, depth=3)['model']
+    base = dict(caswin().state_dict())
+    key = 'stages.2.blocks.0.attn.w_msa.qkv.weight'
+    want = tuple(base[key].shape)
+    base[key] = torch.zeros(want[0] + 1, want[1])
+    with pytest.raises(
+        ConversionError,
+        match=rf'the base checkpoint does not fit CASwin\(.*\):\n  {re.escape(key)}: '
+        rf'base \({want[0] + 1}, {want[1]}\) vs model \({want[0]}, {want[1]}\)',
+    ):
+        convert_cadeit({'model': src}, caswin(), base={'state_dict': base})
 
 
 def test_cadeit_into_pvt_mixffn_and_no_fit():

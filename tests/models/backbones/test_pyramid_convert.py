@@ -16,14 +16,10 @@ from checkpoint_fakes import (
     official_swin,
     replaced_params,
 )
-from mmcirc.engine import load_from_local_safely
+from mmcirc.engine import load_from_local
 from mmcirc.models.backbones import CAPVT, CoreSwin
-from mmcirc.models.backbones.pyramid_convert import (
-    build_backbone,
-    convert_pyramid,
-    default_output_path,
-    replaced_attention_keys,
-)
+from mmcirc.models.backbones.pyramid_convert import convert_pyramid, default_output_path
+from mmcirc.models.backbones.pyramid_target import build_backbone, replaced_attention_keys
 from mmcirc.models.convert import ConversionError, save_checkpoint
 
 
@@ -65,7 +61,7 @@ def test_saved_checkpoint_loads_through_init_cfg(tmp_path):
     res = convert_pyramid(official_pvt(), capvt(), meta={'source': 'fake.pth'})
     path = save_checkpoint(res, str(tmp_path / 'sub' / 'ca_pvt_x.pth'))
     assert [p.name for p in (tmp_path / 'sub').iterdir()] == ['ca_pvt_x.pth']  # no temp file left
-    ckpt = load_from_local_safely(path)
+    ckpt = load_from_local(path, map_location=None)
     assert set(ckpt) == {'state_dict', 'meta'} and ckpt['meta']['source'] == 'fake.pth'
     assert ckpt['meta']['new'] == res.new and ckpt['meta']['model']['type'] == 'CAPVT'
     model = capvt(init_cfg=dict(type='Pretrained', checkpoint=path))

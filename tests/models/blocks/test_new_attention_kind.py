@@ -32,7 +32,8 @@ from mmcirc.analysis.memory import quadratic_attention_estimates
 from mmcirc.models.backbones import CAPVT, CASwin
 from mmcirc.models.blocks import AttentionProbe, PyramidBlock
 from mmcirc.models.blocks.base import apply_ffn, build_ffn
-from mmcirc.models.backbones.pyramid_convert import build_backbone, convert_pyramid
+from mmcirc.models.backbones.pyramid_convert import convert_pyramid
+from mmcirc.models.backbones.pyramid_target import build_backbone
 from mmcirc.models.convert import format_summary
 from mmcirc.registry import model_registries, register_model
 
@@ -259,11 +260,11 @@ def test_capture_records_the_matrix_the_layer_uses():
 
 
 def test_bccb_score_scores_its_layers_with_the_closed_form():
-    """bccb_score's scoring (mmcirc.analysis.tools.bccb_score.score) takes every
+    """bccb_score's scoring (mmcirc.cli.bccb_score.score) takes every
     'matrix' layer, so the pooled ones too. A rank-one A with rows p (computed here from
     the layer's input) projects onto the constant matrix S / N, S = sum_j p_j (every
     offset class holds each p_j once): ||A - P(A)|| / ||A|| = sqrt(1 - S^2 / (N sum p^2))."""
-    from mmcirc.analysis.tools.bccb_score import score
+    from mmcirc.cli.bccb_score import score
 
     with pooled_registered():
         model = _pooled_pvt(1)
@@ -320,7 +321,7 @@ def test_attention_tools_see_it(tmp_path, capsys):
 
     from helpers import FIXTURE_CONFIGS
 
-    from mmcirc.analysis.tools import bccb_score, vis_cores
+    from mmcirc.cli import bccb_score, vis_cores
 
     cfg = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')
     layout = "model.backbone.stage_attentions=('pooled','pooled','sra','sra')"

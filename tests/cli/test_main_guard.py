@@ -1,10 +1,10 @@
-"""mmcirc.utils.cli.main_guard: a bad config value is one ``error:`` line (exit 1) in every
+"""mmcirc.cli.common.main_guard: a bad config value is one ``error:`` line (exit 1) in every
 tool, the traceback only with MMCIRC_DEBUG=1."""
 
 import pytest
 
 from helpers import REPO, run_tool
-from mmcirc.utils.cli import error_line, main_guard
+from mmcirc.cli.common import error_line, main_guard
 
 RETINANET = 'configs/toy/ca_pvt_t_retinanet_toy.py'
 BAD_ATTENTIONS = "model.backbone.stage_attentions=('circulant','bogus','sra','sra')"

@@ -45,6 +45,7 @@ __all__ = [
     'format_summary',
     'load_source',
     'save_checkpoint',
+    'shape_mismatches',
     'strip_common_prefix',
     'tensors_of',
     'trace_provenance',
@@ -92,14 +93,14 @@ def family_converter(family: str):
 def load_source(path: str, trust: bool = False):
     """Load a checkpoint file with mmcirc's safe loader (tensors, containers and the
     types mmengine writes; ``trust=True`` allows full unpickling of this one file)."""
-    from mmcirc.engine import load_from_local_safely, trust_checkpoint
+    from mmcirc.engine import load_from_local, trust_checkpoint
 
     if not osp.isfile(osp.expanduser(path)):
         raise FileNotFoundError(f'checkpoint not found: {path}')
     if trust:
         trust_checkpoint(path)
     try:
-        return load_from_local_safely(path, map_location='cpu')
+        return load_from_local(path, map_location='cpu')
     except (RuntimeError, EOFError) as err:  # not a torch checkpoint, truncated file
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConversionError(f'cannot read {path}: {reason}') from None
@@ -251,6 +252,16 @@ class ConversionResult:
         return self.new_attention + self.new_other
 
 
+def shape_mismatches(tensors, target, source: str = 'checkpoint') -> List[str]:
+    """``'key: <source> (shape) vs model (shape)'`` for every key of ``tensors`` (in
+    their order) that ``target`` (the model's state dict) holds with another shape."""
+    return [
+        f'{k}: {source} {tuple(v.shape)} vs model {tuple(target[k].shape)}'
+        for k, v in tensors.items()
+        if k in target and v.shape != target[k].shape
+    ]
+
+
 def _contiguous_copy(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone(memory_format=torch.contiguous_format)
 
@@ -283,14 +294,11 @@ def build_result(
     ``info``, what was loaded / new / unused, then ``meta``.
     """
     target = model.state_dict()
-    bad = [
-        f'  {k}: checkpoint {tuple(v.shape)} vs model {tuple(target[k].shape)}'
-        for k, v in tensors.items()
-        if k in target and v.shape != target[k].shape
-    ]
+    bad = shape_mismatches(tensors, target)
     if bad:
         raise ConversionError(
-            f'{len(bad)} tensor(s) do not fit {type(model).__name__}:\n' + '\n'.join(bad[:6])
+            f'{len(bad)} tensor(s) do not fit {type(model).__name__}:\n'
+            + '\n'.join(f'  {b}' for b in bad[:6])
         )
     params = {k for k, _ in model.named_parameters()}
     attention = set(attention_keys)

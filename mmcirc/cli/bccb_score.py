@@ -36,8 +36,8 @@ import os.path as osp
 import time
 
 from mmcirc.analysis import vis
-from mmcirc.analysis.tools import common as vc
-from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.cli import attention_tools as vc
+from mmcirc.cli.common import CLIError, main_guard
 
 DISPLAY = 384  # largest side of a displayed matrix (block-averaged beyond)
 

@@ -1,6 +1,7 @@
 """Export an mmdet / mmseg / mmpretrain model of mmcirc to ONNX.
 
-The command behind ``tools/deployment/pytorch2onnx.py`` (its entry point)::
+The command behind ``tools/deployment/pytorch2onnx.py`` (its entry point; the library
+side is :mod:`mmcirc.deployment.onnx`)::
 
     python tools/deployment/pytorch2onnx.py CONFIG [CHECKPOINT] --shape H W --out FILE.onnx
         [--dynamic [--size-divisor 32]] [--verify] [--features] [--opset 18]
@@ -30,12 +31,10 @@ folder, then renamed); errors are one line (exit 1).
 import argparse
 import os.path as osp
 
-from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.cli.common import CLIError, add_cfg_options, main_guard
 
 
 def parse_args(argv=None):
-    from mmengine.config import DictAction
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('config', help='mmdet / mmseg / mmpretrain config of an mmcirc model')
     p.add_argument(
@@ -70,9 +69,7 @@ def parse_args(argv=None):
         'stride; default 32)',
     )
     p.add_argument('--opset', type=int, default=18, help='ONNX opset (>= 17, default 18)')
-    p.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
-    )
+    add_cfg_options(p)
     return p.parse_args(argv)
 
 
@@ -102,11 +99,10 @@ def _check_args(args):
 def main(argv=None):
     args = parse_args(argv)
     _check_args(args)
-    from mmcirc.apis.builder import build_model
+    from mmcirc.apis.builder import build_model, load_model_config
     from mmcirc.deployment.onnx import ExportError, TensorModel, export_onnx
-    from mmcirc.utils.cli import load_config
 
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = load_model_config(args.config, args.cfg_options)
     try:
         model = build_model(cfg, args.checkpoint)
         tensor_model = TensorModel(model, features=args.features)

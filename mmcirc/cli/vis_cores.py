@@ -25,9 +25,9 @@ import os.path as osp
 import time
 
 from mmcirc.analysis import vis
-from mmcirc.analysis.tools import common as vc
+from mmcirc.cli import attention_tools as vc
 from mmcirc.ops.core import parse_num_cores
-from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.cli.common import CLIError, main_guard
 
 MAX_GRID = 64  # cores shown in one cores_<layer>_C<k>.png
 

@@ -1,4 +1,5 @@
-"""The smallest input a backbone accepts: stated, tight, and a ValueError below it."""
+"""A pyramid's stage geometry: the token grid of every stage (against a real forward) and
+the smallest input it accepts (stated, tight, and a ValueError below it)."""
 
 import pytest
 import torch
@@ -49,3 +50,21 @@ def test_one_pixel_runs_where_no_stage_reduces_keys():
     with torch.no_grad():
         outs = model(torch.zeros(1, 3, 1, 1))
     assert [tuple(o.shape[-2:]) for o in outs] == [(1, 1)] * 4
+
+
+# (class, kwargs, an input size at or above the layout's minimum)
+GRID_CASES = [
+    (CAPVT, dict(arch=TINY, attention='sra'), (97, 131)),
+    (CAPVT, dict(arch=TINY, attention='sra'), (29, 45)),  # the minimum, odd strides
+    (CAPVT, dict(arch=TINY, stage_attentions='circulant'), (1, 1)),
+    (CASwin, dict(arch=TINY, stage_attentions='window'), (97, 131)),
+    (CASwin, dict(arch=TINY, stage_attentions='circulant'), (33, 7)),
+]
+
+
+@pytest.mark.parametrize('cls,kwargs,hw', GRID_CASES)
+def test_stage_grids_match_forward(cls, kwargs, hw):
+    model = cls(**kwargs).eval()
+    with torch.no_grad():
+        outs = model(torch.zeros(1, 3, *hw))
+    assert model.stage_grids(hw) == [tuple(o.shape[2:]) for o in outs]

@@ -2,14 +2,14 @@
 points of :func:`pvt_main`, :func:`swin_main`, :func:`cadeit_main`, :func:`veca_main`):
 the options, reading them into the arguments of :func:`mmcirc.models.convert.convert_file`,
 a check that the inputs exist before the slow imports, and failures as one ``error:``
-line (exit 1, :func:`mmcirc.utils.cli.main_guard`).
+line (exit 1, :func:`mmcirc.cli.common.main_guard`).
 """
 
 import argparse
 import ast
 import os.path as osp
 
-from mmcirc.utils.cli import CLIError, main_guard
+from mmcirc.cli.common import CLIError, main_guard
 
 __all__ = ['cadeit_main', 'pvt_main', 'swin_main', 'veca_main']
 
@@ -86,7 +86,12 @@ def _convert(family, args, paths, **options):
     for path in paths:
         if path is not None and not osp.isfile(path):
             raise CLIError(f'checkpoint not found: {path}')
-    from .core import CheckpointKindError, ConversionError, convert_file, format_summary
+    from mmcirc.models.convert import (
+        CheckpointKindError,
+        ConversionError,
+        convert_file,
+        format_summary,
+    )
 
     try:
         result, out, title = convert_file(

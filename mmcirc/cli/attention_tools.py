@@ -3,7 +3,7 @@ vis_cores): CONFIG [CKPT] --img/--demo --size ..., the checks of those flags, an
 :func:`setup`, the prologue of every run (image, config, model with random or given
 weights, the attention layers asked for, the network input). The library side is
 :mod:`mmcirc.analysis.vis`; image files and ``--size`` are :mod:`mmcirc.utils.image_io`'s,
-shared with ``tools/infer_highres.py``. Errors are :class:`~mmcirc.utils.cli.CLIError`
+shared with ``tools/infer_highres.py``. Errors are :class:`~mmcirc.cli.common.CLIError`
 worded for the command line.
 """
 
@@ -18,15 +18,13 @@ warnings.filterwarnings('ignore', message='.*pkg_resources.*')  # mmengine's imp
 from mmcirc.analysis import vis  # noqa: E402
 from mmcirc.apis.builder import build_model  # noqa: E402
 from mmcirc.utils import image_io as _image_io  # noqa: E402
-from mmcirc.utils.cli import CLIError  # noqa: E402
+from mmcirc.cli.common import CLIError, add_cfg_options  # noqa: E402
 
 MIN_SIDE = vis.MIN_SIDE
 
 
 def add_common_args(parser, tool):
     """CONFIG [CHECKPOINT] (--img PATH | --demo NAME) [--size HxW] [--out-dir] ..."""
-    from mmengine.config import DictAction
-
     parser.add_argument('config', help='mmdet / mmseg / mmpretrain config file')
     parser.add_argument(
         'checkpoint', nargs='?', help='checkpoint (omit: random weights, init_weights under --seed)'
@@ -45,9 +43,7 @@ def add_common_args(parser, tool):
     parser.add_argument('--out-dir', default=f'work_dirs/analysis/{tool}', help='output folder')
     parser.add_argument('--seed', type=int, default=0, help='seed of random weights (0)')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
-    )
+    add_cfg_options(parser)
     return parser
 
 
@@ -101,9 +97,9 @@ def load_image(args, size):
 def load_cfg(args):
     """The config (``--cfg-options`` merged; the model builder switches off its
     pretrained weights)."""
-    from mmcirc.utils.cli import load_config
+    from mmcirc.apis.builder import load_model_config
 
-    return load_config(args.config, args.cfg_options)
+    return load_model_config(args.config, args.cfg_options)
 
 
 def setup(args, forms, what):

@@ -1,8 +1,8 @@
-"""mmcirc.utils.cli.parse_hw: the tools' one size format, S or HxW (height first)."""
+"""mmcirc.cli.common.parse_hw: the tools' one size format, S or HxW (height first)."""
 
 import pytest
 
-from mmcirc.utils.cli import CLIError, parse_hw
+from mmcirc.cli.common import CLIError, parse_hw
 
 
 def test_square_and_height_first():

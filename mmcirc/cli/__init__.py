@@ -1,0 +1,12 @@
+"""mmcirc's commands, one module per command: its parser, its ``main(argv)``, the one
+``error:`` line and the exit code (:mod:`.common`). ``tools/*.py`` are their entry points.
+
+* :mod:`.convert`: ``tools/model_converters/{pvt,swin,cadeit,veca}_to_mmcirc.py``;
+* :mod:`.bccb_score`, :mod:`.vis_circulant`, :mod:`.vis_cores`: the attention tools in
+  ``tools/analysis/`` (what they share: :mod:`.attention_tools`);
+* :mod:`.pytorch2onnx`: ``tools/deployment/pytorch2onnx.py``;
+* :mod:`.runner`: what ``tools/train.py`` and ``tools/test.py`` share.
+
+The library below raises ``ValueError`` / ``TypeError`` or its own exception types and
+holds no argument parser; importing this package imports none of the commands.
+"""

@@ -1,0 +1,103 @@
+"""What ``tools/train.py`` and ``tools/test.py`` share: the config of a run (mmdet's
+command line for every library; which library runs a config is read from its
+``default_scope``: ``mmdet``, ``mmseg`` or ``mmpretrain``), the common flags, and
+building and running mmengine's Runner so that a distributed job exits cleanly.
+"""
+
+import os
+import os.path as osp
+
+from mmcirc.apis.builder import load_model_config
+from mmcirc.cli.common import add_cfg_options
+
+
+def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
+    """The run's config: :func:`mmcirc.apis.builder.load_model_config` (``cfg_options``
+    merged; ``FileNotFoundError`` / ``ValueError`` for a missing file or a
+    ``default_scope`` outside mmdet, mmseg, mmpretrain), with the ``launcher`` and the
+    ``work_dir`` (given, the config's, else ``./work_dirs/<config name>``) settled."""
+    cfg = load_model_config(path, cfg_options)
+    cfg.launcher = launcher
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    return cfg
+
+
+def apply_common_args(parser):
+    """Arguments every tool takes: ``--work-dir``, ``--cfg-options``, ``--launcher``."""
+    parser.add_argument('--work-dir', help='directory for logs, checkpoints and results')
+    add_cfg_options(parser, 'train_cfg.max_iters=10')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher',
+    )
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    return parser
+
+
+def set_local_rank(args):
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+
+
+def build_runner(cfg):
+    """Build the Runner the way mmdet/mmseg/mmpretrain tools do."""
+    import torch
+    import torch.distributed as dist
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+
+    if cfg.get('launcher', 'none') != 'none' and not torch.cuda.is_available():
+        # mmengine assumes GPUs in distributed runs: init_dist calls cuda.set_device and
+        # the default DDP wrapper passes device_ids. Without GPUs, join the torchrun group
+        # over gloo here (the Runner reuses it) and wrap with DDP on the CPU.
+        if cfg.launcher == 'pytorch' and not dist.is_initialized():
+            dist.init_process_group(backend='gloo')
+        cfg.setdefault(
+            'model_wrapper_cfg',
+            dict(
+                type='MMDistributedDataParallel',
+                device_ids=None,
+                broadcast_buffers=False,
+                find_unused_parameters=cfg.get('find_unused_parameters', False),
+            ),
+        )
+    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    if dist.is_initialized():
+        print(
+            f'[mmcirc] process rank {dist.get_rank()} of world size {dist.get_world_size()} '
+            f'({dist.get_backend()})',
+            flush=True,
+        )
+    return runner
+
+
+def run_and_release(runner, method: str):
+    """``runner.train()`` / ``runner.test()`` / ``runner.val()``, then leave the
+    distributed group cleanly.
+
+    mmengine never destroys the process group it (or :func:`build_runner`) joined; the
+    gloo group's threads are then still running when the interpreter tears down, and
+    a process that did all its work can die with ``terminate called without an
+    active exception`` (SIGABRT), which torchrun reports as a failed job. After a
+    successful run every rank waits for the others (so none tears down a group a peer
+    still uses) and the group is destroyed, joining its threads while the interpreter
+    is still whole; after a failure it is destroyed without waiting (the peers may be
+    gone).
+    """
+    import torch.distributed as dist
+
+    try:
+        result = getattr(runner, method)()
+    except BaseException:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return result
