@@ -17,10 +17,10 @@ import torch
 from mmcirc.models.backbones.contract import is_int
 from .model import TimmModel, init_weights, take_indices
 
-__all__ = ['PyramidTimm', 'PYRAMID_FAMILIES']
+__all__ = ['PyramidTimm', 'PYRAMID_BACKBONES']
 
 #: timm family name -> (mmcirc backbone class, the kwarg holding the stage strides).
-PYRAMID_FAMILIES = {
+PYRAMID_BACKBONES = {
     'ca_pvt': ('CAPVT', 'patch_sizes'),
     'core_pvt': ('CorePVT', 'patch_sizes'),
     'ca_swin': ('CASwin', 'strides'),
@@ -41,7 +41,7 @@ class PyramidTimm(TimmModel):
     """A CA/Core pyramid as a timm classifier (``global_pool='avg'`` or ``''``).
 
     Args:
-        family (str): a key of :data:`PYRAMID_FAMILIES`.
+        family (str): a key of :data:`PYRAMID_BACKBONES`.
         arch (str | dict): the backbone's arch (``'tiny'``, ``'small'``, ...).
         num_classes, global_pool, drop_rate: timm's head (see :class:`TimmModel`).
         in_chans (int): image channels.
@@ -67,9 +67,9 @@ class PyramidTimm(TimmModel):
         feature_indices=None,
         **backbone_kwargs,
     ):
-        if family not in PYRAMID_FAMILIES:
-            raise ValueError(f'family must be one of {tuple(PYRAMID_FAMILIES)}, got {family!r}')
-        name, stride_key = PYRAMID_FAMILIES[family]
+        if family not in PYRAMID_BACKBONES:
+            raise ValueError(f'family must be one of {tuple(PYRAMID_BACKBONES)}, got {family!r}')
+        name, stride_key = PYRAMID_BACKBONES[family]
         cls = _backbone_class(name)
         if feature_indices is None:
             out_indices = (-1,)  # the classifier: the last stage

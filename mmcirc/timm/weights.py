@@ -26,8 +26,9 @@ from collections import OrderedDict
 
 import torch
 
+from mmcirc.models.backbones import deit_convert, veca_convert
 from mmcirc.models.backbones.contract import HAS_MMENGINE
-from mmcirc.models.convert.core import ConversionError, strip_common_prefix
+from mmcirc.models.convert import ConversionError, strip_common_prefix
 
 __all__ = ['checkpoint_filter_fn', 'load_checkpoint_file', 'load_into']
 
@@ -43,21 +44,38 @@ def load_checkpoint_file(path: str):
     return torch.load(path, map_location='cpu', weights_only=True)
 
 
-def _check_veca_settings(meta: dict, model) -> None:
-    """The released VECA config's model-changing settings equal the timm model's."""
-    want = {
-        k: v for k, v in meta.get('backbone', {}).items() if k not in ('type', 'arch', 'dropout')
-    }
-    have = getattr(model, 'backbone_kwargs', {})
+#: VECAViT arguments that change the model's function (or its training augmentation).
+_VECA_SETTINGS = (
+    'patch_size',
+    'patch_norm',
+    'out_channels',
+    'core_chunk',
+    'rope_p_zero_freqs',
+    'rope_zero_freqs_from',
+    'rope_shift_coords',
+    'rope_jitter_coords',
+    'rope_rescale_coords',
+)
+
+
+def _check_veca_settings(config, model) -> None:
+    """The settings of the released VECA config (the official defaults where it has
+    none) equal those the timm model was created with; ValueError naming them."""
     from mmcirc.models.backbones.veca import VECAViT
 
+    _, trained = veca_convert.veca_settings_of(config)
     defaults = {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
-    differ = {k: v for k, v in want.items() if have.get(k, defaults.get(k)) != v}
+    have = model.backbone_kwargs
+    differ = {
+        k: trained.get(k, defaults[k])
+        for k in _VECA_SETTINGS
+        if trained.get(k, defaults[k]) != have.get(k, defaults[k])
+    }
     if differ:
         args = ', '.join(f'{k}={v!r}' for k, v in differ.items())
         raise ValueError(
             f'the VECA checkpoint was trained with {args}: create the model with these '
-            'keyword arguments (timm.create_model(..., ' + args + '))'
+            f'keyword arguments (timm.create_model(..., {args}))'
         )
 
 
@@ -72,16 +90,14 @@ def _from_mmcirc(sd) -> 'OrderedDict[str, torch.Tensor]':
 def checkpoint_filter_fn(state_dict, model):
     """A checkpoint (or the state dict timm unwrapped from it) in any layout of the module
     docstring -> ``model``'s keys. ConversionError (a ValueError) for anything else."""
-    from mmcirc.models.backbones import deit_convert, veca_convert
-
     from .model import CADeiTTimm, VECATimm
 
     ckpt = state_dict
     if veca_convert.RELEASED.detect(ckpt):
         if not isinstance(model, VECATimm):
             raise ConversionError(f'a VECA checkpoint does not fit {type(model).__name__}')
+        _check_veca_settings(ckpt.get('config', {}), model)
         result, _ = veca_convert.convert_veca_official(ckpt, arch=model.arch)
-        _check_veca_settings(result.meta, model)
         return _from_mmcirc(result.state_dict)
     if not isinstance(ckpt, dict):
         raise ConversionError(f'expected a checkpoint dict, got {type(ckpt).__name__}')

@@ -63,16 +63,24 @@ def test_released_veca_file_equals_the_official_forward(tmp_path):
         assert _rel(seq[:, cores:], fix[f'patches_{cores}']) < 1e-5
 
 
-def test_veca_file_refuses_a_model_with_other_settings(tmp_path):
+@pytest.mark.parametrize(
+    'kwargs,named',
+    [
+        (dict(), 'out_channels=40'),  # the config's output projection not asked for
+        (dict(out_channels=40, rope_shift_coords=0.2), 'rope_shift_coords=0.08'),
+    ],
+)
+def test_veca_file_refuses_a_model_with_other_settings(tmp_path, kwargs, named):
     fix = torch.load(osp.join(OFFICIAL, 'veca_official.pth'), weights_only=True)
     path = _saved(tmp_path, fix['checkpoint'])
-    with pytest.raises(ValueError, match='out_channels=40'):
+    with pytest.raises(ValueError, match=named):
         timm.create_model(
             'veca_small',
             pretrained=True,
             pretrained_cfg_overlay=dict(file=path),
             arch=fix['arch'],
             patch_size=fix['patch_size'],
+            **kwargs,
         )
 
 
