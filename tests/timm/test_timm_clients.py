@@ -8,29 +8,25 @@ import torch
 from PIL import Image
 
 
-def _image_folder(root, classes=2, per_class=3):
-    """root/val/<class>/<k>.png: random RGB images of different sizes (an ImageFolder)."""
-    rng = np.random.RandomState(0)
-    for c in range(classes):
-        (root / 'val' / f'class_{c}').mkdir(parents=True)
-        for k in range(per_class):
-            h, w = 60 + 13 * k, 90 - 11 * k
-            img = rng.randint(0, 256, size=(h, w, 3), dtype=np.uint8)
-            Image.fromarray(img).save(root / 'val' / f'class_{c}' / f'{k}.png')
-    return root
+def _toy_imagenet(root):
+    """mmcirc's toy ImageNet (``{train,val}/<class>/*.jpg``, 3 classes; 64 x 80 images)."""
+    from mmcirc.datasets.toy_data import make_toy_imagenet
+
+    return make_toy_imagenet(root, num_train=6, num_val=6, img_size=(64, 80))['root']
 
 
 def test_validate_loop_preprocesses_as_the_mmpretrain_test_pipeline(tmp_path, small):
-    """validate.py's loop: the data config comes from the model's pretrained_cfg; its
-    transform is the configs' test pipeline (short edge to 256/224 of the crop, bicubic,
-    centre crop, ImageNet mean / std), written out here with torchvision."""
+    """validate.py's loop on the toy ImageNet folder: the data config comes from the
+    model's pretrained_cfg; its transform is the configs' test pipeline (short edge to
+    crop / 0.875, bicubic, centre crop, ImageNet mean / std), written out here with
+    torchvision."""
     from timm.data import create_dataset, create_loader, resolve_data_config
     from timm.utils import accuracy
     from torchvision import transforms as T
 
-    root = _image_folder(tmp_path)
-    model = small('ca_deit_tiny', num_classes=2)
-    config = resolve_data_config({'input_size': (3, 64, 64)}, model=model)
+    root = _toy_imagenet(tmp_path)
+    model = small('ca_deit_tiny', num_classes=3)
+    config = resolve_data_config({'input_size': (3, 48, 48)}, model=model)
     assert config['interpolation'] == 'bicubic' and config['crop_pct'] == 0.875
     dataset = create_dataset('', root=str(root), split='validation')
     loader = create_loader(dataset, batch_size=4, use_prefetcher=False, num_workers=0, **config)
@@ -41,36 +37,44 @@ def test_validate_loop_preprocesses_as_the_mmpretrain_test_pipeline(tmp_path, sm
             targets.append(target)
     logits, targets = torch.cat(logits), torch.cat(targets)
     (top1,) = accuracy(logits, targets, topk=(1,))
-    assert logits.shape == (6, 2) and 0 <= float(top1) <= 100
+    assert logits.shape == (6, 3) and 0 <= float(top1) <= 100
 
     ref_tf = T.Compose(
         [
-            T.Resize(int(64 / 0.875), interpolation=T.InterpolationMode.BICUBIC),
-            T.CenterCrop(64),
+            T.Resize(int(48 / 0.875), interpolation=T.InterpolationMode.BICUBIC),
+            T.CenterCrop(48),
             T.ToTensor(),
             T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
         ]
     )
-    files = sorted((root / 'val').glob('*/*.png'))
+    files = sorted((root / 'val').glob('*/*.jpg'))  # the folder order: class, then name
     batch = torch.stack([ref_tf(Image.open(f).convert('RGB')) for f in files])
     with torch.no_grad():
         ref = model(batch)
     torch.testing.assert_close(logits, ref, rtol=1e-4, atol=1e-4)
-    assert targets.tolist() == [0, 0, 0, 1, 1, 1]
+    assert targets.tolist() == [0, 0, 1, 1, 2, 2]
 
 
 @pytest.mark.parametrize('name', ['ca_deit_tiny', 'core_pvt_tiny'])
-def test_training_with_timm_optimizer_scheduler_and_grad_checkpointing(small, name):
+def test_training_with_timm_optimizer_scheduler_and_grad_checkpointing(tmp_path, small, name):
+    """train.py's pieces: a batch of the toy ImageNet train split through timm's
+    training transforms, create_optimizer_v2 (AdamW, layer decay), create_scheduler_v2
+    (cosine), gradient checkpointing on."""
+    from timm.data import create_dataset, create_loader
     from timm.optim import create_optimizer_v2
     from timm.scheduler import create_scheduler_v2
 
-    model = small(name, num_classes=2, drop_path_rate=0.0)
+    dataset = create_dataset('', root=str(_toy_imagenet(tmp_path)), split='train', is_training=True)
+    loader = create_loader(
+        dataset, (3, 32, 32), batch_size=6, is_training=True, use_prefetcher=False, num_workers=0
+    )
+    torch.manual_seed(1)
+    x, y = next(iter(loader))
+    model = small(name, num_classes=3, drop_path_rate=0.0)
     model.set_grad_checkpointing(True)
     model.train()
     opt = create_optimizer_v2(model, 'adamw', lr=2e-3, weight_decay=0.05, layer_decay=0.9)
     sched, epochs = create_scheduler_v2(opt, sched='cosine', num_epochs=4, warmup_epochs=0)
-    torch.manual_seed(1)
-    x, y = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 0, 1])
     losses, lrs = [], []
     for epoch in range(epochs):
         for _ in range(2):
@@ -78,7 +82,7 @@ def test_training_with_timm_optimizer_scheduler_and_grad_checkpointing(small, na
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
         lrs.append(opt.param_groups[-1]['lr'])
         sched.step(epoch + 1)
     assert epochs == 4 and all(np.isfinite(losses))
