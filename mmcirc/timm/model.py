@@ -217,8 +217,10 @@ class CADeiTTimm(_Isotropic):
     ``forward_features``: the final-LN tokens (B, N, C); ``global_pool='avg'`` (the
     official head: the mean over the tokens) or ``''``. Any H x W (no position
     embedding; ``img_size`` and ``dynamic_img_size`` are accepted for timm's scripts and
-    change nothing). Other keyword arguments go to the backbone (``patch_size``,
-    ``boundary``, ``scale``, ``circulant_heads``, ...).
+    change nothing). timm's names: ``drop_rate`` the head dropout, ``proj_drop_rate``
+    the backbone's (attention projection and MLP), ``drop_path_rate`` stochastic depth.
+    Other keyword arguments go to the backbone (``patch_size``, ``boundary``, ``scale``,
+    ``circulant_heads``, ...).
     """
 
     pool_types = ('avg', '')
@@ -232,6 +234,7 @@ class CADeiTTimm(_Isotropic):
         global_pool: str = 'avg',
         in_chans: int = 3,
         drop_rate: float = 0.0,
+        proj_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         img_size=None,
         dynamic_img_size: bool = True,
@@ -244,6 +247,7 @@ class CADeiTTimm(_Isotropic):
             in_channels=in_chans,
             out_type='raw',
             final_norm=False,  # the final LN is applied here (intermediates stay raw)
+            drop_rate=proj_drop_rate,
             drop_path_rate=drop_path_rate,
             **backbone_kwargs,
         )
@@ -286,8 +290,10 @@ class VECATimm(_Isotropic):
     first ``num_prefix_tokens`` = C' are the cores); ``global_pool='token'`` (the
     global token, the first core: the official feature), ``'avg'`` (the mean of the
     patches) or ``''``. ``num_cores`` (C', an int multiple of 8 or a preset name) is an
-    option, changed later with :meth:`set_num_cores`. Any H x W. Other keyword
-    arguments go to the backbone (``patch_size``, the RoPE settings, ``out_channels``, ...).
+    option, changed later with :meth:`set_num_cores`. Any H x W. ``drop_rate`` is the
+    head dropout, ``proj_drop_rate`` the backbone's (the official ``dropout``). Other
+    keyword arguments go to the backbone (``patch_size``, the RoPE settings,
+    ``out_channels``, ...).
     """
 
     pool_types = ('token', 'avg', '')
@@ -305,6 +311,7 @@ class VECATimm(_Isotropic):
         global_pool: str = 'token',
         in_chans: int = 3,
         drop_rate: float = 0.0,
+        proj_drop_rate: float = 0.0,
         num_cores=None,
         img_size=None,
         dynamic_img_size: bool = True,
@@ -313,7 +320,12 @@ class VECATimm(_Isotropic):
         from mmcirc.models.backbones.veca import VECAViT
 
         backbone = VECAViT(
-            arch=arch, in_channels=in_chans, num_cores=num_cores, out_type='raw', **backbone_kwargs
+            arch=arch,
+            in_channels=in_chans,
+            num_cores=num_cores,
+            out_type='raw',
+            dropout=proj_drop_rate,
+            **backbone_kwargs,
         )
         init_weights(backbone)
         super().__init__(backbone, backbone.num_features, num_classes, global_pool, drop_rate)

@@ -45,6 +45,8 @@ class PyramidTimm(TimmModel):
         arch (str | dict): the backbone's arch (``'tiny'``, ``'small'``, ...).
         num_classes, global_pool, drop_rate: timm's head (see :class:`TimmModel`).
         in_chans (int): image channels.
+        proj_drop_rate (float): the backbone's dropout (``drop_rate`` of the mmcirc
+            backbone; timm's ``drop_rate`` is the head's); ``attn_drop_rate`` passes on.
         drop_path_rate (float): stochastic depth of the backbone.
         feature_indices (Sequence[int], optional): the stages the backbone outputs (timm's
             ``out_indices`` with ``features_only=True``); None: the last (the classifier).
@@ -63,6 +65,7 @@ class PyramidTimm(TimmModel):
         global_pool: str = 'avg',
         in_chans: int = 3,
         drop_rate: float = 0.0,
+        proj_drop_rate: float = 0.0,
         drop_path_rate: float = 0.1,
         feature_indices=None,
         **backbone_kwargs,
@@ -80,6 +83,7 @@ class PyramidTimm(TimmModel):
         backbone = cls(
             arch=arch,
             in_channels=in_chans,
+            drop_rate=proj_drop_rate,
             drop_path_rate=drop_path_rate,
             out_indices=out_indices,
             **backbone_kwargs,

@@ -135,6 +135,12 @@ def load_into(model, ckpt) -> None:
             head,
             model.num_classes,
         )
+    conv = (getattr(model, 'pretrained_cfg', None) or {}).get('first_conv')
+    key = f'{conv}.weight'
+    if conv and key in sd and key in target and sd[key].shape[1] != target[key].shape[1]:
+        from timm.models import adapt_input_conv  # timm's rule for other input channels
+
+        sd[key] = adapt_input_conv(target[key].shape[1], sd[key])
     mismatched = [
         f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(target[k].shape)}'
         for k, v in sd.items()

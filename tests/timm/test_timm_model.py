@@ -145,3 +145,17 @@ def test_layer_decay_orders_the_groups_from_stem_to_head(small, name):
     assert order == sorted(order) and order[0] < order[-1] == 1.0
     stem = [n for n in named if 'patch_embed' in n][0]
     assert scale[id(named[stem])] == min(scale.values())
+
+
+@pytest.mark.parametrize(
+    'name,where',
+    [
+        ('ca_deit_tiny', lambda m: m.backbone.blocks[0].mlp.drop.p),
+        ('veca_small', lambda m: m.backbone.blocks[0].drop.p),
+        ('ca_pvt_tiny', lambda m: m.backbone.layers[0].pos_embed.drop.p),
+    ],
+)
+def test_timm_dropout_names(small, name, where):
+    """timm's ``drop_rate`` is the head dropout, ``proj_drop_rate`` the backbone's."""
+    model = small(name, num_classes=2, drop_rate=0.25, proj_drop_rate=0.125)
+    assert model.head_drop.p == 0.25 and where(model) == 0.125

@@ -152,3 +152,34 @@ def test_cadeit_file_of_another_arch_is_refused(tmp_path):
     path = _saved(tmp_path, fix['checkpoint'])
     with pytest.raises(ValueError, match='arch'):
         timm.create_model('ca_deit_tiny', pretrained=True, pretrained_cfg_overlay=dict(file=path))
+
+
+def test_filter_fn_serves_timm_load_checkpoint(tmp_path):
+    """timm's own loader (it unwraps ``model`` itself) with the filter as filter_fn."""
+    from timm.models import load_checkpoint
+
+    fix = torch.load(osp.join(OFFICIAL, 'ca_deit_official.pth'), weights_only=True)
+    path = _saved(tmp_path, fix['checkpoint'])
+    model = timm.create_model(
+        'ca_deit_tiny', arch=fix['arch'], patch_size=fix['patch_size'], num_classes=10
+    ).eval()
+    load_checkpoint(model, path, filter_fn=mmcirc.timm.checkpoint_filter_fn)
+    with torch.no_grad():
+        assert _rel(model(fix['input']), fix['logits']) < 1e-5
+
+
+def test_grey_input_adapts_the_first_conv_as_timm_does(tmp_path, small):
+    """in_chans=1 from a 3-channel checkpoint: timm's rule (the kernel summed over the
+    channels), so a grey image gives the logits of its 3-channel copy."""
+    source = small('ca_pvt_tiny', num_classes=4)
+    path = _saved(tmp_path, {'state_dict': source.state_dict()})
+    grey = small(
+        'ca_pvt_tiny',
+        num_classes=4,
+        in_chans=1,
+        pretrained=True,
+        pretrained_cfg_overlay=dict(file=path),
+    )
+    x = torch.randn(1, 1, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(grey(x), source(x.expand(-1, 3, -1, -1)), rtol=1e-4, atol=1e-5)
