@@ -59,7 +59,6 @@ def _cfg(name: str, **kwargs) -> dict:
         classifier='head',
         fixed_input_size=False,
         custom_load=True,
-        license='apache-2.0',
     )
     return dict(cfg, **kwargs)
 
@@ -72,11 +71,14 @@ def _tag(name: str) -> str:
     return 'mmcirc_in1k'  # a checkpoint of configs/<name>_in1k.py
 
 
+#: where the released weights come from (the pyramids: mmcirc's own training).
+_ORIGIN = {
+    'ca_deit': dict(origin_url='https://github.com/LeapLabTHU/Circulant-Attention'),
+    'veca': dict(origin_url='https://github.com/alansong1322/VECA', num_classes=0),
+}
+
 default_cfgs = generate_default_cfgs(
-    {
-        f'{n}.{_tag(n)}': _cfg(n, num_classes=0) if n.startswith('veca') else _cfg(n)
-        for n in MODEL_NAMES
-    }
+    {f'{n}.{_tag(n)}': _cfg(n, **_ORIGIN.get(n.rsplit('_', 1)[0], {})) for n in MODEL_NAMES}
 )
 
 
