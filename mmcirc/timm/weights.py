@@ -11,8 +11,9 @@
   those the timm model was created with (ValueError naming them otherwise);
 * mmcirc's own checkpoints (an mmpretrain classifier of ``configs/*_in1k.py``:
   ``backbone.*`` and ``head.fc.*``, possibly under ``state_dict`` with mmengine's
-  ``meta`` / ``message_hub``) and the timm models' own state dicts (``backbone.*``,
-  ``head.*``);
+  ``meta`` / ``message_hub``; the converters' files, a converted VECA file with its
+  settings checked as above from ``meta['backbone']``) and the timm models' own state
+  dicts (``backbone.*``, ``head.*``);
 
 and returns the model's keys. :func:`load_checkpoint_file` reads a file with mmcirc's
 safe loader (:func:`mmcirc.models.convert.load_source`: tensors, containers and the
@@ -58,12 +59,12 @@ _VECA_SETTINGS = (
 )
 
 
-def _check_veca_settings(config, model) -> None:
-    """The settings of the released VECA config (the official defaults where it has
-    none) equal those the timm model was created with; ValueError naming them."""
+def _check_veca_settings(trained: dict, model) -> None:
+    """The settings a VECA checkpoint was trained with (``trained``: VECAViT arguments,
+    the defaults where absent) equal those the timm model was created with;
+    ValueError naming them."""
     from mmcirc.models.backbones.veca import VECAViT
 
-    _, trained = veca_convert.veca_settings_of(config)
     defaults = {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
     have = model.backbone_kwargs
     differ = {
@@ -96,7 +97,7 @@ def checkpoint_filter_fn(state_dict, model):
     if veca_convert.RELEASED.detect(ckpt):
         if not isinstance(model, VECATimm):
             raise ConversionError(f'a VECA checkpoint does not fit {type(model).__name__}')
-        _check_veca_settings(ckpt.get('config', {}), model)
+        _check_veca_settings(veca_convert.veca_settings_of(ckpt.get('config', {}))[1], model)
         result, _ = veca_convert.convert_veca_official(ckpt, arch=model.arch)
         return _from_mmcirc(result.state_dict)
     if not isinstance(ckpt, dict):
@@ -114,6 +115,11 @@ def checkpoint_filter_fn(state_dict, model):
             raise ConversionError(f'a CA-DeiT checkpoint does not fit {type(model).__name__}')
         result, _ = deit_convert.convert_cadeit_official({'model': sd}, arch=model.arch)
         return _from_mmcirc(result.state_dict)
+    backbone = (
+        (ckpt.get('meta') or {}).get('backbone') if isinstance(ckpt.get('meta'), dict) else None
+    )
+    if isinstance(model, VECATimm) and isinstance(backbone, dict):  # a converted VECA file
+        _check_veca_settings(backbone, model)
     if not any(k.startswith('backbone.') for k in sd):
         raise ConversionError(
             'not a checkpoint of this model: expected the released CA-DeiT or VECA file, or '

@@ -183,3 +183,28 @@ def test_grey_input_adapts_the_first_conv_as_timm_does(tmp_path, small):
     x = torch.randn(1, 1, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(grey(x), source(x.expand(-1, 3, -1, -1)), rtol=1e-4, atol=1e-5)
+
+
+def test_converted_veca_file_loads_and_keeps_the_settings_check(tmp_path):
+    """A file of mmcirc's VECA converter (``backbone.*``, the settings in its meta)."""
+    from mmcirc.models.convert import convert_file
+
+    fix = torch.load(osp.join(OFFICIAL, 'veca_official.pth'), weights_only=True)
+    src = _saved(tmp_path, fix['checkpoint'], 'release.pth')
+    out = str(tmp_path / 'converted.pth')
+    convert_file('veca', src, out, arch=fix['arch'])
+    kwargs = dict(arch=fix['arch'], patch_size=fix['patch_size'], num_cores=8)
+    model = timm.create_model(
+        'veca_small',
+        pretrained=True,
+        pretrained_cfg_overlay=dict(file=out),
+        out_channels=fix['out_channels'],
+        **kwargs,
+    ).eval()
+    with torch.no_grad():
+        token = model.forward_head(model.forward_features(fix['input']), pre_logits=True)
+    assert _rel(token, fix['global_8']) < 1e-5
+    with pytest.raises(ValueError, match='out_channels=40'):
+        timm.create_model(
+            'veca_small', pretrained=True, pretrained_cfg_overlay=dict(file=out), **kwargs
+        )
