@@ -46,9 +46,9 @@ def test_first_conv_and_classifier_name_the_model_layers(small, name):
     assert model.default_cfg is model.pretrained_cfg
 
 
-def test_pretrained_without_a_file_refuses_and_downloads_nothing():
+def test_pretrained_without_a_file_refuses_and_downloads_nothing(small):
     with pytest.raises(RuntimeError, match='No pretrained weights'):
-        timm.create_model('ca_deit_tiny', pretrained=True)
+        small('ca_deit_tiny', pretrained=True)
 
 
 def test_out_indices_without_features_only_is_refused():
