@@ -198,10 +198,43 @@ class _Isotropic(TimmModel):
     def _as_fmt(tokens: torch.Tensor, hw, output_fmt: str) -> torch.Tensor:
         if output_fmt == 'NLC':
             return tokens  # (B, N, C)
-        if output_fmt != 'NCHW':
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         b, n, c = tokens.shape
         return tokens.transpose(1, 2).reshape(b, c, *hw)  # (B, C, H', W')
+
+    def _final(self, outs) -> torch.Tensor:
+        """The backbone's block outputs ``outs`` -> :meth:`forward_features`' result."""
+        raise NotImplementedError
+
+    def _block_tokens(self, outs, i: int, norm: bool) -> torch.Tensor:
+        """Block ``i``'s patch tokens (B, N, C) of the outputs ``outs`` (``norm``: as
+        :meth:`forward_intermediates` takes them)."""
+        raise NotImplementedError
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, C_in, H, W) -> the final features (see the family's docstring)."""
+        return self._final(self.backbone(x))
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices=None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = 'NCHW',
+        intermediates_only: bool = False,
+    ):
+        """The patch tokens of the blocks ``indices`` (see :func:`take_indices`; ``norm``:
+        see the family's :meth:`_block_tokens`) as (B, C, H', W') maps or (B, N, C)
+        tokens (``output_fmt``); with the final features unless ``intermediates_only``.
+        ``stop_early`` changes nothing."""
+        if output_fmt not in ('NCHW', 'NLC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        take, hw = self._check_indices(indices), self._grid(x)
+        outs = self.backbone(x)  # one output per block
+        inter = [self._as_fmt(self._block_tokens(outs, i, norm), hw, output_fmt) for i in take]
+        if intermediates_only:
+            return inter
+        return self._final(outs), inter
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict:
@@ -255,32 +288,16 @@ class CADeiTTimm(_Isotropic):
         super().__init__(backbone, backbone.embed_dims, num_classes, global_pool, drop_rate)
         self.arch = arch
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, C_in, H, W) -> final-LN tokens (B, N, C), N = ceil(H/p) * ceil(W/p)."""
-        return self.backbone.norm(self.backbone(x)[-1])
+    def _final(self, outs) -> torch.Tensor:
+        """One (B, N, C) per block -> the final-LN tokens (B, N, C), N = ceil(H/p) * ceil(W/p)."""
+        return self.backbone.norm(outs[-1])
+
+    def _block_tokens(self, outs, i: int, norm: bool) -> torch.Tensor:
+        """Block ``i``'s output (B, N, C), raw or through the final LN (``norm``)."""
+        return self.backbone.norm(outs[i]) if norm else outs[i]
 
     def _pool(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=1) if self.global_pool == 'avg' else x  # (B, C) | (B, N, C)
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices=None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = 'NCHW',
-        intermediates_only: bool = False,
-    ):
-        """Outputs of the blocks ``indices`` (see :func:`take_indices`), raw or through
-        the final LN (``norm``), as (B, C, H', W') maps or (B, N, C) tokens; with the
-        final features unless ``intermediates_only``. ``stop_early`` changes nothing."""
-        take, hw = self._check_indices(indices), self._grid(x)
-        outs = self.backbone(x)  # one (B, N, C) per block
-        inter = [self.backbone.norm(outs[i]) if norm else outs[i] for i in take]
-        inter = [self._as_fmt(t, hw, output_fmt) for t in inter]
-        if intermediates_only:
-            return inter
-        return self.backbone.norm(outs[-1]), inter
 
 
 class VECATimm(_Isotropic):
@@ -340,10 +357,16 @@ class VECATimm(_Isotropic):
         """The active core count C' (:meth:`VECAViT.set_num_cores`)."""
         self.backbone.set_num_cores(num_cores)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, C_in, H, W) -> the final sequence [cores; patches] (B, C' + N, D)."""
-        cores, patches = self.backbone(x)[-1]  # (B, C', D), (B, N, D)
+    def _final(self, outs) -> torch.Tensor:
+        """One (cores, patches) per block -> the final sequence [cores; patches] (B, C' + N, D)."""
+        cores, patches = outs[-1]  # (B, C', D), (B, N, D)
         return torch.cat([cores, patches], dim=1)  # (B, C' + N, D)
+
+    def _block_tokens(self, outs, i: int, norm: bool) -> torch.Tensor:
+        """Block ``i``'s patches (B, N, D): the last through the final LN and output
+        projection, as the backbone gives it; ``norm``: the others through the final LN."""
+        patches = outs[i][1]  # (B, N, D)
+        return self.backbone.final_norm(patches) if norm and i != len(outs) - 1 else patches
 
     def _pool(self, x: torch.Tensor) -> torch.Tensor:
         if self.global_pool == 'token':
@@ -351,26 +374,3 @@ class VECATimm(_Isotropic):
         if self.global_pool == 'avg':
             return x[:, self.num_prefix_tokens :].mean(dim=1)  # (B, D): mean of the patches
         return x
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices=None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = 'NCHW',
-        intermediates_only: bool = False,
-    ):
-        """The patches of the blocks ``indices`` (the last through the final LN and
-        output projection, as the backbone gives it; ``norm``: the others through the
-        final LN too), as maps or tokens; with the final sequence unless
-        ``intermediates_only``. ``stop_early`` changes nothing."""
-        take, hw = self._check_indices(indices), self._grid(x)
-        outs = self.backbone(x)  # one (cores, patches) per block
-        last = len(outs) - 1
-        fn = self.backbone.final_norm
-        inter = [fn(outs[i][1]) if norm and i != last else outs[i][1] for i in take]
-        inter = [self._as_fmt(t, hw, output_fmt) for t in inter]
-        if intermediates_only:
-            return inter
-        return torch.cat(outs[-1], dim=1), inter

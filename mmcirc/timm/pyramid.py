@@ -144,17 +144,24 @@ class PyramidTimm(TimmModel):
     ):
         """The maps (B, C_i, H_i, W_i) of the stages ``indices`` (outputs the model was
         built for), as the backbone gives them (CA-Swin: through its output LNs);
-        with the last stage's map unless ``intermediates_only``."""
+        with the last stage's map unless ``intermediates_only`` (then the model must
+        output the last stage)."""
         if norm:
             raise ValueError('norm must be False: the pyramids output their maps as mmdet does')
         if output_fmt != 'NCHW':
             raise ValueError(f"output_fmt must be 'NCHW' for the pyramids, got {output_fmt!r}")
-        take = self._check_indices(indices)
-        outs = dict(zip(self.backbone.out_indices, self.backbone(x)))
+        take, last = self._check_indices(indices), self.backbone.num_stages - 1
+        if not intermediates_only and last not in self.backbone.out_indices:
+            raise ValueError(
+                f'intermediates_only=False needs the last stage ({last}); this model was '
+                f'built with out_indices={self.backbone.out_indices}: pass '
+                'intermediates_only=True'
+            )
+        outs = dict(zip(self.backbone.out_indices, self.backbone(x)))  # stage -> map
         inter = [outs[i] for i in take]
         if intermediates_only:
             return inter
-        return outs.get(self.backbone.num_stages - 1), inter
+        return outs[last], inter
 
     # ------------------------------------------------------------------ training
     def _set_with_cp(self, enable: bool) -> None:

@@ -91,6 +91,33 @@ def test_veca_features_only_are_the_patch_maps(small):
         torch.testing.assert_close(m, w)
 
 
+@pytest.mark.parametrize(
+    'name,cls,extra',
+    [('ca_deit_tiny', CADeiT, dict(final_norm=False)), ('veca_small', VECAViT, dict(num_cores=8))],
+)
+def test_intermediates_as_tokens_with_the_final_features(small, name, cls, extra):
+    """``output_fmt='NLC'``: the backbone's block maps as (B, N, C) tokens; the final
+    features are those of ``forward_features``."""
+    kwargs = dict(num_cores=8) if name == 'veca_small' else {}
+    model = small(name, num_classes=3, **kwargs)
+    ref = _backbone_like(model, cls, out_indices=(0, 1), **extra)
+    x = torch.randn(1, 3, 24, 40)
+    with torch.no_grad():
+        final, tokens = model.forward_intermediates(x, indices=(0, 1), output_fmt='NLC')
+        want = [m.flatten(2).transpose(1, 2) for m in ref(x)]  # (B, C, H', W') -> (B, N, C)
+        torch.testing.assert_close(final, model.forward_features(x))
+    assert [t.shape for t in tokens] == [(1, 3 * 5, 16)] * 2
+    for t, w in zip(tokens, want):
+        torch.testing.assert_close(t, w)
+
+
+@pytest.mark.parametrize('name', ['ca_deit_tiny', 'veca_small'])
+def test_intermediates_refuse_an_unknown_output_fmt(small, name):
+    model = small(name, num_classes=3)
+    with pytest.raises(ValueError, match="output_fmt must be 'NCHW' or 'NLC', got 'NHWC'"):
+        model.forward_intermediates(torch.randn(1, 3, 16, 16), output_fmt='NHWC')
+
+
 def block_calls(model, block):
     """Calls of the block's layers in a training step (checkpointing runs them again
     in the backward)."""

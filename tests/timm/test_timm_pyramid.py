@@ -67,6 +67,21 @@ def test_classifier_refuses_stages_it_does_not_output(small):
         model.forward_intermediates(torch.randn(1, 3, 64, 64), indices=(0, 3))
 
 
+def test_features_model_gives_the_last_map_only_when_it_outputs_it(small):
+    x = torch.randn(1, 3, 64, 64)
+    feats = small('ca_pvt_tiny', features_only=True, out_indices=(1, 3)).model
+    ref = _backbone_like(feats, CAPVT, out_indices=(1, 3)).eval()
+    with torch.no_grad():
+        last, inter = feats.forward_intermediates(x, indices=(1,))
+        want = ref(x)
+    torch.testing.assert_close(last, want[1])
+    torch.testing.assert_close(inter[0], want[0])
+    early = small('ca_pvt_tiny', features_only=True, out_indices=(0, 1)).model
+    with pytest.raises(ValueError, match='intermediates_only=False needs the last stage'):
+        early.forward_intermediates(x, indices=(0,))
+    assert len(early.forward_intermediates(x, indices=(0,), intermediates_only=True)) == 1
+
+
 def test_grad_checkpointing_reaches_every_stage(small):
     model = small('core_swin_tiny', num_classes=2)
     model.set_grad_checkpointing(True)
