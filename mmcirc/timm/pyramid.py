@@ -91,6 +91,7 @@ class PyramidTimm(TimmModel):
         init_weights(backbone)
         n, attr = backbone.num_stages, backbone.stages_attr
         strides = backbone_kwargs.get(stride_key, (4, 2, 2, 2))
+        strides = (strides,) * n if is_int(strides) else tuple(strides)  # as the backbone takes it
         info = [
             dict(
                 num_chs=backbone.embed_dims[i],

@@ -40,6 +40,22 @@ def test_features_only_maps_equal_the_backbone(small, name, cls, extra):
         torch.testing.assert_close(m, w)
 
 
+@pytest.mark.parametrize(
+    'name,kwargs,reduction',
+    [
+        ('ca_pvt_tiny', dict(patch_sizes=2), [2, 4, 8, 16]),
+        ('ca_swin_tiny', dict(strides=(2, 2, 2, 1)), [2, 4, 8, 8]),
+    ],
+)
+def test_feature_reduction_follows_the_stride_arguments(small, name, kwargs, reduction):
+    """timm's ``reduction`` of each stage is the input side over the map's (a real forward)."""
+    feats = small(name, features_only=True, out_indices=(0, 1, 2, 3), **kwargs)
+    with torch.no_grad():
+        maps = feats(torch.randn(1, 3, 64, 64))
+    assert [64 // m.shape[-1] for m in maps] == reduction
+    assert feats.feature_info.reduction() == reduction
+
+
 def test_classifier_checkpoint_into_swin_features(tmp_path, small):
     """The classifier has the last output LN only (norm3); the feature model's other
     output LNs start at their init (LN weight 1, bias 0), the rest is loaded."""
