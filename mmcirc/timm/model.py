@@ -71,6 +71,9 @@ class TimmModel(nn.Module):
 
     pool_types: Sequence[str] = ('avg', '')
     output_fmt: str = 'NCHW'
+    #: the released checkpoint this family loads (``'deit'``, ``'veca'``: the
+    #: ``RELEASED`` kinds of the converters, :mod:`.weights`); None: mmcirc's own only
+    released_kind: Optional[str] = None
 
     def __init__(self, backbone, num_features, feature_info, num_classes, global_pool, drop_rate):
         super().__init__()
@@ -257,6 +260,7 @@ class CADeiTTimm(_Isotropic):
     """
 
     pool_types = ('avg', '')
+    released_kind = 'deit'
     stem_pattern = r'^backbone\.patch_embed'
     tail = [(r'^backbone\.norm', (99999,))]
 
@@ -314,6 +318,7 @@ class VECATimm(_Isotropic):
     """
 
     pool_types = ('token', 'avg', '')
+    released_kind = 'veca'
     stem_pattern = r'^backbone\.(?:patch_embed|cores|core_coords|pos_alpha)'
     tail = [
         (r'^backbone\.pos_linears\.(\d+)', None),

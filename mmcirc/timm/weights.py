@@ -91,11 +91,10 @@ def _from_mmcirc(sd) -> 'OrderedDict[str, torch.Tensor]':
 def checkpoint_filter_fn(state_dict, model):
     """A checkpoint (or the state dict timm unwrapped from it) in any layout of the module
     docstring -> ``model``'s keys. ConversionError (a ValueError) for anything else."""
-    from .model import CADeiTTimm, VECATimm
-
+    kind = getattr(model, 'released_kind', None)  # TimmModel.released_kind
     ckpt = state_dict
     if veca_convert.RELEASED.detect(ckpt):
-        if not isinstance(model, VECATimm):
+        if kind != 'veca':
             raise ConversionError(f'a VECA checkpoint does not fit {type(model).__name__}')
         _check_veca_settings(veca_convert.veca_settings_of(ckpt.get('config', {}))[1], model)
         result, _ = veca_convert.convert_veca_official(ckpt, arch=model.arch)
@@ -111,14 +110,14 @@ def checkpoint_filter_fn(state_dict, model):
     if not any(k.startswith('backbone.') for k in sd) and deit_convert.RELEASED.detect(
         {'model': sd}
     ):
-        if not isinstance(model, CADeiTTimm):
+        if kind != 'deit':
             raise ConversionError(f'a CA-DeiT checkpoint does not fit {type(model).__name__}')
         result, _ = deit_convert.convert_cadeit_official({'model': sd}, arch=model.arch)
         return _from_mmcirc(result.state_dict)
     backbone = (
         (ckpt.get('meta') or {}).get('backbone') if isinstance(ckpt.get('meta'), dict) else None
     )
-    if isinstance(model, VECATimm) and isinstance(backbone, dict):  # a converted VECA file
+    if kind == 'veca' and isinstance(backbone, dict):  # a converted VECA file
         _check_veca_settings(backbone, model)
     if not any(k.startswith('backbone.') for k in sd):
         raise ConversionError(

@@ -147,6 +147,21 @@ def test_foreign_checkpoint_is_refused(tmp_path, small):
         small('ca_deit_tiny', pretrained=True, pretrained_cfg_overlay=dict(file=path))
 
 
+@pytest.mark.parametrize(
+    'fixture,name,message',
+    [
+        ('veca_official.pth', 'ca_deit_tiny', 'a VECA checkpoint does not fit CADeiTTimm'),
+        ('ca_deit_official.pth', 'veca_small', 'a CA-DeiT checkpoint does not fit VECATimm'),
+        ('ca_deit_official.pth', 'ca_pvt_tiny', 'a CA-DeiT checkpoint does not fit PyramidTimm'),
+    ],
+)
+def test_released_file_of_another_family_is_refused(tmp_path, small, fixture, name, message):
+    fix = torch.load(osp.join(OFFICIAL, fixture), weights_only=True)
+    path = _saved(tmp_path, fix['checkpoint'])
+    with pytest.raises(ValueError, match=message):
+        small(name, pretrained=True, pretrained_cfg_overlay=dict(file=path))
+
+
 def test_cadeit_file_of_another_arch_is_refused(tmp_path, small):
     fix = torch.load(osp.join(OFFICIAL, 'ca_deit_official.pth'), weights_only=True)
     path = _saved(tmp_path, fix['checkpoint'])  # 48 wide: the small variant is 16

@@ -97,3 +97,18 @@ def test_mmcirc_timm_needs_neither_mmdet_nor_mmseg_nor_mmpretrain():
     assert lines[0] == 'True (1, 23, 16)'
     assert lines[1] == 'pyramid: mmdet'
     assert torch_only_origin(proc) == dict(mmcirc=osp.join(REPO, 'mmcirc', '__init__.py'), mm=[])
+
+
+def test_the_timm_modules_import_one_way():
+    """model -> weights only (the weights never import the models, not even inside a
+    function): no import cycle in mmcirc.timm."""
+    import ast
+
+    edges = set()
+    for name in ('model', 'pyramid', 'weights', 'zoo'):
+        tree = ast.parse(open(osp.join(REPO, 'mmcirc', 'timm', f'{name}.py')).read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                edges.add((name, node.module))
+    assert ('model', 'weights') in edges
+    assert not {(a, b) for a, b in edges if (b, a) in edges}
