@@ -1,0 +1,171 @@
+"""Checkpoints for the timm models: read safely, converted by mmcirc's converters.
+
+:func:`checkpoint_filter_fn` (timm's ``pretrained_filter_fn``; also for
+``timm.models.load_checkpoint(model, path, filter_fn=checkpoint_filter_fn)``) takes
+
+* the released CA-DeiT file (``{'model': state_dict}``, timm's ViT layout without a
+  position embedding): :func:`~mmcirc.models.backbones.deit_convert.convert_cadeit_official`;
+* the released VECA file (``{'student': ..., 'config': ...}``):
+  :func:`~mmcirc.models.backbones.veca_convert.convert_veca_official`; the config's
+  settings that change the model (RoPE, patch size, output projection, ...) must be
+  those the timm model was created with (ValueError naming them otherwise);
+* mmcirc's own checkpoints (an mmpretrain classifier of ``configs/*_in1k.py``:
+  ``backbone.*`` and ``head.fc.*``, possibly under ``state_dict`` with mmengine's
+  ``meta`` / ``message_hub``; the converters' files, a converted VECA file with its
+  settings checked as above from ``meta['backbone']``) and the timm models' own state
+  dicts (``backbone.*``, ``head.*``);
+
+and returns the model's keys. :func:`load_checkpoint_file` reads a file with mmcirc's
+safe loader (:func:`mmcirc.models.convert.load_source`: tensors, containers and the
+types mmengine writes; nothing else is unpickled); on a torch-only install (no
+mmengine) with torch's own ``weights_only`` loader.
+"""
+
+import inspect
+import logging
+from collections import OrderedDict
+
+import torch
+
+from mmcirc.models.backbones import deit_convert, veca_convert
+from mmcirc.models.backbones.contract import HAS_MMENGINE
+from mmcirc.models.convert import ConversionError, strip_common_prefix
+
+__all__ = ['checkpoint_filter_fn', 'load_checkpoint_file', 'load_into']
+
+_logger = logging.getLogger(__name__)
+
+
+def load_checkpoint_file(path: str):
+    """The checkpoint at ``path``, unpickled safely (see the module docstring)."""
+    if HAS_MMENGINE:
+        from mmcirc.models.convert import load_source
+
+        return load_source(path)
+    return torch.load(path, map_location='cpu', weights_only=True)
+
+
+#: VECAViT arguments that change the model's function (or its training augmentation).
+_VECA_SETTINGS = (
+    'patch_size',
+    'patch_norm',
+    'out_channels',
+    'core_chunk',
+    'rope_p_zero_freqs',
+    'rope_zero_freqs_from',
+    'rope_shift_coords',
+    'rope_jitter_coords',
+    'rope_rescale_coords',
+)
+
+
+def _check_veca_settings(trained: dict, model) -> None:
+    """The settings a VECA checkpoint was trained with (``trained``: VECAViT arguments,
+    the defaults where absent) equal those the timm model was created with;
+    ValueError naming them."""
+    from mmcirc.models.backbones.veca import VECAViT
+
+    defaults = {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
+    have = model.backbone_kwargs
+    differ = {
+        k: trained.get(k, defaults[k])
+        for k in _VECA_SETTINGS
+        if trained.get(k, defaults[k]) != have.get(k, defaults[k])
+    }
+    if differ:
+        args = ', '.join(f'{k}={v!r}' for k, v in differ.items())
+        raise ValueError(
+            f'the VECA checkpoint was trained with {args}: create the model with these '
+            f'keyword arguments (timm.create_model(..., {args}))'
+        )
+
+
+def _from_mmcirc(sd) -> 'OrderedDict[str, torch.Tensor]':
+    """mmcirc (mmpretrain) keys -> the timm model's: ``head.fc.*`` -> ``head.*``."""
+    out = OrderedDict()
+    for k, v in sd.items():
+        out['head.' + k[len('head.fc.') :] if k.startswith('head.fc.') else k] = v
+    return out
+
+
+def checkpoint_filter_fn(state_dict, model):
+    """A checkpoint (or the state dict timm unwrapped from it) in any layout of the module
+    docstring -> ``model``'s keys. ConversionError (a ValueError) for anything else."""
+    kind = getattr(model, 'released_kind', None)  # TimmModel.released_kind
+    ckpt = state_dict
+    if veca_convert.RELEASED.detect(ckpt):
+        if kind != 'veca':
+            raise ConversionError(f'a VECA checkpoint does not fit {type(model).__name__}')
+        _check_veca_settings(veca_convert.veca_settings_of(ckpt.get('config', {}))[1], model)
+        result, _ = veca_convert.convert_veca_official(ckpt, arch=model.arch)
+        return _from_mmcirc(result.state_dict)
+    if not isinstance(ckpt, dict):
+        raise ConversionError(f'expected a checkpoint dict, got {type(ckpt).__name__}')
+    sd = ckpt.get('state_dict', ckpt.get('model', ckpt))
+    if not isinstance(sd, dict):
+        raise ConversionError(f'expected a state dict, got {type(sd).__name__}')
+    sd = strip_common_prefix(
+        OrderedDict((k, v) for k, v in sd.items() if torch.is_tensor(v)), 'module.'
+    )
+    if not any(k.startswith('backbone.') for k in sd) and deit_convert.RELEASED.detect(
+        {'model': sd}
+    ):
+        if kind != 'deit':
+            raise ConversionError(f'a CA-DeiT checkpoint does not fit {type(model).__name__}')
+        result, _ = deit_convert.convert_cadeit_official({'model': sd}, arch=model.arch)
+        return _from_mmcirc(result.state_dict)
+    backbone = (
+        (ckpt.get('meta') or {}).get('backbone') if isinstance(ckpt.get('meta'), dict) else None
+    )
+    if kind == 'veca' and isinstance(backbone, dict):  # a converted VECA file
+        _check_veca_settings(backbone, model)
+    if not any(k.startswith('backbone.') for k in sd):
+        raise ConversionError(
+            'not a checkpoint of this model: expected the released CA-DeiT or VECA file, or '
+            f'mmcirc / timm keys backbone.* and head.*; got {list(sd)[:4]}'
+        )
+    return _from_mmcirc(sd)
+
+
+def load_into(model, ckpt) -> None:
+    """Load the checkpoint ``ckpt`` into ``model`` (see :meth:`TimmModel.load_pretrained`)."""
+    sd = checkpoint_filter_fn(ckpt, model)
+    target = model.state_dict()
+    head = [k for k in sd if k.startswith('head.')]
+    if head and (model.num_classes == 0 or sd[head[0]].shape[0] != model.num_classes):
+        for k in head:  # another class count: the classifier starts anew, as in timm
+            del sd[k]
+        _logger.info(
+            'checkpoint classifier (%s) not loaded: the model has %d classes',
+            head,
+            model.num_classes,
+        )
+    conv = (getattr(model, 'pretrained_cfg', None) or {}).get('first_conv')
+    key = f'{conv}.weight'
+    if conv and key in sd and key in target and sd[key].shape[1] != target[key].shape[1]:
+        from timm.models import adapt_input_conv  # timm's rule for other input channels
+
+        sd[key] = adapt_input_conv(target[key].shape[1], sd[key])
+    mismatched = [
+        f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(target[k].shape)}'
+        for k, v in sd.items()
+        if k in target and v.shape != target[k].shape
+    ]
+    if mismatched:
+        raise ValueError(
+            f'the checkpoint does not fit {type(model).__name__}: ' + '; '.join(mismatched[:4])
+        )
+    new_ok = set(model.allowed_new_keys())
+    missing = [k for k in target if k not in sd and not k.startswith('head.')]
+    unexpected = [k for k in sd if k not in target]
+    bad = [k for k in missing if k not in new_ok]
+    if bad or unexpected:
+        raise ValueError(
+            f'the checkpoint does not fit {type(model).__name__}: '
+            f'missing {bad[:4]} ({len(bad)}), unexpected {unexpected[:4]} ({len(unexpected)})'
+        )
+    if model.num_classes and not head:
+        _logger.info('the checkpoint has no classifier: head starts at its init')
+    if missing:
+        _logger.warning('not in the checkpoint, left at their init: %s', missing)
+    model.load_state_dict(sd, strict=False)
