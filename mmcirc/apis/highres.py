@@ -47,6 +47,7 @@ __all__ = [
     'UPSAMPLE_MODES',
     'HighResResult',
     'load_highres_config',
+    'make_data',
     'min_input_size',
     'predict_labels',
     'progress_units',
@@ -141,7 +142,7 @@ def upsample_argmax(
     return banded_argmax(bands())
 
 
-def _make_data(img: np.ndarray):
+def make_data(img: np.ndarray):
     """The dict ``PackSegInputs`` makes of a loaded image (no resize: we run at the
     given size): inputs = [uint8 (3, H, W) BGR tensor], one SegDataSample."""
     import torch
@@ -221,7 +222,7 @@ def predict_labels(
     hooks = [
         m.register_forward_hook(lambda mod, args, out, name=name: step(name)) for name, m in units
     ]
-    data = _make_data(img)
+    data = make_data(img)
     times = {}
     t0 = time.perf_counter()
     try:

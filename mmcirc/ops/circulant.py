@@ -60,9 +60,13 @@ __all__ = [
     'SCALES',
     'CirculantAttention',
     'circulant_attention',
+    'compute_dtypes',
     'export_mode',
     'fft_grid',
+    'fp32_region',
     'get_fft_impl',
+    'head_blocks',
+    'linear_cf',
     'next_fast_len',
     'scale_value',
     'set_fft_impl',
@@ -129,14 +133,14 @@ def _autocast_dtype(device_type):
     return None
 
 
-def _dtypes(t):
+def compute_dtypes(t):
     """(compute dtype, output dtype) for an input tensor ``t``."""
     if t.dtype == torch.float64:
         return torch.float64, torch.float64
     return torch.float32, _autocast_dtype(t.device.type) or t.dtype
 
 
-def _fp32_region(t):
+def fp32_region(t):
     """Context with autocast off on ``t``'s device (FFTs need fp32): a no-op when
     autocast is off already (torch.export turns even a disabled autocast region into a
     ``wrap_with_autocast`` subgraph, whose symbolic sizes the ONNX translation mixes up)."""
@@ -184,7 +188,7 @@ BLOCK_BYTES = 1 << 23  # CPU: spectra of one block of heads ~8 MiB (cache)
 CUDA_BLOCK_BYTES = 1 << 26  # CUDA: ~64 MiB (few launches, bounded memory)
 
 
-def _head_blocks(channels, num_heads, grid, batch=1, device_type='cpu'):
+def head_blocks(channels, num_heads, grid, batch=1, device_type='cpu'):
     """Channel slices of whole heads, each block's q/k/v spectra about
     BLOCK_BYTES (CUDA: CUDA_BLOCK_BYTES).
 
@@ -201,11 +205,11 @@ def _head_blocks(channels, num_heads, grid, batch=1, device_type='cpu'):
 
 
 def _blocks(tf, channels, num_heads, batch, device_type):
-    """:func:`_head_blocks` on the grid of the transforms ``tf``; one block when its
+    """:func:`head_blocks` on the grid of the transforms ``tf``; one block when its
     sizes are symbolic (export: no Python decision on them)."""
     if tf.symbolic:
         return [slice(0, channels)]
-    return _head_blocks(channels, num_heads, tf.grid, batch, device_type)
+    return head_blocks(channels, num_heads, tf.grid, batch, device_type)
 
 
 def _attend(tf, q, k, v, hw, d, boundary):
@@ -269,8 +273,8 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='
     heads = _num_heads(c, num_heads)
     d = c // heads
     s = scale_value(scale, h * w, d)
-    cdt, odt = _dtypes(q)
-    with _fp32_region(q):
+    cdt, odt = compute_dtypes(q)
+    with fp32_region(q):
         tf = transforms((h, w), boundary, cdt, q.device)
         # (B, H, W, C) -> (B, C, H, W) contiguous: FFTs over contiguous last axes
         q, k, v = (
@@ -285,11 +289,7 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='
 
 
 # ----------------------------------------------------------------- module
-#: a real weight (C_out, C) on a complex spectrum (B, C, ...) -> (B, C_out, ...)
-_linear_spectrum = TorchFFT.linear
-
-
-def _linear_cf(layer, x, channels_last=False):
+def linear_cf(layer, x, channels_last=False):
     """nn.Linear ``layer`` on channels-first x (B, C_in, N), without copies.
 
     Returns (B, C_out, N), or (B, N, C_out) with ``channels_last``.
@@ -369,15 +369,15 @@ class CirculantAttention(nn.Module):
             raise ValueError(f'x has N={n} tokens but hw_shape={tuple(hw_shape)} gives H*W={h * w}')
         d = c // self.num_heads
         s = scale_value(self.scale, n, d)
-        cdt, odt = _dtypes(x)
+        cdt, odt = compute_dtypes(x)
         # the qkv product on the spectrum in bf16 when the layer's output is (autocast):
         # a linear like the gate and proj; bf16 has float32's range (fp16 could overflow
         # on the spectrum's DC term, ~N times a token), the FFTs stay float32
         ldt = torch.bfloat16 if odt == torch.bfloat16 else None
 
         x = transpose_tokens(x)  # (B, C, N) contiguous: channels first from here on
-        t = self.gate[1](_linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
-        with _fp32_region(x):
+        t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
+        with fp32_region(x):
             tf = transforms((h, w), self.boundary, cdt, x.device)
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
             # FFT(x W) = FFT(x) W: a real weight commutes with the FFT, and
@@ -391,4 +391,4 @@ class CirculantAttention(nn.Module):
                 o = _attend(tf, q, k, v, (h, w), d, self.boundary)  # Eqs. 15-16 (B, Cb, H, W)
                 y.append(o.reshape(b, -1, n).to(odt) * t[:, sl])  # gate, (B, Cb, N)
             y = y[0] if len(y) == 1 else torch.cat(y, dim=1)  # (B, C, N)
-        return self.proj_drop(_linear_cf(self.proj, y, channels_last=True))
+        return self.proj_drop(linear_cf(self.proj, y, channels_last=True))

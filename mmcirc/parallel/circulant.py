@@ -35,14 +35,14 @@ import torch.distributed as dist
 
 from mmcirc.ops.circulant import (
     CirculantAttention,
-    _dtypes,
-    _fp32_region,
-    _head_blocks,
-    _linear_cf,
-    _linear_spectrum,
-    _scale_value,
+    compute_dtypes,
     fft_grid,
+    fp32_region,
+    head_blocks,
+    linear_cf,
+    scale_value,
 )
+from mmcirc.ops.circulant_transforms import TorchFFT
 
 from .bands import band_bounds
 from .comm import group_rank_size
@@ -150,11 +150,11 @@ class ShardedCirculantAttention(CirculantAttention):
                 f'hw_shape={tuple(hw_shape)} (the global map): {(r1 - r0) * w} tokens'
             )
         grid = fft_grid(h, w, self.boundary)
-        s = _scale_value(self.scale, h * w, c // self.num_heads)
-        cdt, odt = _dtypes(x)
+        s = scale_value(self.scale, h * w, c // self.num_heads)
+        cdt, odt = compute_dtypes(x)
         x = x.transpose(1, 2)  # (B, C, n)
-        t = self.gate[1](_linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, n)
-        with _fp32_region(x):
+        t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, n)
+        with fp32_region(x):
             xs = x.to(cdt).reshape(b, c, r1 - r0, w)  # (B, C, h_r, W)
             xs = sharded_rfft2(xs, h, grid, self.group)  # (B, C, Ph, u_r)
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)
@@ -168,18 +168,18 @@ class ShardedCirculantAttention(CirculantAttention):
                 mask = _valid_offset_rows((h, w), grid, (a0, a1), x.device)  # (R_r, Pw)
             y = t.new_empty(t.shape)  # (B, C, n)
             # the same blocks on every rank (their collectives pair up): global sizes
-            blocks = _head_blocks(c, self.num_heads, (grid[0], grid[1] // size), b, x.device.type)
+            blocks = head_blocks(c, self.num_heads, (grid[0], grid[1] // size), b, x.device.type)
             for sl in blocks:
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
                 qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P)
-                    _linear_spectrum(wb, xs)
+                    TorchFFT.linear(wb, xs)
                     if xs.numel()
                     else xs.new_zeros(b, wb.shape[0], *xs.shape[2:])
                 )
                 q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, u_r) each
                 o = self._attend(q, k, v, (h, w), grid, rows, mask, one)  # (B, Cb, h_r, W)
                 y[:, sl] = o.flatten(2).to(odt) * t[:, sl]  # gate, (B, Cb, n)
-        return self.proj_drop(_linear_cf(self.proj, y, channels_last=True))
+        return self.proj_drop(linear_cf(self.proj, y, channels_last=True))
 
     def _attend(self, q, k, v, hw, grid, rows, mask, one):
         """Eqs. 15-16 from column bands (B, Cb, Ph, u_r) of the spectra; o (B, Cb, h_r, W)."""

@@ -205,14 +205,14 @@ def check_shardable(model) -> None:
 def map_heights(model, hw: Sequence[int]) -> List[int]:
     """Rows of the image and of every feature map of ``model`` at image size ``hw``
     (the backbone stages, the neck levels); the smallest bounds the world size."""
-    from mmcirc.models.backbones.pyramid import PyramidBackbone, _stride_of
+    from mmcirc.models.backbones.pyramid import PyramidBackbone, stride_of
 
     bb, h = model.backbone, int(hw[0])
     heights = [h]
     if isinstance(bb, PyramidBackbone):
         for stage in bb.stages:
             embed = getattr(stage.patch_embed, 'embed', stage.patch_embed)  # sharded or not
-            h = -(-h // _stride_of(embed))
+            h = -(-h // stride_of(embed))
             heights.append(h)
         levels = [heights[1 + i] for i in bb.out_indices]
     else:

@@ -118,9 +118,9 @@ def test_blocks_of_heads_give_the_same_result(boundary, num_heads, monkeypatch):
         return y, gx, circulant_attention(q, k, v, boundary=boundary, num_heads=num_heads)
 
     whole = run()
-    assert len(circulant._head_blocks(6, 6, (8, 9), 2)) == 1
+    assert len(circulant.head_blocks(6, 6, (8, 9), 2)) == 1
     monkeypatch.setattr(circulant, 'BLOCK_BYTES', 1)
-    assert len(circulant._head_blocks(6, 6, (8, 9), 2)) == 6
+    assert len(circulant.head_blocks(6, 6, (8, 9), 2)) == 6
     for a, b in zip(run(), whole):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
@@ -128,8 +128,8 @@ def test_blocks_of_heads_give_the_same_result(boundary, num_heads, monkeypatch):
 def test_head_blocks_budget_per_device(monkeypatch):
     monkeypatch.setattr(circulant, 'BLOCK_BYTES', 1)
     monkeypatch.setattr(circulant, 'CUDA_BLOCK_BYTES', 1 << 40)
-    assert len(circulant._head_blocks(6, 6, (8, 9), 2, 'cpu')) == 6
-    assert len(circulant._head_blocks(6, 6, (8, 9), 2, 'cuda')) == 1
+    assert len(circulant.head_blocks(6, 6, (8, 9), 2, 'cpu')) == 6
+    assert len(circulant.head_blocks(6, 6, (8, 9), 2, 'cuda')) == 1
 
 
 # ------------------------------------------------------------ helpers

@@ -57,7 +57,7 @@ def _worker(cfg, size, sharded):
     out = dict(rank=rank)
     with torch.no_grad():
         if not sharded:
-            x = model.data_preprocessor(hr._make_data(img), False)['inputs']
+            x = model.data_preprocessor(hr.make_data(img), False)['inputs']
             feats, out['backbone'] = _measure(lambda: model.backbone(x))
             del feats
             _, out['predict'] = _measure(lambda: hr.predict_labels(model, img))

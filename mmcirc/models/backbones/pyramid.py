@@ -41,10 +41,11 @@ __all__ = [
     'PyramidStage',
     'PyramidBackbone',
     'registered_pyramids',
+    'stride_of',
 ]
 
 
-def _stride_of(module: Optional[nn.Module]) -> int:
+def stride_of(module: Optional[nn.Module]) -> int:
     """Downsampling factor of an mmcv ``PatchEmbed`` (conv ``projection``) or
     ``PatchMerging`` (``sampler`` unfold); 1 for None."""
     if module is None:
@@ -376,11 +377,11 @@ class PyramidBackbone(ElasticCores, BackboneContract):
 
     def _stage_strides(self) -> List[int]:
         """Total stride of the map each stage's blocks see."""
-        stride, strides = _stride_of(getattr(self, 'patch_embed', None)), []
+        stride, strides = stride_of(getattr(self, 'patch_embed', None)), []
         for stage in self.stages:
-            stride *= _stride_of(stage.patch_embed)
+            stride *= stride_of(stage.patch_embed)
             strides.append(stride)
-            stride *= _stride_of(stage.downsample)
+            stride *= stride_of(stage.downsample)
         return strides
 
     @property
