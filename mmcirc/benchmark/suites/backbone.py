@@ -161,7 +161,7 @@ def parse_args(argv=None):
     p.add_argument(
         '--backward',
         action='store_true',
-        help='time the training step (forward + backward of the outputs\' sum; files: _fwdbwd)',
+        help="time the training step (forward + backward of the outputs' sum; files: _fwdbwd)",
     )
     p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
     return p.parse_args(argv)
