@@ -23,7 +23,13 @@ Two boundary modes:
   alias.
 
 Every FFT and the softmax run in float32 (float64 for float64 inputs) with
-autocast disabled; the result is cast back to the autocast / input dtype.
+autocast disabled; the result is cast back to the autocast / input dtype. Under
+autocast the gate and output projection run in the autocast dtype (bf16 on the
+CPU), and so does the qkv product on the float32 spectrum under bf16.
+
+One body of the equations (:func:`_attend`) for both backends of the 2-D
+transforms (:mod:`mmcirc.ops.circulant_transforms`: torch.fft, or real matmul
+DFTs with symbolic sizes inside :func:`export_mode`).
 
 This file depends on torch only.
 """
@@ -33,61 +39,39 @@ import math
 from numbers import Real
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .circulant_transforms import (
+    BOUNDARIES,
+    FFT_IMPLS,
+    TorchFFT,
+    check_choice,
+    export_mode,
+    fft_grid,
+    get_fft_impl,
+    next_fast_len,
+    set_fft_impl,
+    transforms,
+)
+
 __all__ = [
-    'circulant_attention',
+    'BOUNDARIES',
+    'FFT_IMPLS',
+    'SCALES',
     'CirculantAttention',
-    'next_fast_len',
-    'fft_grid',
+    'circulant_attention',
     'export_mode',
+    'fft_grid',
     'get_fft_impl',
+    'next_fast_len',
+    'scale_value',
     'set_fft_impl',
 ]
 
-BOUNDARIES = ('circular', 'zero')
 SCALES = ('sqrt_n', 'n')
-#: How the 2-D DFTs run: ``'torch'`` (torch.fft, the default) or ``'dft'``
-#: (real matmuls, exportable; see :func:`export_mode`).
-FFT_IMPLS = ('torch', 'dft')
-_FFT_IMPL = 'torch'
 
 
 # ----------------------------------------------------------------- helpers
-def next_fast_len(n):
-    """Smallest 5-smooth integer (only prime factors 2, 3, 5) >= ``n``."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f'n must be a positive int, got {n!r}')
-    m = n
-    while True:
-        r = m
-        for f in (2, 3, 5):
-            while r % f == 0:
-                r //= f
-        if r == 1:
-            return m
-        m += 1
-
-
-def fft_grid(h, w, boundary='circular'):
-    """FFT grid (Ph, Pw) used for an ``h x w`` map with the given boundary.
-
-    ``'circular'``: the map itself. ``'zero'``: at least (2h-1) x (2w-1), so
-    that offsets in [-(h-1), h-1] x [-(w-1), w-1] do not alias, rounded up to
-    a fast FFT length.
-    """
-    _check_choice('boundary', boundary, BOUNDARIES)
-    if boundary == 'circular':
-        return h, w
-    return next_fast_len(2 * h - 1), next_fast_len(2 * w - 1)
-
-
-def _check_choice(name, value, allowed):
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
-
-
 def _num_heads(channels, num_heads):
     """Validate ``num_heads`` (None = one head per channel); return it."""
     if num_heads is None:
@@ -118,14 +102,18 @@ def _check_scale(scale):
         raise ValueError(f"scale must be 'sqrt_n', 'n' or a positive float, got {scale!r}")
 
 
-def _scale_value(scale, n, d):
-    """s for N = n real tokens and head width d (METHOD.md, 'Scale')."""
+def scale_value(scale, n, d):
+    """s for N = n real tokens and head width d (METHOD.md, 'Scale'); ``n`` may be a
+    symbolic size (torch.export)."""
     _check_scale(scale)
-    if scale == 'sqrt_n':
-        return 1.0 / math.sqrt(n * d)  # official code (d = 1: 1/sqrt(N))
+    if scale == 'sqrt_n':  # official code (d = 1: 1/sqrt(N))
+        return 1.0 / math.sqrt(n * d) if isinstance(n, int) else (n * d) ** -0.5
     if scale == 'n':
         return 1.0 / (n * math.sqrt(d))  # paper Eq. 15, resolution invariant
     return float(scale)
+
+
+_scale_value = scale_value  # the former private name, kept for its importers
 
 
 def _autocast_dtype(device_type):
@@ -149,48 +137,47 @@ def _dtypes(t):
 
 
 def _fp32_region(t):
-    """Context with autocast off on ``t``'s device (FFTs need fp32)."""
+    """Context with autocast off on ``t``'s device (FFTs need fp32): a no-op when
+    autocast is off already (torch.export turns even a disabled autocast region into a
+    ``wrap_with_autocast`` subgraph, whose symbolic sizes the ONNX translation mixes up)."""
+    if _autocast_dtype(t.device.type) is None:
+        return contextlib.nullcontext()
     return torch.autocast(device_type=t.device.type, enabled=False)
 
 
-def _irfft2(x, grid, hw):
-    """irfft2 of (..., Ph, Pw//2+1) on ``grid``, cropped to (..., H, W)."""
-    if tuple(grid) == tuple(hw):
-        return torch.fft.irfft2(x, s=grid)
-    x = torch.fft.ifft(x, dim=-2)[..., : hw[0], :]  # (..., H, Pw//2+1)
-    return torch.fft.irfft(x, n=grid[1], dim=-1)[..., : hw[1]]  # (..., H, W)
+def transpose_tokens(x, dtype=None):
+    """Contiguous ``x.transpose(1, 2)`` of x (B, P, Q) -> (B, Q, P), cast to ``dtype``,
+    in one copy (the layout change between tokens and channels-first maps; measured
+    cheaper forward and backward than per-batch 2-D transposes or a stack of them)."""
+    return x.transpose(1, 2).to(dtype or x.dtype, memory_format=torch.contiguous_format)
 
 
-def _valid_offsets(hw, grid, device):
-    """Bool (Ph, Pw): True where the wrapped index is an offset in
-    [-(H-1), H-1] x [-(W-1), W-1] (index m >= 0 at m, m < 0 at P + m)."""
-    (h, w), (ph, pw) = hw, grid
-    r = torch.arange(ph, device=device)
-    c = torch.arange(pw, device=device)
-    return ((r < h) | (r > ph - h))[:, None] & ((c < w) | (c > pw - w))[None, :]
+def _mask_padding(a, hw):
+    """In place: -inf on the cells of the score maps a (..., Ph, Pw) that are no offset
+    in [-(H-1), H-1] x [-(W-1), W-1] (index m >= 0 at m, m < 0 at P + m): rows
+    H..Ph-H and columns W..Pw-W, a thin band of a grid rounded up to a fast length."""
+    (h, w), (ph, pw) = hw, a.shape[-2:]
+    a[..., h : ph - h + 1, :] = float('-inf')
+    a[..., w : pw - w + 1] = float('-inf')
+    return a
 
 
 def _row_mass(p, hw):
-    """Z[i] = sum_m p[m] [i + m inside the map], as box sums: (..., H, W).
+    """Z[i] = sum_m p[m] [i + m inside the map], (..., H, W), from p (..., Ph, Pw) on the
+    wrapped grid, as box sums of two cumulative sums along contiguous last axes (torch's
+    CPU cumsum along a non-last axis is ~20x slower).
 
-    For i = (r, c) the admissible offsets form the rectangle
-    [-r, H-1-r] x [-c, W-1-c]; with p re-ordered by offset (index m + H-1),
-    that is the window of H rows starting at row H-1-r (likewise columns),
-    summed in O(N) with cumulative sums.
+    Column c admits the column offsets -c..W-1-c: columns 0..W-1-c and Pw-c..Pw-1 of
+    the grid, so with C the inclusive cumulative sum over columns the column sum is
+    C[W-1-c] - C[Pw-1-c] + C[Pw-1]; likewise the rows.
     """
     h, w = hw
-    # wrapped (..., Ph, Pw) -> ordered by offset (..., 2H-1, 2W-1)
-    p = torch.roll(p, (h - 1, w - 1), (-2, -1))[..., : 2 * h - 1, : 2 * w - 1]
-    return _box_sums(p, hw)
-
-
-def _box_sums(p, hw):
-    """:func:`_row_mass` of p (..., 2H-1, 2W-1) ordered by offset."""
-    h, w = hw
-    c = F.pad(p.cumsum(-2), (0, 0, 1, 0))  # (..., 2H, 2W-1), c[k] = sum_{<k}
-    p = (c[..., h:, :] - c[..., :h, :]).flip(-2)  # (..., H, 2W-1)
-    c = F.pad(p.cumsum(-1), (1, 0))  # (..., H, 2W)
-    return (c[..., w:] - c[..., :w]).flip(-1)  # (..., H, W)
+    ph, pw = p.shape[-2:]
+    c = p.cumsum(-1)  # (..., Ph, Pw)
+    s = c[..., :w] - c[..., pw - w :] + c[..., pw - 1 :]  # (..., Ph, W), columns reversed
+    c = s.transpose(-1, -2).contiguous().cumsum(-1)  # (..., W, Ph)
+    z = c[..., :h] - c[..., ph - h :] + c[..., ph - 1 :]  # (..., W, H), both axes reversed
+    return z.flip(-2, -1).transpose(-1, -2).contiguous()  # (..., H, W)
 
 
 BLOCK_BYTES = 1 << 23  # CPU: spectra of one block of heads ~8 MiB (cache)
@@ -213,69 +200,31 @@ def _head_blocks(channels, num_heads, grid, batch=1, device_type='cpu'):
     return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
 
 
-def _attend_spectra(q, k, v, hw, grid, num_heads, s, boundary):
-    """Eq. 15, softmax, Eq. 16 from spectra (B, C, Ph, Pw//2+1) of q, k, v
-    (unnormalised rfft2 on ``grid``). Returns o (B, C, H, W)."""
+def _blocks(tf, channels, num_heads, batch, device_type):
+    """:func:`_head_blocks` on the grid of the transforms ``tf``; one block when its
+    sizes are symbolic (export: no Python decision on them)."""
+    if tf.symbolic:
+        return [slice(0, channels)]
+    return _head_blocks(channels, num_heads, tf.grid, batch, device_type)
+
+
+def _attend(tf, q, k, v, hw, d, boundary):
+    """Eq. 15, softmax, Eq. 16 from the spectra (B, C, Ph, U) of q (scale included), k,
+    v on the grid of the transforms ``tf``, heads of d channels. Returns o (B, C, H, W)."""
     b, c = q.shape[:2]
-    d = c // num_heads
-    f = q.shape[-2:]
-    # Eq. 15: FFT(a) = s sum_{c in head} conj(Q_c) K_c (B, heads, Ph, Pw//2+1)
-    a = q.conj() * k  # (B, C, Ph, Pw//2+1)
-    a = a if d == 1 else a.view(b, num_heads, d, *f).sum(2)
-    a = torch.fft.irfft2(a, s=grid)  # (B, heads, Ph, Pw)
-    a = a if s == 1 else a * s
-    if boundary == 'zero':  # softmax only over the (2H-1)(2W-1) true offsets
-        # (Z would cancel the padding offsets' share anyway; the mask keeps
-        # the softmax max over real offsets, so their p cannot underflow)
-        a = a.masked_fill(~_valid_offsets(hw, grid, a.device), float('-inf'))
+    # Eq. 15: FFT(a) = sum_{c in head} conj(Q_c) K_c
+    a = tf.irfft2(tf.corr(q, k, d), tf.grid)  # (B, heads, Ph, Pw)
+    if tf.padded:  # 'zero', grid rounded up: softmax only over the true offsets
+        # (Z would cancel the padding's share anyway; the mask keeps the softmax max
+        # over real offsets, so their p cannot underflow)
+        a = _mask_padding(a, hw)
     p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, Ph, Pw)
     # Eq. 16: FFT(o) = conj(P) V, per channel of the head
-    pf = torch.fft.rfft2(p).conj()  # (B, heads, Ph, Pw//2+1), lazy conj
-    o = (
-        pf * v if d == 1 else (pf.unsqueeze(2) * v.view(b, num_heads, d, *f)).view(b, c, *f)
-    )  # (B, C, Ph, Pw//2+1)
-    o = _irfft2(o, grid, hw)  # (B, C, H, W)
+    o = tf.irfft2(tf.apply(tf.rfft2(p), v, d), hw)  # (B, C, H, W)
     if boundary == 'zero':  # renormalise rows of A over in-map tokens
         z = _row_mass(p, hw).unsqueeze(2)  # (B, heads, 1, H, W)
-        o = (o.view(b, num_heads, d, *hw) / z).view(b, c, *hw)
-    return o  # (B, C, H, W)
-
-
-# ----------------------------------------------------------------- export path
-@contextlib.contextmanager
-def export_mode(enabled=True):
-    """Context: circulant attention runs its 2-D DFTs as real matmuls.
-
-    ``torch.onnx.export`` (both exporters) and other tracers without complex
-    tensors fail on ``torch.fft``. Inside this context every DFT of
-    :func:`circulant_attention` and :class:`CirculantAttention` is two real
-    matrix products with cos/sin matrices built in the forward from the
-    runtime H and W (traced as ops, so a dynamic-shape graph follows the
-    input size), on (real, imag) pairs of the half spectrum. Equal to the
-    default path up to rounding (tested in float64); cost O(N (H + W)) per
-    channel instead of O(N log N), so use it for export only. With
-    ``boundary='zero'`` the grid is exactly (2H-1) x (2W-1) (every cell an
-    offset; any grid at least that large gives the same result). Sets a module
-    global (not thread-safe); the previous mode is restored on exit.
-    """
-    prev = _FFT_IMPL
-    set_fft_impl('dft' if enabled else 'torch')
-    try:
-        yield
-    finally:
-        set_fft_impl(prev)
-
-
-def get_fft_impl():
-    """The active DFT implementation, ``'torch'`` or ``'dft'``."""
-    return _FFT_IMPL
-
-
-def set_fft_impl(impl):
-    """Select the DFT implementation: ``'torch'`` (default) or ``'dft'``."""
-    global _FFT_IMPL
-    _check_choice('impl', impl, FFT_IMPLS)
-    _FFT_IMPL = impl
+        o = (o.view(b, -1, d, *hw) / z).view(b, c, *hw)  # (B, C, H, W)
+    return o
 
 
 # ----------------------------------------------------------------- functional
@@ -315,35 +264,29 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='
         autocast); computed in float32 (float64 for float64 inputs).
     """
     _check_maps(q, k, v)
-    _check_choice('boundary', boundary, BOUNDARIES)
-    if _FFT_IMPL == 'dft':  # export path (real arithmetic, no torch.fft)
-        return _circulant_attention_dft(q, k, v, boundary, num_heads, scale)
+    check_choice('boundary', boundary, BOUNDARIES)
     b, h, w, c = q.shape
     heads = _num_heads(c, num_heads)
-    s = _scale_value(scale, h * w, c // heads)
-    grid = fft_grid(h, w, boundary)
-    cdt, odt = _dtypes(q)
     d = c // heads
+    s = scale_value(scale, h * w, d)
+    cdt, odt = _dtypes(q)
     with _fp32_region(q):
-        # (B, H, W, C) -> (B, C, H, W) views; FFTs over contiguous last axes
-        q, k, v = (t.to(cdt).permute(0, 3, 1, 2) for t in (q, k, v))
+        tf = transforms((h, w), boundary, cdt, q.device)
+        # (B, H, W, C) -> (B, C, H, W) contiguous: FFTs over contiguous last axes
+        q, k, v = (
+            transpose_tokens(t.reshape(b, h * w, c), cdt).view(b, c, h, w) for t in (q, k, v)
+        )
         o = []
-        for sl in _head_blocks(c, heads, grid, b, q.device.type):  # heads
-            qb, kb, vb = (
-                torch.fft.rfft2(t[:, sl].contiguous(), s=grid) for t in (q, k, v)
-            )  # (B, Cb, Ph, Pw//2+1) each
-            o.append(_attend_spectra(qb, kb, vb, (h, w), grid, qb.shape[1] // d, s, boundary))
-        o = torch.cat(o, dim=1)  # (B, C, H, W)
-    return o.permute(0, 2, 3, 1).to(odt, memory_format=torch.contiguous_format)
+        for sl in _blocks(tf, c, heads, b, q.device.type):  # whole heads
+            qb, kb, vb = (tf.rfft2(t[:, sl]) for t in (q, k, v))  # (B, Cb, Ph, U) each
+            o.append(_attend(tf, qb * s, kb, vb, (h, w), d, boundary))  # (B, Cb, H, W)
+        o = o[0] if len(o) == 1 else torch.cat(o, dim=1)  # (B, C, H, W)
+    return transpose_tokens(o.reshape(b, c, h * w), odt).view(b, h, w, c)  # (B, H, W, C)
 
 
 # ----------------------------------------------------------------- module
-def _linear_spectrum(weight, x):
-    """Real weight (C_out, C) on complex x (B, C, ...): (B, C_out, ...)."""
-    b, c = x.shape[:2]
-    x = torch.view_as_real(x)  # (B, C, ..., 2)
-    y = torch.bmm(weight.expand(b, -1, -1), x.reshape(b, c, -1))
-    return torch.view_as_complex(y.view(b, -1, *x.shape[2:]))
+#: a real weight (C_out, C) on a complex spectrum (B, C, ...) -> (B, C_out, ...)
+_linear_spectrum = TorchFFT.linear
 
 
 def _linear_cf(layer, x, channels_last=False):
@@ -368,8 +311,9 @@ class CirculantAttention(nn.Module):
     the zero-padded grid too, because padding commutes with the projection),
     so it equals projecting q, k, v and calling :func:`circulant_attention`.
     Parameter names match the official code (``gate.0``, ``qkv``, ``proj``);
-    gate and output projection run channels-first (batched matmuls on the
-    layer weights) so that the tokens are transposed only once.
+    the tokens are transposed once to channels first (the layout of the FFTs),
+    the gate runs on that layout and the output projection reads it as a
+    transposed operand.
 
     Args:
         dim (int): channels C.
@@ -384,7 +328,7 @@ class CirculantAttention(nn.Module):
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f'dim must be a positive int, got {dim!r}')
-        _check_choice('boundary', boundary, BOUNDARIES)
+        check_choice('boundary', boundary, BOUNDARIES)
         _check_scale(scale)
         self.dim = dim
         self.num_heads = _num_heads(dim, num_heads)
@@ -423,36 +367,28 @@ class CirculantAttention(nn.Module):
         h, w = hw_shape
         if n != h * w:
             raise ValueError(f'x has N={n} tokens but hw_shape={tuple(hw_shape)} gives H*W={h * w}')
-        if _FFT_IMPL == 'dft':  # export path (real arithmetic, no torch.fft)
-            return self._forward_dft(x, (h, w))
-        grid = fft_grid(h, w, self.boundary)
-        s = _scale_value(self.scale, n, c // self.num_heads)
+        d = c // self.num_heads
+        s = scale_value(self.scale, n, d)
         cdt, odt = _dtypes(x)
+        # the qkv product on the spectrum in bf16 when the layer's output is (autocast):
+        # a linear like the gate and proj; bf16 has float32's range (fp16 could overflow
+        # on the spectrum's DC term, ~N times a token), the FFTs stay float32
+        ldt = torch.bfloat16 if odt == torch.bfloat16 else None
 
-        x = x.transpose(1, 2)  # (B, C, N) view: channels first from here on
+        x = transpose_tokens(x)  # (B, C, N) contiguous: channels first from here on
         t = self.gate[1](_linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
         with _fp32_region(x):
-            x = x.to(cdt).reshape(b, c, h, w)  # (B, C, H, W), contiguous
+            tf = transforms((h, w), self.boundary, cdt, x.device)
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
             # FFT(x W) = FFT(x) W: a real weight commutes with the FFT, and
             # with the zero padding of boundary='zero' (grid > H x W)
-            x = torch.fft.rfft2(x, s=grid)  # (B, C, Ph, Pw//2+1)
-            y = t.new_empty(t.shape)  # gated output o * t, (B, C, N)
-            for sl in _head_blocks(c, self.num_heads, grid, b, x.device.type):
+            x = tf.rfft2(x.to(cdt).view(b, c, h, w))  # (B, C, Ph, U)
+            y = []
+            for sl in _blocks(tf, c, self.num_heads, b, x.device.type):  # whole heads
                 # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
-                qkv = _linear_spectrum(wb, x)  # (B, 3Cb, Ph, Pw//2+1)
-                q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, Pw//2+1) each
-                o = _attend_spectra(  # Eqs. 15-16, (B, Cb, H, W)
-                    q, k, v, (h, w), grid, q.shape[1] * self.num_heads // c, 1.0, self.boundary
-                )
-                y[:, sl] = o.flatten(2).to(odt) * t[:, sl]  # gate, (B, Cb, N)
+                q, k, v = tf.linear(wb, x, ldt).chunk(3, dim=1)  # (B, Cb, Ph, U) each
+                o = _attend(tf, q, k, v, (h, w), d, self.boundary)  # Eqs. 15-16 (B, Cb, H, W)
+                y.append(o.reshape(b, -1, n).to(odt) * t[:, sl])  # gate, (B, Cb, N)
+            y = y[0] if len(y) == 1 else torch.cat(y, dim=1)  # (B, C, N)
         return self.proj_drop(_linear_cf(self.proj, y, channels_last=True))
-
-    def _forward_dft(self, x, hw):
-        """:meth:`forward` with matmul DFTs (export path, see :func:`export_mode`)."""
-        return forward_dft(self, x, hw)
-
-
-# the export path lives in its own file; it uses the helpers above
-from .circulant_export import _circulant_attention_dft, forward_dft  # noqa: E402

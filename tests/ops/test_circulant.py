@@ -234,6 +234,30 @@ def test_autocast_bf16_runs_fft_and_softmax_in_fp32(boundary):
     torch.testing.assert_close(y.float(), m(x, (5, 6)), rtol=0.05, atol=0.02)
 
 
+class _RecordMatmuls(TorchDispatchMode):
+    """Records the input dtypes of the matrix products."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in ('bmm', 'baddbmm', 'mm', 'addmm'):
+            self.seen.append(tuple(a.dtype for a in args if isinstance(a, torch.Tensor)))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize('boundary', BOUNDARIES)
+def test_autocast_bf16_runs_every_linear_in_bf16(boundary):
+    """gate, the qkv product on the spectrum and proj: three bf16 matrix products."""
+    torch.manual_seed(0)
+    m = CirculantAttention(4, boundary=boundary)
+    with torch.autocast('cpu', dtype=torch.bfloat16), _RecordMatmuls() as rec:
+        m(torch.randn(1, 30, 4), (5, 6))
+    assert len(rec.seen) == 3
+    assert all(set(dts) == {torch.bfloat16} for dts in rec.seen), rec.seen
+
+
 def test_autocast_bf16_functional_no_nan_256():
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 256, 256, 2) * 4 for _ in range(3))

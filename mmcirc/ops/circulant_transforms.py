@@ -1,0 +1,248 @@
+"""The 2-D real transforms of circulant attention (METHOD.md section 1), two backends.
+
+The operator body (:mod:`mmcirc.ops.circulant`) is written once against a transform
+object ``T`` (:func:`transforms`, one per forward):
+
+* ``T.grid``: the (Ph, Pw) grid of every transform; ``T.padded``: the grid is larger
+  than the (2H-1) x (2W-1) offsets of ``boundary='zero'`` (its padding cells are masked);
+* ``T.rfft2(x)``: the half spectrum (..., Ph, U) of real x (..., H, W) zero padded to the
+  grid, U = Pw//2 + 1, unnormalised;
+* ``T.irfft2(y, hw)``: its real inverse, cropped to ``hw`` (the rows are cropped between
+  the two 1-D passes, so the second pass runs on H rows only);
+* ``T.linear(weight, y)``: a real weight (C_out, C) on the channels (dim 1) of a spectrum
+  (FFT(x W) = FFT(x) W);
+* ``T.corr(q, k, d)``: Eq. 15's spectral product summed over the d channels of a head,
+  sum_c conj(Q_c) K_c, (B, C, ...) -> (B, C/d, ...);
+* ``T.apply(p, v, d)``: Eq. 16's conj(P) V for every channel of a head.
+
+Backends (:func:`set_fft_impl`, :func:`export_mode`):
+
+* ``'torch'`` (default): torch.fft on contiguous last axes; spectra are complex
+  (..., Ph, U); the 'zero' grid is rounded up to a fast length (:func:`fft_grid`).
+* ``'dft'`` (export): two real matrix products per transform with cos/sin matrices built
+  in the forward from the runtime sizes (traced as ops, so a dynamic-shape graph follows
+  the input size); spectra are real (..., Ph, U, 2), the (real, imag) layout of
+  ``torch.view_as_real``; the 'zero' grid is exactly (2H-1) x (2W-1). Cost
+  O(N (H + W)) per channel instead of O(N log N): for export only.
+
+This file depends on torch only.
+"""
+
+import contextlib
+import math
+
+import torch
+
+__all__ = [
+    'FFT_IMPLS',
+    'check_choice',
+    'export_mode',
+    'fft_grid',
+    'get_fft_impl',
+    'next_fast_len',
+    'set_fft_impl',
+    'transforms',
+]
+
+BOUNDARIES = ('circular', 'zero')
+#: How the 2-D DFTs run: ``'torch'`` (torch.fft, the default) or ``'dft'``
+#: (real matmuls, exportable; see :func:`export_mode`).
+FFT_IMPLS = ('torch', 'dft')
+_FFT_IMPL = 'torch'
+
+
+def check_choice(name, value, allowed):
+    """ValueError naming ``name`` and the ``allowed`` values unless ``value`` is one."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
+
+
+def next_fast_len(n):
+    """Smallest 5-smooth integer (only prime factors 2, 3, 5) >= ``n``."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f'n must be a positive int, got {n!r}')
+    m = n
+    while True:
+        r = m
+        for f in (2, 3, 5):
+            while r % f == 0:
+                r //= f
+        if r == 1:
+            return m
+        m += 1
+
+
+def fft_grid(h, w, boundary='circular'):
+    """FFT grid (Ph, Pw) used for an ``h x w`` map with the given boundary.
+
+    ``'circular'``: the map itself. ``'zero'``: at least (2h-1) x (2w-1), the smallest
+    grid on which neither correlation (Eq. 15 over the offsets, Eq. 16 on the in-map
+    outputs) aliases, rounded up to a fast FFT length.
+    """
+    check_choice('boundary', boundary, BOUNDARIES)
+    if boundary == 'circular':
+        return h, w
+    return next_fast_len(2 * h - 1), next_fast_len(2 * w - 1)
+
+
+@contextlib.contextmanager
+def export_mode(enabled=True):
+    """Context: circulant attention runs its 2-D DFTs as real matmuls (backend ``'dft'``).
+
+    ``torch.onnx.export`` (both exporters) and other tracers without complex tensors fail
+    on ``torch.fft``. Inside this context every DFT of
+    :func:`~mmcirc.ops.circulant.circulant_attention` and
+    :class:`~mmcirc.ops.circulant.CirculantAttention` is two real matrix products with
+    cos/sin matrices built in the forward from the runtime H and W, on (real, imag) pairs
+    of the half spectrum; the operator body is the same. Equal to the default path up to
+    rounding (tested in float64). With ``boundary='zero'`` the grid is exactly
+    (2H-1) x (2W-1) (any grid at least that large gives the same result). Sets a module
+    global (not thread-safe); the previous mode is restored on exit.
+    """
+    prev = _FFT_IMPL
+    set_fft_impl('dft' if enabled else 'torch')
+    try:
+        yield
+    finally:
+        set_fft_impl(prev)
+
+
+def get_fft_impl():
+    """The active DFT implementation, ``'torch'`` or ``'dft'``."""
+    return _FFT_IMPL
+
+
+def set_fft_impl(impl):
+    """Select the DFT implementation: ``'torch'`` (default) or ``'dft'``."""
+    global _FFT_IMPL
+    check_choice('impl', impl, FFT_IMPLS)
+    _FFT_IMPL = impl
+
+
+def transforms(hw, boundary, dtype, device):
+    """The transform object of the active backend for an (H, W) map (see the module
+    docstring); ``dtype`` is the real compute dtype."""
+    check_choice('boundary', boundary, BOUNDARIES)
+    if _FFT_IMPL == 'dft':
+        return MatmulDFT(hw, boundary, dtype, device)
+    return TorchFFT(hw, boundary)
+
+
+class _Transforms:
+    """The backend-independent spectral algebra on ``conj_mul`` and the real view."""
+
+    #: sizes may be symbolic (torch.export): no Python decision on them
+    symbolic = False
+
+    @classmethod
+    def linear(cls, weight, y, dtype=None):
+        """Real ``weight`` (C_out, C) on a spectrum y (B, C, ...): (B, C_out, ...), the
+        product in ``dtype`` when given (bfloat16 under autocast), the result in y's."""
+        b, c = y.shape[:2]
+        r = cls.as_real(y)  # (B, C, Ph, U, 2) real view
+        dt = dtype or r.dtype
+        w = weight.to(dt).expand(b, -1, -1)  # (B, C_out, C)
+        out = torch.bmm(w, r.reshape(b, c, -1).to(dt))  # (B, C_out, Ph*U*2)
+        return cls.from_real(out.to(r.dtype).view(b, -1, *r.shape[2:]))  # (B, C_out, Ph, U)
+
+    def corr(self, q, k, d):
+        """Eq. 15: sum over each head's d channels of conj(Q_c) K_c, (B, C/d, ...)."""
+        a = self.conj_mul(q, k)  # (B, C, ...)
+        return a if d == 1 else a.view(a.shape[0], -1, d, *a.shape[2:]).sum(2)
+
+    def apply(self, p, v, d):
+        """Eq. 16: conj(P) V per channel, P (B, heads, ...), V (B, heads*d, ...)."""
+        if d == 1:
+            return self.conj_mul(p, v)  # (B, C, ...)
+        f = v.shape[2:]
+        o = self.conj_mul(p.unsqueeze(2), v.view(v.shape[0], -1, d, *f))  # (B, heads, d, ...)
+        return o.view(v.shape)  # (B, C, ...)
+
+
+class TorchFFT(_Transforms):
+    """torch.fft backend: complex spectra (..., Ph, U), every 1-D pass over a
+    contiguous last axis or the row axis of contiguous rows."""
+
+    def __init__(self, hw, boundary):
+        self.grid = fft_grid(*hw, boundary)
+        self.padded = boundary == 'zero' and self.grid != (2 * hw[0] - 1, 2 * hw[1] - 1)
+
+    def rfft2(self, x):
+        return torch.fft.rfft2(x, s=self.grid)  # (..., Ph, U)
+
+    def irfft2(self, y, hw):
+        if tuple(hw) == self.grid:  # one 2-D call: ~15 % faster than the two passes
+            return torch.fft.irfft2(y, s=self.grid)  # (..., Ph, Pw)
+        # cropped: the H pass first (complex, all U columns), cropped to H rows, then
+        # the W pass on those rows only
+        y = torch.fft.ifft(y, dim=-2)[..., : hw[0], :]  # (..., H, U)
+        return torch.fft.irfft(y, n=self.grid[1], dim=-1)[..., : hw[1]]  # (..., H, W)
+
+    @staticmethod
+    def conj_mul(a, b):
+        return a.conj() * b  # conj is a lazy view, fused into the product
+
+    @staticmethod
+    def as_real(y):
+        return torch.view_as_real(y)
+
+    @staticmethod
+    def from_real(r):
+        return torch.view_as_complex(r)
+
+
+class MatmulDFT(_Transforms):
+    """Matmul-DFT backend (export): real spectra (..., Ph, U, 2), exact 'zero' grid.
+
+    The DFT matrices: cos/sin of 2 pi j k / Ph (Ph, Ph), of 2 pi j u / Pw (Pw, U), and
+    the inverse's (U, Pw) with the Hermitian weights (1 for u = 0 and u = Pw/2, else 2)
+    and 1/(Ph Pw). j*k is reduced mod P in integers, so every angle lies in [0, 2 pi). P
+    enters as a tensor (the last index + 1), never as a Python scalar, so that a traced
+    graph keeps it symbolic (ONNX: Range, Mod, Cos, Sin on the input size).
+    """
+
+    symbolic = True
+    padded = False
+
+    def __init__(self, hw, boundary, dtype, device):
+        h, w = hw
+        self.grid = (h, w) if boundary == 'circular' else (2 * h - 1, 2 * w - 1)
+        j = torch.arange(self.grid[0], device=device)  # (Ph,)
+        p = j[-1:] + 1  # Ph as a (1,) tensor
+        ang = (j[:, None] * j[None, :] % p).to(dtype) * (2 * math.pi) / p
+        self.ch, self.sh = ang.cos(), ang.sin()  # (Ph, Ph), symmetric
+        norm = p.to(dtype)  # Ph
+        j = torch.arange(self.grid[1], device=device)  # (Pw,)
+        p = j[-1:] + 1  # Pw as a (1,) tensor
+        u = j[: self.grid[1] // 2 + 1]  # (U,)
+        ang = (j[:, None] * u[None, :] % p).to(dtype) * (2 * math.pi) / p
+        self.cw, self.sw = ang.cos(), ang.sin()  # (Pw, U)
+        wts = (2 - (u == 0).to(dtype) - (2 * u == p).to(dtype)) / (norm * p)  # (U,)
+        self.icw = (self.cw * wts).transpose(0, 1)  # (U, Pw)
+        self.isw = (self.sw * wts).transpose(0, 1)  # (U, Pw)
+
+    def rfft2(self, x):
+        h, w = x.shape[-2:]
+        xr, xi = x @ self.cw[:w], -(x @ self.sw[:w])  # along W: e^{-i theta} (..., H, U)
+        ch, sh = self.ch[:, :h], self.sh[:, :h]  # (Ph, H)
+        return torch.stack([ch @ xr + sh @ xi, ch @ xi - sh @ xr], -1)  # (..., Ph, U, 2)
+
+    def irfft2(self, y, hw):
+        h, w = hw
+        yr, yi = y.unbind(-1)  # (..., Ph, U) each
+        ch, sh = self.ch[:h], self.sh[:h]  # (H, Ph)
+        zr, zi = ch @ yr - sh @ yi, ch @ yi + sh @ yr  # along H: (..., H, U)
+        return zr @ self.icw[:, :w] - zi @ self.isw[:, :w]  # real part along W (..., H, W)
+
+    @staticmethod
+    def conj_mul(a, b):
+        (ar, ai), (br, bi) = a.unbind(-1), b.unbind(-1)
+        return torch.stack([ar * br + ai * bi, ar * bi - ai * br], -1)  # (..., 2)
+
+    @staticmethod
+    def as_real(y):
+        return y
+
+    @staticmethod
+    def from_real(r):
+        return r

@@ -1,0 +1,126 @@
+"""The 2-D transforms of circulant attention, both backends (mmcirc/ops/circulant_transforms.py).
+
+References: torch.fft on the zero-padded map (for the matmul-DFT backend), explicit
+complex arithmetic, and brute-force sums over offsets (the row mass Z).
+"""
+
+import pytest
+import torch
+
+from mmcirc.ops import circulant
+from mmcirc.ops.circulant_transforms import MatmulDFT, TorchFFT, export_mode, transforms
+
+# square, non-square, odd, prime, one row / column; 'zero' grids rounded up and exact
+SIZES = [(4, 4), (5, 7), (7, 11), (13, 1), (1, 6)]
+BOUNDARIES = ['circular', 'zero']
+
+
+def _backends(hw, boundary):
+    return [TorchFFT(hw, boundary), MatmulDFT(hw, boundary, torch.float64, 'cpu')]
+
+
+def _complex(tf, y):
+    """A spectrum of either backend as a complex tensor."""
+    return y if y.is_complex() else torch.view_as_complex(y.contiguous())
+
+
+def _spectrum(tf, z):
+    """A complex tensor in the spectrum layout of backend ``tf``."""
+    return z if isinstance(tf, TorchFFT) else torch.view_as_real(z)
+
+
+@pytest.mark.parametrize('boundary', BOUNDARIES)
+@pytest.mark.parametrize('hw', SIZES)
+def test_rfft2_is_the_zero_padded_half_spectrum(hw, boundary):
+    x = torch.randn(2, 3, *hw, dtype=torch.float64)
+    for tf in _backends(hw, boundary):
+        ref = torch.fft.rfft2(x, s=tf.grid)  # the padded map's half spectrum
+        torch.testing.assert_close(_complex(tf, tf.rfft2(x)), ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('boundary', BOUNDARIES)
+@pytest.mark.parametrize('hw', SIZES)
+def test_irfft2_inverts_and_crops(hw, boundary):
+    for tf in _backends(hw, boundary):
+        full = torch.randn(2, 3, *tf.grid, dtype=torch.float64)
+        y = tf.rfft2(full)
+        torch.testing.assert_close(tf.irfft2(y, tf.grid), full, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            tf.irfft2(y, hw), full[..., : hw[0], : hw[1]], rtol=1e-10, atol=1e-10
+        )
+
+
+def test_backends_grids():
+    """'zero': the torch backend rounds (2H-1) x (2W-1) up to 5-smooth lengths and says
+    whether it padded; the export backend uses the exact offsets grid."""
+    tf, ex = _backends((7, 11), 'zero')
+    assert (tf.grid, tf.padded) == ((15, 24), True)
+    assert (ex.grid, ex.padded) == ((13, 21), False)
+    assert TorchFFT((5, 8), 'zero').padded is False  # 9 x 15 is 5-smooth already
+    assert TorchFFT((7, 11), 'circular').grid == (7, 11)
+
+
+@pytest.mark.parametrize('d', [1, 3])
+def test_corr_and_apply_are_the_spectral_products(d):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 6, 5, 4, dtype=torch.complex128, generator=g) for _ in range(3))
+    p = torch.randn(2, 6 // d, 5, 4, dtype=torch.complex128, generator=g)
+    corr = (q.conj() * k).view(2, 6 // d, d, 5, 4).sum(2)
+    apply = (p.conj()[:, :, None] * v.view(2, 6 // d, d, 5, 4)).reshape(2, 6, 5, 4)
+    for tf in _backends((3, 3), 'zero'):
+        out = tf.corr(_spectrum(tf, q), _spectrum(tf, k), d)
+        torch.testing.assert_close(_complex(tf, out), corr)
+        out = tf.apply(_spectrum(tf, p), _spectrum(tf, v), d)
+        torch.testing.assert_close(_complex(tf, out), apply)
+
+
+def test_linear_is_the_channel_product():
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(2, 4, 3, 5, dtype=torch.complex128, generator=g)
+    w = torch.randn(6, 4, dtype=torch.float64, generator=g)
+    ref = torch.einsum('oc,bcij->boij', w.to(y.dtype), y)
+    for tf in _backends((3, 3), 'circular'):
+        torch.testing.assert_close(_complex(tf, tf.linear(w, _spectrum(tf, y))), ref)
+
+
+@pytest.mark.parametrize(
+    'hw, grid', [((3, 4), (5, 7)), ((3, 4), (8, 9)), ((1, 5), (2, 10)), ((4, 1), (7, 1))]
+)
+def test_row_mass_sums_the_in_map_offsets(hw, grid):
+    """Z[i] = sum_m p[m] [i + m inside], brute force over the offsets of a wrapped grid."""
+    h, w = hw
+    p = torch.rand(2, *grid, dtype=torch.float64)
+    ref = torch.zeros(2, h, w, dtype=torch.float64)
+    for r in range(h):
+        for c in range(w):
+            for mr in range(-r, h - r):
+                for mc in range(-c, w - c):
+                    ref[:, r, c] += p[:, mr % grid[0], mc % grid[1]]
+    torch.testing.assert_close(circulant._row_mass(p, hw), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_mask_padding_leaves_exactly_the_offsets():
+    hw, grid = (3, 4), (8, 9)
+    a = circulant._mask_padding(torch.zeros(1, *grid), hw)
+    r, c = torch.arange(grid[0]), torch.arange(grid[1])
+    # offsets 0..H-1 at rows 0..H-1, -(H-1)..-1 at rows P-(H-1)..P-1 (likewise columns)
+    valid = ((r < 3) | (r >= 8 - 2))[:, None] & ((c < 4) | (c >= 9 - 3))[None, :]
+    assert torch.equal(torch.isfinite(a[0]), valid)
+
+
+@pytest.mark.parametrize('b', [1, 3])
+def test_transpose_tokens(b):
+    x = torch.randn(b, 10, 4, requires_grad=True)
+    y = circulant.transpose_tokens(x, torch.float64)
+    assert y.is_contiguous() and y.dtype == torch.float64
+    torch.testing.assert_close(y, x.transpose(1, 2).double())
+    (g,) = torch.autograd.grad((y * torch.arange(40.0).view(1, 4, 10)).sum(), x)
+    torch.testing.assert_close(g, torch.arange(40.0).view(4, 10).t().expand(b, -1, -1))
+
+
+def test_transforms_follow_the_active_backend():
+    assert isinstance(transforms((3, 4), 'zero', torch.float32, 'cpu'), TorchFFT)
+    with export_mode():
+        assert isinstance(transforms((3, 4), 'zero', torch.float32, 'cpu'), MatmulDFT)
+    with pytest.raises(ValueError, match='boundary must be one of'):
+        transforms((3, 4), 'reflect', torch.float32, 'cpu')
