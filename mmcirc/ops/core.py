@@ -30,6 +30,13 @@ Two exact evaluation orders (``fold_projections``):
 
 Auto choice: fold when ``heads * C' < C + C'`` (fewer multiply-adds).
 
+The folded broadcast's softmax over C' < ``SOFTMAX_WIDTH`` (16) cores per head runs
+over scores padded with -inf to 16 (:func:`core_softmax`; the padded weights are exactly
+0 and are dropped before the value product, whose cost stays proportional to C'): a
+softmax over a last axis shorter than one vector of floats costs several times more per
+element. Under bf16 / fp16 autocast the scores' softmax and the online
+gather's running sums are float32; the projections and products follow autocast.
+
 Unchunked, the gather is one fused ``scaled_dot_product_attention`` call
 (no (heads, C', N) score map is stored). Bounded memory: for
 N > ``chunk_threshold`` (or any N when ``chunk_size`` is set) the gather
@@ -49,13 +56,43 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ['CORE_PRESETS', 'CoreAttention', 'parse_num_cores', 'select_cores']
+__all__ = [
+    'CORE_PRESETS',
+    'SOFTMAX_WIDTH',
+    'CoreAttention',
+    'core_softmax',
+    'parse_num_cores',
+    'select_cores',
+]
 
 #: Named active core counts C' (elastic inference), shared by every model with cores.
 CORE_PRESETS = {'mobile': 8, 'edge': 32, 'server': 64}
 
 DEFAULT_CHUNK_THRESHOLD = 1 << 17  # 131072 tokens, e.g. 362 x 362
 DEFAULT_CHUNK_SIZE = 1 << 14  # patches per chunk once chunking is on
+#: the folded broadcast's softmax runs over at least this many scores per head (16 floats:
+#: one AVX-512 vector); fewer active cores are padded with -inf (weight 0)
+SOFTMAX_WIDTH = 16
+
+
+def _wide(t):
+    """``t`` in float32 when it is bf16 / fp16 (scores under autocast: softmax and its
+    sums run in float32, METHOD.md), else unchanged (float32 and float64 stay)."""
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+
+
+def core_softmax(s):
+    """Softmax over the last axis of scores ``s`` (..., C') (the cores), in float32 at
+    least. For C' < ``SOFTMAX_WIDTH`` it runs over ``s`` padded with -inf to that width
+    (the padded weights are exactly 0 and are sliced off): over a last axis shorter than
+    one vector of floats torch's CPU softmax costs several times more per element.
+    Returns (..., C') (a strided view when padded)."""
+    nc = s.shape[-1]
+    s = _wide(s)
+    if nc >= SOFTMAX_WIDTH:
+        return torch.softmax(s, dim=-1)
+    s = F.pad(s, (0, SOFTMAX_WIDTH - nc), value=float('-inf'))  # (..., SOFTMAX_WIDTH)
+    return torch.softmax(s, dim=-1)[..., :nc]  # (..., C')
 
 
 def _positive_int(name, value, allow_none=False):
@@ -240,7 +277,8 @@ class CoreAttention(nn.Module):
         dropout, the running sum of the dropped weights (mass).
         """
         k, v = self._patch_kv(xc, fold)
-        s = q @ k.transpose(-1, -2)  # (..., rows, n) scaled scores
+        s = _wide(q @ k.transpose(-1, -2))  # (..., rows, n) scaled scores, >= float32
+        v = v.to(s.dtype)  # a no-op unless bf16 (autocast casts it back for the GEMM)
         m_new = s.detach().amax(-1, keepdim=True)  # (..., rows, 1)
         if m is not None:
             m_new = torch.maximum(m, m_new)
@@ -296,8 +334,8 @@ class CoreAttention(nn.Module):
         """proj(MHA) of chunk xc (B, n, C) against folded cores: (B, n, C)."""
         b, n, _ = xc.shape
         s = torch.baddbmm(beta, xc, k_t.transpose(1, 2))  # (B, n, h*C')
-        p = torch.softmax(s.view(b, n, self.num_heads, -1), dim=-1)
-        p = self._drop(p).view(b, n, -1)  # (B, n, h*C')
+        p = core_softmax(s.view(b, n, self.num_heads, -1))  # (B, n, h, C'), >= float32
+        p = self._drop(p).reshape(b, n, -1).to(s.dtype)  # (B, n, h*C')
         y = p @ v_t  # (B, n, C): the sum over heads is part of the product
         return y if bias is None else y + bias
 
@@ -371,6 +409,11 @@ class CoreAttention(nn.Module):
             raise ValueError(
                 f"x needs N >= 1 patches and cores C' >= 1, got N={x.shape[1]}, C'={cores.shape[1]}"
             )
+        dev = x.device.type
+        if x.dtype == torch.float32 and torch.is_autocast_enabled(dev):
+            # one cast of the patches (B, N, C) for the gather's and the broadcast's
+            # GEMMs, instead of one per product that reads them
+            x = x.to(torch.get_autocast_dtype(dev))
         chunk = self._chunk_len(x.shape[1])
         fold = self._fold(cores.shape[1])
         g = self._gather(cores, x, chunk, fold)  # (B, C', C)

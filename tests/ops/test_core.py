@@ -7,6 +7,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dense_reference import core_attention_dense, mha_dense
 from mmcirc.ops import CoreAttention, select_cores
+from mmcirc.ops.core import SOFTMAX_WIDTH, core_softmax
 
 FOLDS = [False, True]
 
@@ -177,6 +178,64 @@ def test_every_parameter_gets_a_gradient():
         y, c = m(x, cores)
         (y.sum() + c.sum()).backward()
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
+
+
+# ------------------------------------------------------------ softmax over few cores
+@pytest.mark.parametrize('num_heads', [1, 2])
+@pytest.mark.parametrize('num_cores', [2, 8, 15])
+@pytest.mark.parametrize('chunk_size', [None, 4])
+def test_few_cores_match_dense(num_heads, num_cores, chunk_size):
+    """C' < SOFTMAX_WIDTH: the folded broadcast pads its softmax, still the dense MHA."""
+    m = _module(num_heads=num_heads, fold_projections=True, chunk_size=chunk_size)
+    x, cores = _inputs(num_cores=num_cores)
+    y, new_cores = m(x, cores)
+    y_ref, cores_ref = core_attention_dense(m, x, cores)
+    torch.testing.assert_close(new_cores, cores_ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize('width', [1, 3, 8, 15, 16, 17])
+def test_core_softmax_is_the_softmax_over_the_cores(width):
+    s = torch.randn(3, 5, 2, width, dtype=torch.float64) * 10
+    p = core_softmax(s)
+    assert p.shape == s.shape
+    torch.testing.assert_close(p, torch.softmax(s, dim=-1), rtol=1e-14, atol=1e-15)
+
+
+class _SoftmaxInputs(TorchDispatchMode):
+    """(last-axis length, dtype) of every softmax's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._softmax.default:
+            self.seen.append((args[0].shape[-1], args[0].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def test_few_cores_softmax_runs_over_the_vector_width():
+    m = CoreAttention(16, 2, fold_projections=True).eval()
+    x, cores = torch.randn(1, 40, 16), torch.randn(1, 8, 16)
+    with torch.no_grad(), _SoftmaxInputs() as rec:
+        m(x, cores)
+    assert rec.seen == [(SOFTMAX_WIDTH, torch.float32)]
+
+
+@pytest.mark.parametrize('fold', FOLDS)
+@pytest.mark.parametrize('chunk_size', [None, 16])
+def test_bf16_autocast_keeps_the_softmax_in_float32(fold, chunk_size):
+    torch.manual_seed(0)
+    m = CoreAttention(32, 2, fold_projections=fold, chunk_size=chunk_size).eval()
+    x, cores = torch.randn(1, 50, 32), torch.randn(1, 8, 32)
+    with torch.no_grad():
+        y32, c32 = m(x, cores)
+        with torch.autocast('cpu', torch.bfloat16), _SoftmaxInputs() as rec:
+            y16, c16 = m(x, cores)
+    assert all(dtype == torch.float32 for _, dtype in rec.seen)
+    for a, ref in ((y16, y32), (c16, c32)):
+        assert ((a.float() - ref).norm() / ref.norm()).item() < 3e-2
 
 
 # ------------------------------------------------------------ elastic cores

@@ -1,6 +1,7 @@
 """Suite ``backbone``: forward time and peak memory of mmcirc's pyramids against mmdet's
 / mmseg's PVT-S and Swin-T, side by side over input sizes (batch 1 and float32 unless
-``--batch`` / ``--precisions``; no grad, eval mode).
+``--batch`` / ``--precisions``; no grad, eval mode; ``--backward``: the training step,
+forward + backward of the outputs' sum, instead).
 
 Per size, the models of that size are measured together: on the CPU each one's peak
 memory in a fresh child (peak RSS above the RSS with the model and input built: what
@@ -13,7 +14,8 @@ tried at larger sizes. ``--flops`` adds the counted multiply-adds.
 
 Writes ``DIR/results_<stem>.json`` (merged with earlier runs), ``DIR/table_<stem>.md``
 and ``DIR/{time,memory}_<stem>.png``; ``<stem>``: the device, then ``_bf16`` / ``_fp16``
-and ``_b<N>`` where not float32 / batch 1 (``--precisions fp32 bf16``: two tables).
+and ``_b<N>`` where not float32 / batch 1, ``_fwdbwd`` with ``--backward``
+(``--precisions fp32 bf16``: two tables).
 """
 
 import argparse
@@ -156,6 +158,11 @@ def parse_args(argv=None):
         help='fp32, and / or autocast to bf16 / fp16: one table each (stem suffix _bf16 / _fp16)',
     )
     p.add_argument('--batch', type=int, default=1, help='batch size (files: _b<N> unless 1)')
+    p.add_argument(
+        '--backward',
+        action='store_true',
+        help="time the training step (forward + backward of the outputs' sum; files: _fwdbwd)",
+    )
     p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
     return p.parse_args(argv)
 
@@ -181,6 +188,7 @@ def run(args, precision):
     """One table: every size and model at ``precision``."""
     stem = args.device + ('' if precision == 'fp32' else f'_{precision}')
     stem += '' if args.batch == 1 else f'_b{args.batch}'
+    stem += '_fwdbwd' if args.backward else ''
     store = ResultStore(osp.join(args.out_dir, f'results_{stem}.json'), True, _key)
     if not args.fresh:
         store.load()
@@ -189,6 +197,7 @@ def run(args, precision):
         device=args.device,
         precision=precision,
         batch=args.batch,
+        backward=args.backward,
         threads=args.threads or None,
         repeat=args.repeats,
         min_runs=args.min_repeats,
@@ -220,6 +229,7 @@ def run(args, precision):
         res = measure(todo, dict(spec, hw=[size, size]), timeout=args.timeout) if todo else {}
         for m, r in res.items():
             rec = record(m, size, args.device, r, (load, os.getloadavg()[0]))
+            rec['step'] = 'forward+backward' if args.backward else 'forward'
             store.update({_key(rec): rec})
             msg = (
                 f'{rec["time_s"]:.3f} s ({rec["runs"]} runs), {rec["mem_mb"]:.0f} MB'
@@ -252,7 +262,8 @@ def run(args, precision):
             osp.join(args.out_dir, f'{name}_{stem}.png'),
             'input size (px, square)',
             ylabel,
-            f'backbone forward, batch {args.batch}, {precision}, {args.device}',
+            f'backbone {"forward + backward" if args.backward else "forward"}, '
+            f'batch {args.batch}, {precision}, {args.device}',
             log_base_x=2,
             styles=styles,
         )

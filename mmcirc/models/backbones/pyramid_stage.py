@@ -4,11 +4,11 @@ from typing import List, Optional, Sequence
 
 import torch
 import torch.nn as nn
-from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 
 from mmcirc.ops.core import select_cores
+from ..blocks.base import tokens_as_map
 from .contract import call_block
 
 __all__ = ['PyramidStage']
@@ -93,8 +93,8 @@ class PyramidStage(BaseModule):
         """x: tokens (B, N, C) with ``hw_shape``, or an image/map (B, C, H, W) when the
         stage starts with ``patch_embed``. Returns (x_next, hw_next, out, out_hw)."""
         if self.patch_embed is not None:
-            if x.dim() == 3:
-                x = nlc_to_nchw(x, hw_shape)
+            if x.dim() == 3:  # (B, N, C) -> (B, C, H, W) channels-last view, no copy
+                x = tokens_as_map(x, hw_shape)
             x, hw_shape = self.patch_embed(x)
         hw_shape = tuple(_size(s) for s in hw_shape)
         if self.pos_embed is not None:

@@ -29,11 +29,23 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmcv.cnn.bricks.transformer import FFN
 from mmdet.models.backbones.pvt import MixFFN
-from mmdet.models.layers import nlc_to_nchw
 
-__all__ = ['PyramidBlock', 'block_classes', 'block_class', 'attention_kinds', 'FFN_TYPES']
+__all__ = [
+    'PyramidBlock',
+    'block_classes',
+    'block_class',
+    'attention_kinds',
+    'FFN_TYPES',
+    'apply_ffn',
+    'build_ffn',
+    'cpe',
+    'map_as_tokens',
+    'mixffn_tokens',
+    'tokens_as_map',
+]
 
 FFN_TYPES = ('ffn', 'mixffn')
 
@@ -126,9 +138,25 @@ def block_class(name: str, family: Optional[str] = None) -> type:
 
 
 # --------------------------------------------------------------------------- helpers
+def tokens_as_map(x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
+    """Tokens (B, N, C) of an H x W map as a (B, C, H, W) view in channels-last memory
+    (no copy): a convolution keeps that memory format, so its output goes back to
+    tokens with :func:`map_as_tokens` as a view too."""
+    b, _, c = x.shape
+    return x.reshape(b, hw_shape[0], hw_shape[1], c).permute(0, 3, 1, 2)  # (B, C, H, W) view
+
+
+def map_as_tokens(x: torch.Tensor) -> torch.Tensor:
+    """A (B, C, H, W) map as tokens (B, N, C): a view when the map is channels-last
+    (otherwise the one copy that makes the tokens contiguous)."""
+    b, c = x.shape[:2]
+    return x.permute(0, 2, 3, 1).reshape(b, -1, c)  # (B, N, C)
+
+
 def cpe(conv: nn.Conv2d, x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
-    """Depthwise 3x3 conv (conditional positional encoding) of tokens (B, N, C)."""
-    return conv(nlc_to_nchw(x, hw_shape)).flatten(2).transpose(1, 2)
+    """Depthwise 3x3 conv (conditional positional encoding) of tokens (B, N, C), run on
+    the channels-last view of the tokens: no layout copy either way."""
+    return map_as_tokens(conv(tokens_as_map(x, hw_shape)))  # (B, N, C)
 
 
 def build_ffn(
@@ -165,10 +193,40 @@ def build_ffn(
     raise ValueError(f'ffn_type must be one of {FFN_TYPES}, got {ffn_type!r}')
 
 
+def _pointwise_conv(m: nn.Module) -> bool:
+    """Whether ``m`` is a 1x1 convolution that is a linear map of each pixel's channels."""
+    return (
+        isinstance(m, nn.Conv2d)
+        and m.kernel_size == (1, 1)
+        and m.stride == (1, 1)
+        and m.padding == (0, 0)
+        and m.dilation == (1, 1)
+        and m.groups == 1
+        and m.padding_mode == 'zeros'
+    )
+
+
+def mixffn_tokens(ffn: MixFFN, x: torch.Tensor) -> torch.Tensor:
+    """``MixFFN.layers`` without its depthwise conv, run on tokens (B, N, C): each 1x1
+    conv as the GEMM ``F.linear`` with the conv's own weight (out, in, 1, 1) viewed
+    (out, in), the activation and dropouts elementwise, so no (B, C, H, W) layout
+    is made. Returns the MLP output (B, N, C) (no residual, no DropPath)."""
+    for layer in ffn.layers:
+        if _pointwise_conv(layer):
+            x = F.linear(x, layer.weight.flatten(1), layer.bias)  # (B, N, C_out)
+        else:
+            x = layer(x)  # activation / dropout: elementwise
+    return x
+
+
 def apply_ffn(
     ffn: nn.Module, x_norm: torch.Tensor, hw_shape, identity: torch.Tensor
 ) -> torch.Tensor:
-    """``identity + DropPath(MLP(x_norm))`` for either FFN flavour."""
+    """``identity + DropPath(MLP(x_norm))`` for either FFN flavour; mmdet's ``MixFFN``
+    without its depthwise conv runs on the tokens as GEMMs (:func:`mixffn_tokens`, the
+    same parameters and keys), with one (its 3x3 conv) as mmdet wrote it."""
     if isinstance(ffn, MixFFN):
+        if all(_pointwise_conv(m) or not isinstance(m, nn.Conv2d) for m in ffn.layers):
+            return identity + ffn.dropout_layer(mixffn_tokens(ffn, x_norm))
         return ffn(x_norm, hw_shape, identity=identity)
     return ffn(x_norm, identity=identity)

@@ -9,7 +9,7 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import build_dropout
 from mmengine.model import BaseModule
 
-from mmcirc.ops.circulant import CirculantAttention, _scale_value
+from mmcirc.ops.circulant import CirculantAttention, scale_value
 from mmcirc.registry import register_model
 from .base import PyramidBlock, apply_ffn, build_ffn, cpe
 from .probe import AttentionProbe, call_arg
@@ -40,7 +40,7 @@ class CirculantProbe(AttentionProbe):
         grid = (h, w) if mod.boundary == 'circular' else (2 * h - 1, 2 * w - 1)
         # cross-correlation a[m] = sum_i q[i] k[i + m] on `grid` (zero padded: no wrap)
         spec = (torch.fft.rfft2(q, s=grid).conj() * torch.fft.rfft2(k, s=grid)).sum(2)
-        a = torch.fft.irfft2(spec, s=grid) * _scale_value(mod.scale, n, c // heads)
+        a = torch.fft.irfft2(spec, s=grid) * scale_value(mod.scale, n, c // heads)
         if mod.boundary == 'zero':  # index m (m < 0 at P + m) -> ordered by m + (H-1, W-1)
             a = torch.roll(a, (h - 1, w - 1), (-2, -1))
         p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, *grid)
