@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmcirc.ops.core import CoreAttention, _positive_int, select_cores
+from mmcirc.ops.core import CoreAttention, check_positive, select_cores
 
 __all__ = ['SDPASelfAttention', 'MHASelfAttention', 'CoreAttentionWithBank']
 
 
 def _heads(dim, num_heads):
-    _positive_int('dim', dim)
-    _positive_int('num_heads', num_heads)
+    check_positive('dim', dim)
+    check_positive('num_heads', num_heads)
     if dim % num_heads:
         raise ValueError(f'num_heads must divide dim={dim}, got {num_heads}')
 
@@ -90,8 +90,8 @@ class CoreAttentionWithBank(nn.Module):
 
     def __init__(self, dim, num_heads=1, num_cores=64, bank_size=64):
         super().__init__()
-        _positive_int('bank_size', bank_size)
-        _positive_int('num_cores', num_cores)
+        check_positive('bank_size', bank_size)
+        check_positive('num_cores', num_cores)
         if num_cores > bank_size:
             raise ValueError(f'num_cores must be in [1, {bank_size}] (bank_size), got {num_cores}')
         self.attn = CoreAttention(dim, num_heads)

@@ -117,9 +117,6 @@ def scale_value(scale, n, d):
     return float(scale)
 
 
-_scale_value = scale_value  # the former private name, kept for its importers
-
-
 def _autocast_dtype(device_type):
     """The autocast dtype active for ``device_type``, or None."""
     try:

@@ -60,6 +60,7 @@ __all__ = [
     'CORE_PRESETS',
     'SOFTMAX_WIDTH',
     'CoreAttention',
+    'check_positive',
     'core_softmax',
     'parse_num_cores',
     'select_cores',
@@ -95,7 +96,9 @@ def core_softmax(s):
     return torch.softmax(s, dim=-1)[..., :nc]  # (..., C')
 
 
-def _positive_int(name, value, allow_none=False):
+def check_positive(name, value, allow_none=False):
+    """ValueError naming ``name`` unless ``value`` is a positive int (or None with
+    ``allow_none``)."""
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -150,7 +153,7 @@ def select_cores(bank, num_cores, batch_size=None):
         raise ValueError(
             f'num_cores must be an int in [1, {bank.shape[0]}] (the bank size), got {num_cores!r}'
         )
-    _positive_int('batch_size', batch_size, allow_none=True)
+    check_positive('batch_size', batch_size, allow_none=True)
     cores = bank[:num_cores]
     if batch_size is None:
         return cores
@@ -189,12 +192,12 @@ class CoreAttention(nn.Module):
         fold_projections=None,
     ):
         super().__init__()
-        _positive_int('dim', dim)
-        _positive_int('num_heads', num_heads)
+        check_positive('dim', dim)
+        check_positive('num_heads', num_heads)
         if dim % num_heads:
             raise ValueError(f'num_heads must divide dim={dim}, got {num_heads}')
-        _positive_int('chunk_size', chunk_size, allow_none=True)
-        _positive_int('chunk_threshold', chunk_threshold)
+        check_positive('chunk_size', chunk_size, allow_none=True)
+        check_positive('chunk_threshold', chunk_threshold)
         if not 0 <= attn_drop < 1:
             raise ValueError(f'attn_drop must be in [0, 1), got {attn_drop!r}')
         if fold_projections not in (None, True, False):

@@ -1,0 +1,165 @@
+"""The package's module boundaries hold: read from the source (AST), not by importing it.
+
+* no module imports a ``_private`` name from another mmcirc module (``from m import _x``,
+  or ``m._x`` on a module bound by an import);
+* the import graph has no cycle between modules.
+
+Every import counts, at module level or inside a function, except those under
+``if TYPE_CHECKING:``. ``import a.b.c`` and ``from a.b import c`` point at the module
+named, not at the packages above it (whose ``__init__`` also runs, but an edge there
+would make every ``__init__`` that imports its own modules a cycle).
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / 'mmcirc'
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def package_modules():
+    """{dotted name: (path, is_package)} for every module under mmcirc/."""
+    return {module_name(p): (p, p.name == '__init__.py') for p in sorted(PACKAGE.rglob('*.py'))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == 'TYPE_CHECKING') or (
+        isinstance(test, ast.Attribute) and test.attr == 'TYPE_CHECKING'
+    )
+
+
+def _import_nodes(tree: ast.AST):
+    """Import / ImportFrom nodes anywhere in ``tree`` except under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+class ModuleImports:
+    """What one module imports from the package: the modules it points at and the
+    private names it takes from them."""
+
+    def __init__(self, name: str, path: Path, is_package: bool, modules: dict):
+        self.name = name
+        self.targets = set()  # dotted names of mmcirc modules imported
+        self.private = []  # (line, 'module._name') taken from another module
+        tree = ast.parse(path.read_text(), str(path))
+        bound = {}  # local name -> mmcirc module it is bound to
+        for node in _import_nodes(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split('.')[0] != 'mmcirc':
+                        continue
+                    self.targets.add(alias.name)
+                    bound[alias.asname or alias.name.split('.')[0]] = (
+                        alias.name if alias.asname else 'mmcirc'
+                    )
+                continue
+            base = self._resolve(node, is_package)
+            if base is None or base.split('.')[0] != 'mmcirc':
+                continue
+            for alias in node.names:
+                child = f'{base}.{alias.name}'
+                if child in modules:  # from package import submodule
+                    self.targets.add(child)
+                    bound[alias.asname or alias.name] = child
+                    continue
+                self.targets.add(base)
+                if alias.name.startswith('_') and not alias.name.startswith('__'):
+                    self.private.append((node.lineno, f'{base}.{alias.name}'))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and node.attr.startswith('_')
+                and not node.attr.startswith('__')
+                and f'{bound[node.value.id]}.{node.attr}' not in modules
+            ):
+                self.private.append((node.lineno, f'{bound[node.value.id]}.{node.attr}'))
+        self.targets.discard(name)
+
+    def _resolve(self, node: ast.ImportFrom, is_package: bool):
+        if not node.level:
+            return node.module
+        parts = self.name.split('.')
+        if not is_package:
+            parts = parts[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        return '.'.join(parts + ([node.module] if node.module else []))
+
+
+def import_graph():
+    modules = package_modules()
+    return {
+        name: ModuleImports(name, path, is_package, modules)
+        for name, (path, is_package) in modules.items()
+    }
+
+
+def cycles(edges: dict):
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def _describe(component, edges):
+    arrows = [f'{a} -> {b}' for a in component for b in sorted(edges[a]) if b in component]
+    return '{' + ', '.join(component) + '}: ' + '; '.join(arrows)
+
+
+@pytest.fixture(scope='module')
+def graph():
+    return import_graph()
+
+
+def test_no_private_name_is_imported_from_another_module(graph):
+    found = [
+        f'{imports.name}:{line} uses {target}'
+        for imports in graph.values()
+        for line, target in imports.private
+    ]
+    assert not found, 'private names used across modules:\n' + '\n'.join(found)
+
+
+def test_no_import_cycle_between_modules(graph):
+    edges = {name: imports.targets & graph.keys() for name, imports in graph.items()}
+    found = cycles(edges)
+    assert not found, 'import cycles:\n' + '\n'.join(_describe(c, edges) for c in found)
