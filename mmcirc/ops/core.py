@@ -87,10 +87,12 @@ def core_softmax(s):
     least. For C' < ``SOFTMAX_WIDTH`` it runs over ``s`` padded with -inf to that width
     (the padded weights are exactly 0 and are sliced off): over a last axis shorter than
     one vector of floats torch's CPU softmax costs several times more per element.
+    Traced graphs (the FLOP count, ONNX) keep the plain softmax over C': the padding is
+    a CPU kernel's speed, not part of the method, and is not counted.
     Returns (..., C') (a strided view when padded)."""
     nc = s.shape[-1]
     s = _wide(s)
-    if nc >= SOFTMAX_WIDTH:
+    if nc >= SOFTMAX_WIDTH or torch.jit.is_tracing():
         return torch.softmax(s, dim=-1)
     s = F.pad(s, (0, SOFTMAX_WIDTH - nc), value=float('-inf'))  # (..., SOFTMAX_WIDTH)
     return torch.softmax(s, dim=-1)[..., :nc]  # (..., C')
