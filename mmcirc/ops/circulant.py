@@ -156,7 +156,8 @@ def transpose_tokens(x, dtype=None):
 def _mask_padding(a, hw):
     """In place: -inf on the cells of the score maps a (..., Ph, Pw) that are no offset
     in [-(H-1), H-1] x [-(W-1), W-1] (index m >= 0 at m, m < 0 at P + m): rows
-    H..Ph-H and columns W..Pw-W, a thin band of a grid rounded up to a fast length."""
+    H..Ph-H and columns W..Pw-W, a thin band of a grid rounded up to a fast length
+    (symmetric under m -> -m, so the same band for the flipped scores a[-m])."""
     (h, w), (ph, pw) = hw, a.shape[-2:]
     a[..., h : ph - h + 1, :] = float('-inf')
     a[..., w : pw - w + 1] = float('-inf')
@@ -164,21 +165,22 @@ def _mask_padding(a, hw):
 
 
 def _row_mass(p, hw):
-    """Z[i] = sum_m p[m] [i + m inside the map], (..., H, W), from p (..., Ph, Pw) on the
-    wrapped grid, as box sums of two cumulative sums along contiguous last axes (torch's
-    CPU cumsum along a non-last axis is ~20x slower).
+    """Z[i] = sum_m p[-m] [i + m inside the map], (..., H, W), from the flipped
+    p[-m] (..., Ph, Pw) on the wrapped grid (the layout :func:`_attend` keeps), as box
+    sums of two cumulative sums along contiguous last axes (torch's CPU cumsum along a
+    non-last axis is ~20x slower).
 
-    Column c admits the column offsets -c..W-1-c: columns 0..W-1-c and Pw-c..Pw-1 of
-    the grid, so with C the inclusive cumulative sum over columns the column sum is
-    C[W-1-c] - C[Pw-1-c] + C[Pw-1]; likewise the rows.
+    Column c admits the column offsets -c..W-1-c, i.e. the flipped offsets c-(W-1)..c:
+    columns 0..c and Pw-(W-1-c)..Pw-1 of the grid, so with C the inclusive cumulative
+    sum over columns the column sum is C[c] + C[Pw-1] - C[Pw-W+c]; likewise the rows.
     """
     h, w = hw
     ph, pw = p.shape[-2:]
     c = p.cumsum(-1)  # (..., Ph, Pw)
-    s = c[..., :w] - c[..., pw - w :] + c[..., pw - 1 :]  # (..., Ph, W), columns reversed
+    s = c[..., :w] + c[..., pw - 1 :] - c[..., pw - w :]  # (..., Ph, W)
     c = s.transpose(-1, -2).contiguous().cumsum(-1)  # (..., W, Ph)
-    z = c[..., :h] - c[..., ph - h :] + c[..., ph - 1 :]  # (..., W, H), both axes reversed
-    return z.flip(-2, -1).transpose(-1, -2).contiguous()  # (..., H, W)
+    z = c[..., :h] + c[..., ph - 1 :] - c[..., ph - h :]  # (..., W, H)
+    return z.transpose(-1, -2).contiguous()  # (..., H, W)
 
 
 BLOCK_BYTES = 1 << 23  # CPU: spectra of one block of heads ~8 MiB (cache)
@@ -213,14 +215,16 @@ def _attend(tf, q, k, v, hw, d, boundary):
     """Eq. 15, softmax, Eq. 16 from the spectra (B, C, Ph, U) of q (scale included), k,
     v on the grid of the transforms ``tf``, heads of d channels. Returns o (B, C, H, W)."""
     b, c = q.shape[:2]
-    # Eq. 15: FFT(a) = sum_{c in head} conj(Q_c) K_c
-    a = tf.irfft2(tf.corr(q, k, d), tf.grid)  # (B, heads, Ph, Pw)
+    # Eq. 15 at the negated offsets, a'[m] = a[-m]: FFT(a') = sum_{c in head} Q_c conj(K_c)
+    # (a softmax over all offsets does not care about their order, and FFT(p') = conj(P)
+    # is Eq. 16's factor as it stands: one conj copy less)
+    a = tf.irfft2(tf.corr(q, k, d), tf.grid)  # a' (B, heads, Ph, Pw)
     if tf.padded:  # 'zero', grid rounded up: softmax only over the true offsets
         # (Z would cancel the padding's share anyway; the mask keeps the softmax max
         # over real offsets, so their p cannot underflow)
         a = _mask_padding(a, hw)
-    p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, Ph, Pw)
-    # Eq. 16: FFT(o) = conj(P) V, per channel of the head
+    p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # p' = p[-m] (B, heads, Ph, Pw)
+    # Eq. 16: FFT(o) = conj(P) V = FFT(p') V, per channel of the head
     o = tf.irfft2(tf.apply(tf.rfft2(p), v, d), hw)  # (B, C, H, W)
     if boundary == 'zero':  # renormalise rows of A over in-map tokens
         z = _row_mass(p, hw).unsqueeze(2)  # (B, heads, 1, H, W)

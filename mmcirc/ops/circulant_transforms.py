@@ -12,8 +12,11 @@ object ``T`` (:func:`transforms`, one per forward):
 * ``T.linear(weight, y)``: a real weight (C_out, C) on the channels (dim 1) of a spectrum
   (FFT(x W) = FFT(x) W);
 * ``T.corr(q, k, d)``: Eq. 15's spectral product summed over the d channels of a head,
-  sum_c conj(Q_c) K_c, (B, C, ...) -> (B, C/d, ...);
-* ``T.apply(p, v, d)``: Eq. 16's conj(P) V for every channel of a head.
+  sum_c Q_c conj(K_c), (B, C, ...) -> (B, C/d, ...): the spectrum of the scores at the
+  negated offsets, a'[m] = a[-m] (the conj of Eq. 15's sum_c conj(Q_c) K_c);
+* ``T.apply(p, v, d)``: Eq. 16's conj(P) V for every channel of a head, given the
+  spectrum P' = FFT(p') = conj(P) of the flipped p'[m] = p[-m] (real p): the plain
+  product P' V, no conjugate to materialise.
 
 Backends (:func:`set_fft_impl`, :func:`export_mode`):
 
@@ -129,7 +132,8 @@ def transforms(hw, boundary, dtype, device):
 
 
 class _Transforms:
-    """The backend-independent spectral algebra on ``conj_mul`` and the real view."""
+    """The backend-independent spectral algebra on ``mul``, ``mul_conj`` and the real
+    view."""
 
     #: sizes may be symbolic (torch.export): no Python decision on them
     symbolic = False
@@ -146,16 +150,18 @@ class _Transforms:
         return cls.from_real(out.to(r.dtype).view(b, -1, *r.shape[2:]))  # (B, C_out, Ph, U)
 
     def corr(self, q, k, d):
-        """Eq. 15: sum over each head's d channels of conj(Q_c) K_c, (B, C/d, ...)."""
-        a = self.conj_mul(q, k)  # (B, C, ...)
+        """Eq. 15 at the negated offsets: sum over each head's d channels of
+        Q_c conj(K_c) = FFT(a') with a'[m] = a[-m], (B, C/d, ...)."""
+        a = self.mul_conj(q, k)  # (B, C, ...)
         return a if d == 1 else a.view(a.shape[0], -1, d, *a.shape[2:]).sum(2)
 
     def apply(self, p, v, d):
-        """Eq. 16: conj(P) V per channel, P (B, heads, ...), V (B, heads*d, ...)."""
+        """Eq. 16: conj(P) V = P' V per channel, from P' = FFT(p[-m]) (B, heads, ...),
+        V (B, heads*d, ...)."""
         if d == 1:
-            return self.conj_mul(p, v)  # (B, C, ...)
+            return self.mul(p, v)  # (B, C, ...)
         f = v.shape[2:]
-        o = self.conj_mul(p.unsqueeze(2), v.view(v.shape[0], -1, d, *f))  # (B, heads, d, ...)
+        o = self.mul(p.unsqueeze(2), v.view(v.shape[0], -1, d, *f))  # (B, heads, d, ...)
         return o.view(v.shape)  # (B, C, ...)
 
 
@@ -179,8 +185,12 @@ class TorchFFT(_Transforms):
         return torch.fft.irfft(y, n=self.grid[1], dim=-1)[..., : hw[1]]  # (..., H, W)
 
     @staticmethod
-    def conj_mul(a, b):
-        return a.conj() * b  # conj is a lazy view, fused into the product
+    def mul(a, b):
+        return a * b
+
+    @staticmethod
+    def mul_conj(a, b):
+        return a * b.conj()  # lazy conj view; the product materialises it (one copy)
 
     @staticmethod
     def as_real(y):
@@ -235,9 +245,14 @@ class MatmulDFT(_Transforms):
         return zr @ self.icw[:, :w] - zi @ self.isw[:, :w]  # real part along W (..., H, W)
 
     @staticmethod
-    def conj_mul(a, b):
+    def mul(a, b):
         (ar, ai), (br, bi) = a.unbind(-1), b.unbind(-1)
-        return torch.stack([ar * br + ai * bi, ar * bi - ai * br], -1)  # (..., 2)
+        return torch.stack([ar * br - ai * bi, ar * bi + ai * br], -1)  # (..., 2)
+
+    @staticmethod
+    def mul_conj(a, b):
+        (ar, ai), (br, bi) = a.unbind(-1), b.unbind(-1)
+        return torch.stack([ar * br + ai * bi, ai * br - ar * bi], -1)  # (..., 2)
 
     @staticmethod
     def as_real(y):

@@ -65,8 +65,8 @@ def test_corr_and_apply_are_the_spectral_products(d):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 6, 5, 4, dtype=torch.complex128, generator=g) for _ in range(3))
     p = torch.randn(2, 6 // d, 5, 4, dtype=torch.complex128, generator=g)
-    corr = (q.conj() * k).view(2, 6 // d, d, 5, 4).sum(2)
-    apply = (p.conj()[:, :, None] * v.view(2, 6 // d, d, 5, 4)).reshape(2, 6, 5, 4)
+    corr = (q * k.conj()).view(2, 6 // d, d, 5, 4).sum(2)  # FFT of the flipped scores
+    apply = (p[:, :, None] * v.view(2, 6 // d, d, 5, 4)).reshape(2, 6, 5, 4)  # p = FFT(p')
     for tf in _backends((3, 3), 'zero'):
         out = tf.corr(_spectrum(tf, q), _spectrum(tf, k), d)
         torch.testing.assert_close(_complex(tf, out), corr)
@@ -87,7 +87,8 @@ def test_linear_is_the_channel_product():
     'hw, grid', [((3, 4), (5, 7)), ((3, 4), (8, 9)), ((1, 5), (2, 10)), ((4, 1), (7, 1))]
 )
 def test_row_mass_sums_the_in_map_offsets(hw, grid):
-    """Z[i] = sum_m p[m] [i + m inside], brute force over the offsets of a wrapped grid."""
+    """Z[i] = sum_m p[-m] [i + m inside] from the flipped p' (index -m), brute force over
+    the offsets of a wrapped grid."""
     h, w = hw
     p = torch.rand(2, *grid, dtype=torch.float64)
     ref = torch.zeros(2, h, w, dtype=torch.float64)
@@ -95,7 +96,7 @@ def test_row_mass_sums_the_in_map_offsets(hw, grid):
         for c in range(w):
             for mr in range(-r, h - r):
                 for mc in range(-c, w - c):
-                    ref[:, r, c] += p[:, mr % grid[0], mc % grid[1]]
+                    ref[:, r, c] += p[:, -mr % grid[0], -mc % grid[1]]
     torch.testing.assert_close(circulant._row_mass(p, hw), ref, rtol=1e-12, atol=1e-12)
 
 
