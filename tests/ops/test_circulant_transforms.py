@@ -109,6 +109,15 @@ def test_mask_padding_leaves_exactly_the_offsets():
     assert torch.equal(torch.isfinite(a[0]), valid)
 
 
+@pytest.mark.parametrize('hw, grid', [((3, 4), (8, 9)), ((5, 2), (10, 4)), ((1, 3), (1, 6))])
+def test_mask_padding_is_the_same_for_negated_offsets(hw, grid):
+    """The scores are kept at the negated offsets a[-m]: the masked band must be the same
+    set of cells under m -> -m (index j -> -j mod P)."""
+    a = torch.isfinite(circulant._mask_padding(torch.zeros(*grid), hw))
+    neg = [(-torch.arange(n)) % n for n in grid]
+    assert torch.equal(a, a[neg[0]][:, neg[1]])
+
+
 @pytest.mark.parametrize('b', [1, 3])
 def test_transpose_tokens(b):
     x = torch.randn(b, 10, 4, requires_grad=True)
