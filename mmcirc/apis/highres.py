@@ -21,7 +21,7 @@ is what a program calls; ``tools/infer_highres.py`` is the command line around i
   ``torch.argmax``). ``progress`` (a callable) is told each backbone stage / block,
   the neck, the decode head and each band as it finishes (:func:`progress_units`);
 * :func:`run_image`: one image predicted and measured, as a :class:`HighResResult`
-  (with :func:`mmcirc.analysis.memory.quadratic_warning` at its size).
+  (with :func:`mmcirc.analysis.attention_memory.quadratic_warning` at its size).
 
 Errors are ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` whose message starts
 with the parameter's name (e.g. ``num_cores must ...``); warnings name parameters the
@@ -36,7 +36,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mmcirc.analysis.memory import quadratic_warning
+from mmcirc.analysis.attention_memory import quadratic_warning
 from mmcirc.utils.labels import banded_argmax
 from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
 

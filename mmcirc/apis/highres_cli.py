@@ -259,7 +259,7 @@ def main(argv=None):
     _one_line_warnings()
     args = parse_args(argv)
     from mmcirc import apis as hr
-    from mmcirc.analysis.memory import quadratic_warning
+    from mmcirc.analysis.attention_memory import quadratic_warning
     from mmcirc.utils.memory import is_out_of_memory
 
     with as_cli_errors():

@@ -3,7 +3,7 @@ need them).
 
 * :mod:`~mmcirc.benchmark.runner`: the isolated child (timeout, ``RLIMIT_AS`` cap,
   out of memory as a result: ``run_isolated``);
-* :mod:`~mmcirc.benchmark.core`: threads, peak-memory meters, one model's step under
+* :mod:`~mmcirc.benchmark.measurement`: threads, peak-memory meters, one model's step under
   precision / compile / backward axes, round-robin timing with a budget;
 * :mod:`~mmcirc.benchmark.cases`: the registered models (attention layers, backbones,
   isotropic models);

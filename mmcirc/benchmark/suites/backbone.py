@@ -25,7 +25,7 @@ import os.path as osp
 from mmcirc.utils.cli import CLIError, main_guard
 
 from ..cases import CASES, group
-from ..core import PRECISIONS
+from ..measurement import PRECISIONS
 from ..report import ResultStore, environment, markdown_table, plot_series, ratio
 from ..tasks import measure
 

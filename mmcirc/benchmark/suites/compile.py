@@ -22,7 +22,7 @@ import time
 from mmcirc.utils.cli import CLIError, main_guard, parse_hw
 
 from ..cases import case
-from ..core import COMPILE_MODES, make_step, pin_threads, round_robin
+from ..measurement import COMPILE_MODES, make_step, pin_threads, round_robin
 from ..report import ResultStore, environment, markdown_table
 
 #: name -> label of this table

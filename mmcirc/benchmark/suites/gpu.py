@@ -23,7 +23,7 @@ import time
 from mmcirc.utils.cli import CLIError, main_guard
 
 from ..cases import CASES, group
-from ..core import COMPILE_MODES, PeakMeter, finite, make_step, round_robin
+from ..measurement import COMPILE_MODES, PeakMeter, finite, make_step, round_robin
 from ..report import ResultStore, device_name, markdown_table, speedup
 
 PRECISIONS = ('bf16', 'fp32', 'fp16')

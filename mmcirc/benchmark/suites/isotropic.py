@@ -25,7 +25,7 @@ import time
 from mmcirc.utils.cli import CLIError, main_guard, parse_hw
 
 from ..cases import CASES, count_macs, group
-from ..core import PRECISIONS
+from ..measurement import PRECISIONS
 from ..report import ResultStore, environment, markdown_table, ratio
 from ..tasks import measure
 

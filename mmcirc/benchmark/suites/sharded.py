@@ -7,7 +7,7 @@
 For each config and P: P local gloo ranks (``run_parallel``; P = 1 is the unsharded
 segmentor in one child process), random weights (seed 0, rank 0's on every rank), the
 demo image bicubic-resized to S x S. Each rank measures with the harness's
-:class:`~mmcirc.benchmark.core.PeakMeter` (peak RSS above the rank's RSS just before,
+:class:`~mmcirc.benchmark.measurement.PeakMeter` (peak RSS above the rank's RSS just before,
 the high-water mark reset first) and the wall time: the backbone alone (preprocessed
 band in, its bands of the stage maps out) and the whole prediction (image on rank 0 ->
 labels on rank 0), plus the bytes each rank hands to torch.distributed during the
@@ -25,7 +25,7 @@ import time
 from mmcirc.utils.cli import CLIError, main_guard
 from mmcirc.utils.fileio import atomic_write
 
-from ..core import PeakMeter
+from ..measurement import PeakMeter
 from ..report import ResultStore, environment, markdown_table, ratio
 
 MB = 1024**2
