@@ -10,9 +10,9 @@ need them).
 * :mod:`~mmcirc.benchmark.tasks`: measurements of cases in children (``measure``);
 * :mod:`~mmcirc.benchmark.report`: environment, the merging JSON store, markdown
   tables with ratios against a baseline;
-* :mod:`~mmcirc.benchmark.suites`: the command lines (``python -m mmcirc.benchmark
-  SUITE ...``; the tools ``tools/analysis/benchmark_*.py`` and
-  ``tools/deployment/benchmark_gpu.py`` are their entry points);
+* :mod:`~mmcirc.benchmark.suites`: the suites (their command lines, ``python -m
+  mmcirc.benchmark SUITE ...`` and the tools ``tools/analysis/benchmark_*.py`` and
+  ``tools/deployment/benchmark_gpu.py``, are ``mmcirc.cli.benchmark_<suite>``);
 * :mod:`~mmcirc.benchmark.dense_baseline`: ``tools/infer_highres.py --dense-baseline``.
 
 Submodules are imported on use (``python -m mmcirc.benchmark.runner`` must not find
