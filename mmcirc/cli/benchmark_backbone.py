@@ -5,6 +5,7 @@ its flags, their checks, the one ``error:`` line and exit 1; the suite measures 
 import argparse
 import os.path as osp
 
+from mmcirc.benchmark.measurement import PRECISIONS
 from mmcirc.benchmark.suites import backbone as suite
 from mmcirc.cli.common import CLIError, main_guard
 
@@ -40,7 +41,7 @@ def parse_args(argv=None):
         '--precisions',
         nargs='+',
         default=['fp32'],
-        choices=tuple(suite.PRECISIONS),
+        choices=tuple(PRECISIONS),
         help='fp32, and / or autocast to bf16 / fp16: one table each (stem suffix _bf16 / _fp16)',
     )
     p.add_argument('--batch', type=int, default=1, help='batch size (files: _b<N> unless 1)')

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import os.path as osp
 
+from mmcirc.benchmark.measurement import COMPILE_MODES
 from mmcirc.benchmark.suites import gpu as suite
 from mmcirc.cli.common import CLIError, main_guard
 
@@ -18,7 +19,7 @@ def parse_args(argv=None):
     p.add_argument('--batches', nargs='+', type=int, default=[1, 32])
     p.add_argument('--precisions', nargs='+', default=['bf16', 'fp32'], choices=suite.PRECISIONS)
     p.add_argument('--modes', nargs='+', default=['eager', 'compile'], choices=['eager', 'compile'])
-    p.add_argument('--compile-mode', default='reduce-overhead', choices=suite.COMPILE_MODES)
+    p.add_argument('--compile-mode', default='reduce-overhead', choices=COMPILE_MODES)
     p.add_argument(
         '--compile-backend',
         default='inductor',

@@ -6,6 +6,7 @@ import argparse
 import os.path as osp
 import sys
 
+from mmcirc.benchmark.measurement import PRECISIONS
 from mmcirc.benchmark.suites import isotropic as suite
 from mmcirc.cli.common import CLIError, main_guard, parse_hw
 
@@ -41,9 +42,7 @@ def parse_args(argv=None):
     )
     p.add_argument('--timeout', type=float, default=3600.0, help='seconds per measurement')
     p.add_argument('--device', default='cpu', help='cpu or cuda')
-    p.add_argument(
-        '--precision', default='fp32', choices=tuple(suite.PRECISIONS), help='autocast dtype'
-    )
+    p.add_argument('--precision', default='fp32', choices=tuple(PRECISIONS), help='autocast dtype')
     p.add_argument('--batch', type=int, default=1, help='batch size')
     p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_isotropic'))
     p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')

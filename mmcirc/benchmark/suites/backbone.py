@@ -22,7 +22,6 @@ import os
 import os.path as osp
 
 from ..cases import CASES, group
-from ..measurement import PRECISIONS
 from ..report import ResultStore, environment, markdown_table, plot_series, ratio
 from ..tasks import measure
 

@@ -19,7 +19,7 @@ import os.path as osp
 import time
 
 from ..cases import CASES, group
-from ..measurement import COMPILE_MODES, PeakMeter, finite, make_step, round_robin
+from ..measurement import PeakMeter, finite, make_step, round_robin
 from ..report import ResultStore, device_name, markdown_table, speedup
 
 PRECISIONS = ('bf16', 'fp32', 'fp16')

@@ -21,7 +21,6 @@ import os.path as osp
 import time
 
 from ..cases import CASES, count_macs, group
-from ..measurement import PRECISIONS
 from ..report import ResultStore, environment, markdown_table, ratio
 from ..tasks import measure
 
