@@ -22,6 +22,9 @@ is what a program calls; ``tools/infer_highres.py`` is the command line around i
   the neck, the decode head and each band as it finishes (:func:`progress_units`);
 * :func:`run_image`: one image predicted and measured, as a :class:`HighResResult`
   (with :func:`mmcirc.analysis.attention_memory.quadratic_warning` at its size).
+* :func:`write_result`: one image's PNGs and its record (the one schema,
+  :class:`HighResResult`, of one process's and of a sharded run), under
+  :func:`output_stem`'s name.
 
 Errors are ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` whose message starts
 with the parameter's name (e.g. ``num_cores must ...``); warnings name parameters the
