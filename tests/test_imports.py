@@ -2,12 +2,31 @@
 
 * no module imports a ``_private`` name from another mmcirc module (``from m import _x``,
   or ``m._x`` on a module bound by an import);
-* the import graph has no cycle between modules.
+* the import graph has no cycle between modules, nor between subpackages;
+* ``argparse`` is imported only under ``mmcirc/cli/`` (the commands);
+* ``CLIError`` is raised or imported only under ``mmcirc/cli/`` (the library raises
+  ``ValueError`` / ``TypeError`` or its own exception types).
 
 Every import counts, at module level or inside a function, except those under
 ``if TYPE_CHECKING:``. ``import a.b.c`` and ``from a.b import c`` point at the module
 named, not at the packages above it (whose ``__init__`` also runs, but an edge there
 would make every ``__init__`` that imports its own modules a cycle).
+
+Subpackages are the first two dotted parts of a module's name (``mmcirc.apis``; the
+root ``mmcirc/__init__.py`` and the root's modules, e.g. ``mmcirc.registry``, count as
+themselves). Their arrows point down, in this order (a package imports only those
+below it or beside it without a cycle):
+
+    mmcirc.cli
+    mmcirc.apis / analysis / benchmark / deployment / parallel / timm / datasets
+    mmcirc (the root: registration on ``import mmcirc``)
+    mmcirc.models
+    mmcirc.engine, mmcirc.ops, mmcirc.registry
+    mmcirc.utils
+
+A package's ``__main__`` (``python -m mmcirc.benchmark``) is an entry point like
+``tools/*.py``: nothing imports it, so it is not part of the subpackage graph (it
+calls its command in ``mmcirc.cli``).
 """
 
 import ast
@@ -26,6 +45,10 @@ def module_name(path: Path) -> str:
 def package_modules():
     """{dotted name: (path, is_package)} for every module under mmcirc/."""
     return {module_name(p): (p, p.name == '__init__.py') for p in sorted(PACKAGE.rglob('*.py'))}
+
+
+def subpackage(name: str) -> str:
+    return '.'.join(name.split('.')[:2])
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -55,12 +78,20 @@ class ModuleImports:
         self.name = name
         self.targets = set()  # dotted names of mmcirc modules imported
         self.private = []  # (line, 'module._name') taken from another module
+        self.stdlib = set()  # top-level names of the non-mmcirc modules imported
+        self.cli_error = []  # lines that import or raise CLIError
         tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if getattr(exc, 'id', getattr(exc, 'attr', None)) == 'CLIError':
+                    self.cli_error.append(node.lineno)
         bound = {}  # local name -> mmcirc module it is bound to
         for node in _import_nodes(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split('.')[0] != 'mmcirc':
+                        self.stdlib.add(alias.name.split('.')[0])
                         continue
                     self.targets.add(alias.name)
                     bound[alias.asname or alias.name.split('.')[0]] = (
@@ -68,9 +99,13 @@ class ModuleImports:
                     )
                 continue
             base = self._resolve(node, is_package)
+            if not node.level and base and base.split('.')[0] != 'mmcirc':
+                self.stdlib.add(base.split('.')[0])
             if base is None or base.split('.')[0] != 'mmcirc':
                 continue
             for alias in node.names:
+                if alias.name == 'CLIError':
+                    self.cli_error.append(node.lineno)
                 child = f'{base}.{alias.name}'
                 if child in modules:  # from package import submodule
                     self.targets.add(child)
@@ -163,3 +198,30 @@ def test_no_import_cycle_between_modules(graph):
     edges = {name: imports.targets & graph.keys() for name, imports in graph.items()}
     found = cycles(edges)
     assert not found, 'import cycles:\n' + '\n'.join(_describe(c, edges) for c in found)
+
+
+def test_no_import_cycle_between_subpackages(graph):
+    edges = {}
+    for name, imports in graph.items():
+        if name.split('.')[-1] == '__main__':  # an entry point (see the module docstring)
+            continue
+        for target in imports.targets & graph.keys():
+            a, b = subpackage(name), subpackage(target)
+            if a != b:
+                edges.setdefault(a, set()).add(b)
+    found = cycles(edges)
+    assert not found, 'subpackage cycles:\n' + '\n'.join(_describe(c, edges) for c in found)
+
+
+def _outside_cli(graph):
+    return {n: i for n, i in graph.items() if subpackage(n) != 'mmcirc.cli'}
+
+
+def test_argparse_is_imported_only_by_the_commands(graph):
+    found = sorted(n for n, i in _outside_cli(graph).items() if 'argparse' in i.stdlib)
+    assert not found, 'argparse imported outside mmcirc/cli/: ' + ', '.join(found)
+
+
+def test_cli_error_lives_only_in_the_commands(graph):
+    found = [f'{n}:{line}' for n, i in _outside_cli(graph).items() for line in i.cli_error]
+    assert not found, 'CLIError imported or raised outside mmcirc/cli/: ' + ', '.join(found)

@@ -9,13 +9,13 @@ mmseg config, timing it and measuring its peak memory.
         [--progress | --no-progress] [--shard | --nproc P]
     torchrun --nproc-per-node P tools/infer_highres.py CONFIG [CHECKPOINT] ... --shard
 
-The entry point of :mod:`mmcirc.apis.highres_cli` (the outputs, the overrides and the
+The entry point of :mod:`mmcirc.cli.infer_highres` (the outputs, the overrides and the
 sharded mode are described there; ``--help`` lists the flags).
 """
 
 import sys
 
-from mmcirc.apis.highres_cli import main
+from mmcirc.cli.infer_highres import main
 
 if __name__ == '__main__':
     sys.exit(main())

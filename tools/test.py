@@ -10,8 +10,9 @@ before the model is built, with the backbone's own checks.
 import argparse
 import os.path as osp
 
-from mmcirc.apis.overrides import add_override_args, apply_backbone_overrides, overrides_from_args
+from mmcirc.apis.overrides import apply_backbone_overrides
 from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.override_flags import add_override_args, overrides_from_args
 from mmcirc.cli.runner import (
     apply_common_args,
     build_runner,

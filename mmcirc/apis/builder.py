@@ -59,7 +59,7 @@ def load_model_config(cfg, cfg_options: Optional[dict] = None):
     or mmpretrain, ``TypeError`` for anything else."""
     from mmengine.config import Config
 
-    import mmcirc  # noqa: F401  (registers the models and the safe checkpoint loader)
+    import mmcirc.models  # noqa: F401  (registration; the root __init__ installs the safe loader)
     from mmcirc.registry import LIBRARIES
 
     where = ''  # a file's errors start with its path

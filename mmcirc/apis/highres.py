@@ -21,7 +21,10 @@ is what a program calls; ``tools/infer_highres.py`` is the command line around i
   ``torch.argmax``). ``progress`` (a callable) is told each backbone stage / block,
   the neck, the decode head and each band as it finishes (:func:`progress_units`);
 * :func:`run_image`: one image predicted and measured, as a :class:`HighResResult`
-  (with :func:`mmcirc.analysis.memory.quadratic_warning` at its size).
+  (with :func:`mmcirc.analysis.attention_memory.quadratic_warning` at its size).
+* :func:`write_result`: one image's PNGs and its record (the one schema,
+  :class:`HighResResult`, of one process's and of a sharded run), under
+  :func:`output_stem`'s name.
 
 Errors are ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` whose message starts
 with the parameter's name (e.g. ``num_cores must ...``); warnings name parameters the
@@ -30,13 +33,15 @@ same way. Memory figures are the process's peak resident set size
 (``/proc/self/clear_refs``, Linux) when allowed, so that the peak is this image's.
 """
 
+import json
+import os.path as osp
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mmcirc.analysis.memory import quadratic_warning
+from mmcirc.analysis.attention_memory import quadratic_warning
 from mmcirc.utils.labels import banded_argmax
 from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
 
@@ -49,10 +54,12 @@ __all__ = [
     'load_highres_config',
     'make_data',
     'min_input_size',
+    'output_stem',
     'predict_labels',
     'progress_units',
     'run_image',
     'upsample_argmax',
+    'write_result',
 ]
 
 UPSAMPLE_MODES = ('banded', 'mmseg')
@@ -259,9 +266,22 @@ def predict_labels(
 
 
 # --------------------------------------------------------------------------- result
+def _single(default=None):
+    return field(default=default, metadata=dict(run='single'))
+
+
+def _sharded(default=None):
+    return field(default=default, metadata=dict(run='sharded'))
+
+
 @dataclass
 class HighResResult:
-    """One image's record (the JSON ``tools/infer_highres.py`` writes beside its PNGs)."""
+    """One image's record, the JSON ``tools/infer_highres.py`` writes beside its PNGs
+    (:func:`write_result`), of one process (:func:`run_image`) or of a sharded run
+    (``sharded``: every rank's figures, :mod:`mmcirc.parallel`). The record holds the
+    common fields and those of its run: ``forward_s`` to ``dense_baseline`` are one
+    process's, ``world_size`` to ``per_rank`` a sharded run's (its ``time_s`` and
+    peaks: the slowest / largest rank's)."""
 
     image: str
     input_size: List[int]
@@ -273,24 +293,80 @@ class HighResResult:
     backbone: dict
     device: str
     time_s: float
-    forward_s: float
-    upsample: str
     peak_rss_mb: float
-    baseline_rss_mb: float
     peak_increase_mb: float
-    peak_is_per_image: bool
     torch_threads: int
     num_classes: int
     labels_present: int
-    test_cfg: dict = field(default_factory=lambda: dict(mode='whole'))
-    upsample_s: Optional[float] = None
-    cuda_max_allocated_mb: Optional[float] = None
-    quadratic_warning: Optional[str] = None
     outputs: dict = field(default_factory=dict)
-    dense_baseline: Optional[dict] = None
+    forward_s: Optional[float] = _single()
+    upsample: Optional[str] = _single()
+    baseline_rss_mb: Optional[float] = _single()
+    peak_is_per_image: Optional[bool] = _single()
+    test_cfg: dict = field(default_factory=lambda: dict(mode='whole'), metadata=dict(run='single'))
+    upsample_s: Optional[float] = _single()
+    cuda_max_allocated_mb: Optional[float] = _single()
+    quadratic_warning: Optional[str] = _single()
+    dense_baseline: Optional[dict] = _single()
+    sharded: bool = _sharded(False)
+    world_size: Optional[int] = _sharded()
+    bytes_sent: Optional[int] = _sharded()
+    per_rank: Optional[list] = _sharded()
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The JSON record: the common fields and those of this record's run."""
+        run = 'sharded' if self.sharded else 'single'
+        return {
+            f.name: v
+            for f, v in ((f, getattr(self, f.name)) for f in fields(self))
+            if f.metadata.get('run', run) == run
+        }
+
+
+def output_stem(out_dir: str, name: str, hw: Sequence[int], config: str, overrides: dict) -> str:
+    """The path of one image's files without their endings:
+    ``<out_dir>/<name>_<H>x<W>_<config name>[_<overrides>]`` (``_sa-<kinds>``,
+    ``_nc<C'>``, ``_<boundary>``, ``_scale-<scale>``, in that order)."""
+    parts = []
+    if 'stage_attentions' in overrides:
+        sa = overrides['stage_attentions']
+        parts.append('sa-' + (sa if isinstance(sa, str) else '-'.join(sa)))
+    if 'num_cores' in overrides:
+        parts.append(f'nc{overrides["num_cores"]}')
+    if 'boundary' in overrides:
+        parts.append(overrides['boundary'])
+    if 'scale' in overrides:
+        parts.append(f'scale-{overrides["scale"]}')
+    cfg_name = osp.splitext(osp.basename(config))[0]
+    suffix = ''.join('_' + p for p in parts)
+    return osp.join(out_dir, f'{name}_{hw[0]}x{hw[1]}_{cfg_name}{suffix}')
+
+
+def write_result(
+    stem: str, rec: HighResResult, img: np.ndarray, labels: np.ndarray, palette, opacity=0.5
+) -> None:
+    """Write one image's files at once (atomically, the JSON last): ``<stem>_labels.png``
+    (the class ids, uint8, uint16 above 256 classes), ``<stem>_mask.png`` (coloured with
+    ``palette``), ``<stem>_overlay.png`` (the mask blended over ``img`` at ``opacity``)
+    and ``<stem>.json`` (``rec``, its ``outputs`` set to those file names)."""
+    from mmcirc.utils import image_io as imio
+
+    if not 0 <= opacity <= 1:
+        raise ValueError(f'opacity must be in [0, 1], got {opacity}')
+    color = imio.colorize(labels, palette)
+    files = {
+        f'{stem}_labels.png': imio.encode_png(
+            labels.astype('uint8' if len(palette) <= 256 else 'uint16')
+        ),
+        f'{stem}_mask.png': imio.encode_png(color[..., ::-1]),
+        f'{stem}_overlay.png': imio.encode_png(imio.overlay(img, color, opacity)),
+    }
+    rec.outputs = {
+        k: osp.basename(p)
+        for k, p in zip(('labels', 'mask', 'overlay', 'json'), [*files, f'{stem}.json'])
+    }
+    files[f'{stem}.json'] = json.dumps(rec.to_dict(), indent=2).encode()
+    imio.write_atomic(files)
 
 
 def run_image(

@@ -7,12 +7,11 @@ built on the ``meta`` device: VECA's core bank and chunk).
   the checked values (``num_cores`` through :func:`mmcirc.ops.core.parse_num_cores`);
 * :func:`apply_backbone_overrides`: write them into ``cfg.model.backbone`` (or a bare
   backbone ``cfg.model``), with the backbone's own checks;
-* :func:`add_override_args` / :func:`overrides_from_args`: the ``--num-cores``,
-  ``--boundary``, ``--scale``, ``--stage-attentions`` flags of the tools;
 * :func:`backbone_summary`: what a built backbone ended up with.
 
 Errors are ``ValueError`` whose one-line message starts with the parameter's name and
-lists its allowed values; warnings name the parameter the same way.
+lists its allowed values; warnings name the parameter the same way. The tools' flags
+for the overrides are :mod:`mmcirc.cli.override_flags`.
 """
 
 import inspect
@@ -22,20 +21,18 @@ from typing import Dict, Tuple
 
 from mmcirc.models.backbones.pyramid import PyramidBackbone
 from mmcirc.models.blocks import attention_kinds, block_classes
-from mmcirc.ops.circulant import BOUNDARIES, CirculantAttention
+from mmcirc.ops.circulant import BOUNDARIES, SCALES, CirculantAttention
 from mmcirc.ops.core import CORE_PRESETS, parse_num_cores
 
 __all__ = [
     'BACKBONE_OVERRIDES',
     'OVERRIDE_KEYS',
-    'add_override_args',
     'apply_backbone_overrides',
     'backbone_config',
     'backbone_on_meta',
     'backbone_overrides_of',
     'backbone_summary',
     'overridable_backbones',
-    'overrides_from_args',
     'validate_overrides',
 ]
 
@@ -45,7 +42,7 @@ __all__ = [
 BACKBONE_OVERRIDES = {
     'num_cores': tuple(CORE_PRESETS),
     'boundary': tuple(BOUNDARIES),
-    'scale': ('sqrt_n', 'n'),
+    'scale': tuple(SCALES),
 }
 #: Every backbone override, in the order they are applied.
 OVERRIDE_KEYS = ('stage_attentions', 'num_cores', 'boundary', 'scale')
@@ -219,36 +216,6 @@ def backbone_on_meta(backbone_cfg):
     kwargs = {k: v for k, v in backbone_cfg.items() if k not in ('type', 'init_cfg')}
     with torch.device('meta'):
         return cls(**kwargs)
-
-
-# --------------------------------------------------------------------------- tools
-def add_override_args(parser):
-    """The override flags of the tools (``--num-cores``, ``--boundary``, ``--scale``,
-    ``--stage-attentions``); :func:`overrides_from_args` reads them back."""
-    parser.add_argument(
-        '--num-cores',
-        help="active cores C' of core stages (pyramids: int or mobile (8) / edge (32) / "
-        'server (64); VECA: a multiple of 8 within its bank, or a preset)',
-    )
-    parser.add_argument(
-        '--boundary', help="circulant boundary: 'circular' or 'zero' (pyramids, CA-DeiT)"
-    )
-    parser.add_argument(
-        '--scale', help="circulant scale: 'sqrt_n' (official) or 'n' (paper, resolution invariant)"
-    )
-    parser.add_argument(
-        '--stage-attentions',
-        help="attention kind of every stage (a registered block's kind the backbone's "
-        'family takes, e.g. circulant, core, sra) or one per stage, comma separated '
-        '(pyramids)',
-    )
-    return parser
-
-
-def overrides_from_args(args) -> Dict[str, object]:
-    """The validated overrides of :func:`add_override_args`' flags (ValueError as in
-    :func:`validate_overrides`)."""
-    return validate_overrides(**{k: getattr(args, k, None) for k in OVERRIDE_KEYS})
 
 
 # --------------------------------------------------------------------------- summary

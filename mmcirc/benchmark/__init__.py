@@ -3,16 +3,16 @@ need them).
 
 * :mod:`~mmcirc.benchmark.runner`: the isolated child (timeout, ``RLIMIT_AS`` cap,
   out of memory as a result: ``run_isolated``);
-* :mod:`~mmcirc.benchmark.core`: threads, peak-memory meters, one model's step under
+* :mod:`~mmcirc.benchmark.measurement`: threads, peak-memory meters, one model's step under
   precision / compile / backward axes, round-robin timing with a budget;
 * :mod:`~mmcirc.benchmark.cases`: the registered models (attention layers, backbones,
   isotropic models);
 * :mod:`~mmcirc.benchmark.tasks`: measurements of cases in children (``measure``);
 * :mod:`~mmcirc.benchmark.report`: environment, the merging JSON store, markdown
   tables with ratios against a baseline;
-* :mod:`~mmcirc.benchmark.suites`: the command lines (``python -m mmcirc.benchmark
-  SUITE ...``; the tools ``tools/analysis/benchmark_*.py`` and
-  ``tools/deployment/benchmark_gpu.py`` are their entry points);
+* :mod:`~mmcirc.benchmark.suites`: the suites (their command lines, ``python -m
+  mmcirc.benchmark SUITE ...`` and the tools ``tools/analysis/benchmark_*.py`` and
+  ``tools/deployment/benchmark_gpu.py``, are ``mmcirc.cli.benchmark_<suite>``);
 * :mod:`~mmcirc.benchmark.dense_baseline`: ``tools/infer_highres.py --dense-baseline``.
 
 Submodules are imported on use (``python -m mmcirc.benchmark.runner`` must not find

@@ -1,7 +1,7 @@
 """The registered benchmark cases: attention layers, backbones and isotropic models, each
 built by its class (random weights, seed 0, nothing downloaded) with size, batch and
 depth as arguments; precision, device, eager / compile and forward / backward are the
-axes of :func:`mmcirc.benchmark.core.make_step`.
+axes of :func:`mmcirc.benchmark.measurement.make_step`.
 
 * ``attention``: one layer on a (B, H*W, 64) token map (:data:`ATTENTION_DIM`):
   ``sdpa`` (:class:`~mmcirc.models.baselines.SDPASelfAttention`, 1 head of 64: PVT

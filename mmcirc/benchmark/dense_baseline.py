@@ -101,7 +101,10 @@ def child(spec: dict) -> dict:
     try:
         warnings.simplefilter('ignore')
         from mmcirc import apis as hr
-        from mmcirc.analysis.memory import quadratic_attention_estimates, quadratic_warning
+        from mmcirc.analysis.attention_memory import (
+            quadratic_attention_estimates,
+            quadratic_warning,
+        )
 
         img = np.load(spec['image'])
         cfg = hr.load_highres_config(spec['config'], spec['cfg_options'])

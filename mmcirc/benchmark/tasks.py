@@ -13,7 +13,7 @@ import time
 from typing import Dict, List, Optional
 
 from .cases import case, count_macs
-from .core import PeakMeter, finite, make_step, pin_threads, round_robin
+from .measurement import PeakMeter, finite, make_step, pin_threads, round_robin
 
 __all__ = ['measure', 'measure_group', 'measure_memory']
 
@@ -62,7 +62,7 @@ def measure_memory(spec: dict) -> dict:
 
 def measure_group(spec: dict) -> dict:
     """Round-robin timing of ``spec['cases']`` in one process (see
-    :func:`mmcirc.benchmark.core.round_robin`); on CUDA also each case's peak memory
+    :func:`mmcirc.benchmark.measurement.round_robin`); on CUDA also each case's peak memory
     over one more call; FLOPs with ``spec['flops']``. Returns ``{'results': {name:
     record}}``, a record with ``status`` 'ok' or the failure of that case."""
     threads = pin_threads(spec.get('threads'))

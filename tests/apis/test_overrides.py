@@ -1,9 +1,8 @@
 """mmcirc.apis.overrides: the backbone overrides (num_cores, boundary, scale,
 stage_attentions) checked and written into pyramids, CA-DeiT, VECA and bare backbone
 configs before building; what the built backbone then runs with (forward hooks) and
-reports; the tools' flags."""
+reports."""
 
-import argparse
 import os.path as osp
 
 import pytest
@@ -82,17 +81,6 @@ def test_validated_overrides_pass_again_unchanged():
 
 def test_num_cores_presets_are_the_one_table():
     assert ov.BACKBONE_OVERRIDES['num_cores'] == tuple(CORE_PRESETS)
-
-
-def test_the_tool_flags_read_back_as_validated_overrides():
-    parser = ov.add_override_args(argparse.ArgumentParser())
-    args = parser.parse_args(['--num-cores', 'edge', '--stage-attentions', 'core,circulant'])
-    assert ov.overrides_from_args(args) == dict(
-        num_cores='edge', stage_attentions=('core', 'circulant')
-    )
-    assert ov.overrides_from_args(parser.parse_args([])) == {}
-    with pytest.raises(ValueError, match='^scale must'):
-        ov.overrides_from_args(parser.parse_args(['--scale', 'x']))
 
 
 # --------------------------------------------------------------------------- pyramids

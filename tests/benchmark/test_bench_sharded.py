@@ -10,7 +10,7 @@ from helpers import tiny_pyramid_config
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
-    from mmcirc.benchmark.suites.sharded import main
+    from mmcirc.cli.benchmark_sharded import main
 
     tmp = tmp_path_factory.mktemp('bench_sharded')
     cfg = tiny_pyramid_config(tmp)
@@ -47,7 +47,7 @@ def test_table_has_a_row_per_p_and_ratios_against_p1(run):
 
 
 def test_missing_config_is_a_one_line_error(tmp_path, capsys):
-    from mmcirc.benchmark.suites.sharded import main
+    from mmcirc.cli.benchmark_sharded import main
 
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path / 'none.py'), '--out-dir', str(tmp_path / 'o')])

@@ -40,7 +40,7 @@ def test_tools_are_thin_entry_points(tool):
     assert len(text.splitlines()) <= 80
     for banned in ('sys.path', 'spec_from_file_location', 'runpy'):
         assert banned not in text, (tool, banned)
-    assert 'from mmcirc.benchmark.suites.' in text
+    assert 'from mmcirc.cli.benchmark_' in text
 
 
 def test_benchmark_attention_reports_every_method(tmp_path):

@@ -122,7 +122,7 @@ def band_labels(*a, **k):
         raise RuntimeError('injected failure on rank 1')
     return orig(*a, **k)
 pm.band_labels = band_labels
-from mmcirc.apis.highres_cli import main
+from mmcirc.cli.infer_highres import main
 sys.exit(main(sys.argv[2:]))
 """
 

@@ -19,7 +19,7 @@ from helpers import REPO, run_tool, tiny_pyramid_config
 from helpers import VECA_UPERNET as VECA
 from helpers import tiny_isotropic_config as _isotropic_config
 
-from mmcirc.apis import highres_cli as infer_highres
+from mmcirc.cli import infer_highres
 from mmcirc.utils import image_io as imio
 from mmcirc.cli.common import CLIError
 

@@ -12,7 +12,7 @@ The entry point of the harness's ``attention`` suite (mmcirc/benchmark/suites/at
 also ``python -m mmcirc.benchmark attention``), where the method is described.
 """
 
-from mmcirc.benchmark.suites.attention import main
+from mmcirc.cli.benchmark_attention import main
 
 if __name__ == '__main__':
     main()

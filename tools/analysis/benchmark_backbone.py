@@ -14,7 +14,7 @@ batch 1). The entry point of the harness's ``backbone`` suite
 (mmcirc/benchmark/suites/backbone.py, also ``python -m mmcirc.benchmark backbone``).
 """
 
-from mmcirc.benchmark.suites.backbone import main
+from mmcirc.cli.benchmark_backbone import main
 
 if __name__ == '__main__':
     main()

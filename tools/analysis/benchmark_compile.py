@@ -11,7 +11,7 @@ point of the harness's ``compile`` suite (mmcirc/benchmark/suites/compile.py, al
 ``python -m mmcirc.benchmark compile``).
 """
 
-from mmcirc.benchmark.suites.compile import main
+from mmcirc.cli.benchmark_compile import main
 
 if __name__ == '__main__':
     main()

@@ -14,7 +14,7 @@ harness's ``isotropic`` suite (mmcirc/benchmark/suites/isotropic.py, also ``pyth
 mmcirc.benchmark isotropic``), where the method is described.
 """
 
-from mmcirc.benchmark.suites.isotropic import main
+from mmcirc.cli.benchmark_isotropic import main
 
 if __name__ == '__main__':
     main()

@@ -7,7 +7,7 @@ Writes DIR/results.json and DIR/table.md. The entry point of the harness's ``sha
 suite (mmcirc/benchmark/suites/sharded.py, also ``python -m mmcirc.benchmark sharded``).
 """
 
-from mmcirc.benchmark.suites.sharded import main
+from mmcirc.cli.benchmark_sharded import main
 
 if __name__ == '__main__':
     main()

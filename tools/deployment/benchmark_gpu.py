@@ -16,7 +16,7 @@ eager``) it runs the same code paths. The entry point of the harness's ``gpu`` s
 """
 
 try:
-    from mmcirc.benchmark.suites.gpu import main
+    from mmcirc.cli.benchmark_gpu import main
 except ImportError as err:  # mmcirc neither installed nor on PYTHONPATH
     raise SystemExit(f'error: {err}: run from the repository root with PYTHONPATH=.') from None
 

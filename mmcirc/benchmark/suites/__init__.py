@@ -1,5 +1,6 @@
-"""The benchmark suites: each a command line (``main(argv)``) over the harness, the
-thin tools in ``tools/analysis`` and ``tools/deployment`` are their entry points.
+"""The benchmark suites: each measures its cases over the harness and writes its results
+and tables (``run(options)``); its command line is ``mmcirc.cli.benchmark_<suite>``,
+whose entry points are the thin tools in ``tools/analysis`` and ``tools/deployment``.
 
 =============  ==========================================  ===============================
 suite          what                                        tool

@@ -12,10 +12,7 @@ Writes ``DIR/results.json`` (merged with earlier runs of the same device, precis
 threads), ``DIR/table.md`` and ``DIR/benchmark.png`` / ``DIR/benchmark_memory.png``.
 """
 
-import argparse
 import os.path as osp
-
-from mmcirc.utils.cli import CLIError, main_guard
 
 from ..cases import ATTENTION_DIM, group
 from ..report import ResultStore, device_name, environment, markdown_table, plot_series
@@ -117,23 +114,23 @@ def _fmt(r, key):
     return f'{r[key]:.1f}' if key in r else '-'
 
 
-def markdown(results, args, modes):
-    amp = 'float32' if args.amp is None else args.amp + ' autocast'
+def markdown(results, options, modes):
+    amp = 'float32' if options.amp is None else options.amp + ' autocast'
     lines = [
-        f'Device: {device_name(args.device)}, C={ATTENTION_DIM}, batch 1, {amp}, '
-        f'torch threads={args.threads}. SDPA: 1 head of {ATTENTION_DIM} (+ qkv/proj '
+        f'Device: {device_name(options.device)}, C={ATTENTION_DIM}, batch 1, {amp}, '
+        f'torch threads={options.threads}. SDPA: 1 head of {ATTENTION_DIM} (+ qkv/proj '
         'Linears); circulant: d=1 (64 heads); core: 1 head. Times in ms: median of '
         'round-robin runs; peak memory in MiB above the setup '
         + (
             'baseline (fresh process per entry).'
-            if args.device == 'cpu'
+            if options.device == 'cpu'
             else 'allocation (CUDA allocator, per method).'
         ),
         '',
     ]
     head = ['method', 'map', 'N'] + [f'{m} {k}' for m in modes for k in ('ms', 'MiB')]
     rows = []
-    for size in args.sizes:
+    for size in options.sizes:
         for m in METHODS:
             row = [m, f'{size}x{size}', str(size * size)]
             for mode in modes:
@@ -142,82 +139,51 @@ def markdown(results, args, modes):
             s, t = _get(results, 'sdpa', size, 'fwd'), _get(results, m, size, 'fwd')
             rows.append(row + [f'{s / t:.1f}x' if s and t and m != 'sdpa' else '-'])
     lines.append(markdown_table(head + ['fwd speed-up vs SDPA'], rows))
-    target_rows = targets(results, args.device)
+    target_rows = targets(results, options.device)
     lines += ['', markdown_table(['target', 'value', 'result'], target_rows)]
     return '\n'.join(lines) + '\n'
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(
-        description='Benchmark global softmax attention vs circulant and core attention.'
-    )
-    p.add_argument(
-        '--sizes', type=int, nargs='+', default=[32, 64, 128, 256, 512], help='map sides H = W'
-    )
-    p.add_argument('--repeat', type=int, default=5, help='timed runs')
-    p.add_argument('--device', default='cpu', help="'cpu' or 'cuda'")
-    p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_attention'))
-    p.add_argument(
-        '--max-seconds',
-        type=float,
-        default=MAX_SECONDS_PER_MEASUREMENT,
-        help='timed seconds per method and size before its rounds stop (at least 2 runs)',
-    )
-    p.add_argument(
-        '--amp',
-        choices=['bf16', 'fp16'],
-        default=None,
-        help='run under torch.autocast with this dtype',
-    )
-    p.add_argument('--no-backward', action='store_true', help='forward only')
-    p.add_argument(
-        '--threads', type=int, default=None, help='torch threads of the workers (default: torch)'
-    )
-    p.add_argument(
-        '--methods', nargs='+', default=list(METHODS), choices=METHODS, help='subset of methods'
-    )
-    p.add_argument('--timeout', type=float, default=None, help='seconds per child (default: none)')
-    p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
-    return p.parse_args(argv)
+def run(options):
+    """Measure every method at every size and mode, write the results, table and plots.
 
-
-@main_guard
-def main(argv=None):
-    args = parse_args(argv)
+    ``options``: the suite's settings as attributes, those of its command's flags
+    (:mod:`mmcirc.cli.benchmark_attention`, which validates them).
+    """
     import torch
 
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        raise CLIError('--device cuda: CUDA is not available')
-    if any(s < 1 for s in args.sizes) or args.repeat < 1:
-        raise CLIError(f'--sizes and --repeat must be positive, got {args.sizes}, {args.repeat}')
-    args.threads = args.threads or torch.get_num_threads()
-    precision = args.amp or 'fp32'
-    args.amp = {'bf16': 'bfloat16', 'fp16': 'float16', None: None}[args.amp]
-    modes = ['fwd'] if args.no_backward else ['fwd', 'fwd+bwd']
-    store = ResultStore(osp.join(args.out_dir, 'results.json'))
-    if not args.fresh:
-        store.load(settings=dict(device=args.device, amp=args.amp, threads=args.threads))
+    options.threads = options.threads or torch.get_num_threads()
+    precision = options.amp or 'fp32'
+    options.amp = {'bf16': 'bfloat16', 'fp16': 'float16', None: None}[options.amp]
+    modes = ['fwd'] if options.no_backward else ['fwd', 'fwd+bwd']
+    store = ResultStore(osp.join(options.out_dir, 'results.json'))
+    if not options.fresh:
+        store.load(settings=dict(device=options.device, amp=options.amp, threads=options.threads))
     results = store.results
-    for size in args.sizes:
+    for size in options.sizes:
         for mode in modes:
-            methods = list(args.methods)
+            methods = list(options.methods)
             # CPU SDPA materialises the N x N scores; CUDA's kernels do not
-            if 'sdpa' in methods and args.device == 'cpu' and (size * size) ** 2 * 4 > SDPA_N2_CAP:
+            if (
+                'sdpa' in methods
+                and options.device == 'cpu'
+                and (size * size) ** 2 * 4 > SDPA_N2_CAP
+            ):
                 methods.remove('sdpa')
                 results[f'sdpa|{size}|{mode}'] = {'skipped': 'skipped (N^2 memory)'}
             spec = dict(
                 hw=[size, size],
-                device=args.device,
-                threads=args.threads,
+                device=options.device,
+                threads=options.threads,
                 precision=precision,
                 backward=mode == 'fwd+bwd',
-                repeat=args.repeat,
-                budget_s=args.max_seconds,
+                repeat=options.repeat,
+                budget_s=options.max_seconds,
                 min_runs=2,
             )
-            for m, r in measure(methods, spec, timeout=args.timeout).items():
+            for m, r in measure(methods, spec, timeout=options.timeout).items():
                 results[f'{m}|{size}|{mode}'] = r
-            for m in args.methods:
+            for m in options.methods:
                 r = results[f'{m}|{size}|{mode}']
                 msg = r.get('skipped') or (
                     f'{r["status"]}: {r.get("error", "")}'
@@ -226,22 +192,22 @@ def main(argv=None):
                     + ('' if r.get('finite', True) else '  NON-FINITE OUTPUT')
                 )
                 print(f'{m:>13s} {size:4d}x{size:<4d} {mode:8s} {msg}', flush=True)
-            store.save(environment=environment(device=args.device))
-    table = markdown(results, args, modes)
-    sizes = sorted({int(k.split('|')[1]) for k in results} | set(args.sizes))
+            store.save(environment=environment(device=options.device))
+    table = markdown(results, options, modes)
+    sizes = sorted({int(k.split('|')[1]) for k in results} | set(options.sizes))
     store.save(
-        device=args.device,
+        device=options.device,
         dim=ATTENTION_DIM,
-        threads=args.threads,
+        threads=options.threads,
         sizes=sizes,
-        amp=args.amp,
-        device_name=device_name(args.device),
-        targets=targets(results, args.device),
+        amp=options.amp,
+        device_name=device_name(options.device),
+        targets=targets(results, options.device),
     )
     from mmcirc.utils.fileio import atomic_write
 
-    atomic_write(osp.join(args.out_dir, 'table.md'), table)
-    title = f'Attention cost, C={ATTENTION_DIM}, batch 1, {args.amp or "fp32"}, {device_name(args.device)}'
+    atomic_write(osp.join(options.out_dir, 'table.md'), table)
+    title = f'Attention cost, C={ATTENTION_DIM}, batch 1, {options.amp or "fp32"}, {device_name(options.device)}'
     for key, label, name in (
         ('time_ms', 'time [ms]', 'benchmark'),
         ('peak_mb', 'peak memory [MiB]', 'benchmark_memory'),
@@ -253,7 +219,7 @@ def main(argv=None):
         }
         if (
             plot_series(
-                series, osp.join(args.out_dir, f'{name}.png'), 'N = H*W tokens', label, title
+                series, osp.join(options.out_dir, f'{name}.png'), 'N = H*W tokens', label, title
             )
             is None
         ):

@@ -18,14 +18,10 @@ and ``_b<N>`` where not float32 / batch 1, ``_fwdbwd`` with ``--backward``
 (``--precisions fp32 bf16``: two tables).
 """
 
-import argparse
 import os
 import os.path as osp
 
-from mmcirc.utils.cli import CLIError, main_guard
-
 from ..cases import CASES, group
-from ..core import PRECISIONS
 from ..report import ResultStore, environment, markdown_table, plot_series, ratio
 from ..tasks import measure
 
@@ -123,113 +119,67 @@ def table(results, models, sizes):
     )
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument(
-        '--models',
-        nargs='+',
-        default=DEFAULT_MODELS,
-        choices=ZOO,
-        metavar='MODEL',
-        help=f'from {ZOO}',
-    )
-    p.add_argument('--sizes', nargs='+', type=int, default=DEFAULT_SIZES)
-    p.add_argument('--device', default=None, help='cpu or cuda (default: cuda if present)')
-    p.add_argument('--threads', type=int, default=0, help='CPU threads (0: torch default)')
-    p.add_argument('--timeout', type=float, default=300.0, help='seconds per measurement')
-    p.add_argument('--repeats', type=int, default=10, help='most timed runs')
-    p.add_argument('--min-repeats', type=int, default=1, help='fewest timed runs')
-    p.add_argument('--budget', type=float, default=10.0, help='seconds of timed runs')
-    p.add_argument(
-        '--single-run-above',
-        type=float,
-        default=30.0,
-        help='warm-up seconds above which the warm-up is the measurement',
-    )
-    p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_backbone'))
-    p.add_argument(
-        '--flops', action='store_true', help='also count FLOPs (one more forward per model)'
-    )
-    p.add_argument(
-        '--precisions',
-        nargs='+',
-        default=['fp32'],
-        choices=tuple(PRECISIONS),
-        help='fp32, and / or autocast to bf16 / fp16: one table each (stem suffix _bf16 / _fp16)',
-    )
-    p.add_argument('--batch', type=int, default=1, help='batch size (files: _b<N> unless 1)')
-    p.add_argument(
-        '--backward',
-        action='store_true',
-        help="time the training step (forward + backward of the outputs' sum; files: _fwdbwd)",
-    )
-    p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
-    return p.parse_args(argv)
+def run(options):
+    """One table per precision: every size and model.
 
-
-@main_guard
-def main(argv=None):
-    args = parse_args(argv)
-    if args.device is None:
+    ``options``: the suite's settings as attributes, those of its command's flags
+    (:mod:`mmcirc.cli.benchmark_backbone`, which validates them).
+    """
+    if options.device is None:
         import torch
 
-        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    bad = [s for s in args.sizes if s < 32 or s % 32]
-    if bad:
-        raise CLIError(f'--sizes must be multiples of 32 (the total stride), got {bad}')
-    if args.batch < 1:
-        raise CLIError(f'--batch must be a positive int, got {args.batch}')
-    os.makedirs(args.out_dir, exist_ok=True)
-    for precision in args.precisions:
-        run(args, precision)
+        options.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    os.makedirs(options.out_dir, exist_ok=True)
+    for precision in options.precisions:
+        run_precision(options, precision)
 
 
-def run(args, precision):
+def run_precision(options, precision):
     """One table: every size and model at ``precision``."""
-    stem = args.device + ('' if precision == 'fp32' else f'_{precision}')
-    stem += '' if args.batch == 1 else f'_b{args.batch}'
-    stem += '_fwdbwd' if args.backward else ''
-    store = ResultStore(osp.join(args.out_dir, f'results_{stem}.json'), True, _key)
-    if not args.fresh:
+    stem = options.device + ('' if precision == 'fp32' else f'_{precision}')
+    stem += '' if options.batch == 1 else f'_b{options.batch}'
+    stem += '_fwdbwd' if options.backward else ''
+    store = ResultStore(osp.join(options.out_dir, f'results_{stem}.json'), True, _key)
+    if not options.fresh:
         store.load()
-    store.drop(f'{m}|{s}' for m in args.models for s in args.sizes)
+    store.drop(f'{m}|{s}' for m in options.models for s in options.sizes)
     spec = dict(
-        device=args.device,
+        device=options.device,
         precision=precision,
-        batch=args.batch,
-        backward=args.backward,
-        threads=args.threads or None,
-        repeat=args.repeats,
-        min_runs=args.min_repeats,
-        budget_s=args.budget,
-        single_run_above=args.single_run_above,
-        flops='direct' if args.flops else None,
+        batch=options.batch,
+        backward=options.backward,
+        threads=options.threads or None,
+        repeat=options.repeats,
+        min_runs=options.min_repeats,
+        budget_s=options.budget,
+        single_run_above=options.single_run_above,
+        flops='direct' if options.flops else None,
     )
-    for size in sorted(args.sizes):  # size-major: the models of one size side by side
+    for size in sorted(options.sizes):  # size-major: the models of one size side by side
         failed = {
             r['model']
             for r in store.results.values()
             if r['size'] < size and r['status'] in ('timeout', 'oom')
         }
-        for m in args.models:
+        for m in options.models:
             if m in failed:
                 store.update(
                     {
                         f'{m}|{size}': dict(
                             model=m,
                             size=size,
-                            device=args.device,
+                            device=options.device,
                             status='skipped',
                             note='smaller size did not finish',
                         )
                     }
                 )
-        todo = [m for m in args.models if m not in failed]
+        todo = [m for m in options.models if m not in failed]
         load = os.getloadavg()[0]
-        res = measure(todo, dict(spec, hw=[size, size]), timeout=args.timeout) if todo else {}
+        res = measure(todo, dict(spec, hw=[size, size]), timeout=options.timeout) if todo else {}
         for m, r in res.items():
-            rec = record(m, size, args.device, r, (load, os.getloadavg()[0]))
-            rec['step'] = 'forward+backward' if args.backward else 'forward'
+            rec = record(m, size, options.device, r, (load, os.getloadavg()[0]))
+            rec['step'] = 'forward+backward' if options.backward else 'forward'
             store.update({_key(rec): rec})
             msg = (
                 f'{rec["time_s"]:.3f} s ({rec["runs"]} runs), {rec["mem_mb"]:.0f} MB'
@@ -237,15 +187,15 @@ def run(args, precision):
                 else f'{rec["status"]} {rec.get("note", "")}'
             )
             print(f'[{size}, {precision}] {m}: {msg}', flush=True)
-        env = environment(device=args.device, precision=precision, batch=args.batch)
-        store.save(device=args.device, environment=env)
+        env = environment(device=options.device, precision=precision, batch=options.batch)
+        store.save(device=options.device, environment=env)
     results = list(store.results.values())
     models = [m for m in ZOO if any(r['model'] == m for r in results)]
     md = table(results, models, sorted({r['size'] for r in results}))
     print('\n' + md)
     from mmcirc.utils.fileio import atomic_write
 
-    atomic_write(osp.join(args.out_dir, f'table_{stem}.md'), md + '\n')
+    atomic_write(osp.join(options.out_dir, f'table_{stem}.md'), md + '\n')
     for key, ylabel, name in (
         ('time_s', 'forward time (s)', 'time'),
         ('mem_mb', 'peak memory added by forward (MB)', 'memory'),
@@ -259,11 +209,11 @@ def run(args, precision):
         styles = {CASES[m].label: '--o' if CASES[m].baseline is None else '-o' for m in models}
         path = plot_series(
             series,
-            osp.join(args.out_dir, f'{name}_{stem}.png'),
+            osp.join(options.out_dir, f'{name}_{stem}.png'),
             'input size (px, square)',
             ylabel,
-            f'backbone {"forward + backward" if args.backward else "forward"}, '
-            f'batch {args.batch}, {precision}, {args.device}',
+            f'backbone {"forward + backward" if options.backward else "forward"}, '
+            f'batch {options.batch}, {precision}, {options.device}',
             log_base_x=2,
             styles=styles,
         )

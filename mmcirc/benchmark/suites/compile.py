@@ -14,15 +14,11 @@ medians. ``max rel diff``: ``max |compiled - eager| / max |eager|`` over the out
 Writes ``DIR/results.json`` and ``DIR/table.md``, atomically after every measurement.
 """
 
-import argparse
 import os.path as osp
-import sys
 import time
 
-from mmcirc.utils.cli import CLIError, main_guard, parse_hw
-
 from ..cases import case
-from ..core import COMPILE_MODES, make_step, pin_threads, round_robin
+from ..measurement import COMPILE_MODES, make_step, pin_threads, round_robin
 from ..report import ResultStore, environment, markdown_table
 
 #: name -> label of this table
@@ -52,7 +48,7 @@ def max_rel_diff(out, ref) -> float:
     return worst
 
 
-def measure(name: str, hw, args) -> dict:
+def measure(name: str, hw, options) -> dict:
     """Eager vs compiled forward of backbone ``name`` at ``hw`` = (H, W)."""
     import torch
 
@@ -67,13 +63,15 @@ def measure(name: str, hw, args) -> dict:
         break_reasons=[str(r.reason)[:200] for r in explain.break_reasons],
     )
     torch._dynamo.reset()
-    kwargs = dict(backend=args.backend, mode=args.mode if args.backend == 'inductor' else None)
+    kwargs = dict(
+        backend=options.backend, mode=options.mode if options.backend == 'inductor' else None
+    )
     steps = dict(
         eager=make_step(model, call, x),
         compiled=make_step(model, call, x, compile=kwargs),
     )
     outs = {}
-    timed = round_robin(steps, repeat=args.repeat, warmup=2, on_first=outs.__setitem__)
+    timed = round_robin(steps, repeat=options.repeat, warmup=2, on_first=outs.__setitem__)
     res.update(
         first_call_s=timed['compiled']['first_ms'] / 1e3,
         max_rel_diff=max_rel_diff(outs['compiled'], outs['eager']),
@@ -124,54 +122,26 @@ def table(results: dict, backend: str, mode: str) -> str:
     )
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        '--models', nargs='+', default=list(MODELS), metavar='MODEL', help=f'from {list(MODELS)}'
-    )
-    p.add_argument('--sizes', nargs='+', default=DEFAULT_SIZES, metavar='S|HxW')
-    p.add_argument(
-        '--backend', default='inductor', help=f'torch.compile backend, one of {BACKENDS}'
-    )
-    p.add_argument('--mode', default='default', help=f'torch.compile mode, one of {MODES}')
-    p.add_argument('--repeat', type=int, default=5, help='timed calls of each, alternating')
-    p.add_argument(
-        '--threads', type=int, default=None, help="torch intra-op threads (default: torch's)"
-    )
-    p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_compile'))
-    args = p.parse_args(argv)
-    unknown = [m for m in args.models if m not in MODELS]
-    if unknown:
-        raise CLIError(f'--models: unknown {unknown}; choose from {list(MODELS)}')
-    if args.backend not in BACKENDS:
-        raise CLIError(f'--backend must be one of {BACKENDS}, got {args.backend!r}')
-    if args.mode not in MODES:
-        raise CLIError(f'--mode must be one of {MODES}, got {args.mode!r}')
-    for opt in ('repeat', 'threads'):
-        value = getattr(args, opt)
-        if value is not None and value < 1:
-            raise CLIError(f'--{opt} must be a positive int, got {value}')
-    args.sizes = [parse_hw(s, '--sizes', MULTIPLE) for s in args.sizes]
-    return args
+def run(options, command: str):
+    """Eager against compiled for every model and size; write the results and the table
+    after each; ``command``: the command line the results record.
 
-
-@main_guard
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    pin_threads(args.threads)
+    ``options``: the suite's settings as attributes, those of its command's flags
+    (:mod:`mmcirc.cli.benchmark_compile`, which validates them).
+    """
+    pin_threads(options.threads)
     env = environment(
-        'python tools/analysis/benchmark_compile.py ' + ' '.join(argv),
-        backend=args.backend,
-        mode=args.mode,
+        command,
+        backend=options.backend,
+        mode=options.mode,
     )
-    store = ResultStore(osp.join(args.out_dir, 'results.json'))
-    for hw in args.sizes:
-        for name in args.models:
+    store = ResultStore(osp.join(options.out_dir, 'results.json'))
+    for hw in options.sizes:
+        for name in options.models:
             t = time.perf_counter()
             key = f'{name}|{hw[0]}x{hw[1]}'
             try:
-                r = measure(name, hw, args)
+                r = measure(name, hw, options)
             except Exception as err:  # noqa: BLE001  (a backbone that fails to compile: a row)
                 r = dict(error=f'{type(err).__name__}: {str(err).splitlines()[0][:150]}')
             store.update({key: r})
@@ -185,10 +155,10 @@ def main(argv=None):
                 f'[{hw[0]}x{hw[1]}] {MODELS[name]}: {msg} [{time.perf_counter() - t:.0f} s]',
                 flush=True,
             )
-            text = table(store.results, args.backend, args.mode)
+            text = table(store.results, options.backend, options.mode)
             store.save(environment=env)
             from mmcirc.utils.fileio import atomic_write
 
-            atomic_write(osp.join(args.out_dir, 'table.md'), text)
-    print('\n' + text + f'\nwritten: {osp.join(args.out_dir, "table.md")}')
+            atomic_write(osp.join(options.out_dir, 'table.md'), text)
+    print('\n' + text + f'\nwritten: {osp.join(options.out_dir, "table.md")}')
     return store.results

@@ -16,16 +16,11 @@ Writes ``DIR/results.json`` (merged with earlier runs of the same depth, threads
 precision and batch) and ``DIR/table.md``, atomically after every size.
 """
 
-import argparse
 import importlib.util
 import os.path as osp
-import sys
 import time
 
-from mmcirc.utils.cli import CLIError, main_guard, parse_hw
-
 from ..cases import CASES, count_macs, group
-from ..core import PRECISIONS
 from ..report import ResultStore, environment, markdown_table, ratio
 from ..tasks import measure
 
@@ -114,96 +109,58 @@ def table(results: dict) -> str:
     return markdown_table(head, rows, 'llrrrrrr') + '\n'
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        '--models', nargs='+', default=DEFAULT_MODELS, metavar='MODEL', help=f'from {MODELS}'
-    )
-    p.add_argument('--sizes', nargs='+', default=DEFAULT_SIZES, metavar='S|HxW')
-    p.add_argument('--repeat', type=int, default=5, help='timed forwards after the warm-up')
-    p.add_argument(
-        '--single-run-above',
-        type=float,
-        default=20.0,
-        help='seconds: a slower warm-up is the reported time (one run)',
-    )
-    p.add_argument(
-        '--depth', type=int, default=None, help='keep the first DEPTH blocks (smoke tests)'
-    )
-    p.add_argument(
-        '--threads', type=int, default=None, help="torch intra-op threads (default: torch's)"
-    )
-    p.add_argument('--no-flops', dest='flops', action='store_false', help='skip FLOP counting')
-    p.add_argument(
-        '--flops-only', action='store_true', help='count FLOPs only, add them to DIR/results.json'
-    )
-    p.add_argument('--timeout', type=float, default=3600.0, help='seconds per measurement')
-    p.add_argument('--device', default='cpu', help='cpu or cuda')
-    p.add_argument('--precision', default='fp32', choices=tuple(PRECISIONS), help='autocast dtype')
-    p.add_argument('--batch', type=int, default=1, help='batch size')
-    p.add_argument('--out-dir', default=osp.join('work_dirs', 'benchmark_isotropic'))
-    p.add_argument('--fresh', action='store_true', help='ignore earlier results in out-dir')
-    args = p.parse_args(argv)
-    if args.flops_only and not args.flops:
-        raise CLIError('--flops-only and --no-flops exclude each other')
-    unknown = [m for m in args.models if m not in MODELS]
-    if unknown:
-        raise CLIError(f'--models: unknown {unknown}; choose from {MODELS}')
-    for opt in ('repeat', 'depth', 'threads', 'batch'):
-        value = getattr(args, opt)
-        if value is not None and value < 1:
-            raise CLIError(f'--{opt} must be a positive int, got {value}')
-    for opt in ('single_run_above', 'timeout'):
-        if getattr(args, opt) <= 0:
-            raise CLIError(f'--{opt.replace("_", "-")} must be > 0, got {getattr(args, opt)}')
-    args.sizes = [parse_hw(s, '--sizes', PATCH) for s in args.sizes]
-    return args
+def run(options, command: str):
+    """Measure (or, ``flops_only``, count) every model at every size; write the results
+    and the table after each size; ``command``: the command line the results record.
 
-
-@main_guard
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    if any(CASES[m].flash for m in args.models) and importlib.util.find_spec('timm') is None:
-        raise CLIError('the DeiT / ViT baselines need timm: pip install timm')
-    command = 'python tools/analysis/benchmark_isotropic.py ' + ' '.join(argv)
-    store = ResultStore(osp.join(args.out_dir, 'results.json'))
+    ``options``: the suite's settings as attributes, those of its command's flags
+    (:mod:`mmcirc.cli.benchmark_isotropic`, which validates them).
+    """
+    if any(CASES[m].flash for m in options.models) and importlib.util.find_spec('timm') is None:
+        raise ValueError('the DeiT / ViT baselines need timm: pip install timm')
+    store = ResultStore(osp.join(options.out_dir, 'results.json'))
     settings = dict(
-        depth=args.depth,
-        threads=args.threads,
-        device=args.device,
-        precision=args.precision,
-        batch=args.batch,
+        depth=options.depth,
+        threads=options.threads,
+        device=options.device,
+        precision=options.precision,
+        batch=options.batch,
     )
-    if args.flops_only:
+    if options.flops_only:
         if not osp.isfile(store.path):
-            raise CLIError(
+            raise FileNotFoundError(
                 f'--flops-only: no {store.path} to add the counts to (run the timing first)'
             )
         store.load()
         store.extra['environment']['flops_command'] = command
-    elif not args.fresh:
+    elif not options.fresh:
         store.load(settings=settings)
-    env = store.extra.get('environment') if args.flops_only else environment(command, args.device)
-    models = order(args.models)
+    env = (
+        store.extra.get('environment')
+        if options.flops_only
+        else environment(command, options.device)
+    )
+    models = order(options.models)
     spec = dict(
         settings,
-        repeat=args.repeat,
-        single_run_above=args.single_run_above,
-        flops='extrapolate' if args.flops else None,
+        repeat=options.repeat,
+        single_run_above=options.single_run_above,
+        flops='extrapolate' if options.flops else None,
     )
-    for hw in args.sizes:
+    for hw in options.sizes:
         t = time.perf_counter()
-        if args.flops_only:
+        if options.flops_only:
             res = {}
             for name in models:
                 r = dict(store.results.get(f'{name}|{size_label(hw)}', {}))
                 r.pop('gmacs_error', None)
-                res[name] = dict(r, **flops(name, hw, args.depth))
+                res[name] = dict(r, **flops(name, hw, options.depth))
         else:
             res = {
                 n: record(r)
-                for n, r in measure(models, dict(spec, hw=list(hw)), timeout=args.timeout).items()
+                for n, r in measure(
+                    models, dict(spec, hw=list(hw)), timeout=options.timeout
+                ).items()
             }
         for name, r in res.items():
             store.update({f'{name}|{size_label(hw)}': r})
@@ -225,6 +182,6 @@ def main(argv=None):
         store.save(environment=env)
         from mmcirc.utils.fileio import atomic_write
 
-        atomic_write(osp.join(args.out_dir, 'table.md'), text)
-    print('\n' + text + f'\nwritten: {osp.join(args.out_dir, "table.md")}, {store.path}')
+        atomic_write(osp.join(options.out_dir, 'table.md'), text)
+    print('\n' + text + f'\nwritten: {osp.join(options.out_dir, "table.md")}, {store.path}')
     return store.results

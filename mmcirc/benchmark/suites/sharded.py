@@ -7,7 +7,7 @@
 For each config and P: P local gloo ranks (``run_parallel``; P = 1 is the unsharded
 segmentor in one child process), random weights (seed 0, rank 0's on every rank), the
 demo image bicubic-resized to S x S. Each rank measures with the harness's
-:class:`~mmcirc.benchmark.core.PeakMeter` (peak RSS above the rank's RSS just before,
+:class:`~mmcirc.benchmark.measurement.PeakMeter` (peak RSS above the rank's RSS just before,
 the high-water mark reset first) and the wall time: the backbone alone (preprocessed
 band in, its bands of the stage maps out) and the whole prediction (image on rank 0 ->
 labels on rank 0), plus the bytes each rank hands to torch.distributed during the
@@ -18,14 +18,12 @@ Writes ``DIR/results.json`` (merged across runs of the same settings) and
 ``DIR/table.md`` (ratios against P = 1 of the same config and size) after every P.
 """
 
-import argparse
 import os.path as osp
 import time
 
-from mmcirc.utils.cli import CLIError, main_guard
 from mmcirc.utils.fileio import atomic_write
 
-from ..core import PeakMeter
+from ..measurement import PeakMeter
 from ..report import ResultStore, environment, markdown_table, ratio
 
 MB = 1024**2
@@ -126,29 +124,14 @@ def table(results):
     return markdown_table(head, rows, 'llrrrrrrrr') + '\n'
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('configs', nargs='+', help='mmseg configs of shardable segmentors')
-    p.add_argument('--size', type=int, default=2048, help='image side S (S x S), default 2048')
-    p.add_argument('--nprocs', type=int, nargs='+', default=[1, 2], help='values of P')
-    p.add_argument('--threads', type=int, default=2, help='torch threads of one process')
-    p.add_argument('--out-dir', default='work_dirs/benchmark_sharded')
-    args = p.parse_args(argv)
-    if args.size < 32:
-        raise CLIError(f'--size must be >= 32, got {args.size}')
-    if min(args.nprocs) < 1 or args.threads < 1:
-        raise CLIError(f'--nprocs and --threads must be >= 1, got {args.nprocs} {args.threads}')
-    for cfg in args.configs:
-        if not osp.isfile(cfg):
-            raise CLIError(f'config file not found: {cfg}')
-    return args
+def run(args):
+    """Every config at every P; write the results and the table after each.
 
-
-@main_guard
-def main(argv=None):
+    ``args``: the suite's settings as attributes, those of its command's flags
+    (:mod:`mmcirc.cli.benchmark_sharded`, which validates them).
+    """
     from mmcirc.parallel.launch import run_parallel
 
-    args = parse_args(argv)
     store = ResultStore(osp.join(args.out_dir, 'results.json'))
     store.load(settings=dict(threads=args.threads))
     for cfg in args.configs:

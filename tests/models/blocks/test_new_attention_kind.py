@@ -28,7 +28,7 @@ from mmengine.config import Config
 from mmengine.model import BaseModule
 
 from mmcirc import apis as hr
-from mmcirc.analysis.memory import quadratic_attention_estimates
+from mmcirc.analysis.attention_memory import quadratic_attention_estimates
 from mmcirc.models.backbones import CAPVT, CASwin
 from mmcirc.models.blocks import AttentionProbe, PyramidBlock
 from mmcirc.models.blocks.base import apply_ffn, build_ffn

@@ -1,4 +1,4 @@
-"""mmcirc.analysis.memory: the attention-matrix memory of the stages that materialise one
+"""mmcirc.analysis.attention_memory: the attention-matrix memory of the stages that materialise one
 (token grids checked against a real forward), and the one-line warning where it does not
 fit; models without such stages have none."""
 
@@ -10,7 +10,11 @@ import torch
 from helpers import REPO
 from helpers import VECA_UPERNET as VECA
 from helpers import tiny_isotropic_config as isotropic_config
-from mmcirc.analysis.memory import memory_budget, quadratic_attention_estimates, quadratic_warning
+from mmcirc.analysis.attention_memory import (
+    memory_budget,
+    quadratic_attention_estimates,
+    quadratic_warning,
+)
 from mmcirc.apis import build_model, load_highres_config
 
 TINY = """_base_ = {base!r}

@@ -1,4 +1,4 @@
-"""mmcirc.benchmark.core: round-robin timing (order, medians, budget, single runs,
+"""mmcirc.benchmark.measurement: round-robin timing (order, medians, budget, single runs,
 failures as results), the peak-memory meter, threads and the step of one model."""
 
 import time
@@ -8,7 +8,7 @@ import torch
 from helpers import touch_fresh_pages
 from torch import nn
 
-from mmcirc.benchmark.core import PeakMeter, finite, make_step, pin_threads, round_robin
+from mmcirc.benchmark.measurement import PeakMeter, finite, make_step, pin_threads, round_robin
 
 
 def _sleeper(log, name, seconds):

@@ -1,6 +1,7 @@
 """Whole-image semantic segmentation at high resolution (e.g. 4096 x 4096) with an
 mmseg config, timing it and measuring its peak memory: the command behind
-``tools/infer_highres.py`` (its entry point).
+``tools/infer_highres.py`` (its entry point): its flags, their checks, warnings as one
+line, the progress bar, the one ``error:`` line and the exit codes.
 
     python tools/infer_highres.py CONFIG [CHECKPOINT] (--img PATH [PATH ...] | --demo astronaut)
         [--size S | --size HxW] [--num-cores N|mobile|edge|server] [--boundary circular|zero]
@@ -54,10 +55,10 @@ import re
 import sys
 import warnings
 
-from mmcirc.apis.overrides import add_override_args, overrides_from_args
 from mmcirc.benchmark import dense_baseline as db
+from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.override_flags import add_override_args, overrides_from_args
 from mmcirc.utils import image_io as imio
-from mmcirc.utils.cli import CLIError, main_guard
 
 #: The library's parameter names and the flags that set them (error and warning texts).
 FLAGS = {
@@ -205,20 +206,6 @@ def _load_images(args, size):
     return [(name, imio.resize_image(img, size), img.shape[:2], where) for name, img, where in src]
 
 
-def _suffix(overrides):
-    parts = []
-    if 'stage_attentions' in overrides:
-        sa = overrides['stage_attentions']
-        parts.append('sa-' + (sa if isinstance(sa, str) else '-'.join(sa)))
-    if 'num_cores' in overrides:
-        parts.append(f'nc{overrides["num_cores"]}')
-    if 'boundary' in overrides:
-        parts.append(overrides['boundary'])
-    if 'scale' in overrides:
-        parts.append(f'scale-{overrides["scale"]}')
-    return ''.join('_' + p for p in parts)
-
-
 def _dense_line(name, hw, d):
     kinds = '-'.join(d.get('stage_attentions') or ['?'])
     head = f'{name} {hw[0]}x{hw[1]} | dense baseline {kinds}, RLIMIT_AS {d["mem_cap_gb"]:g} GB |'
@@ -259,7 +246,7 @@ def main(argv=None):
     _one_line_warnings()
     args = parse_args(argv)
     from mmcirc import apis as hr
-    from mmcirc.analysis.memory import quadratic_warning
+    from mmcirc.analysis.attention_memory import quadratic_warning
     from mmcirc.utils.memory import is_out_of_memory
 
     with as_cli_errors():
@@ -272,7 +259,6 @@ def main(argv=None):
         cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
         minimum = hr.min_input_size(cfg)
     cfg_name = osp.splitext(osp.basename(args.config))[0]
-    suffix = _suffix(overrides)
     for name, img, _, _ in images:
         if min(img.shape[:2]) < minimum:
             raise CLIError(
@@ -303,9 +289,8 @@ def main(argv=None):
             if args.baseline_only:
                 h, w = img.shape[:2]
                 kinds = '-'.join(sorted(set(d.get('stage_attentions') or ['dense'])))
-                path = osp.join(
-                    args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}_dense-{kinds}.json'
-                )
+                stem = hr.output_stem(args.out_dir, name, (h, w), args.config, overrides)
+                path = f'{stem}_dense-{kinds}.json'
                 imio.write_atomic({path: json.dumps(d, indent=2).encode()})
     if args.baseline_only:
         return 0
@@ -339,21 +324,8 @@ def main(argv=None):
         rec.dense_baseline = dense.get(name)
         if cfg.get('highres_replaced_test_cfg'):
             rec.test_cfg = dict(mode='whole', replaced=cfg.highres_replaced_test_cfg)
-        base = osp.join(args.out_dir, f'{name}_{h}x{w}_{cfg_name}{suffix}')
-        color = imio.colorize(labels, palette)
-        files = {
-            f'{base}_labels.png': imio.encode_png(
-                labels.astype('uint8' if len(palette) <= 256 else 'uint16')
-            ),
-            f'{base}_mask.png': imio.encode_png(color[..., ::-1]),
-            f'{base}_overlay.png': imio.encode_png(imio.overlay(img, color, args.opacity)),
-        }
-        rec.outputs = {
-            k: osp.basename(p)
-            for k, p in zip(('labels', 'mask', 'overlay', 'json'), [*files, f'{base}.json'])
-        }
-        files[f'{base}.json'] = json.dumps(rec.to_dict(), indent=2).encode()
-        imio.write_atomic(files)
+        base = hr.output_stem(args.out_dir, name, (h, w), args.config, overrides)
+        hr.write_result(base, rec, img, labels, palette, args.opacity)
         b = rec.backbone
         kinds = '-'.join(b.get('stage_attentions', []))
         print(
@@ -386,7 +358,6 @@ def _sharded_rank(args, overrides, size):
     images = _load_images(args, size) if rank == 0 else None
     meta = [[(n, i.shape[:2], s, w) for n, i, s, w in images] if rank == 0 else None]
     dist.broadcast_object_list(meta, 0)
-    cfg_name = osp.splitext(osp.basename(args.config))[0]
     lines = []
     for k, (name, hw, source_size, where) in enumerate(meta[0]):
         with as_cli_errors():
@@ -395,34 +366,22 @@ def _sharded_rank(args, overrides, size):
         labels, rec = pinf.run_image_sharded(sharded, img, hw)
         if rank != 0:
             continue
-        rec = dict(
+        rec = hr.HighResResult(
             image=where, input_size=list(hw), source_size=list(source_size), config=args.config,
             checkpoint=args.checkpoint, random_weights=args.checkpoint is None,
             overrides=dict(overrides), backbone=backbone, device='cpu', sharded=True, **rec,
             num_classes=len(model.dataset_meta['classes']),
             labels_present=int(len(set(labels.ravel().tolist()))),
         )  # fmt: skip
-        base = osp.join(args.out_dir, f'{name}_{hw[0]}x{hw[1]}_{cfg_name}{_suffix(overrides)}')
-        palette = model.dataset_meta['palette']
-        color = imio.colorize(labels, palette)
-        files = {
-            f'{base}_labels.png': imio.encode_png(
-                labels.astype('uint8' if len(palette) <= 256 else 'uint16')
-            ),
-            f'{base}_mask.png': imio.encode_png(color[..., ::-1]),
-            f'{base}_overlay.png': imio.encode_png(imio.overlay(images[k][1], color, args.opacity)),
-        }
-        rec['outputs'] = {
-            k: osp.basename(p)
-            for k, p in zip(('labels', 'mask', 'overlay', 'json'), [*files, f'{base}.json'])
-        }
-        files[f'{base}.json'] = json.dumps(rec, indent=2).encode()
-        imio.write_atomic(files)
+        base = hr.output_stem(args.out_dir, name, hw, args.config, overrides)
+        hr.write_result(
+            base, rec, images[k][1], labels, model.dataset_meta['palette'], args.opacity
+        )
         lines.append(
             f'{name} {hw[0]}x{hw[1]} | {backbone["type"]} sharded over {world} ranks | '
-            f'{rec["time_s"]:.2f} s | peak RSS per rank '
-            + ', '.join(f'{r["peak_rss_mb"] / 1024:.2f}' for r in rec['per_rank'])
-            + f' GB | {rec["bytes_sent"] / MB_:.1f} MB sent | {base}_overlay.png'
+            f'{rec.time_s:.2f} s | peak RSS per rank '
+            + ', '.join(f'{r["peak_rss_mb"] / 1024:.2f}' for r in rec.per_rank)
+            + f' GB | {rec.bytes_sent / MB_:.1f} MB sent | {base}_overlay.png'
         )
     return lines
 
