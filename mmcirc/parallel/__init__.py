@@ -19,8 +19,11 @@ from .launch import free_port, init_from_env, run_parallel
 from .circulant import ShardedCirculantAttention, circulant_comm_bytes
 from .core import ShardedCoreAttention, core_comm_bytes
 from .fft import sharded_irfft2, sharded_rfft2
+from .banded import BandedMap
+from . import handlers  # noqa: F401  (registers the BandedMap handlers)
 
 __all__ = [
+    'BandedMap',
     'band_bounds',
     'band_of',
     'check_world_size',

@@ -36,7 +36,9 @@ __all__ = [
     'ShardedUpsample',
     'ShardedAdaptiveAvgPool2d',
     'ShardedGroupNorm',
+    'conv2d_rows',
     'conv_out_size',
+    'group_norm_rows',
     'interpolate',
     'interpolate_full',
     'adaptive_avg_pool',
@@ -60,6 +62,27 @@ def _window_rows(band, k, s, p, d, shift=0):
     if b <= a:
         return (0, 0)
     return (a * s - p - shift, (b - 1) * s - p + d * (k - 1) + 1 - shift)
+
+
+def conv2d_rows(x, layout: Layout, weight, bias=None, stride=1, padding=0, dilation=1,
+                groups=1, pad_rows: Sequence[int] = (0, 0), group=None) -> torch.Tensor:  # fmt: skip
+    """This rank's band (B, C', h'_r, W') of ``F.conv2d`` (zero padding, int ``padding``)
+    of the map whose band ``x`` (B, C, h_r, W) has the row ``layout``, with ``pad_rows``
+    extra zero rows above / below: the input rows the output band reads, fetched from
+    the neighbours (halo exchange), then torch's conv with no row padding."""
+    (k, kw), (s, sw), (p, pw), (d, dw) = (
+        tuple(weight.shape[-2:]), _pair(stride), _pair(padding), _pair(dilation),
+    )  # fmt: skip
+    top, bottom = int(pad_rows[0]), int(pad_rows[1])
+    h_out = conv_out_size(layout.height + top + bottom, k, s, p, d)
+    bands = band_bounds(h_out, layout.world_size)
+    wants = [_window_rows(b, k, s, p, d, shift=top) for b in bands]
+    rows = exchange_rows(x, layout, wants, dim=-2, group=group)  # (B, C, n, W)
+    a, b = bands[layout.rank]
+    if b <= a:  # an empty band (a map with fewer rows than ranks)
+        w_out = conv_out_size(x.shape[-1], kw, sw, pw, dw)
+        return x.new_zeros(x.shape[0], weight.shape[0], 0, w_out)
+    return F.conv2d(rows, weight, bias, (s, sw), (0, pw), (d, dw), groups)  # (B, C', h'_r, W')
 
 
 # --------------------------------------------------------------------------- conv
@@ -90,20 +113,13 @@ class ShardedConv2d(nn.Module):
 
     def forward(self, x: torch.Tensor, pad_rows: Sequence[int] = (0, 0)) -> torch.Tensor:
         c = self.conv
-        top, bottom = int(pad_rows[0]), int(pad_rows[1])
-        if self.local and top == bottom == 0:
+        if self.local and pad_rows[0] == pad_rows[1] == 0:
             return c(x)  # (B, C', h_r, W'): rows map to rows
-        (k, kw), (s, sw), (p, pw), (d, dw) = c.kernel_size, c.stride, c.padding, c.dilation
         (layout,) = row_offsets(x.shape[-2], group=self.group)
-        h_out = conv_out_size(layout.height + top + bottom, k, s, p, d)
-        bands = band_bounds(h_out, layout.world_size)
-        wants = [_window_rows(b, k, s, p, d, shift=top) for b in bands]
-        rows = exchange_rows(x, layout, wants, dim=-2, group=self.group)  # (B, C, n, W)
-        a, b = bands[layout.rank]
-        if b <= a:  # an empty band (a map with fewer rows than ranks)
-            w_out = conv_out_size(x.shape[-1], kw, sw, pw, dw)
-            return x.new_zeros(x.shape[0], c.out_channels, 0, w_out)
-        return F.conv2d(rows, c.weight, c.bias, (s, sw), (0, pw), (d, dw), c.groups)
+        return conv2d_rows(
+            x, layout, c.weight, c.bias, c.stride, c.padding, c.dilation, c.groups,
+            pad_rows, self.group,
+        )  # fmt: skip
 
     def extra_repr(self) -> str:
         return 'sharded rows'
@@ -291,13 +307,16 @@ class ShardedUpsample(nn.Module):
 
 
 # --------------------------------------------------------------------------- pooling
-def adaptive_avg_pool(x: torch.Tensor, output_size, group=None) -> torch.Tensor:
+def adaptive_avg_pool(
+    x: torch.Tensor, output_size, group=None, layout: Optional[Layout] = None
+) -> torch.Tensor:
     """``F.adaptive_avg_pool2d(full, output_size)`` on every rank from the bands ``x``
     (B, C, h_r, W): per output row cell [floor(iH/o), ceil((i+1)H/o)) the local rows'
     sums, ``all_reduce``, then the column cells (torch's own, on o x W)."""
     oh, ow = _pair(output_size) if not isinstance(output_size, int) else (output_size,) * 2
     ow = x.shape[-1] if ow is None else ow
-    (layout,) = row_offsets(x.shape[-2], group=group)
+    if layout is None:
+        (layout,) = row_offsets(x.shape[-2], group=group)
     h = layout.height
     sums = x.new_zeros(x.shape[0], x.shape[1], oh, x.shape[-1])  # (B, C, oh, W)
     counts = []
@@ -336,18 +355,24 @@ class ShardedGroupNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gn = self.norm
-        b, c = x.shape[:2]
-        g = x.reshape(b, gn.num_groups, -1)  # (B, G, C/G * h_r * W)
-        stats = torch.stack(
-            [g.sum(-1), torch.full_like(g[..., 0], g.shape[-1])]
-        )  # (2, B, G): sum, count
-        dist.all_reduce(stats, group=self.group)
-        mean = (stats[0] / stats[1]).unsqueeze(-1)
-        sq = ((g - mean) ** 2).sum(-1)
-        dist.all_reduce(sq, group=self.group)
-        var = (sq / stats[1]).unsqueeze(-1)
-        y = ((g - mean) / torch.sqrt(var + gn.eps)).reshape_as(x)
-        if gn.affine:
-            shape = (1, c) + (1,) * (x.dim() - 2)
-            y = y * gn.weight.view(shape) + gn.bias.view(shape)
-        return y
+        return group_norm_rows(x, gn.num_groups, gn.weight, gn.bias, gn.eps, self.group)
+
+
+def group_norm_rows(x, num_groups, weight=None, bias=None, eps=1e-5, group=None):
+    """``F.group_norm`` of a band-sharded (B, C, h_r, W) map: the group mean and the
+    (biased) variance over all ranks' rows by two ``all_reduce`` sums."""
+    b, c = x.shape[:2]
+    g = x.reshape(b, num_groups, -1)  # (B, G, C/G * h_r * W)
+    stats = torch.stack([g.sum(-1), torch.full_like(g[..., 0], g.shape[-1])])  # (2, B, G)
+    dist.all_reduce(stats, group=group)  # sum, count
+    mean = (stats[0] / stats[1]).unsqueeze(-1)  # (B, G, 1)
+    sq = ((g - mean) ** 2).sum(-1)  # (B, G)
+    dist.all_reduce(sq, group=group)
+    var = (sq / stats[1]).unsqueeze(-1)  # (B, G, 1)
+    y = ((g - mean) / torch.sqrt(var + eps)).reshape_as(x)  # (B, C, h_r, W)
+    shape = (1, c) + (1,) * (x.dim() - 2)
+    if weight is not None:
+        y = y * weight.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    return y
