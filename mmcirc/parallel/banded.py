@@ -37,12 +37,19 @@ import torch
 import torch.nn.functional as F
 
 from .bands import band_bounds
-from .comm import Layout, gather_rows, group_rank_size
+from .comm import Layout, exchange_rows, group_rank_size
 
-__all__ = ['BandedMap', 'HANDLERS', 'LOCAL_FUNCTIONS', 'func_name', 'register']
+__all__ = [
+    'BandedMap', 'HANDLERS', 'LOCAL_FUNCTIONS', 'OPERATORS', 'func_name', 'register',
+    'register_operator', 'shard_operators',
+]  # fmt: skip
 
 #: torch function -> handler(*args, **kwargs) for ops that need neighbours or a global view.
 HANDLERS: Dict[Callable, Callable] = {}
+#: module class -> handler(module, *args, **kwargs): the attention operators, whose
+#: forward is a Python method (no torch function to key by), registered beside their
+#: ops files (mmcirc.ops.circulant_sharded, mmcirc.ops.core_sharded).
+OPERATORS: Dict[type, Callable] = {}
 
 
 def register(*funcs: Callable):
@@ -54,6 +61,42 @@ def register(*funcs: Callable):
         return handler
 
     return wrap
+
+
+def register_operator(cls: type):
+    """Decorator: the handler of ``cls``'s forward on a BandedMap (see :func:`shard_operators`)."""
+
+    def wrap(handler):
+        OPERATORS[cls] = handler
+        return handler
+
+    return wrap
+
+
+class _OperatorForward:
+    """A module's forward that hands a BandedMap input to its operator handler."""
+
+    def __init__(self, module, handler, forward):
+        self.module, self.handler, self.forward = module, handler, forward
+
+    def __call__(self, *args, **kwargs):
+        if _bands_in(list(args) + list(kwargs.values())):
+            return self.handler(self.module, *args, **kwargs)
+        return self.forward(*args, **kwargs)
+
+
+def shard_operators(model) -> int:
+    """Give every submodule of ``model`` that is an instance of a class in
+    :data:`OPERATORS` a forward that runs the handler on BandedMap inputs (plain inputs:
+    the module's own forward). In place, nothing copied; returns how many."""
+    n = 0
+    for m in model.modules():
+        for cls in type(m).__mro__:
+            if cls in OPERATORS and not isinstance(m.forward, _OperatorForward):
+                m.forward = _OperatorForward(m, OPERATORS[cls], m.forward)
+                n += 1
+                break
+    return n
 
 
 def func_name(func) -> str:
@@ -187,8 +230,11 @@ class BandedMap(torch.Tensor):
 
     def full_tensor(self) -> torch.Tensor:
         """The whole map on every rank (an all-gather of the bands)."""
+        if self.world_size == 1:
+            return self.local
         rows = self.local.unflatten(self.band_dim, (-1, self.unit))  # (..., h_r, unit, ...)
-        whole = gather_rows(rows.contiguous(), dim=self.band_dim, group=self.group)
+        wants = [(0, self.height)] * self.world_size
+        whole = exchange_rows(rows, self.layout, wants, dim=self.band_dim, group=self.group)
         return whole.flatten(self.band_dim, self.band_dim + 1)  # (..., H unit, ...)
 
     def __repr__(self, *, tensor_contents=None):

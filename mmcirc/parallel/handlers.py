@@ -100,7 +100,7 @@ def adaptive_avg_pool2d(input, output_size):
     osize = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
     if osize[0] is None:
         raise _refuse('F.adaptive_avg_pool2d', 'takes an int output height')
-    return adaptive_avg_pool(x.local, output_size, group=x.group, layout=x.layout)  # whole
+    return adaptive_avg_pool(x.local, output_size, x.layout, x.group)  # whole
 
 
 @register(F.group_norm)
@@ -196,3 +196,28 @@ def cat(tensors, dim=0, *, out=None):
         else:
             raise _refuse('torch.cat', f'got a plain operand of shape {tuple(t.shape)}')
     return ref.like(torch.cat(parts, dim))
+
+
+@register(F.multi_head_attention_forward)
+def multi_head_attention_forward(query, key, value, *args, **kwargs):
+    """Queries: this rank's band (L_r, B, E); keys and values whole: a banded key / value
+    is gathered once (the reduced map of SRA is small). Output (and weights) banded."""
+    if not isinstance(query, BandedMap) or query.band_dim != 0:
+        raise _refuse('F.multi_head_attention_forward', 'takes banded queries (L, B, E)')
+    if kwargs.get('key_padding_mask') is not None or kwargs.get('attn_mask') is not None:
+        raise _refuse('F.multi_head_attention_forward', 'takes no masks')
+    whole = {}
+
+    def full(t):
+        if not isinstance(t, BandedMap):
+            return t
+        if id(t) not in whole:
+            whole[id(t)] = t.full_tensor()  # (S, B, E) on every rank
+        return whole[id(t)]
+
+    out, weights = F.multi_head_attention_forward(
+        query.local, full(key), full(value), *args, **kwargs
+    )  # (L_r, B, E), (B, L_r, S) | None
+    if weights is not None:
+        weights = BandedMap.from_local(weights, query.height, 1, query.unit, query.group)
+    return query.like(out), weights
