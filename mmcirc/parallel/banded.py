@@ -294,21 +294,28 @@ def _run_local(func, args, kwargs):
     if func in (F.linear, F.normalize) and bd >= nd - 1:
         raise _refuse(func, 'over the banded axis has no handler')
 
-    def unwrap(v):
-        if isinstance(v, BandedMap):
-            return v.local
-        if isinstance(v, torch.Tensor) and not trailing:
-            k = bd - (nd - v.dim())  # the banded axis of v, broadcast from the right
-            if 0 <= k < v.dim() and v.shape[k] != 1:
-                if v.shape[k] != ref.shape[bd]:
-                    raise _refuse(func, f'got a plain operand of shape {tuple(v.shape)}')
-                return ref.cut(v, k)
-        if isinstance(v, (list, tuple)):
-            return type(v)(unwrap(e) for e in v)
-        return v
+    args = [_unwrap(a, ref, trailing, func) for a in args]
+    kwargs = {k: _unwrap(v, ref, trailing, func) for k, v in kwargs.items()}
+    return _wrap_like(ref, func(*args, **kwargs), func)
 
-    out = func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
-    return _wrap_like(ref, out, func)
+
+def _unwrap(v, ref: BandedMap, trailing: bool, func):
+    """The local band of a BandedMap; a plain tensor spanning every row (broadcast from
+    the right) cut to the band, unless ``func`` takes it as a parameter (``trailing``).
+    (A module-level function: a recursive closure would keep ``ref`` in a reference
+    cycle, holding every band until the garbage collector runs.)"""
+    if isinstance(v, BandedMap):
+        return v.local
+    if isinstance(v, torch.Tensor) and not trailing:
+        nd, bd = ref.dim(), ref.band_dim
+        k = bd - (nd - v.dim())  # the banded axis of v, broadcast from the right
+        if 0 <= k < v.dim() and v.shape[k] != 1:
+            if v.shape[k] != ref.shape[bd]:
+                raise _refuse(func, f'got a plain operand of shape {tuple(v.shape)}')
+            return ref.cut(v, k)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_unwrap(e, ref, trailing, func) for e in v)
+    return v
 
 
 def _wrap_like(ref: BandedMap, out, func):
