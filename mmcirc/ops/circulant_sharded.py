@@ -3,7 +3,7 @@
 :class:`ShardedCirculantAttention` is :class:`~mmcirc.ops.circulant.CirculantAttention`
 (same parameters, same state dict; :meth:`~ShardedCirculantAttention.from_module` wraps an
 existing layer and shares its weights) whose input and output are the local band of
-tokens, rows ``band_of(H, rank, P)`` of the H x W map. Per block of heads:
+tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map. Per block of heads:
 
 1. gate, qkv: token-wise, local. qkv-in-spectrum: one :func:`sharded_rfft2` of x
    (B, C, h_r, W) -> column band (B, C, Ph, u_r), then ``W_q s, W_k, W_v`` on it.
@@ -107,7 +107,7 @@ class ShardedCirculantAttention(CirculantAttention):
 
     Same arguments and parameters as the single-process layer, plus ``group`` (the
     spatial process group; None: the default group). ``forward(x, hw_shape)``: x
-    (B, h_r W, C), the tokens (row-major) of rows ``band_of(H, rank, P)``; ``hw_shape``
+    (B, h_r W, C), the tokens (row-major) of rows ``band_bounds(H, P)[rank]``; ``hw_shape``
     the GLOBAL (H, W). Returns the local band (B, h_r W, C). Equal to the single-process
     layer on the assembled map up to float rounding. The torch.fft path only (no export
     mode).

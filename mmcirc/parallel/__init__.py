@@ -16,7 +16,7 @@ The names below depend on torch only."""
 
 from .comm import exchange_rows, gather_rows, row_offsets
 
-from .bands import band_bounds, band_of, check_world_size
+from .bands import band_bounds, check_world_size
 from .launch import free_port, init_from_env, run_parallel
 from .fft import sharded_irfft2, sharded_rfft2
 from .banded import BandedMap
@@ -25,7 +25,6 @@ from . import handlers  # noqa: F401  (registers the BandedMap handlers)
 __all__ = [
     'BandedMap',
     'band_bounds',
-    'band_of',
     'check_world_size',
     'free_port',
     'init_from_env',

@@ -259,7 +259,9 @@ class BandedMap(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        raise ValueError(f'sharded inference: {func} reached a row-banded map below torch functions')
+        raise ValueError(
+            f'sharded inference: {func} reached a row-banded map below torch functions'
+        )
 
 
 def _bands_in(values):

@@ -163,7 +163,7 @@ def check_shardable(model, group=None) -> None:
     if _is_veca(model.backbone):
         _check_veca_leaves(model.backbone)
     for part in (model.backbone, getattr(model, 'neck', None), model.decode_head):
-        for path, m in (part.named_modules() if part is not None else ()):
+        for path, m in part.named_modules() if part is not None else ():
             if isinstance(m, _BatchNorm) and m.training:
                 raise _err(path, f'{type(m).__name__} in training mode (call model.eval())')
     pre = model.data_preprocessor

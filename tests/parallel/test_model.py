@@ -186,7 +186,7 @@ def test_backbone_op_without_a_handler_named_in_one_line(tmp_path, models):
 
 
 def test_decode_head_op_without_a_handler_named_in_one_line(tmp_path):
-    """DANet's position attention multiplies all positions with all (torch.bmm over
+    """DANet's position attention multiplies all positions with all (torch.matmul over
     the rows): no handler, refused naming the module and the op."""
     from mmcirc.apis.builder import build_model
     from mmcirc.parallel.model import shard_model
