@@ -3,38 +3,35 @@ horizontal band of rows of every feature map (torch.distributed; gloo on CPU, NC
 GPU). The split is :func:`band_bounds`; :func:`run_parallel` runs a function on P local
 ranks (tests, ``--nproc``), ``torchrun`` launches real runs.
 
-Modules: :mod:`.comm` (the row exchange of band-sharded maps), :mod:`.layers` (sharded
-convolutions, interpolation, pooling, GroupNorm), :mod:`.fft` / :mod:`.circulant` /
-:mod:`.core` (the sharded attention operators); with the OpenMMLab libraries,
-:mod:`.backbones`, :mod:`.heads`, :mod:`.model` (``shard_model``, ``predict_sharded``:
+Modules: :mod:`.comm` (the row exchange of band-sharded maps), :mod:`.layers` (the row
+exchanges of convolutions, interpolation, pooling, GroupNorm), :mod:`.fft` (the distributed FFT of the circulant
+operator, whose sharded version lives beside it: :mod:`mmcirc.ops.circulant_sharded`,
+:mod:`mmcirc.ops.core_sharded`), :mod:`.banded` / :mod:`.handlers` (the row-banded
+map :class:`BandedMap` and its per-op handlers); with the OpenMMLab libraries,
+:mod:`.backbones` (VECA), :mod:`.model` (``shard_model``, ``predict_sharded``:
 a built mmseg segmentor sharded) and :mod:`.infer` (one image measured, the library of
 ``tools/infer_highres.py --shard / --nproc``).
 
 The names below depend on torch only."""
 
-from .comm import exchange_rows, fetch_rows, gather_rows, row_offsets
+from .comm import exchange_rows, gather_rows, row_offsets
 
-from .bands import band_bounds, band_of, check_world_size
+from .bands import band_bounds, check_world_size
 from .launch import free_port, init_from_env, run_parallel
-from .circulant import ShardedCirculantAttention, circulant_comm_bytes
-from .core import ShardedCoreAttention, core_comm_bytes
 from .fft import sharded_irfft2, sharded_rfft2
+from .banded import BandedMap
+from . import handlers  # noqa: F401  (registers the BandedMap handlers)
 
 __all__ = [
+    'BandedMap',
     'band_bounds',
-    'band_of',
     'check_world_size',
     'free_port',
     'init_from_env',
     'run_parallel',
-    'ShardedCirculantAttention',
-    'ShardedCoreAttention',
-    'circulant_comm_bytes',
-    'core_comm_bytes',
     'sharded_rfft2',
     'sharded_irfft2',
     'exchange_rows',
-    'fetch_rows',
     'gather_rows',
     'row_offsets',
 ]

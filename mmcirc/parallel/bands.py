@@ -16,7 +16,7 @@ This file depends on torch only.
 
 from typing import List, Sequence, Tuple
 
-__all__ = ['band_bounds', 'band_of', 'check_world_size']
+__all__ = ['band_bounds', 'check_world_size']
 
 
 def band_bounds(size: int, world_size: int) -> List[Tuple[int, int]]:
@@ -29,13 +29,6 @@ def band_bounds(size: int, world_size: int) -> List[Tuple[int, int]]:
         raise ValueError(f'world_size must be a positive int, got {world_size!r}')
     c = -(-size // world_size)  # torch.chunk's chunk size
     return [(min(r * c, size), min((r + 1) * c, size)) for r in range(world_size)]
-
-
-def band_of(size: int, rank: int, world_size: int) -> Tuple[int, int]:
-    """``(start, stop)`` of ``rank``'s rows of a map ``size`` rows high."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f'rank must be in [0, {world_size - 1}], got {rank!r}')
-    return band_bounds(size, world_size)[rank]
 
 
 def check_world_size(heights: Sequence[int], world_size: int, what: str = 'image') -> None:

@@ -25,7 +25,6 @@ __all__ = [
     'Layout',
     'comm_device',
     'exchange_rows',
-    'fetch_rows',
     'gather_rows',
     'group_rank_size',
     'row_offsets',
@@ -141,27 +140,6 @@ def exchange_rows(
     for a, b, buf in recvs:
         out.narrow(dim, a - lo, b - a).copy_(buf)
     return out
-
-
-def fetch_rows(
-    x: torch.Tensor, lo: int, hi: int, dim: int = -2, group=None, layout: Optional[Layout] = None
-) -> torch.Tensor:
-    """Global rows ``[lo, hi)`` of a band-sharded tensor for this rank (each rank its own
-    range; zeros outside the map): one ``all_gather`` of (rows, lo, hi), then
-    :func:`exchange_rows`. ``layout``: the band layout if known (its rows are still
-    gathered with the ranges)."""
-    rank, size = group_rank_size(group)
-    dim = dim % x.dim()
-    mine = torch.tensor([x.shape[dim], lo, hi], dtype=torch.int64, device=comm_device(group, x))
-    every = [torch.empty_like(mine) for _ in range(size)]
-    dist.all_gather(every, mine, group=group)
-    table = torch.stack(every).cpu().tolist()  # (P, 3)
-    offsets = [0]
-    for q in range(size):
-        offsets.append(offsets[-1] + table[q][0])
-    if layout is None:
-        layout = Layout(offsets, rank)
-    return exchange_rows(x, layout, [(t[1], t[2]) for t in table], dim=dim, group=group)
 
 
 def gather_rows(

@@ -1,9 +1,9 @@
 """Distributed 2-D real FFT of a row-band-sharded map (slab decomposition).
 
-Rank ``r`` of ``P`` holds the rows :func:`~mmcirc.parallel.bands.band_of` ``(rows, r, P)``
+Rank ``r`` of ``P`` holds the rows :func:`~mmcirc.parallel.bands.band_bounds` ``(rows, P)[r]``
 of a real map ``(..., rows, W)``; its spectrum on a grid ``(Ph, Pw) >= (rows, W)`` (zero
 padded, as ``torch.fft.rfft2(x, s=grid)``) is sharded by columns: rank ``r`` holds the
-``band_of(U, r, P)`` frequencies of the half spectrum, ``U = Pw // 2 + 1``, for all
+``band_bounds(U, P)[r]`` frequencies of the half spectrum, ``U = Pw // 2 + 1``, for all
 ``Ph`` rows.
 
 * :func:`sharded_rfft2`: real FFT along W (length Pw) on the local rows, one
@@ -27,7 +27,7 @@ are the single-process FFTs. This file depends on torch only.
 """
 
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -115,7 +115,7 @@ def sharded_rfft2(x: torch.Tensor, rows: int, grid: Sequence[int], group=None) -
     """Column band of ``torch.fft.rfft2(full, s=grid)`` from the row band ``x``.
 
     Args:
-        x (Tensor): real (..., h_r, W), rows ``band_of(rows, rank, P)`` of the map.
+        x (Tensor): real (..., h_r, W), rows ``band_bounds(rows, P)[rank]`` of the map.
         rows (int): rows of the whole map (<= Ph).
         grid (tuple): FFT grid (Ph, Pw) >= (rows, W); the map is zero padded to it.
         group: process group (None: the default group).
@@ -149,7 +149,7 @@ def sharded_irfft2(
         width (int, optional): columns kept (<= Pw; None: Pw).
 
     Returns:
-        Tensor: real (..., h_r, width), rows ``band_of(rows, rank, P)``.
+        Tensor: real (..., h_r, width), rows ``band_bounds(rows, P)[rank]``.
     """
     rank, size = group_rank_size(group)
     width = grid[1] if width is None else width

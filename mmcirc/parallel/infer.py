@@ -13,7 +13,7 @@
 
 import contextlib
 import time
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -111,10 +111,3 @@ def run_image_sharded(sharded: ShardedSegmentor, img, hw: Sequence[int], group=N
         torch_threads=torch.get_num_threads(),
     )
     return (None if labels is None else labels.numpy()), rec
-
-
-def image_hw(img: Optional[object], group=None) -> tuple:
-    """Rank 0's image size (H, W) on every rank."""
-    box = [tuple(img.shape[:2]) if img is not None else None]
-    dist.broadcast_object_list(box, 0, group=group)
-    return box[0]

@@ -1,22 +1,18 @@
-"""Sharded row-local layers: each returns exactly this rank's band of the
-single-process layer's output (bands: :func:`mmcirc.parallel.bands.band_bounds` of the
-output's own height).
+"""Sharded row-local ops on a band ``x`` of a map whose rows are split as
+:func:`mmcirc.parallel.bands.band_bounds` (``layout``: a
+:class:`~mmcirc.parallel.comm.Layout` from the bounds, no collective); each returns
+exactly this rank's band of the single-process output (bands of the output's own
+height). The :mod:`.handlers` of :class:`~mmcirc.parallel.banded.BandedMap` call them.
 
-* :class:`ShardedConv2d`: any kernel / stride / padding / dilation / groups along the
+* :func:`conv2d_rows`: any kernel / stride / padding / dilation / groups along the
   rows by a halo exchange of the input rows the output band needs (zeros past the map:
-  zero padding; optional extra zero rows above / below, as mmcv's ``AdaptivePadding``);
-  1 x 1 stride-1 unpadded convolutions are local (no communication);
-* :func:`interpolate` / :class:`ShardedUpsample`: ``F.interpolate`` (mmseg ``resize``,
-  ``Upsample``), nearest and bilinear, ``align_corners`` both, by size or scale factor,
-  with the source rows of the band fetched (columns: torch's own interpolation on the
-  band, rows: torch's source-index rule and weights);
-* :func:`adaptive_avg_pool` / :class:`ShardedAdaptiveAvgPool2d`: partial sums of the
-  local rows per output cell, ``all_reduce``; the (small) output is replicated;
-* :class:`ShardedGroupNorm`: group mean and variance by ``all_reduce``.
-
-LayerNorm, Linear, activations, dropout and BatchNorm in eval mode are local and stay
-as they are. Every layer finds the band layout with one small ``all_gather``
-(:func:`mmcirc.parallel.comm.row_offsets`).
+  zero padding; optional extra zero rows above / below);
+* :func:`interpolate`: ``F.interpolate``, nearest and bilinear, ``align_corners``
+  both, by size or scale factor, with the source rows of the band fetched (columns:
+  torch's own interpolation on the band, rows: torch's source-index rule and weights);
+* :func:`adaptive_avg_pool`: partial sums of the local rows per output cell,
+  ``all_reduce``; the (small) output is replicated;
+* :func:`group_norm_rows`: group mean and variance by ``all_reduce``.
 
 This file depends on torch only.
 """
@@ -25,22 +21,17 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
 
 from .bands import band_bounds
-from .comm import Layout, exchange_rows, row_offsets
+from .comm import Layout, exchange_rows, group_rank_size
 
 __all__ = [
-    'ShardedConv2d',
-    'ShardedUpsample',
-    'ShardedAdaptiveAvgPool2d',
-    'ShardedGroupNorm',
+    'conv2d_rows',
     'conv_out_size',
+    'group_norm_rows',
     'interpolate',
-    'interpolate_full',
     'adaptive_avg_pool',
-    'resize_like',
 ]
 
 
@@ -62,51 +53,25 @@ def _window_rows(band, k, s, p, d, shift=0):
     return (a * s - p - shift, (b - 1) * s - p + d * (k - 1) + 1 - shift)
 
 
-# --------------------------------------------------------------------------- conv
-class ShardedConv2d(nn.Module):
-    """The band of ``conv`` (an ``nn.Conv2d``, zero padding) on a band-sharded map.
-
-    ``forward(x, pad_rows=(top, bottom))``: x (B, C, h_r, W), this rank's rows of an
-    H x W map; ``pad_rows`` extra zero rows above / below the map before the conv (as
-    a zero ``F.pad``). Returns (B, C', h'_r, W'), the band of the H' x W' output."""
-
-    def __init__(self, conv: nn.Conv2d, group=None):
-        super().__init__()
-        if not isinstance(conv, nn.Conv2d):
-            raise TypeError(f'ShardedConv2d: conv must be an nn.Conv2d, got {type(conv).__name__}')
-        if conv.padding_mode != 'zeros' or isinstance(conv.padding, str):
-            raise ValueError(
-                f"ShardedConv2d: padding_mode must be 'zeros' with int padding, got "
-                f'padding_mode={conv.padding_mode!r}, padding={conv.padding!r}'
-            )
-        self.conv = conv
-        self.group = group
-
-    @property
-    def local(self) -> bool:
-        """A 1 x 1, stride-1, unpadded conv maps each row to itself."""
-        c = self.conv
-        return c.kernel_size[0] == 1 and c.stride[0] == 1 and c.padding[0] == 0
-
-    def forward(self, x: torch.Tensor, pad_rows: Sequence[int] = (0, 0)) -> torch.Tensor:
-        c = self.conv
-        top, bottom = int(pad_rows[0]), int(pad_rows[1])
-        if self.local and top == bottom == 0:
-            return c(x)  # (B, C', h_r, W'): rows map to rows
-        (k, kw), (s, sw), (p, pw), (d, dw) = c.kernel_size, c.stride, c.padding, c.dilation
-        (layout,) = row_offsets(x.shape[-2], group=self.group)
-        h_out = conv_out_size(layout.height + top + bottom, k, s, p, d)
-        bands = band_bounds(h_out, layout.world_size)
-        wants = [_window_rows(b, k, s, p, d, shift=top) for b in bands]
-        rows = exchange_rows(x, layout, wants, dim=-2, group=self.group)  # (B, C, n, W)
-        a, b = bands[layout.rank]
-        if b <= a:  # an empty band (a map with fewer rows than ranks)
-            w_out = conv_out_size(x.shape[-1], kw, sw, pw, dw)
-            return x.new_zeros(x.shape[0], c.out_channels, 0, w_out)
-        return F.conv2d(rows, c.weight, c.bias, (s, sw), (0, pw), (d, dw), c.groups)
-
-    def extra_repr(self) -> str:
-        return 'sharded rows'
+def conv2d_rows(x, layout: Layout, weight, bias=None, stride=1, padding=0, dilation=1,
+                groups=1, pad_rows: Sequence[int] = (0, 0), group=None) -> torch.Tensor:  # fmt: skip
+    """This rank's band (B, C', h'_r, W') of ``F.conv2d`` (zero padding, int ``padding``)
+    of the map whose band ``x`` (B, C, h_r, W) has the row ``layout``, with ``pad_rows``
+    extra zero rows above / below: the input rows the output band reads, fetched from
+    the neighbours (halo exchange), then torch's conv with no row padding."""
+    (k, kw), (s, sw), (p, pw), (d, dw) = (
+        tuple(weight.shape[-2:]), _pair(stride), _pair(padding), _pair(dilation),
+    )  # fmt: skip
+    top, bottom = int(pad_rows[0]), int(pad_rows[1])
+    h_out = conv_out_size(layout.height + top + bottom, k, s, p, d)
+    bands = band_bounds(h_out, layout.world_size)
+    wants = [_window_rows(b, k, s, p, d, shift=top) for b in bands]
+    rows = exchange_rows(x, layout, wants, dim=-2, group=group)  # (B, C, n, W)
+    a, b = bands[layout.rank]
+    if b <= a:  # an empty band (a map with fewer rows than ranks)
+        w_out = conv_out_size(x.shape[-1], kw, sw, pw, dw)
+        return x.new_zeros(x.shape[0], weight.shape[0], 0, w_out)
+    return F.conv2d(rows, weight, bias, (s, sw), (0, pw), (d, dw), groups)  # (B, C', h'_r, W')
 
 
 # --------------------------------------------------------------------------- interpolation
@@ -205,23 +170,19 @@ def interpolate(
     mode: str = 'nearest',
     align_corners: Optional[bool] = None,
     group=None,
-    out_layout: Optional[Layout] = None,
-    in_layout: Optional[Layout] = None,
+    *,
+    in_layout: Layout,
 ) -> torch.Tensor:
     """This rank's band of ``F.interpolate(full, size, scale_factor, mode,
-    align_corners)`` from its band ``x`` (B, C, h_r, W). ``size``: the global
-    (H', W'). The source rows the band needs come from the neighbours."""
+    align_corners)`` from its band ``x`` (B, C, h_r, W) of the rows ``in_layout``.
+    ``size``: the global (H', W'). The source rows the band needs come from the
+    neighbours."""
     align_corners = _check_mode(mode, align_corners)
     hs, ws = (None, None) if scale_factor is None else _pair_f(scale_factor)
-    if in_layout is None:
-        (in_layout,) = row_offsets(x.shape[-2], group=group)
     in_h = in_layout.height
     out_h = _out_size(in_h, None if size is None else size[0], hs)
     w_size = None if size is None else int(size[1])
-    if out_layout is None:
-        bands = band_bounds(out_h, in_layout.world_size)
-    else:
-        bands = [out_layout.band(q) for q in range(out_layout.world_size)]
+    bands = band_bounds(out_h, in_layout.world_size)
     wants = [_needed(b, in_h, out_h, mode, align_corners, hs) for b in bands]
     rows = exchange_rows(x, in_layout, wants, group=group)
     return _interp_band(
@@ -234,70 +195,13 @@ def _pair_f(v):
     return (float(v[0]), float(v[1])) if isinstance(v, (tuple, list)) else (float(v), float(v))
 
 
-def resize_like(
-    x: torch.Tensor, like: torch.Tensor, mode: str = 'nearest', align_corners=None, group=None
-) -> torch.Tensor:
-    """``F.interpolate(full_x, size=full_like.shape[2:])``, banded: x and ``like`` are
-    this rank's bands of two maps; one ``all_gather`` of both row counts."""
-    lx, ll = row_offsets(x.shape[-2], like.shape[-2], group=group)
-    return interpolate(
-        x,
-        size=(ll.height, like.shape[-1]),
-        mode=mode,
-        align_corners=align_corners,
-        group=group,
-        in_layout=lx,
-        out_layout=ll,
-    )
-
-
-def interpolate_full(
-    x: torch.Tensor,
-    out_layout: Layout,
-    width: int,
-    mode: str = 'bilinear',
-    align_corners=None,
-) -> torch.Tensor:
-    """The band ``out_layout`` of ``F.interpolate(x, size=(out_layout.height, width))``
-    of a map ``x`` every rank holds whole (e.g. a pooled map): no communication."""
-    align_corners = _check_mode(mode, align_corners)
-    band = out_layout.band(out_layout.rank)
-    lo, hi = _needed(band, x.shape[-2], out_layout.height, mode, align_corners, None)
-    return _interp_band(
-        x[..., lo:hi, :], lo, x.shape[-2], band, out_layout.height, mode, align_corners,
-        None, int(width), None,
-    )  # fmt: skip
-
-
-class ShardedUpsample(nn.Module):
-    """mmseg's ``Upsample`` (size, or ``int(n * scale_factor)`` of the global size)."""
-
-    def __init__(self, upsample: nn.Module, group=None):
-        super().__init__()
-        self.upsample = upsample
-        self.group = group
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        up = self.upsample
-        size = getattr(up, 'size', None)
-        if not size:
-            (layout,) = row_offsets(x.shape[-2], group=self.group)
-            sf = _pair_f(up.scale_factor)
-            size = (int(layout.height * sf[0]), int(x.shape[-1] * sf[1]))
-            return interpolate(
-                x, size, None, up.mode, up.align_corners, group=self.group, in_layout=layout
-            )
-        return interpolate(x, _pair(size), None, up.mode, up.align_corners, group=self.group)
-
-
 # --------------------------------------------------------------------------- pooling
-def adaptive_avg_pool(x: torch.Tensor, output_size, group=None) -> torch.Tensor:
+def adaptive_avg_pool(x: torch.Tensor, output_size, layout: Layout, group=None) -> torch.Tensor:
     """``F.adaptive_avg_pool2d(full, output_size)`` on every rank from the bands ``x``
     (B, C, h_r, W): per output row cell [floor(iH/o), ceil((i+1)H/o)) the local rows'
     sums, ``all_reduce``, then the column cells (torch's own, on o x W)."""
     oh, ow = _pair(output_size) if not isinstance(output_size, int) else (output_size,) * 2
     ow = x.shape[-1] if ow is None else ow
-    (layout,) = row_offsets(x.shape[-2], group=group)
     h = layout.height
     sums = x.new_zeros(x.shape[0], x.shape[1], oh, x.shape[-1])  # (B, C, oh, W)
     counts = []
@@ -307,47 +211,31 @@ def adaptive_avg_pool(x: torch.Tensor, output_size, group=None) -> torch.Tensor:
         a, b = max(lo, layout.start), min(hi, layout.stop)
         if a < b:
             sums[:, :, i] = x[:, :, a - layout.start : b - layout.start].sum(dim=2)
-    dist.all_reduce(sums, group=group)
+    if layout.world_size > 1:
+        dist.all_reduce(sums, group=group)
     rows = sums / torch.tensor(counts, dtype=x.dtype, device=x.device).view(-1, 1)
     return F.adaptive_avg_pool2d(rows, (oh, ow))  # rows: identity; columns: torch's cells
 
 
-class ShardedAdaptiveAvgPool2d(nn.Module):
-    """``nn.AdaptiveAvgPool2d`` on a band-sharded map; the output is replicated."""
-
-    def __init__(self, pool: nn.AdaptiveAvgPool2d, group=None):
-        super().__init__()
-        self.pool = pool
-        self.group = group
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return adaptive_avg_pool(x, self.pool.output_size, group=self.group)
-
-
 # --------------------------------------------------------------------------- norms
-class ShardedGroupNorm(nn.Module):
-    """``nn.GroupNorm`` of a band-sharded (B, C, h_r, W) map: the group mean and the
+def group_norm_rows(x, num_groups, weight=None, bias=None, eps=1e-5, group=None):
+    """``F.group_norm`` of a band-sharded (B, C, h_r, W) map: the group mean and the
     (biased) variance over all ranks' rows by two ``all_reduce`` sums."""
-
-    def __init__(self, norm: nn.GroupNorm, group=None):
-        super().__init__()
-        self.norm = norm
-        self.group = group
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gn = self.norm
-        b, c = x.shape[:2]
-        g = x.reshape(b, gn.num_groups, -1)  # (B, G, C/G * h_r * W)
-        stats = torch.stack(
-            [g.sum(-1), torch.full_like(g[..., 0], g.shape[-1])]
-        )  # (2, B, G): sum, count
-        dist.all_reduce(stats, group=self.group)
-        mean = (stats[0] / stats[1]).unsqueeze(-1)
-        sq = ((g - mean) ** 2).sum(-1)
-        dist.all_reduce(sq, group=self.group)
-        var = (sq / stats[1]).unsqueeze(-1)
-        y = ((g - mean) / torch.sqrt(var + gn.eps)).reshape_as(x)
-        if gn.affine:
-            shape = (1, c) + (1,) * (x.dim() - 2)
-            y = y * gn.weight.view(shape) + gn.bias.view(shape)
-        return y
+    b, c = x.shape[:2]
+    g = x.reshape(b, num_groups, -1)  # (B, G, C/G * h_r * W)
+    stats = torch.stack([g.sum(-1), torch.full_like(g[..., 0], g.shape[-1])])  # (2, B, G)
+    many = group_rank_size(group)[1] > 1
+    if many:
+        dist.all_reduce(stats, group=group)  # sum, count
+    mean = (stats[0] / stats[1]).unsqueeze(-1)  # (B, G, 1)
+    sq = ((g - mean) ** 2).sum(-1)  # (B, G)
+    if many:
+        dist.all_reduce(sq, group=group)
+    var = (sq / stats[1]).unsqueeze(-1)  # (B, G, 1)
+    y = ((g - mean) / torch.sqrt(var + eps)).reshape_as(x)  # (B, C, h_r, W)
+    shape = (1, c) + (1,) * (x.dim() - 2)
+    if weight is not None:
+        y = y * weight.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    return y

@@ -1,24 +1,22 @@
-"""A built mmseg segmentor turned into its spatially sharded self, and band-wise inference.
+"""A built mmseg segmentor run band-wise on its own forwards, and band-wise inference.
 
-:func:`check_shardable` names the first layer sharding does not support (before
-anything is allocated); :func:`shard_model` swaps, in place and sharing every weight,
-the row-coupled modules of a supported segmentor for their sharded versions
-(:mod:`.layers`, :mod:`.backbones`, :mod:`.circulant`, :mod:`.core`) and returns a
-:class:`ShardedSegmentor` whose forward maps this rank's band of the image to its band
-of the logits. :func:`map_heights` lists the rows of every feature map at an image
-size (for :func:`~mmcirc.parallel.bands.check_world_size`); :func:`predict_sharded`
-is the inference entry: rank 0's image goes out band by band, every rank predicts its
-band of labels (mmseg's bilinear resize of the logits to the image, argmax), rank 0
-gets the whole label map and logits back.
+The backbone (CA-PVT / Core-PVT: any mix of ``'circulant'``, ``'core'``, ``'sra'``
+stages; CA-DeiT), the neck and the decode head run their own forwards on
+:class:`~mmcirc.parallel.banded.BandedMap` bands: every op they reach has a handler
+(:mod:`.handlers`, the attention operators' beside their ops files) or is local.
+VECA's block-sparse attention concatenates the cores with the patches along the token
+axis, which a row band cannot carry: its backbone parts are swapped for the sharded
+ones of :mod:`.backbones` (leaf rule below) and its outputs enter the neck as bands.
 
-Supported: CA-PVT / Core-PVT (any mix of ``'circulant'``, ``'core'``, ``'sra'``
-stages) with Semantic FPN (``FPN`` + ``FPNHead``) or ``UPerHead``; CA-DeiT and VECA
-with ``MultiLevelNeck`` + ``UPerHead``; ``EncoderDecoder`` segmentors in eval mode.
-The backbone's attention, patch and position embeddings are swapped whole
-(:func:`_backbone_parts`); every other leaf of the backbone, neck and head goes through
-one leaf rule: local (channel-wise, elementwise), swapped (a Conv2d with zero padding,
-e.g. PVTv2's depthwise FFN conv, becomes a halo :class:`ShardedConv2d`; GroupNorm;
-mmseg ``Upsample``) or refused by name.
+:func:`check_shardable` names the first module and op sharding does not support,
+found by tracing the band-wise forward once on a small image (every rank together, or
+one process without a process group) before anything is swapped; :func:`shard_model`
+returns the :class:`ShardedSegmentor`; :func:`map_heights` lists the rows of every
+feature map at an image size (``PyramidBackbone.stage_grids``) for
+:func:`~mmcirc.parallel.bands.check_world_size`; :func:`predict_sharded` is the
+inference entry: rank 0's image goes out band by band, every rank predicts its band of
+labels (mmseg's bilinear resize of the logits to the image, argmax), rank 0 gets the
+whole label map and logits back.
 """
 
 import math
@@ -29,10 +27,10 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..utils.labels import banded_argmax
+from .banded import BandedMap, shard_operators
 from .bands import band_bounds, check_world_size
-from .comm import Layout, exchange_rows, gather_rows, group_rank_size, row_offsets
-from .heads import HEAD_FORWARDS, NECK_FORWARDS
-from .layers import ShardedConv2d, ShardedGroupNorm, ShardedUpsample, interpolate
+from .comm import Layout, exchange_rows, gather_rows, group_rank_size
+from .layers import interpolate
 
 __all__ = [
     'check_shardable',
@@ -40,37 +38,37 @@ __all__ = [
     'shard_model',
     'ShardedSegmentor',
     'predict_sharded',
-    'SUPPORTED_BACKBONES',
 ]
 
-SUPPORTED_BACKBONES = ('CAPVT', 'CorePVT', 'CADeiT', 'VECAViT')
-_PVT_KINDS = ('circulant', 'core', 'sra')
 _INSTEAD = (
-    "sharded inference supports CA-PVT / Core-PVT ('circulant', 'core', 'sra' stages) with "
-    'Semantic FPN or UperNet, CA-DeiT and VECA with UperNet'
+    "sharded inference supports CA-PVT / Core-PVT ('circulant', 'core', 'sra' stages), "
+    'CA-DeiT and VECA with the mmseg necks and heads whose ops have sharded handlers'
 )
-#: Leaf modules that are local under sharding (they act on channels or elementwise).
+#: Leaf modules of VECA's backbone that are local under sharding.
 _LOCAL_LEAVES = (
-    nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Sigmoid, nn.Hardswish, nn.Identity,
-    nn.Dropout, nn.Dropout2d, nn.LayerNorm, nn.Linear,
+    nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout, nn.LayerNorm, nn.Linear,
 )  # fmt: skip
-
-
-def _local_leaves() -> tuple:
-    """:data:`_LOCAL_LEAVES` and the drop-path layers (identity in eval mode)."""
-    from mmcv.cnn.bricks.drop import DropPath
-
-    from mmcirc.models.backbones.ca_deit import DropPath as DeiTDropPath
-
-    return _LOCAL_LEAVES + (DropPath, DeiTDropPath)
 
 
 def _err(where: str, what: str) -> ValueError:
     return ValueError(f'{where}: {what}; {_INSTEAD}')
 
 
+def _operators() -> None:
+    """Register the attention operators' BandedMap handlers (beside their ops files)."""
+    import mmcirc.ops.circulant_sharded  # noqa: F401
+    import mmcirc.ops.core_sharded  # noqa: F401
+
+
+def _is_veca(bb) -> bool:
+    from mmcirc.models.backbones.veca import VECAViT
+
+    return isinstance(bb, VECAViT)
+
+
 # --------------------------------------------------------------------------- checks
 def _check_backbone(bb) -> None:
+    from mmcirc.models.backbones.ca_deit import CADeiT
     from mmcirc.models.backbones.pyramid import PyramidBackbone
 
     name = type(bb).__name__
@@ -86,56 +84,19 @@ def _check_backbone(bb) -> None:
             )
         if bb.family != 'pvt':
             raise _err(name, f'the {bb.family!r} pyramid family (patch merging) is not supported')
-        for i, kind in enumerate(kinds):
-            if kind not in _PVT_KINDS:
-                raise _err(f'{name} stage {i + 1}', f'attention {kind!r} has no sharded version')
-        return
-    if name not in SUPPORTED_BACKBONES:
+    elif not isinstance(bb, CADeiT) and not _is_veca(bb):
         raise _err(f'backbone {name}', 'not supported')
 
 
-def _backbone_parts(bb) -> dict:
-    """``{path: wrap(module, group) | None}`` (paths as ``bb.named_modules()`` gives
-    them): the row-coupled parts of the backbone
-    ``bb`` that :func:`shard_model` swaps whole for a sharded wrapper (``None``: the
-    sharded backbone forward computes the part itself). Everything else in the backbone
-    goes through the leaf rule (:func:`_check_leaves`, :func:`_swap_leaves`)."""
-    from mmcirc.models.backbones.pyramid import PyramidBackbone
-    from mmcirc.models.blocks import CirculantBlock, CoreBlock, SRABlock
-    from .backbones import (
-        GlobalShape, ShardedCorePeriphery, ShardedPatchEmbed, ShardedPositionEmbedding,
-        ShardedSRA,
-    )  # fmt: skip
-    from .circulant import ShardedCirculantAttention
-    from .core import ShardedCoreAttention
+def _veca_parts(bb) -> dict:
+    """``{path: wrap(module, group) | None}``: the parts of VECA's backbone that
+    :func:`~mmcirc.parallel.backbones.veca_forward` does not run as they are (``None``:
+    it computes them; the patch embedding: on the banded image)."""
+    from .backbones import ShardedCorePeriphery
 
-    def circulant(attn, group):
-        return GlobalShape(ShardedCirculantAttention.from_module(attn, group), group)
-
-    found = {}  # id(module) -> wrap
-    if isinstance(bb, PyramidBackbone):
-        for i, stage in enumerate(bb.stages):
-            found[id(stage.patch_embed)] = ShardedPatchEmbed
-            if stage.pos_embed is not None:
-                found[id(stage.pos_embed)] = ShardedPositionEmbedding
-            for blk in stage.blocks:
-                if isinstance(blk, (CirculantBlock, CoreBlock)) and blk.cpe is not None:
-                    found[id(blk.cpe)] = ShardedConv2d
-                if isinstance(blk, CirculantBlock):
-                    found[id(blk.attn)] = circulant
-                elif isinstance(blk, CoreBlock):
-                    found[id(blk.attn)] = ShardedCoreAttention.from_module
-                elif isinstance(blk, SRABlock):
-                    found[id(blk.attn)] = ShardedSRA
-    else:
-        found[id(bb.patch_embed)] = lambda m, g: ShardedPatchEmbed(m, g, pad_to_stride=True)
-        cadeit = type(bb).__name__ == 'CADeiT'
-        if not cadeit:
-            found[id(bb.rope)] = None  # the patch coordinates of the band's rows: veca_forward
-        for blk in bb.blocks:
-            if cadeit:
-                found[id(blk.cpe)] = ShardedConv2d
-            found[id(blk.attn)] = circulant if cadeit else ShardedCorePeriphery
+    found = {id(bb.patch_embed): None, id(bb.rope): None}
+    for blk in bb.blocks:
+        found[id(blk.attn)] = ShardedCorePeriphery
     return {path: found[id(m)] for path, m in bb.named_modules() if id(m) in found}
 
 
@@ -143,86 +104,96 @@ def _under(path: str, roots) -> bool:
     return any(path == r or path.startswith(r + '.') for r in roots)
 
 
-def _check_leaves(module, where: str, skip=()) -> None:
-    """Every leaf of ``module`` outside the subtrees ``skip`` (paths) is local, swapped
-    by :func:`_swap_leaves` (Conv2d with zero padding, GroupNorm, mmseg Upsample) or
-    BatchNorm in eval mode; the first one that is not is named in a ValueError."""
-    from mmseg.models.utils import Upsample
+def _check_veca_leaves(bb) -> None:
+    """Every other leaf of VECA's backbone is local (or BatchNorm in eval mode); the
+    first one that is not is named in a ValueError."""
+    from mmcv.cnn.bricks.drop import DropPath
 
-    skip, local = set(skip), _local_leaves()
-    for path, m in module.named_modules():
-        if _under(path, skip):
+    skip = _veca_parts(bb)
+    for path, m in bb.named_modules():
+        if _under(path, skip) or list(m.children()):
             continue
-        if path.split('.')[0] == 'loss_decode' or type(m).__name__.endswith('Loss'):
-            continue  # training only
-        if type(m).__name__ == 'PPM':
-            skip.add(path)
-            for branch in m:
-                if not isinstance(branch[0], nn.AdaptiveAvgPool2d):
-                    raise _err(f'{where}.{path}', 'a PPM branch must start with AdaptiveAvgPool2d')
-            continue
-        if list(m.children()):
-            continue
-        full = f'{where}.{path}' if path else where
-        if isinstance(m, nn.Conv2d):
-            if m.padding_mode != 'zeros' or isinstance(m.padding, str):
-                raise _err(full, f'Conv2d padding_mode={m.padding_mode!r} is not supported')
-        elif isinstance(m, _BatchNorm):
-            if m.training:
-                raise _err(full, f'{type(m).__name__} in training mode (call model.eval())')
-        elif not isinstance(m, (nn.GroupNorm, Upsample) + local):
-            raise _err(full, f'layer {type(m).__name__} has no sharded version')
+        if not isinstance(m, _LOCAL_LEAVES + (DropPath, _BatchNorm)):
+            raise _err(f'backbone.{path}', f'layer {type(m).__name__} has no sharded version')
 
 
-def check_shardable(model) -> None:
+def _trace_size(model, world_size: int) -> Tuple[int, int]:
+    """A small image size at which every rank owns rows of every feature map, and every
+    map has two rows at least (a one-row map leaves the token reshapes ambiguous)."""
+    s = max(32, int(getattr(model.backbone, 'min_input_size', 1)))
+    while True:
+        try:
+            check_world_size(map_heights(model, (s, s)), max(world_size, 2))
+            return s, s
+        except ValueError:
+            s += 16
+
+
+def _trace(model, group) -> None:
+    """The band-wise forward once on a small random image; a ValueError raised inside
+    is re-raised naming the innermost module (dotted path) that was running."""
+    stack, hooks = [], []
+    for path, m in model.named_modules():
+        if path:
+            hooks.append(m.register_forward_pre_hook(lambda m, a, p=path: stack.append(p)))
+            hooks.append(m.register_forward_hook(lambda m, a, o: stack.pop() and None))
+    h, w = _trace_size(model, group_rank_size(group)[1])
+    torch.manual_seed(0)
+    x = BandedMap.scatter(torch.randn(1, 3, h, w), group=group)
+    try:
+        with torch.no_grad():
+            _forward(model, x, group, trace=True)
+    except ValueError as err:
+        where = stack[-1] if stack else type(model).__name__
+        raise ValueError(f'{where}: {err}') from None
+    finally:
+        for hk in hooks:
+            hk.remove()
+
+
+def check_shardable(model, group=None) -> None:
     """Raise a one-line ValueError naming the first part of ``model`` (an mmseg
-    segmentor) that sharded inference does not support, and what is."""
+    segmentor) that sharded inference does not support: the segmentor, the backbone
+    family, then the first module and op of a traced band-wise forward with no handler."""
     from mmseg.models.segmentors import CascadeEncoderDecoder, EncoderDecoder
 
     if not isinstance(model, EncoderDecoder) or isinstance(model, CascadeEncoderDecoder):
         raise _err(f'segmentor {type(model).__name__}', 'only EncoderDecoder is supported')
     _check_backbone(model.backbone)
-    _check_leaves(model.backbone, 'backbone', skip=_backbone_parts(model.backbone))
-    if getattr(model, 'with_neck', False):
-        neck = model.neck
-        name = type(neck).__name__
-        if name not in NECK_FORWARDS:
-            raise _err(f'neck {name}', 'not supported')
-        if name == 'FPN' and neck.num_outs > len(neck.lateral_convs):
-            raise _err('neck FPN', f'extra levels (num_outs={neck.num_outs}) are not supported')
-        _check_leaves(neck, 'neck')
-    head = model.decode_head
-    if type(head).__name__ not in HEAD_FORWARDS:
-        raise _err(f'decode_head {type(head).__name__}', 'not supported')
-    _check_leaves(head, 'decode_head')
+    if _is_veca(model.backbone):
+        _check_veca_leaves(model.backbone)
+    for part in (model.backbone, getattr(model, 'neck', None), model.decode_head):
+        for path, m in part.named_modules() if part is not None else ():
+            if isinstance(m, _BatchNorm) and m.training:
+                raise _err(path, f'{type(m).__name__} in training mode (call model.eval())')
     pre = model.data_preprocessor
     if getattr(pre, 'test_cfg', None) and any(
         pre.test_cfg.get(k) for k in ('size', 'size_divisor')
     ):
         raise _err('data_preprocessor', 'test-time padding (test_cfg size / size_divisor)')
+    _operators()
+    shard_operators(model)  # plain inputs still take the modules' own forwards
+    _trace(model, group)
 
 
 def map_heights(model, hw: Sequence[int]) -> List[int]:
     """Rows of the image and of every feature map of ``model`` at image size ``hw``
     (the backbone stages, the neck levels); the smallest bounds the world size."""
-    from mmcirc.models.backbones.pyramid import PyramidBackbone, stride_of
+    from mmcirc.models.backbones.pyramid import PyramidBackbone
 
     bb, h = model.backbone, int(hw[0])
     heights = [h]
     if isinstance(bb, PyramidBackbone):
-        for stage in bb.stages:
-            embed = getattr(stage.patch_embed, 'embed', stage.patch_embed)  # sharded or not
-            h = -(-h // stride_of(embed))
-            heights.append(h)
-        levels = [heights[1 + i] for i in bb.out_indices]
+        grids = [g[0] for g in bb.stage_grids(hw)]
+        heights += grids
+        levels = [grids[i] for i in bb.out_indices]
     else:
-        h = -(-h // bb.patch_size)
-        heights.append(h)
-        levels = [h] * len(bb.out_indices)
-    neck = getattr(model, 'neck', None) if getattr(model, 'with_neck', False) else None
-    if neck is not None and type(neck).__name__ == 'MultiLevelNeck':
-        src = levels if len(levels) > 1 else levels * neck.num_outs
-        heights += [int(math.floor(s * f)) for s, f in zip(src, neck.scales)]
+        heights.append(-(-h // bb.patch_size))
+        levels = [heights[-1]] * len(bb.out_indices)
+    scales = getattr(getattr(model, 'neck', None), 'scales', None)
+    if getattr(model, 'with_neck', False) and scales is not None:  # MultiLevelNeck
+        src = levels if len(levels) > 1 else levels * len(scales)
+        heights += [int(math.floor(s * f)) for s, f in zip(src, scales)]
     return heights
 
 
@@ -231,98 +202,66 @@ def check_size(model, hw: Sequence[int], world_size: int) -> None:
     check_world_size(map_heights(model, hw), world_size, what=f'{hw[0]}x{hw[1]} image')
 
 
-# --------------------------------------------------------------------------- swapping
-def _swap_leaves(module, group, skip=()) -> None:
-    """Conv2d (non-local), GroupNorm and mmseg Upsample -> sharded, in place, outside
-    the subtrees ``skip`` (paths) and the PPM branches (they run on the replicated
-    pooled maps)."""
-    from mmseg.models.utils import Upsample
+# --------------------------------------------------------------------------- forward
+def _backbone(model, x: BandedMap, group, trace: bool = False) -> tuple:
+    """The backbone's output bands of the preprocessed band x (1, 3, H, W)."""
+    bb = model.backbone
+    if not _is_veca(bb):
+        return bb(x)  # its own forward
+    if trace:  # before the swap: the whole small image in this process
+        return tuple(BandedMap.scatter(f, group=group) for f in bb(x.full_tensor()))
+    from .backbones import veca_forward
 
-    skip = set(skip)
-    for path, child in list(module.named_modules()):
-        if not path or _under(path, skip):
-            continue
-        if type(child).__name__ == 'PPM':
-            skip.add(path)
-        elif isinstance(child, nn.Conv2d):
-            new = ShardedConv2d(child, group)
-            if not new.local:
-                module.set_submodule(path, new)
-        elif isinstance(child, nn.GroupNorm):
-            module.set_submodule(path, ShardedGroupNorm(child, group))
-        elif isinstance(child, Upsample):
-            module.set_submodule(path, ShardedUpsample(child, group))
+    h = -(-x.height // bb.patch_size)
+    feats = veca_forward(bb, x)  # local (1, C, h'_r, W')
+    return tuple(BandedMap.from_local(f, h, group=group) for f in feats)
+
+
+def _forward(model, x: BandedMap, group, trace: bool = False) -> BandedMap:
+    feats = _backbone(model, x, group, trace)
+    if model.with_neck:
+        feats = model.neck(feats)
+    return model.decode_head(feats)  # the band of the logits (1, K, H', W')
 
 
 def shard_model(model, group=None) -> 'ShardedSegmentor':
-    """Swap ``model``'s (an mmseg segmentor, eval mode) row-coupled modules for sharded
-    ones in place (weights shared, nothing copied) and return the band-wise
-    :class:`ShardedSegmentor`. ValueError (:func:`check_shardable`) before any change."""
+    """``model`` (an mmseg segmentor, eval mode) ready for band-wise inference: checked
+    (:func:`check_shardable`, ValueError before any change), the attention operators'
+    forwards given their BandedMap handlers and, for VECA, the backbone's row-coupled
+    parts swapped (weights shared, nothing copied)."""
     model.eval()
-    check_shardable(model)
+    check_shardable(model, group)
     bb = model.backbone
-    parts = _backbone_parts(bb)
-    for path, wrap in parts.items():
-        if wrap is not None:
-            bb.set_submodule(path, wrap(bb.get_submodule(path), group))
-    _swap_leaves(bb, group, skip=parts)  # e.g. PVTv2's depthwise conv in the FFN
-    if model.with_neck:
-        _swap_leaves(model.neck, group)
-    _swap_leaves(model.decode_head, group)
+    if _is_veca(bb):
+        parts = _veca_parts(bb)
+        for path, wrap in parts.items():
+            if wrap is not None:
+                bb.set_submodule(path, wrap(bb.get_submodule(path), group))
     return ShardedSegmentor(model, group)
 
 
 class ShardedSegmentor(nn.Module):
-    """``forward(band)``: this rank's rows of the image (1, 3, h_r, W) (uint8 BGR, as
-    mmseg's data preprocessor takes it) -> its band of the decode head's logits
-    (1, K, h'_r, W'). Holds the (swapped) segmentor as ``model``."""
+    """``forward(band, height)``: this rank's rows of the image (1, 3, h_r, W) (uint8 BGR,
+    as mmseg's data preprocessor takes it) of an image ``height`` rows high -> its
+    band of the decode head's logits, a BandedMap (1, K, H', W'). Holds the segmentor
+    as ``model``."""
 
     def __init__(self, model, group=None):
         super().__init__()
         self.model = model
         self.group = group
 
-    def extract_feat(self, x: torch.Tensor) -> tuple:
-        """Backbone and neck of the preprocessed band x (1, 3, h_r, W)."""
-        m = self.model
-        feats = self.backbone_feat(x)
-        if m.with_neck:
-            feats = NECK_FORWARDS[type(m.neck).__name__](m.neck, feats, self.group)
-        return feats
+    def preprocess(self, band: torch.Tensor, height: int) -> BandedMap:
+        """mmseg's data preprocessor on the band (1, 3, h_r, W) uint8 BGR -> float band."""
+        x = self.model.data_preprocessor(dict(inputs=[band[0]]), False)['inputs']
+        return BandedMap.from_local(x, height, group=self.group)  # (1, 3, H, W)
 
-    def backbone_feat(self, x: torch.Tensor) -> tuple:
+    def backbone_feat(self, x: BandedMap) -> tuple:
         """The backbone's bands of its output maps."""
-        from mmcirc.models.backbones.pyramid import PyramidBackbone
+        return _backbone(self.model, x, self.group)
 
-        from .backbones import veca_forward
-
-        m, g = self.model, self.group
-        bb = m.backbone
-        if isinstance(bb, PyramidBackbone):
-            feats, xh = [], (x, None)
-            for i, stage in enumerate(bb.stages):
-                x, hw, out, out_hw = stage(*xh)
-                xh = (x, hw)
-                if i in bb.out_indices:
-                    norm = getattr(bb, f'norm{i}', None)
-                    out = norm(out) if norm is not None else out
-                    b, n, c = out.shape
-                    feats.append(out.transpose(1, 2).reshape(b, c, *out_hw).contiguous())
-            feats = tuple(feats)
-        elif type(bb).__name__ == 'VECAViT':
-            feats = veca_forward(bb, x, bb.patch_embed, g)
-        else:
-            feats = bb(x)
-        return feats
-
-    def preprocess(self, band: torch.Tensor) -> torch.Tensor:
-        """mmseg's data preprocessor on the band (1, 3, h_r, W) uint8 BGR -> float."""
-        return self.model.data_preprocessor(dict(inputs=[band[0]]), False)['inputs']
-
-    def forward(self, band: torch.Tensor) -> torch.Tensor:
-        m = self.model
-        feats = self.extract_feat(self.preprocess(band))  # band (1, 3, h_r, W)
-        return HEAD_FORWARDS[type(m.decode_head).__name__](m.decode_head, feats, self.group)
+    def forward(self, band: torch.Tensor, height: int) -> BandedMap:
+        return _forward(self.model, self.preprocess(band, height), self.group)
 
 
 # --------------------------------------------------------------------------- inference
@@ -336,22 +275,19 @@ def scatter_image(img: Optional[torch.Tensor], hw: Sequence[int], group=None) ->
     return exchange_rows(img, layout, band_bounds(h, size), dim=1, group=group)
 
 
-def band_labels(logits: torch.Tensor, hw: Sequence[int], align_corners: bool, group=None,
+def band_labels(logits: BandedMap, hw: Sequence[int], align_corners: bool,
                 band: int = 16) -> torch.Tensor:  # fmt: skip
     """This rank's rows of ``resize(logits, hw, bilinear).argmax(1)``: (h_r, W) int64,
-    from the logits band (1, K, h'_r, W'); classes in bands of ``band`` with a running
-    first maximum (as :func:`mmcirc.apis.highres.upsample_argmax`)."""
-    (layout,) = row_offsets(logits.shape[-2], group=group)
-    out = Layout(
-        [b[0] for b in band_bounds(int(hw[0]), layout.world_size)] + [int(hw[0])], layout.rank
-    )
+    from the logits band; classes in bands of ``band`` with a running first maximum
+    (as :func:`mmcirc.apis.highres.upsample_argmax`)."""
     size = (int(hw[0]), int(hw[1]))
+    local = logits.local  # (1, K, h'_r, W')
     return banded_argmax(
         (c0, interpolate(
-            logits[:, c0 : c0 + band].contiguous(), size, None, 'bilinear', align_corners,
-            group=group, in_layout=layout, out_layout=out,
+            local[:, c0 : c0 + band].contiguous(), size, None, 'bilinear', align_corners,
+            group=logits.group, in_layout=logits.layout,
         )[0])  # (band, h_r, W)
-        for c0 in range(0, logits.shape[1], band)
+        for c0 in range(0, local.shape[1], band)
     )  # fmt: skip
 
 
@@ -371,11 +307,11 @@ def predict_sharded(
         t = t.contiguous()
     band = scatter_image(t, hw, group)  # (3, h_r, W)
     with torch.no_grad():
-        out = sharded(band[None])  # (1, K, h'_r, W')
-        labels = band_labels(out, hw, sharded.model.decode_head.align_corners, group)
+        out = sharded(band[None], int(hw[0]))  # (1, K, H', W') banded
+        labels = band_labels(out, hw, sharded.model.decode_head.align_corners)
     k = int(out.shape[1])  # labels travel in the smallest integer type that holds them
     small = torch.uint8 if k <= 256 else torch.int32
     labels = gather_rows(labels.to(small), dim=0, group=group, dst=0)
     labels = None if labels is None else labels.long()
-    whole = gather_rows(out, dim=-2, group=group, dst=0) if logits else None
+    whole = gather_rows(out.local, dim=-2, group=group, dst=0) if logits else None
     return labels, whole

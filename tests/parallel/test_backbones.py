@@ -1,8 +1,8 @@
-"""The sharded backbone parts (mmcirc.parallel.backbones) on 2 and 3 gloo ranks against
-the single-process mmcv / mmdet / mmcirc modules in float64: mmcv's PatchEmbed (corner
-and same adaptive padding), CA-DeiT's padded patch embedding, mmdet PVT's absolute
-position embedding and spatial-reduction attention (r = 1, 2, 4, an empty reduced band
-at P = 3), VECA's core-periphery attention (cores over all patches, exact)."""
+"""Backbone parts on 2 and 3 gloo ranks against the single-process modules in float64:
+the own forwards of mmcv's PatchEmbed (corner and same adaptive padding), CA-DeiT's
+padded patch embedding, mmdet PVT's absolute position embedding and spatial-reduction
+attention (r = 1, 2, 4, an empty reduced band at P = 3) on BandedMap bands, and VECA's
+sharded core-periphery attention (mmcirc.parallel.backbones: cores over all patches)."""
 
 import pytest
 import torch
@@ -11,13 +11,8 @@ from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, SpatialReducti
 
 from mmcirc.models.backbones.ca_deit import PatchEmbed as DeiTPatchEmbed
 from mmcirc.models.backbones.veca import CorePeripheryAttention
-from mmcirc.parallel import band_bounds, run_parallel
-from mmcirc.parallel.backbones import (
-    ShardedCorePeriphery,
-    ShardedPatchEmbed,
-    ShardedPositionEmbedding,
-    ShardedSRA,
-)
+from mmcirc.parallel import BandedMap, band_bounds, run_parallel
+from mmcirc.parallel.backbones import ShardedCorePeriphery
 
 TOL = dict(rtol=1e-11, atol=1e-11)
 EMBEDS = {'corner_4': ('corner', 4, (13, 10)), 'same_3': ('same', 3, (13, 8))}
@@ -70,22 +65,25 @@ def _rows(x, hw, rank, size):
     return x[:, a * hw[1] : b * hw[1]], (b - a, hw[1])
 
 
+def _tokens(x, hw):
+    """Banded tokens (B, H W, C) of an H x W map (rows of W tokens)."""
+    return BandedMap.scatter(x.unflatten(1, hw), band_dim=1).flatten(1, 2)
+
+
 def _worker():
     rank, size = torch.distributed.get_rank(), torch.distributed.get_world_size()
     out = {}
     with torch.no_grad():
         for name in EMBEDS:
             e, x = _embed(name)
-            a, b = band_bounds(x.shape[2], size)[rank]
-            out[name] = ShardedPatchEmbed(e)(x[:, :, a:b])[0]
+            out[name] = e(BandedMap.scatter(x))[0].local
         e, x = _deit()
-        a, b = band_bounds(x.shape[2], size)[rank]
-        out['deit_embed'] = ShardedPatchEmbed(e, pad_to_stride=True)(x[:, :, a:b])[0]
+        out['deit_embed'] = e(BandedMap.scatter(x))[0].local
         p, x, hw = _pos()
-        out['pos_embed'] = ShardedPositionEmbedding(p)(*_rows(x, hw, rank, size))
+        out['pos_embed'] = p(_tokens(x, hw), hw).local
         for name in SRAS:
             m, x, hw = _sra(name)
-            out[name] = ShardedSRA(m)(*_rows(x, hw, rank, size))
+            out[name] = m(_tokens(x, hw), hw).local
         a, x, cos, sin, c, hw = _periphery()
         band = [_rows(t[:, c:], hw, rank, size)[0] for t in (x, cos, sin)]
         args = [torch.cat([t[:, :c], bt], 1) for t, bt in zip((x, cos, sin), band)]

@@ -10,7 +10,7 @@ import torch
 import mmcirc.ops.circulant as circ_ops
 from mmcirc.ops.circulant import CirculantAttention
 from mmcirc.parallel import band_bounds, run_parallel
-from mmcirc.parallel.circulant import ShardedCirculantAttention, circulant_comm_bytes
+from mmcirc.ops.circulant_sharded import ShardedCirculantAttention, circulant_comm_bytes
 from mmcirc.parallel.comm import group_rank_size
 
 from .comm_counter import count_comm

@@ -9,7 +9,7 @@ import torch
 
 from mmcirc.ops.core import CoreAttention, select_cores
 from mmcirc.parallel import band_bounds, run_parallel
-from mmcirc.parallel.core import ShardedCoreAttention, core_comm_bytes
+from mmcirc.ops.core_sharded import ShardedCoreAttention, core_comm_bytes
 from mmcirc.parallel.comm import group_rank_size
 
 from .comm_counter import count_comm

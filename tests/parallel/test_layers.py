@@ -1,5 +1,5 @@
-"""The sharded row-local layers (mmcirc.parallel.comm / layers) on 2 and 3 gloo ranks
-against the single-process torch / mmseg layers (float64).
+"""The sharded row-local ops (mmcirc.parallel.comm / layers) on 2 and 3 gloo ranks
+against the single-process torch ops (float64).
 
 One run_parallel call per world size computes every case on the bands of
 ``band_bounds``; the tests assemble the bands here and compare them with the
@@ -12,16 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmcirc.parallel import band_bounds, run_parallel
-from mmcirc.parallel.comm import exchange_rows, fetch_rows, gather_rows, row_offsets
-from mmcirc.parallel.layers import (
-    ShardedAdaptiveAvgPool2d,
-    ShardedConv2d,
-    ShardedGroupNorm,
-    ShardedUpsample,
-    interpolate,
-    interpolate_full,
-    resize_like,
-)
+from mmcirc.parallel.comm import Layout, exchange_rows, gather_rows
+from mmcirc.parallel.layers import adaptive_avg_pool, conv2d_rows, group_norm_rows, interpolate
 
 TOL = dict(rtol=1e-12, atol=1e-12)
 # name: (Conv2d kwargs, input (B, C, H, W), extra zero rows (top, bottom))
@@ -68,39 +60,37 @@ def _band(x, rank, size, dim=-2):
     return x.narrow(dim % x.dim(), a, b - a).contiguous()
 
 
-def _worker():
-    from mmseg.models.utils import Upsample
+def _layout(height, rank, size):
+    return Layout([a for a, _ in band_bounds(height, size)] + [height], rank)
 
+
+def _worker():
     rank, size = torch.distributed.get_rank(), torch.distributed.get_world_size()
     out = {}
     with torch.no_grad():
         for name in CONVS:
-            conv, x, pad = _conv(name)
-            out[name] = ShardedConv2d(conv)(_band(x, rank, size), pad_rows=pad)
+            c, x, pad = _conv(name)
+            lay = _layout(x.shape[-2], rank, size)
+            out[name] = conv2d_rows(
+                _band(x, rank, size), lay, c.weight, c.bias, c.stride, c.padding, c.dilation,
+                c.groups, pad,
+            )  # fmt: skip
         for name, (shape, kw) in INTERPS.items():
             x = _seeded(name, shape)
-            out[name] = interpolate(_band(x, rank, size), **kw)
-        x = _seeded('upsample', (1, 3, 7, 5))
-        up = Upsample(scale_factor=2, mode='bilinear', align_corners=False)
-        out['mmseg_upsample_x2'] = ShardedUpsample(up)(_band(x, rank, size))
-        big = _seeded('like', (1, 2, 11, 8))
-        out['resize_like'] = resize_like(_band(x, rank, size), _band(big, rank, size), 'bilinear')
-        (lay,) = row_offsets(_band(big, rank, size).shape[-2])
-        small = _seeded('full', (1, 3, 3, 3))
-        out['interpolate_full'] = interpolate_full(small, lay, 8, 'bilinear', False)
+            lay = _layout(shape[-2], rank, size)
+            out[name] = interpolate(_band(x, rank, size), **kw, in_layout=lay)
         for name, osize in POOLS.items():
             x = _seeded(name, (2, 3, 13, 11))
-            out[name] = ShardedAdaptiveAvgPool2d(nn.AdaptiveAvgPool2d(osize))(_band(x, rank, size))
+            out[name] = adaptive_avg_pool(_band(x, rank, size), osize, _layout(13, rank, size))
         for name, (groups, shape) in NORMS.items():
             gn = _norm(name, groups, shape[1])
-            out[name] = ShardedGroupNorm(gn)(_band(_seeded(name, shape), rank, size))
+            x = _band(_seeded(name, shape), rank, size)
+            out[name] = group_norm_rows(x, groups, gn.weight, gn.bias, gn.eps)
         # any ranges, past both ends of the map: zeros there
         x = _seeded('exchange', (2, 10, 3))
         wants = [(-3, 4), (2, 13), (9, 10), (0, 0)][:size]
-        (lay,) = row_offsets(_band(x, rank, size, dim=1).shape[1])
+        lay = _layout(10, rank, size)
         out['exchange_rows'] = exchange_rows(_band(x, rank, size, dim=1), lay, wants, dim=1)
-        lo, hi = [(5, 12), (-2, 3), (0, 10)][rank]  # each rank its own range, told to none
-        out['fetch_rows'] = fetch_rows(_band(x, rank, size, dim=1), lo, hi, dim=1)
         out['gather_rows_all'] = gather_rows(_band(x, rank, size, dim=1), dim=1)
         out['gather_rows_dst0'] = gather_rows(_band(x, rank, size, dim=1), dim=1, dst=0)
     return out
@@ -139,21 +129,6 @@ def test_interpolate_bands_equal_f_interpolate(results, name):
     torch.testing.assert_close(_assembled(results, name), ref, **TOL)
 
 
-def test_mmseg_upsample_and_resize_like(results):
-    from mmseg.models.utils import Upsample, resize
-
-    x = _seeded('upsample', (1, 3, 7, 5))
-    up = Upsample(scale_factor=2, mode='bilinear', align_corners=False)
-    torch.testing.assert_close(_assembled(results, 'mmseg_upsample_x2'), up(x), **TOL)
-    ref = resize(x, size=(11, 8), mode='bilinear', align_corners=False)
-    torch.testing.assert_close(_assembled(results, 'resize_like'), ref, **TOL)
-
-
-def test_interpolate_full_gives_the_band_of_a_replicated_map(results):
-    ref = F.interpolate(_seeded('full', (1, 3, 3, 3)), size=(11, 8), mode='bilinear')
-    torch.testing.assert_close(_assembled(results, 'interpolate_full'), ref, **TOL)
-
-
 @pytest.mark.parametrize('name', list(POOLS))
 def test_adaptive_pool_replicated_on_every_rank(results, name):
     size, outs = results
@@ -184,10 +159,3 @@ def test_gather_rows_whole_map(results):
         torch.testing.assert_close(outs[r]['gather_rows_all'], x, **TOL)
     torch.testing.assert_close(outs[0]['gather_rows_dst0'], x, **TOL)
     assert all(outs[r]['gather_rows_dst0'] is None for r in range(1, size))
-
-
-def test_fetch_rows_own_range_per_rank(results):
-    size, outs = results
-    padded = F.pad(_seeded('exchange', (2, 10, 3)), (0, 0, 3, 3))  # rows -3 .. 12
-    for r, (lo, hi) in enumerate([(5, 12), (-2, 3), (0, 10)][:size]):
-        torch.testing.assert_close(outs[r]['fetch_rows'], padded[:, lo + 3 : hi + 3], **TOL)

@@ -34,6 +34,18 @@ model = dict(
                      norm_cfg=dict(type='GN', num_groups=2),
                      loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0)))
 """
+HEAD = """_base_ = {base!r}
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+                            num_heads=[1, 1, 1, 2]){extra}),
+    neck=None,
+    decode_head=dict(_delete_=True, channels=8, num_classes=150,
+                     dropout_ratio=0.1, align_corners=False, norm_cfg=dict(type='GN', num_groups=2),
+                     loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0), {head}),
+    auxiliary_head=dict(type='FCNHead', in_channels=24, in_index=2, channels=8, num_convs=1,
+                        num_classes=150, norm_cfg=dict(type='GN', num_groups=2),
+                        loss_decode=dict(type='CrossEntropyLoss', loss_weight=0.4)))
+"""
 CA_PVT, CORE_PVT = 'ca_pvt_t-allcirc_fpn_80k_ade20k.py', 'core_pvt_t-allcore_fpn_80k_ade20k.py'
 # name: (template, base config, backbone extra, (H, W))
 CASES = {
@@ -43,6 +55,11 @@ CASES = {
     # PVTv2's FFN (a 3 x 3 depthwise conv between its linears) in stage 1: mmdet's block
     'ca_pvt_fpn_conv_ffn': (PVT, 'ca_pvt_t_fpn_80k_ade20k.py', "block_cfgs=[dict(type='SRABlock', use_conv_ffn=True), None, None, None]", (70, 100)),
     'ca_pvt_upernet_gn': (UPER, CA_PVT, "stage_attentions=('circulant', 'sra', 'core', 'circulant')", (67, 45)),
+    # heads with no sharded code of their own (the proof): their mmseg forwards, banded
+    'ca_pvt_psphead': (HEAD, CA_PVT, "type='PSPHead', in_channels=32, in_index=3, pool_scales=(1, 2, 3, 6)", (67, 45)),
+    'ca_pvt_aspphead': (HEAD, CA_PVT, "type='ASPPHead', in_channels=32, in_index=3, dilations=(1, 2, 3)", (67, 45)),
+    'ca_pvt_segformerhead': (HEAD, CA_PVT, "type='SegformerHead', in_channels=[8, 16, 24, 32], in_index=[0, 1, 2, 3]", (67, 45)),
+    'ca_pvt_fcnhead_aux': (HEAD, CA_PVT, "type='FCNHead', in_channels=16, in_index=1, num_convs=2, concat_input=True", (67, 45)),
     'ca_deit_upernet': (TINY_ISOTROPIC, 'ca_deit_s_upernet_160k_ade20k.py', '', (100, 70)),
     'veca_upernet': (TINY_ISOTROPIC, 'veca_b_upernet_160k_ade20k.py', '', (100, 70)),
 }  # fmt: skip
@@ -55,6 +72,8 @@ def _config(tmp, name):
     if template is TINY_ISOTROPIC:
         arch, more = TINY_ISOTROPIC_ARCH[base]
         path.write_text(template.format(base=full, arch=arch, extra=more))
+    elif template is HEAD:
+        path.write_text(template.format(base=full, extra='', head=extra))
     else:
         path.write_text(template.format(base=full, extra=', ' + extra))
     return str(path)
@@ -145,10 +164,10 @@ def test_world_size_above_the_smallest_map_is_refused(models):
         check_size(model, (100, 70), 4)
 
 
-def test_backbone_leaf_without_a_sharded_version_named_in_one_line(tmp_path, models):
-    """The backbone is inspected leaf by leaf as the neck and head are: a row-coupled
-    layer with no sharded version (here a max pool in place of PVTv2's FFN conv) is
-    refused, naming it, before anything is swapped."""
+def test_backbone_op_without_a_handler_named_in_one_line(tmp_path, models):
+    """One rule for the whole model, found by tracing its band-wise forward once: an op
+    with no handler (here a max pool in place of PVTv2's FFN conv) is refused, naming
+    the module and the op, before anything is swapped."""
     import copy
 
     model = copy.deepcopy(models['ca_pvt_fpn_conv_ffn'][0])
@@ -158,26 +177,31 @@ def test_backbone_leaf_without_a_sharded_version_named_in_one_line(tmp_path, mod
 
     with pytest.raises(
         ValueError,
-        match=r'^backbone\.layers\.0\.blocks\.0\.ffn\.layers\.1: layer MaxPool2d has no sharded',
+        match=r'^backbone\.layers\.0\.blocks\.0\.ffn\.layers\.1: sharded inference: '
+        r'F\.max_pool2d has no handler',
     ) as err:
         shard_model(model)
     assert len(str(err.value).splitlines()) == 1
     assert not any('Sharded' in type(m).__name__ for m in model.modules())
 
 
-def test_unsupported_decode_head_named_in_one_line(tmp_path):
+def test_decode_head_op_without_a_handler_named_in_one_line(tmp_path):
+    """DANet's position attention multiplies all positions with all (torch.matmul over
+    the rows): no handler, refused naming the module and the op."""
     from mmcirc.apis.builder import build_model
     from mmcirc.parallel.model import shard_model
 
     path = tmp_path / 'fcn_head.py'
     head = (
-        "decode_head=dict(_delete_=True, type='FCNHead', in_channels=8, channels=8, "
-        'num_convs=1, num_classes=150, in_index=0)'
+        "decode_head=dict(_delete_=True, type='DAHead', in_channels=8, channels=8, "
+        'pam_channels=4, num_classes=150, in_index=0)'
     )
     text = PVT.format(base=osp.join(REPO, 'configs', CA_PVT), extra='')
     path.write_text(text.replace('decode_head=dict(in_channels=[8, 8, 8, 8], channels=8)', head))
     model = build_model(str(path))
-    with pytest.raises(ValueError, match=r'^decode_head FCNHead: not supported; sharded') as err:
+    with pytest.raises(
+        ValueError, match=r'^decode_head\.pam\S*: sharded inference: \S+ has no handler'
+    ) as err:
         shard_model(model)
     assert len(str(err.value).splitlines()) == 1
     assert not any('Sharded' in type(m).__name__ for m in model.modules())

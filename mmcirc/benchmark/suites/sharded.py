@@ -66,7 +66,7 @@ def _worker(cfg, size, sharded):
             torch.from_numpy(img.transpose(2, 0, 1)).contiguous() if rank == 0 else None,
             img.shape[:2],
         )
-        x = s.preprocess(band[None])
+        x = s.preprocess(band[None], img.shape[0])
         dist.barrier()
         feats, out['backbone'] = _measure(lambda: s.backbone_feat(x))
         del feats, x, band

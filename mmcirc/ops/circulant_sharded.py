@@ -3,7 +3,7 @@
 :class:`ShardedCirculantAttention` is :class:`~mmcirc.ops.circulant.CirculantAttention`
 (same parameters, same state dict; :meth:`~ShardedCirculantAttention.from_module` wraps an
 existing layer and shares its weights) whose input and output are the local band of
-tokens, rows ``band_of(H, rank, P)`` of the H x W map. Per block of heads:
+tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map. Per block of heads:
 
 1. gate, qkv: token-wise, local. qkv-in-spectrum: one :func:`sharded_rfft2` of x
    (B, C, h_r, W) -> column band (B, C, Ph, u_r), then ``W_q s, W_k, W_v`` on it.
@@ -30,6 +30,8 @@ Per rank: divide by P. :func:`circulant_comm_bytes` gives the exact figure.
 This file depends on torch only.
 """
 
+import weakref
+
 import torch
 import torch.distributed as dist
 
@@ -44,11 +46,12 @@ from mmcirc.ops.circulant import (
 )
 from mmcirc.ops.circulant_transforms import TorchFFT
 
-from .bands import band_bounds
-from .comm import group_rank_size
-from .fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
+from mmcirc.parallel.banded import BandedMap, register_operator
+from mmcirc.parallel.bands import band_bounds
+from mmcirc.parallel.comm import group_rank_size
+from mmcirc.parallel.fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
 
-__all__ = ['ShardedCirculantAttention', 'circulant_comm_bytes']
+__all__ = ['ShardedCirculantAttention', 'circulant_banded', 'circulant_comm_bytes']
 
 
 def circulant_comm_bytes(
@@ -104,7 +107,7 @@ class ShardedCirculantAttention(CirculantAttention):
 
     Same arguments and parameters as the single-process layer, plus ``group`` (the
     spatial process group; None: the default group). ``forward(x, hw_shape)``: x
-    (B, h_r W, C), the tokens (row-major) of rows ``band_of(H, rank, P)``; ``hw_shape``
+    (B, h_r W, C), the tokens (row-major) of rows ``band_bounds(H, P)[rank]``; ``hw_shape``
     the GLOBAL (H, W). Returns the local band (B, h_r W, C). Equal to the single-process
     layer on the assembled map up to float rounding. The torch.fft path only (no export
     mode).
@@ -202,3 +205,23 @@ class ShardedCirculantAttention(CirculantAttention):
             return o
         z = o[:, cb:].unsqueeze(2)  # (B, nh, 1, h_r, W)
         return (o[:, :cb].view(b, nh, d, *o.shape[-2:]) / z).view(b, cb, *o.shape[-2:])
+
+
+_TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+
+@register_operator(CirculantAttention)
+def circulant_banded(module: CirculantAttention, x, hw_shape):
+    """The :class:`~mmcirc.parallel.banded.BandedMap` handler of a CirculantAttention:
+    tokens (B, N, C) banded by the rows of the global ``hw_shape`` -> the same band of
+    its output, by a :class:`ShardedCirculantAttention` sharing the module's weights."""
+    h, w = (int(v) for v in hw_shape)
+    if not isinstance(x, BandedMap) or (x.band_dim, x.unit, x.height) != (1, w, h):
+        raise ValueError(
+            'sharded inference: CirculantAttention takes tokens (B, N, C) banded by the rows '
+            f'of hw_shape={tuple(hw_shape)}'
+        )
+    twin = _TWINS.get(module)
+    if twin is None or twin.group is not x.group:
+        twin = _TWINS[module] = ShardedCirculantAttention.from_module(module, x.group)
+    return x.like(twin(x.local, (h, w)))  # (B, n_r, C)

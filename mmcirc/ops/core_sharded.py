@@ -27,14 +27,17 @@ of the image size: elastic C' scales it linearly. A ring all-reduce moves about
 This file depends on torch only.
 """
 
+import weakref
+
 import torch
 import torch.distributed as dist
 
 from mmcirc.ops.core import CoreAttention
 
-from .comm import group_rank_size
+from mmcirc.parallel.banded import BandedMap, register_operator
+from mmcirc.parallel.comm import group_rank_size
 
-__all__ = ['ShardedCoreAttention', 'core_comm_bytes']
+__all__ = ['ShardedCoreAttention', 'core_banded', 'core_comm_bytes']
 
 
 def core_comm_bytes(batch, channels, num_heads, num_cores, real_bytes=4):
@@ -117,3 +120,24 @@ class ShardedCoreAttention(CoreAttention):
             new_cores = cores + self.core_proj(g)
             return x.new_empty(x.shape), new_cores
         return super().forward(x, cores)
+
+
+_TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+
+@register_operator(CoreAttention)
+def core_banded(module: CoreAttention, x, cores):
+    """The :class:`~mmcirc.parallel.banded.BandedMap` handler of a CoreAttention: the
+    band of patches x (B, N, C) and the cores (B, C', C), the same on every rank ->
+    (the band of y, new cores on every rank), by a :class:`ShardedCoreAttention`
+    sharing the module's weights."""
+    if not isinstance(x, BandedMap) or x.band_dim != 1 or isinstance(cores, BandedMap):
+        raise ValueError(
+            'sharded inference: CoreAttention takes patches (B, N, C) banded along N and '
+            'plain cores'
+        )
+    twin = _TWINS.get(module)
+    if twin is None or twin.group is not x.group:
+        twin = _TWINS[module] = ShardedCoreAttention.from_module(module, x.group)
+    y, new_cores = twin(x.local, cores)  # (B, n_r, C), (B, C', C)
+    return x.like(y), new_cores

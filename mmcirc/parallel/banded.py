@@ -1,0 +1,331 @@
+"""A row-banded map: one rank's band of rows of a feature map that still reports the
+global shape, so that a model's own forward (its shape arithmetic, mmseg's ``resize``
+to ``x.shape[2:]``) runs on it unchanged.
+
+:class:`BandedMap` is a thin ``torch.Tensor`` wrapper (no storage of its own) around
+the local band ``local``; it knows the map's global ``shape``, which axis carries the
+rows (``band_dim``), how many elements of that axis one row is (``unit``: 1 for the H
+axis of (B, C, H, W), W for the N axis of tokens (B, N, C)), the global rows
+``height``, the process ``group`` and the row bounds of every rank
+(:func:`~mmcirc.parallel.bands.band_bounds` of ``height``, computed once, never
+gathered).
+
+Why not DTensor: a row band of a token map (B, N, C) is a run of whole rows of
+tokens, ``h_r W`` tokens; DTensor's ``Shard(1)`` on N splits N as torch.chunk does,
+which does not fall on row boundaries, and DTensor refuses ``flatten`` of an unevenly
+sharded axis (tests/parallel/dtensor_probe.py). The split of the rows themselves is
+DTensor's (torch.chunk's), so :meth:`BandedMap.full_tensor` matches
+``DTensor.full_tensor`` on a ``Shard`` placement of the H axis.
+
+Every torch function that reaches a BandedMap goes through ``__torch_function__``:
+
+* metadata (``shape``, ``dim()``, ``dtype``, ...) answers for the global map;
+* a function in :data:`HANDLERS` (registered with :func:`register`: convolutions with
+  halos, interpolation, pooling, GroupNorm, the token reshapes, concatenation, the
+  attention operators) computes this rank's band of the single-process result;
+* a function in the local set (channel-wise and elementwise ops, linear, LayerNorm
+  over channels, BatchNorm in eval, activations, dropout) runs on the local band; a
+  plain tensor operand that spans every global row is cut to the band first;
+* anything else raises a one-line ValueError naming the function.
+
+This file depends on torch only.
+"""
+
+from typing import Callable, Dict, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .bands import band_bounds
+from .comm import Layout, exchange_rows, group_rank_size
+
+__all__ = [
+    'BandedMap', 'HANDLERS', 'LOCAL_FUNCTIONS', 'OPERATORS', 'func_name', 'register',
+    'register_operator', 'shard_operators',
+]  # fmt: skip
+
+#: torch function -> handler(*args, **kwargs) for ops that need neighbours or a global view.
+HANDLERS: Dict[Callable, Callable] = {}
+#: module class -> handler(module, *args, **kwargs): the attention operators, whose
+#: forward is a Python method (no torch function to key by), registered beside their
+#: ops files (mmcirc.ops.circulant_sharded, mmcirc.ops.core_sharded).
+OPERATORS: Dict[type, Callable] = {}
+
+
+def register(*funcs: Callable):
+    """Decorator: the handler of ``funcs`` (torch functions or Tensor methods)."""
+
+    def wrap(handler):
+        for f in funcs:
+            HANDLERS[f] = handler
+        return handler
+
+    return wrap
+
+
+def register_operator(cls: type):
+    """Decorator: the handler of ``cls``'s forward on a BandedMap (see :func:`shard_operators`)."""
+
+    def wrap(handler):
+        OPERATORS[cls] = handler
+        return handler
+
+    return wrap
+
+
+class _OperatorForward:
+    """A module's forward that hands a BandedMap input to its operator handler."""
+
+    def __init__(self, module, handler, forward):
+        self.module, self.handler, self.forward = module, handler, forward
+
+    def __call__(self, *args, **kwargs):
+        if _bands_in(list(args) + list(kwargs.values())):
+            return self.handler(self.module, *args, **kwargs)
+        return self.forward(*args, **kwargs)
+
+
+def shard_operators(model) -> int:
+    """Give every submodule of ``model`` that is an instance of a class in
+    :data:`OPERATORS` a forward that runs the handler on BandedMap inputs (plain inputs:
+    the module's own forward). In place, nothing copied; returns how many."""
+    n = 0
+    for m in model.modules():
+        for cls in type(m).__mro__:
+            if cls in OPERATORS and not isinstance(m.forward, _OperatorForward):
+                m.forward = _OperatorForward(m, OPERATORS[cls], m.forward)
+                n += 1
+                break
+    return n
+
+
+def func_name(func) -> str:
+    """``torch.conv2d`` / ``Tensor.flatten`` / ``F.interpolate``: how errors name ``func``."""
+    name = getattr(func, '__name__', repr(func))
+    owner = getattr(func, '__objclass__', None)
+    if owner is not None:
+        return f'Tensor.{name}'
+    mod = getattr(func, '__module__', None) or 'torch'
+    return f'{mod}.{name}'.replace('torch.nn.functional', 'F').replace('torch._C._nn', 'F')
+
+
+def _tensor_methods(*names):
+    return [getattr(torch.Tensor, n) for n in names if hasattr(torch.Tensor, n)]
+
+
+def _functions(module, *names):
+    return [getattr(module, n) for n in names if hasattr(module, n)]
+
+
+_ELEMENTWISE = set(
+    _tensor_methods(
+        'add', 'add_', 'sub', 'sub_', 'mul', 'mul_', 'div', 'div_', 'neg', 'exp', 'sqrt',
+        'rsqrt', 'sigmoid', 'tanh', 'relu', 'relu_', 'clamp', 'clamp_', 'abs', 'pow',
+        '__add__', '__radd__', '__iadd__', '__sub__', '__rsub__', '__isub__', '__mul__',
+        '__rmul__', '__imul__', '__truediv__', '__rtruediv__', '__itruediv__', '__neg__',
+        '__pow__', 'to', 'type_as', 'float', 'double', 'half', 'contiguous', 'clone',
+        'detach', 'masked_fill', 'lerp', 'addcmul', 'sign',
+    )
+    + _functions(
+        torch, 'add', 'sub', 'mul', 'div', 'neg', 'exp', 'sqrt', 'rsqrt', 'sigmoid', 'tanh',
+        'relu', 'relu_', 'clamp', 'abs', 'pow', 'where', 'clone', 'lerp', 'addcmul',
+    )
+    + _functions(
+        F, 'relu', 'relu_', 'relu6', 'hardtanh', 'gelu', 'silu', 'hardswish', 'hardsigmoid',
+        'leaky_relu', 'elu', 'mish', 'sigmoid', 'tanh', 'dropout', 'dropout2d', 'dropout1d',
+        'alpha_dropout',
+    )
+)  # fmt: skip
+#: Ops that act along the last axes only (their tensor arguments are parameters).
+_TRAILING = {F.linear: 1, F.layer_norm: None, F.normalize: None}
+#: The local set: everything that runs on the band unchanged.
+LOCAL_FUNCTIONS = frozenset(_ELEMENTWISE | set(_TRAILING) | {F.batch_norm, F.instance_norm})
+
+_METADATA = frozenset(
+    _tensor_methods(
+        'size', 'dim', 'ndimension', 'numel', 'nelement', 'element_size', 'is_floating_point',
+        'is_complex', 'get_device', 'is_contiguous', '__len__', 'requires_grad_',
+    )
+)  # fmt: skip
+
+
+def _refuse(func, why: str = 'has no handler for a row-banded map') -> ValueError:
+    return ValueError(f'sharded inference: {func_name(func)} {why}')
+
+
+class BandedMap(torch.Tensor):
+    """This rank's band of rows of a global map. Build with :meth:`from_local` (the local
+    band, the global height) or :meth:`scatter` (cut a whole map every rank holds);
+    :meth:`full_tensor` assembles the whole map on every rank; ``local`` is the band."""
+
+    @staticmethod
+    def __new__(cls, local, shape, band_dim, unit, height, group):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, shape, dtype=local.dtype, device=local.device, requires_grad=False
+        )
+        r.local = local
+        r.band_dim, r.unit, r.height, r.group = band_dim, unit, height, group
+        r.rank, r.world_size = group_rank_size(group)
+        r.bounds = band_bounds(height, r.world_size)
+        a, b = r.bounds[r.rank]
+        if local.shape[band_dim] != (b - a) * unit:
+            raise ValueError(
+                f'BandedMap: local has {local.shape[band_dim]} entries along dim {band_dim}, '
+                f'rank {r.rank} of {r.world_size} owns rows [{a}, {b}) of {height}: '
+                f'{(b - a) * unit} entries'
+            )
+        return r
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_local(cls, local, height: int, band_dim: int = -2, unit: int = 1, group=None):
+        """The band ``local`` of a map ``height`` rows high along ``band_dim``."""
+        band_dim = band_dim % local.dim()
+        shape = list(local.shape)
+        shape[band_dim] = int(height) * unit
+        return cls(local, torch.Size(shape), band_dim, unit, int(height), group)
+
+    @classmethod
+    def scatter(cls, full: torch.Tensor, band_dim: int = -2, group=None):
+        """This rank's band of ``full`` (every rank holds it whole; no communication)."""
+        band_dim = band_dim % full.dim()
+        rank, size = group_rank_size(group)
+        a, b = band_bounds(full.shape[band_dim], size)[rank]
+        local = full.narrow(band_dim, a, b - a).contiguous()
+        return cls.from_local(local, full.shape[band_dim], band_dim, 1, group)
+
+    def like(self, local, band_dim: Optional[int] = None, unit: Optional[int] = None,
+             height: Optional[int] = None):  # fmt: skip
+        """A BandedMap of ``local`` in this map's group (default: the same band layout)."""
+        return BandedMap.from_local(
+            local,
+            self.height if height is None else height,
+            self.band_dim if band_dim is None else band_dim,
+            self.unit if unit is None else unit,
+            self.group,
+        )
+
+    @property
+    def row_range(self):
+        """(start, stop): this rank's global rows."""
+        return self.bounds[self.rank]
+
+    @property
+    def layout(self) -> Layout:
+        """The rows' :class:`~mmcirc.parallel.comm.Layout` (from the bounds, no collective)."""
+        return Layout([a for a, _ in self.bounds] + [self.height], self.rank)
+
+    def same_layout(self, other: 'BandedMap') -> bool:
+        return (self.band_dim, self.unit, self.height, self.group) == (
+            other.band_dim, other.unit, other.height, other.group,
+        )  # fmt: skip
+
+    def cut(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """This rank's rows of ``t``, a plain tensor whose axis ``dim`` spans all rows."""
+        a, b = self.row_range
+        return t.narrow(dim, a * self.unit, (b - a) * self.unit)
+
+    def full_tensor(self) -> torch.Tensor:
+        """The whole map on every rank (an all-gather of the bands)."""
+        if self.world_size == 1:
+            return self.local
+        rows = self.local.unflatten(self.band_dim, (-1, self.unit))  # (..., h_r, unit, ...)
+        wants = [(0, self.height)] * self.world_size
+        whole = exchange_rows(rows, self.layout, wants, dim=self.band_dim, group=self.group)
+        return whole.flatten(self.band_dim, self.band_dim + 1)  # (..., H unit, ...)
+
+    def __repr__(self, *, tensor_contents=None):
+        return (
+            f'BandedMap(shape={tuple(self.shape)}, band_dim={self.band_dim}, rows '
+            f'{self.row_range} of {self.height}, local={tuple(self.local.shape)})'
+        )
+
+    # ------------------------------------------------------------------ dispatch
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _METADATA or getattr(func, '__name__', '') == '__get__':
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        handler = HANDLERS.get(func)
+        if handler is not None:
+            return handler(*args, **kwargs)
+        if func in LOCAL_FUNCTIONS:
+            return _run_local(func, args, kwargs)
+        raise _refuse(func)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise ValueError(
+            f'sharded inference: {func} reached a row-banded map below torch functions'
+        )
+
+
+def _bands_in(values):
+    out = []
+    for v in values:
+        if isinstance(v, BandedMap):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out += _bands_in(v)
+    return out
+
+
+def _run_local(func, args, kwargs):
+    """``func`` on the local bands; plain tensors spanning every row are cut to the band."""
+    bands = _bands_in(list(args) + list(kwargs.values()))
+    ref = bands[0]
+    for m in bands[1:]:
+        if not m.same_layout(ref):
+            raise _refuse(func, 'got row-banded maps of different layouts')
+    nd, bd = ref.dim(), ref.band_dim
+    trailing = func in _TRAILING or func in (F.batch_norm, F.instance_norm)
+    if func in (F.batch_norm, F.instance_norm):
+        training = kwargs.get('training', args[5] if len(args) > 5 else False)
+        if training or func is F.instance_norm:
+            raise _refuse(func, 'in training mode (per-batch statistics) has no handler')
+        if bd < 2:
+            raise _refuse(func, 'over the banded axis has no handler')
+    if func is F.layer_norm:
+        shape = kwargs.get('normalized_shape', args[1] if len(args) > 1 else None)
+        if bd >= nd - len(tuple(shape)):
+            raise _refuse(func, 'over the banded axis has no handler')
+    if func in (F.linear, F.normalize) and bd >= nd - 1:
+        raise _refuse(func, 'over the banded axis has no handler')
+
+    args = [_unwrap(a, ref, trailing, func) for a in args]
+    kwargs = {k: _unwrap(v, ref, trailing, func) for k, v in kwargs.items()}
+    return _wrap_like(ref, func(*args, **kwargs), func)
+
+
+def _unwrap(v, ref: BandedMap, trailing: bool, func):
+    """The local band of a BandedMap; a plain tensor spanning every row (broadcast from
+    the right) cut to the band, unless ``func`` takes it as a parameter (``trailing``).
+    (A module-level function: a recursive closure would keep ``ref`` in a reference
+    cycle, holding every band until the garbage collector runs.)"""
+    if isinstance(v, BandedMap):
+        return v.local
+    if isinstance(v, torch.Tensor) and not trailing:
+        nd, bd = ref.dim(), ref.band_dim
+        k = bd - (nd - v.dim())  # the banded axis of v, broadcast from the right
+        if 0 <= k < v.dim() and v.shape[k] != 1:
+            if v.shape[k] != ref.shape[bd]:
+                raise _refuse(func, f'got a plain operand of shape {tuple(v.shape)}')
+            return ref.cut(v, k)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_unwrap(e, ref, trailing, func) for e in v)
+    return v
+
+
+def _wrap_like(ref: BandedMap, out, func):
+    if isinstance(out, (tuple, list)):
+        return type(out)(_wrap_like(ref, o, func) for o in out)
+    if not isinstance(out, torch.Tensor):
+        return out
+    a, b = ref.row_range
+    if out.dim() != ref.dim() or out.shape[ref.band_dim] != (b - a) * ref.unit:
+        raise _refuse(func, f'changed the banded axis (local output {tuple(out.shape)})')
+    return ref.like(out)
