@@ -345,7 +345,7 @@ def _sharded_rank(args, overrides, size):
 
     from mmcirc import apis as hr
     from mmcirc.parallel import infer as pinf
-    from mmcirc.parallel.comm import group_rank_size
+    from mmcirc.distributed.comm import group_rank_size
     from mmcirc.parallel.model import check_size, shard_model
 
     rank, world = group_rank_size()
@@ -398,7 +398,7 @@ def _main_sharded(args, overrides, size):
     if args.nproc is not None:
         import torch
 
-        from mmcirc.parallel import run_parallel
+        from mmcirc.distributed import run_parallel
 
         if args.nproc < 1:
             raise CLIError(f'--nproc must be a positive int, got {args.nproc}')
@@ -410,8 +410,8 @@ def _main_sharded(args, overrides, size):
         except RuntimeError as err:  # 'rank r failed: <its error>'
             raise CLIError(str(err).strip().splitlines()[0]) from None
     else:
-        from mmcirc.parallel.comm import group_rank_size
-        from mmcirc.parallel.launch import init_from_env, is_secondary_error
+        from mmcirc.distributed.comm import group_rank_size
+        from mmcirc.distributed.launch import init_from_env, is_secondary_error
 
         init_from_env('gloo')
         try:

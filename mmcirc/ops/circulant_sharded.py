@@ -17,7 +17,7 @@ tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map. Per block of heads:
 
 Communication per forward, all ranks together (s bytes per real element of the compute
 dtype: 4 float32, 8 float64; U = Pw//2 + 1; T(L, R) = 2 s L sum_r sum_{q != r} R_r U_q,
-about 2 s L R U (1 - 1/P), is one transpose of :mod:`mmcirc.parallel.fft`)::
+about 2 s L R U (1 - 1/P), is one transpose of :mod:`mmcirc.distributed.fft`)::
 
     T(B C, H) + 2 T(B heads, R) + T(B (C + z heads), H)    (all_to_all_single)
     + 2 P B heads s                                          (two all_reduce payloads)
@@ -46,10 +46,10 @@ from mmcirc.ops.circulant import (
 )
 from mmcirc.ops.circulant_transforms import TorchFFT
 
-from mmcirc.parallel.banded import BandedMap, register_operator
-from mmcirc.parallel.bands import band_bounds
-from mmcirc.parallel.comm import group_rank_size
-from mmcirc.parallel.fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
+from mmcirc.distributed.banded import BandedMap, register_operator
+from mmcirc.distributed.bands import band_bounds
+from mmcirc.distributed.comm import group_rank_size
+from mmcirc.distributed.fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
 
 __all__ = ['ShardedCirculantAttention', 'circulant_banded', 'circulant_comm_bytes']
 
@@ -212,7 +212,7 @@ _TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
 
 @register_operator(CirculantAttention)
 def circulant_banded(module: CirculantAttention, x, hw_shape):
-    """The :class:`~mmcirc.parallel.banded.BandedMap` handler of a CirculantAttention:
+    """The :class:`~mmcirc.distributed.banded.BandedMap` handler of a CirculantAttention:
     tokens (B, N, C) banded by the rows of the global ``hw_shape`` -> the same band of
     its output, by a :class:`ShardedCirculantAttention` sharing the module's weights."""
     h, w = (int(v) for v in hw_shape)

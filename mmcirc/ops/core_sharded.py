@@ -34,8 +34,8 @@ import torch.distributed as dist
 
 from mmcirc.ops.core import CoreAttention
 
-from mmcirc.parallel.banded import BandedMap, register_operator
-from mmcirc.parallel.comm import group_rank_size
+from mmcirc.distributed.banded import BandedMap, register_operator
+from mmcirc.distributed.comm import group_rank_size
 
 __all__ = ['ShardedCoreAttention', 'core_banded', 'core_comm_bytes']
 
@@ -127,7 +127,7 @@ _TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
 
 @register_operator(CoreAttention)
 def core_banded(module: CoreAttention, x, cores):
-    """The :class:`~mmcirc.parallel.banded.BandedMap` handler of a CoreAttention: the
+    """The :class:`~mmcirc.distributed.banded.BandedMap` handler of a CoreAttention: the
     band of patches x (B, N, C) and the cores (B, C', C), the same on every rank ->
     (the band of y, new cores on every rank), by a :class:`ShardedCoreAttention`
     sharing the module's weights."""

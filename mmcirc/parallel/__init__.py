@@ -1,37 +1,9 @@
-"""Spatial parallelism: one whole image computed by P processes that each hold one
-horizontal band of rows of every feature map (torch.distributed; gloo on CPU, NCCL on
-GPU). The split is :func:`band_bounds`; :func:`run_parallel` runs a function on P local
-ranks (tests, ``--nproc``), ``torchrun`` launches real runs.
+"""Spatial parallelism for built mmseg segmentors: one whole image computed by P
+processes, each holding one horizontal band of rows of every feature map, with the
+models' own forwards run on row-banded maps (:class:`mmcirc.distributed.BandedMap`).
 
-Modules: :mod:`.comm` (the row exchange of band-sharded maps), :mod:`.layers` (the row
-exchanges of convolutions, interpolation, pooling, GroupNorm), :mod:`.fft` (the distributed FFT of the circulant
-operator, whose sharded version lives beside it: :mod:`mmcirc.ops.circulant_sharded`,
-:mod:`mmcirc.ops.core_sharded`), :mod:`.banded` / :mod:`.handlers` (the row-banded
-map :class:`BandedMap` and its per-op handlers); with the OpenMMLab libraries,
-:mod:`.backbones` (VECA), :mod:`.model` (``shard_model``, ``predict_sharded``:
-a built mmseg segmentor sharded) and :mod:`.infer` (one image measured, the library of
-``tools/infer_highres.py --shard / --nproc``).
-
-The names below depend on torch only."""
-
-from .comm import exchange_rows, gather_rows, row_offsets
-
-from .bands import band_bounds, check_world_size
-from .launch import free_port, init_from_env, run_parallel
-from .fft import sharded_irfft2, sharded_rfft2
-from .banded import BandedMap
-from . import handlers  # noqa: F401  (registers the BandedMap handlers)
-
-__all__ = [
-    'BandedMap',
-    'band_bounds',
-    'check_world_size',
-    'free_port',
-    'init_from_env',
-    'run_parallel',
-    'sharded_rfft2',
-    'sharded_irfft2',
-    'exchange_rows',
-    'gather_rows',
-    'row_offsets',
-]
+Modules (with the OpenMMLab libraries): :mod:`.model` (``shard_model``,
+``check_shardable``, ``predict_sharded``: a built mmseg segmentor sharded),
+:mod:`.backbones` (VECA's core-periphery layer) and :mod:`.infer` (one image measured,
+the library of ``tools/infer_highres.py --shard / --nproc``). The torch-only machinery
+(band rule, row exchange, distributed FFT, launcher) is :mod:`mmcirc.distributed`."""

@@ -1,6 +1,6 @@
 """VECA on row bands: its block-sparse attention joins the C' cores to the patches
 along the token axis, so the token map [cores; patches] is no row band and its forward
-cannot run on a :class:`~mmcirc.parallel.banded.BandedMap`; the parts around it can.
+cannot run on a :class:`~mmcirc.distributed.banded.BandedMap`; the parts around it can.
 
 * :class:`ShardedCorePeriphery`: VECA's ``CorePeripheryAttention`` on [cores; band of
   patches] (cores see every patch: the softmax over the patches of all ranks as a
@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .comm import group_rank_size
+from mmcirc.distributed.comm import group_rank_size
 
 __all__ = ['ShardedCorePeriphery', 'veca_forward']
 

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
-from .comm import group_rank_size
+from mmcirc.distributed.comm import group_rank_size
 from .model import ShardedSegmentor, predict_sharded
 
 __all__ = ['count_bytes', 'run_image_sharded', 'sync_weights']

@@ -2,7 +2,7 @@
 
 The backbone (CA-PVT / Core-PVT: any mix of ``'circulant'``, ``'core'``, ``'sra'``
 stages; CA-DeiT), the neck and the decode head run their own forwards on
-:class:`~mmcirc.parallel.banded.BandedMap` bands: every op they reach has a handler
+:class:`~mmcirc.distributed.banded.BandedMap` bands: every op they reach has a handler
 (:mod:`.handlers`, the attention operators' beside their ops files) or is local.
 VECA's block-sparse attention concatenates the cores with the patches along the token
 axis, which a row band cannot carry: its backbone parts are swapped for the sharded
@@ -13,7 +13,7 @@ found by tracing the band-wise forward once on a small image (every rank togethe
 one process without a process group) before anything is swapped; :func:`shard_model`
 returns the :class:`ShardedSegmentor`; :func:`map_heights` lists the rows of every
 feature map at an image size (``PyramidBackbone.stage_grids``) for
-:func:`~mmcirc.parallel.bands.check_world_size`; :func:`predict_sharded` is the
+:func:`~mmcirc.distributed.bands.check_world_size`; :func:`predict_sharded` is the
 inference entry: rank 0's image goes out band by band, every rank predicts its band of
 labels (mmseg's bilinear resize of the logits to the image, argmax), rank 0 gets the
 whole label map and logits back.
@@ -27,10 +27,10 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..utils.labels import banded_argmax
-from .banded import BandedMap, shard_operators
-from .bands import band_bounds, check_world_size
-from .comm import Layout, exchange_rows, gather_rows, group_rank_size
-from .layers import interpolate
+from mmcirc.distributed.banded import BandedMap, shard_operators
+from mmcirc.distributed.bands import band_bounds, check_world_size
+from mmcirc.distributed.comm import Layout, exchange_rows, gather_rows, group_rank_size
+from mmcirc.distributed.layers import interpolate
 
 __all__ = [
     'check_shardable',

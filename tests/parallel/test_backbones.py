@@ -11,7 +11,7 @@ from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, SpatialReducti
 
 from mmcirc.models.backbones.ca_deit import PatchEmbed as DeiTPatchEmbed
 from mmcirc.models.backbones.veca import CorePeripheryAttention
-from mmcirc.parallel import BandedMap, band_bounds, run_parallel
+from mmcirc.distributed import BandedMap, band_bounds, run_parallel
 from mmcirc.parallel.backbones import ShardedCorePeriphery
 
 TOL = dict(rtol=1e-11, atol=1e-11)

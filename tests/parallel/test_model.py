@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from helpers import REPO, TINY_ISOTROPIC, TINY_ISOTROPIC_ARCH
-from mmcirc.parallel import run_parallel
+from mmcirc.distributed import run_parallel
 
 PVT = """_base_ = {base!r}
 model = dict(

@@ -85,7 +85,7 @@ def test_torchrun_shard_same_labels(setup, single):
 
 
 def _port():
-    from mmcirc.parallel import free_port
+    from mmcirc.distributed import free_port
 
     return free_port()
 

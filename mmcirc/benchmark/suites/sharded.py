@@ -44,7 +44,7 @@ def _worker(cfg, size, sharded):
 
     from mmcirc.apis import highres as hr
     from mmcirc.apis.builder import build_model
-    from mmcirc.parallel.comm import group_rank_size
+    from mmcirc.distributed.comm import group_rank_size
     from mmcirc.parallel.infer import count_bytes, sync_weights
     from mmcirc.parallel.model import predict_sharded, scatter_image, shard_model
     from mmcirc.utils import image_io as imio
@@ -130,7 +130,7 @@ def run(args):
     ``args``: the suite's settings as attributes, those of its command's flags
     (:mod:`mmcirc.cli.benchmark_sharded`, which validates them).
     """
-    from mmcirc.parallel.launch import run_parallel
+    from mmcirc.distributed.launch import run_parallel
 
     store = ResultStore(osp.join(args.out_dir, 'results.json'))
     store.load(settings=dict(threads=args.threads))

@@ -1,4 +1,4 @@
-"""mmcirc.parallel.bands: the band rule is torch.chunk's, the split DTensor's Shard(2)
+"""mmcirc.distributed.bands: the band rule is torch.chunk's, the split DTensor's Shard(2)
 placement assumes (its full_tensor() rebuilds the map from our bands on 2 and 3 gloo
 ranks at heights that do not divide); world sizes that leave a rank without rows are
 refused in one line."""
@@ -6,8 +6,8 @@ refused in one line."""
 import pytest
 import torch
 
-from mmcirc.parallel import band_bounds, check_world_size, run_parallel
-from mmcirc.parallel.comm import group_rank_size
+from mmcirc.distributed import band_bounds, check_world_size, run_parallel
+from mmcirc.distributed.comm import group_rank_size
 
 SIZES = [(7, 5), (10, 3), (4, 6)]  # H x W; 4 rows on 3 ranks: (2, 2, 0)
 

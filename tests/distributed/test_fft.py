@@ -1,4 +1,4 @@
-"""mmcirc.parallel.fft on 2 and 3 gloo ranks against torch.fft on the whole map (float64).
+"""mmcirc.distributed.fft on 2 and 3 gloo ranks against torch.fft on the whole map (float64).
 
 One run_parallel call per world size computes every case; the tests compare the
 assembled bands with torch.fft in this process."""
@@ -7,16 +7,16 @@ import pytest
 import torch
 
 from mmcirc.ops.circulant import fft_grid
-from mmcirc.parallel import band_bounds, run_parallel
-from mmcirc.parallel.comm import group_rank_size
-from mmcirc.parallel.fft import (
+from mmcirc.distributed import band_bounds, run_parallel
+from mmcirc.distributed.comm import group_rank_size
+from mmcirc.distributed.fft import (
     sharded_irfft2,
     sharded_rfft2,
     spectrum_columns,
     transpose_bytes,
 )
 
-from .comm_counter import count_comm
+from comm_counter import count_comm
 
 # name: (leading dims, rows, W, FFT grid); rows 7 and 10 do not divide by 3 (nor 7 by 2)
 CASES = {

@@ -1,13 +1,13 @@
-"""The handlers of :class:`~mmcirc.parallel.banded.BandedMap` for the torch functions
+"""The handlers of :class:`~mmcirc.distributed.banded.BandedMap` for the torch functions
 that need the neighbours' rows or a global view; each returns this rank's band of the
 single-process result (or, for a pooled map, the small map whole on every rank).
 
 * ``F.conv2d``: any kernel / stride / padding / dilation / groups, by a halo exchange
-  of the input rows the output band reads (:func:`~mmcirc.parallel.layers.conv2d_rows`);
+  of the input rows the output band reads (:func:`~mmcirc.distributed.layers.conv2d_rows`);
   a 1 x 1 stride-1 conv without row padding is local;
 * ``F.pad``: zero rows above / below by the same exchange (the padded map's bands);
 * ``F.interpolate``: nearest and bilinear, both ``align_corners``, by size or scale
-  (:func:`~mmcirc.parallel.layers.interpolate`);
+  (:func:`~mmcirc.distributed.layers.interpolate`);
 * ``F.adaptive_avg_pool2d`` (the pooled map, replicated) and ``F.group_norm``
   (statistics by ``all_reduce``);
 * the token reshapes: ``flatten`` / ``reshape`` / ``view`` / ``unflatten`` whenever the

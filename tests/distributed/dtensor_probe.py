@@ -1,17 +1,17 @@
 """What torch's DTensor carries of the ops a sharded segmentor needs: a (1, 4, 7, 5)
 float64 map as ``DTensor.from_local(band, mesh, [Shard(2)])`` on 2 and 3 gloo ranks
-(bands: :func:`mmcirc.parallel.band_bounds`), each op against the same op on the whole
+(bands: :func:`mmcirc.distributed.band_bounds`), each op against the same op on the whole
 map; prints rank 0's line per op (result placement and max error, or the error).
 Not a test: the record behind docs/benchmarks.md (sharded inference, DTensor).
 
-    PYTHONPATH=. python tests/parallel/dtensor_probe.py
+    PYTHONPATH=. python tests/distributed/dtensor_probe.py
 """
 
 import torch
 import torch.nn.functional as F
 
-from mmcirc.parallel import band_bounds, run_parallel
-from mmcirc.parallel.comm import group_rank_size
+from mmcirc.distributed import band_bounds, run_parallel
+from mmcirc.distributed.comm import group_rank_size
 
 
 def probe():

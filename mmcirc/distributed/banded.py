@@ -7,13 +7,13 @@ the local band ``local``; it knows the map's global ``shape``, which axis carrie
 rows (``band_dim``), how many elements of that axis one row is (``unit``: 1 for the H
 axis of (B, C, H, W), W for the N axis of tokens (B, N, C)), the global rows
 ``height``, the process ``group`` and the row bounds of every rank
-(:func:`~mmcirc.parallel.bands.band_bounds` of ``height``, computed once, never
+(:func:`~mmcirc.distributed.bands.band_bounds` of ``height``, computed once, never
 gathered).
 
 Why not DTensor: a row band of a token map (B, N, C) is a run of whole rows of
 tokens, ``h_r W`` tokens; DTensor's ``Shard(1)`` on N splits N as torch.chunk does,
 which does not fall on row boundaries, and DTensor refuses ``flatten`` of an unevenly
-sharded axis (tests/parallel/dtensor_probe.py). The split of the rows themselves is
+sharded axis (tests/distributed/dtensor_probe.py). The split of the rows themselves is
 DTensor's (torch.chunk's), so :meth:`BandedMap.full_tensor` matches
 ``DTensor.full_tensor`` on a ``Shard`` placement of the H axis.
 
@@ -215,7 +215,7 @@ class BandedMap(torch.Tensor):
 
     @property
     def layout(self) -> Layout:
-        """The rows' :class:`~mmcirc.parallel.comm.Layout` (from the bounds, no collective)."""
+        """The rows' :class:`~mmcirc.distributed.comm.Layout` (from the bounds, no collective)."""
         return Layout([a for a, _ in self.bounds] + [self.height], self.rank)
 
     def same_layout(self, other: 'BandedMap') -> bool:

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from mmcirc.ops.core import CoreAttention, select_cores
-from mmcirc.parallel import band_bounds, run_parallel
+from mmcirc.distributed import band_bounds, run_parallel
 from mmcirc.ops.core_sharded import ShardedCoreAttention, core_comm_bytes
-from mmcirc.parallel.comm import group_rank_size
+from mmcirc.distributed.comm import group_rank_size
 
-from .comm_counter import count_comm
+from comm_counter import count_comm
 
 BANK = 8  # cores in the bank; C' is a prefix
 # name: (B, C, heads, (H, W), C', layer kwargs); H = 7 does not divide by 2 or 3

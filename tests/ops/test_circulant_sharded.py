@@ -9,11 +9,11 @@ import torch
 
 import mmcirc.ops.circulant as circ_ops
 from mmcirc.ops.circulant import CirculantAttention
-from mmcirc.parallel import band_bounds, run_parallel
+from mmcirc.distributed import band_bounds, run_parallel
 from mmcirc.ops.circulant_sharded import ShardedCirculantAttention, circulant_comm_bytes
-from mmcirc.parallel.comm import group_rank_size
+from mmcirc.distributed.comm import group_rank_size
 
-from .comm_counter import count_comm
+from comm_counter import count_comm
 
 # name: (B, C, (H, W), num_heads, boundary, scale, one head per block[, dtype]); H = 7 and
 # 10 do not divide by 3 (7 not by 2)

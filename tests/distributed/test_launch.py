@@ -1,4 +1,4 @@
-"""mmcirc.parallel.run_parallel: results in rank order, one error naming the failing rank
+"""mmcirc.distributed.run_parallel: results in rank order, one error naming the failing rank
 (not the ranks that failed because of it), ranks with several threads after the parent
 ran OpenMP regions."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mmcirc.parallel import launch, run_parallel
+from mmcirc.distributed import launch, run_parallel
 
 
 def _rank_sum(x):

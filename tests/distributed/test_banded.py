@@ -1,5 +1,5 @@
-"""mmcirc.parallel.banded (the row-banded map) with the handlers of
-mmcirc.parallel.handlers on 2 and 3 gloo ranks, against the single-process torch ops
+"""mmcirc.distributed.banded (the row-banded map) with the handlers of
+mmcirc.distributed.handlers on 2 and 3 gloo ranks, against the single-process torch ops
 and mmseg's own heads and necks run unchanged (float64).
 
 One run_parallel call per world size computes every case on BandedMap.scatter bands;
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmcirc.parallel import run_parallel
-from mmcirc.parallel import BandedMap
+from mmcirc.distributed import run_parallel
+from mmcirc.distributed import BandedMap
 
 TOL = dict(rtol=1e-12, atol=1e-12)
 BN = dict(type='BN', requires_grad=True)

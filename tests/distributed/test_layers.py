@@ -1,4 +1,4 @@
-"""The sharded row-local ops (mmcirc.parallel.comm / layers) on 2 and 3 gloo ranks
+"""The sharded row-local ops (mmcirc.distributed.comm / layers) on 2 and 3 gloo ranks
 against the single-process torch ops (float64).
 
 One run_parallel call per world size computes every case on the bands of
@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmcirc.parallel import band_bounds, run_parallel
-from mmcirc.parallel.comm import Layout, exchange_rows, gather_rows
-from mmcirc.parallel.layers import adaptive_avg_pool, conv2d_rows, group_norm_rows, interpolate
+from mmcirc.distributed import band_bounds, run_parallel
+from mmcirc.distributed.comm import Layout, exchange_rows, gather_rows
+from mmcirc.distributed.layers import adaptive_avg_pool, conv2d_rows, group_norm_rows, interpolate
 
 TOL = dict(rtol=1e-12, atol=1e-12)
 # name: (Conv2d kwargs, input (B, C, H, W), extra zero rows (top, bottom))
