@@ -233,9 +233,7 @@ def _chunkable(ffn: nn.Module, x: torch.Tensor) -> bool:
     return (
         not (torch.is_grad_enabled() or ffn.training)
         and not (
-            torch.jit.is_tracing()
-            or torch.compiler.is_compiling()
-            or torch.compiler.is_exporting()
+            torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
         )
         and isinstance(n, int)
         and n > FFN_CHUNK_TOKENS
