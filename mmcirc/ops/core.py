@@ -251,10 +251,15 @@ class CoreAttention(nn.Module):
             return F.dropout(p, self.attn_drop)
         return p
 
-    def _heads(self, t):
-        """(B, L, C) -> (B, heads, L, head_dim)."""
+    def split_heads(self, t):
+        """(B, L, C) -> (B, heads, L, head_dim), a view: the layout of the heads that
+        every product of this layer (and a probe of its weights) uses."""
         b, n, _ = t.shape
         return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    #: the former private name (``mmcirc.parallel``'s sharded layer inherits the methods
+    #: that call it); new code calls :meth:`split_heads`
+    _heads = split_heads
 
     def _run(self, fn, *args):
         """fn(*args) on one chunk; checkpointed under autograd, so that the
@@ -271,7 +276,7 @@ class CoreAttention(nn.Module):
         if fold:  # the raw patches serve every head: (B, n, C)
             return xc, xc
         # this chunk's projections only: (B, heads, n, head_dim)
-        return self._heads(self.k_patch(xc)), self._heads(self.v_patch(xc))
+        return self.split_heads(self.k_patch(xc)), self.split_heads(self.v_patch(xc))
 
     def _gather_step(self, q, xc, fold, track_mass, m, den, acc, mass):
         """One chunk of the online softmax of ``q`` over the patches ``xc``.
@@ -303,7 +308,7 @@ class CoreAttention(nn.Module):
         """The gather's scaled queries: (B, h, C', dh), or folded (B, h*C', C)."""
         b, nc, c = cores.shape
         h, dh = self.num_heads, self.head_dim
-        q = self._heads(self.q_core(cores)) * self.scale  # (B, h, C', dh)
+        q = self.split_heads(self.q_core(cores)) * self.scale  # (B, h, C', dh)
         if fold:  # (q W_k,h) . x : (B, h, C', dh) @ (h, dh, C) -> (B, h*C', C)
             q = (q @ self.k_patch.weight.view(h, dh, c)).view(b, h * nc, c)
         return q
@@ -347,7 +352,7 @@ class CoreAttention(nn.Module):
     def _broadcast_plain(self, xc, k, v):
         """proj(MHA(x W_qp, k, v)) of chunk xc (B, n, C): (B, n, C)."""
         b, n, c = xc.shape
-        q = self._heads(self.q_patch(xc))  # (B, h, n, dh)
+        q = self.split_heads(self.q_patch(xc))  # (B, h, n, dh)
         o = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.attn_drop if self.training else 0.0
         )
@@ -357,8 +362,8 @@ class CoreAttention(nn.Module):
         """y = proj(MHA(x W_qp, c' W_kc, c' W_vc)): (B, N, C)."""
         b, nc, c = cores.shape
         h, dh = self.num_heads, self.head_dim
-        k = self._heads(self.k_core(cores))  # (B, h, C', dh)
-        v = self._heads(self.v_core(cores))  # (B, h, C', dh)
+        k = self.split_heads(self.k_core(cores))  # (B, h, C', dh)
+        v = self.split_heads(self.v_core(cores))  # (B, h, C', dh)
         if fold:
             wq = self.q_patch.weight.view(h, dh, c)
             k_t = (k @ wq).view(b, h * nc, c) * self.scale  # W_qp,h^T k_h

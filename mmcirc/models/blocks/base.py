@@ -39,6 +39,7 @@ __all__ = [
     'block_class',
     'attention_kinds',
     'FFN_TYPES',
+    'FFN_CHUNK_TOKENS',
     'apply_ffn',
     'build_ffn',
     'cpe',
@@ -48,6 +49,11 @@ __all__ = [
 ]
 
 FFN_TYPES = ('ffn', 'mixffn')
+#: tokens per chunk of a block's MLP in inference (no autograd, eval mode): the hidden
+#: layer of a chunk (4096 x C_hidden floats, 8 MB at 512) stays in the cache instead of
+#: making a whole (N, C_hidden) tensor (2 GB for a 1024 x 1024 map at 512, and GELU's
+#: output another 2 GB); the same per-token products, so the same result
+FFN_CHUNK_TOKENS = 4096
 
 
 class PyramidBlock:
@@ -219,14 +225,45 @@ def mixffn_tokens(ffn: MixFFN, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _chunkable(ffn: nn.Module, x: torch.Tensor) -> bool:
+    """Whether the MLP may run over chunks of tokens: inference (no autograd, eval mode:
+    DropPath and dropout are identities), eager (not traced, compiled or exported:
+    graphs keep one symbolic-size product) and more tokens than one chunk."""
+    n = x.shape[1]
+    return (
+        not (torch.is_grad_enabled() or ffn.training)
+        and not (
+            torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+        )
+        and isinstance(n, int)
+        and n > FFN_CHUNK_TOKENS
+    )
+
+
 def apply_ffn(
     ffn: nn.Module, x_norm: torch.Tensor, hw_shape, identity: torch.Tensor
 ) -> torch.Tensor:
     """``identity + DropPath(MLP(x_norm))`` for either FFN flavour; mmdet's ``MixFFN``
     without its depthwise conv runs on the tokens as GEMMs (:func:`mixffn_tokens`, the
-    same parameters and keys), with one (its 3x3 conv) as mmdet wrote it."""
+    same parameters and keys), with one (its 3x3 conv) as mmdet wrote it. The
+    per-token MLPs run over chunks of :data:`FFN_CHUNK_TOKENS` tokens in inference
+    (:func:`_chunkable`), written into one output."""
     if isinstance(ffn, MixFFN):
-        if all(_pointwise_conv(m) or not isinstance(m, nn.Conv2d) for m in ffn.layers):
-            return identity + ffn.dropout_layer(mixffn_tokens(ffn, x_norm))
-        return ffn(x_norm, hw_shape, identity=identity)
-    return ffn(x_norm, identity=identity)
+        if not all(_pointwise_conv(m) or not isinstance(m, nn.Conv2d) for m in ffn.layers):
+            return ffn(x_norm, hw_shape, identity=identity)  # its 3x3 conv: not per token
+
+        def mlp(xs, ids):
+            return ids + ffn.dropout_layer(mixffn_tokens(ffn, xs))  # (B, n, C)
+
+    else:
+
+        def mlp(xs, ids):
+            return ffn(xs, identity=ids)  # (B, n, C)
+
+    if not _chunkable(ffn, x_norm):
+        return mlp(x_norm, identity)
+    out = torch.empty_like(identity)  # (B, N, C)
+    for a in range(0, x_norm.shape[1], FFN_CHUNK_TOKENS):
+        b = a + FFN_CHUNK_TOKENS
+        out[:, a:b] = mlp(x_norm[:, a:b], identity[:, a:b])  # (B, n, C)
+    return out

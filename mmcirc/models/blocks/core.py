@@ -29,8 +29,8 @@ class CoreProbe(AttentionProbe):
 
     def weights(self, mod, args, kwargs, ctx):
         x, cores = call_arg(args, kwargs, 0, 'x'), call_arg(args, kwargs, 1, 'cores')
-        q = mod._heads(mod.q_core(cores)) * mod.scale  # (B, h, C', d)
-        k = mod._heads(mod.k_patch(x))  # (B, h, N, d)
+        q = mod.split_heads(mod.q_core(cores)) * mod.scale  # (B, h, C', d)
+        k = mod.split_heads(mod.k_patch(x))  # (B, h, N, d)
         gather = torch.softmax(q @ k.transpose(-1, -2), dim=-1)  # (B, h, C', N)
         return dict(weights=gather, q_grid=None, k_grid=None)
 

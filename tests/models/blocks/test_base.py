@@ -47,6 +47,29 @@ def test_mixffn_with_its_depthwise_conv_is_mmdets_forward():
     torch.testing.assert_close(apply_ffn(ffn, x, HW, identity), ref, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize('ffn_type', ['mixffn', 'ffn'])
+def test_inference_mlp_over_token_chunks_equals_the_modules_forward(monkeypatch, ffn_type):
+    """In inference the MLP runs over chunks of tokens (8 here: 35 tokens = 4 chunks
+    and a remainder of 3), equal to mmdet's MixFFN / mmcv's FFN forward on all tokens."""
+    from mmcv.cnn.bricks.transformer import FFN
+
+    from mmcirc.models.blocks import base
+
+    monkeypatch.setattr(base, 'FFN_CHUNK_TOKENS', 8)
+    ffn = _randomize(build_ffn(ffn_type, 8, 24, 0.0, 0.0, dict(type='GELU')))
+    x, identity = _tokens(8), _tokens(8, seed=2)
+    with torch.no_grad():
+        if ffn_type == 'mixffn':
+            ref = MixFFN.forward(ffn, x, HW, identity=identity)  # 1x1 convs on (B, C, H, W)
+        else:
+            ref = FFN.forward(ffn, x, identity=identity)
+        with torch.profiler.profile() as prof:
+            out = apply_ffn(ffn, x, HW, identity)
+    calls = {e.key: e.count for e in prof.key_averages()}
+    assert calls['aten::linear'] == 2 * 5  # two GEMMs per chunk
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
 def test_cpe_equals_conv_of_the_nchw_map(dtype):
     conv = _randomize(torch.nn.Conv2d(6, 6, 3, padding=1, groups=6)).to(dtype)
