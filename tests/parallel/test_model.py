@@ -205,3 +205,24 @@ def test_decode_head_op_without_a_handler_named_in_one_line(tmp_path):
         shard_model(model)
     assert len(str(err.value).splitlines()) == 1
     assert not any('Sharded' in type(m).__name__ for m in model.modules())
+
+
+def _chunked_ffn_worker(models, name):
+    import mmcirc.models.blocks.base as base
+    from mmcirc.parallel.model import predict_sharded, shard_model
+
+    base.FFN_CHUNK_TOKENS = 16  # every stage's band has more tokens than one chunk
+    model = models[name][0]
+    return predict_sharded(shard_model(model), _image(name), CASES[name][3], logits=True)
+
+
+def test_token_chunked_ffn_inference_sharded_equals_single_process(models):
+    """Inference runs the per-token MLP over chunks of tokens (blocks.base.apply_ffn);
+    on a banded map the same forward must stay exact (the reference is unchunked)."""
+    name = 'ca_pvt_fpn_mixed'
+    torch.set_num_threads(1)
+    (labels, logits), _ = run_parallel(_chunked_ffn_worker, 2, args=(models, name))
+    _, ref_logits, ref_labels = models[name]
+    rel = (logits - ref_logits).abs().max() / ref_logits.abs().max()
+    assert rel < 1e-4, f'relative error {rel:.2e}'
+    assert torch.equal(labels, ref_labels)

@@ -228,10 +228,13 @@ def mixffn_tokens(ffn: MixFFN, x: torch.Tensor) -> torch.Tensor:
 def _chunkable(ffn: nn.Module, x: torch.Tensor) -> bool:
     """Whether the MLP may run over chunks of tokens: inference (no autograd, eval mode:
     DropPath and dropout are identities), eager (not traced, compiled or exported:
-    graphs keep one symbolic-size product) and more tokens than one chunk."""
+    graphs keep one symbolic-size product), a plain tensor (a row-banded map of
+    :mod:`mmcirc.distributed` is no run of whole rows once cut into chunks) and more
+    tokens than one chunk."""
     n = x.shape[1]
     return (
-        not (torch.is_grad_enabled() or ffn.training)
+        type(x) is torch.Tensor
+        and not (torch.is_grad_enabled() or ffn.training)
         and not (
             torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
         )
