@@ -15,13 +15,12 @@ for the overrides are :mod:`mmcirc.cli.override_flags`.
 """
 
 import inspect
-import math
 import warnings
 from typing import Dict, Tuple
 
 from mmcirc.models.backbones.pyramid import PyramidBackbone
 from mmcirc.models.blocks import attention_kinds, block_classes
-from mmcirc.ops.circulant import BOUNDARIES, SCALES, CirculantAttention
+from mmcirc.ops.circulant import BOUNDARIES, SCALES, CirculantAttention, check_scale
 from mmcirc.ops.core import CORE_PRESETS, parse_num_cores
 
 __all__ = [
@@ -70,15 +69,14 @@ def validate_overrides(
     if scale is not None:
         value = scale
         if value not in BACKBONE_OVERRIDES['scale']:
-            try:
+            try:  # a command line's string; the check is the operator's own
                 value = float(value)
+                check_scale(value)
             except (TypeError, ValueError):
-                value = None
-            if value is None or not math.isfinite(value) or value <= 0:
                 raise ValueError(
                     f'scale must be one of {BACKBONE_OVERRIDES["scale"]} or a positive '
                     f'float, got {scale!r}'
-                )
+                ) from None
         out['scale'] = value
     if stage_attentions is not None:
         kinds = stage_attentions

@@ -58,6 +58,7 @@ __all__ = [
     'BOUNDARIES',
     'FFT_IMPLS',
     'SCALES',
+    'check_scale',
     'CirculantAttention',
     'circulant_attention',
     'compute_dtypes',
@@ -93,7 +94,9 @@ def _num_heads(channels, num_heads):
     return num_heads
 
 
-def _check_scale(scale):
+def check_scale(scale):
+    """The one check of a circulant ``scale``: ``'sqrt_n'``, ``'n'`` or a positive finite
+    float (ValueError otherwise)."""
     ok = (
         scale in SCALES
         if isinstance(scale, str)
@@ -109,7 +112,7 @@ def _check_scale(scale):
 def scale_value(scale, n, d):
     """s for N = n real tokens and head width d (METHOD.md, 'Scale'); ``n`` may be a
     symbolic size (torch.export)."""
-    _check_scale(scale)
+    check_scale(scale)
     if scale == 'sqrt_n':  # official code (d = 1: 1/sqrt(N))
         return 1.0 / math.sqrt(n * d) if isinstance(n, int) else (n * d) ** -0.5
     if scale == 'n':
@@ -330,7 +333,7 @@ class CirculantAttention(nn.Module):
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f'dim must be a positive int, got {dim!r}')
         check_choice('boundary', boundary, BOUNDARIES)
-        _check_scale(scale)
+        check_scale(scale)
         self.dim = dim
         self.num_heads = _num_heads(dim, num_heads)
         self.boundary = boundary

@@ -23,7 +23,6 @@ class is mmengine's ``BaseModule`` (``init_cfg``), else a stand-in that stores i
 """
 
 import importlib.util
-import math
 from numbers import Integral, Real
 from typing import Dict, List, Optional, Tuple
 
@@ -33,7 +32,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.utils.checkpoint import checkpoint
 
-from mmcirc.ops.circulant import BOUNDARIES, SCALES
+from mmcirc.ops.circulant import BOUNDARIES, check_scale
 from mmcirc.ops.core import CORE_PRESETS, parse_num_cores
 
 HAS_MMENGINE = importlib.util.find_spec('mmengine') is not None
@@ -105,13 +104,10 @@ def check_circulant(owner: str, boundary, scale) -> None:
     checked when the backbone is built, before any block is."""
     if not isinstance(boundary, str) or boundary not in BOUNDARIES:
         raise ValueError(f'{owner}: boundary must be one of {BOUNDARIES}, got {boundary!r}')
-    if isinstance(scale, str):
-        ok = scale in SCALES
-    else:
-        ok = isinstance(scale, Real) and not isinstance(scale, bool) and math.isfinite(scale)
-        ok = ok and scale > 0
-    if not ok:
-        raise ValueError(f"{owner}: scale must be 'sqrt_n', 'n' or a positive float, got {scale!r}")
+    try:
+        check_scale(scale)
+    except ValueError as e:
+        raise ValueError(f'{owner}: {e}') from None
 
 
 def parse_out_indices(out_indices, num: int, unit: str = 'stages') -> tuple:
