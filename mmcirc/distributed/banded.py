@@ -8,7 +8,12 @@ rows (``band_dim``), how many elements of that axis one row is (``unit``: 1 for 
 axis of (B, C, H, W), W for the N axis of tokens (B, N, C)), the global rows
 ``height``, the process ``group`` and the row bounds of every rank
 (:func:`~mmcirc.distributed.bands.band_bounds` of ``height``, computed once, never
-gathered).
+gathered). A token map may carry a replicated ``prefix`` of k tokens ahead of the rows
+on its row axis, held whole by every rank (VECA's cores before its patches: global
+length k + H unit, local k + h_r unit): ``torch.cat([plain (B, k, D), tokens], 1)``
+makes it, ``x[:, :k]`` is the plain prefix and ``x[:, k:]`` the map without it; only
+the local set, slicing of other axes, ``torch.cat`` / ``chunk`` along other axes and
+the operators registered with ``prefix=True`` take such a map (anything else: refused).
 
 Why not DTensor: a row band of a token map (B, N, C) is a run of whole rows of
 tokens, ``h_r W`` tokens; DTensor's ``Shard(1)`` on N splits N as torch.chunk does,
@@ -52,25 +57,41 @@ HANDLERS: Dict[Callable, Callable] = {}
 OPERATORS: Dict[type, Callable] = {}
 
 
-def register(*funcs: Callable):
-    """Decorator: the handler of ``funcs`` (torch functions or Tensor methods)."""
+#: The handlers (of HANDLERS and OPERATORS) that take a map with a replicated prefix.
+_TAKE_PREFIX = set()
+
+
+def register(*funcs: Callable, prefix: bool = False):
+    """Decorator: the handler of ``funcs`` (torch functions or Tensor methods);
+    ``prefix``: it also computes maps with a replicated prefix exactly."""
 
     def wrap(handler):
         for f in funcs:
             HANDLERS[f] = handler
+        if prefix:
+            _TAKE_PREFIX.add(handler)
         return handler
 
     return wrap
 
 
-def register_operator(cls: type):
-    """Decorator: the handler of ``cls``'s forward on a BandedMap (see :func:`shard_operators`)."""
+def register_operator(cls: type, prefix: bool = False):
+    """Decorator: the handler of ``cls``'s forward on a BandedMap (see
+    :func:`shard_operators`); ``prefix`` as for :func:`register`."""
 
     def wrap(handler):
         OPERATORS[cls] = handler
+        if prefix:
+            _TAKE_PREFIX.add(handler)
         return handler
 
     return wrap
+
+
+def _check_prefix(handler, func, values) -> None:
+    """Refuse a map with a replicated prefix in a handler that does not take one."""
+    if handler not in _TAKE_PREFIX and any(m.prefix for m in _bands_in(values)):
+        raise _refuse(func, 'has no handler for a map with a replicated prefix')
 
 
 class _OperatorForward:
@@ -80,7 +101,9 @@ class _OperatorForward:
         self.module, self.handler, self.forward = module, handler, forward
 
     def __call__(self, *args, **kwargs):
-        if _bands_in(list(args) + list(kwargs.values())):
+        values = list(args) + list(kwargs.values())
+        if _bands_in(values):
+            _check_prefix(self.handler, type(self.module), values)
             return self.handler(self.module, *args, **kwargs)
         return self.forward(*args, **kwargs)
 
@@ -159,20 +182,21 @@ class BandedMap(torch.Tensor):
     :meth:`full_tensor` assembles the whole map on every rank; ``local`` is the band."""
 
     @staticmethod
-    def __new__(cls, local, shape, band_dim, unit, height, group):
+    def __new__(cls, local, shape, band_dim, unit, height, group, prefix=0):
         r = torch.Tensor._make_wrapper_subclass(
             cls, shape, dtype=local.dtype, device=local.device, requires_grad=False
         )
         r.local = local
         r.band_dim, r.unit, r.height, r.group = band_dim, unit, height, group
+        r.prefix = prefix
         r.rank, r.world_size = group_rank_size(group)
         r.bounds = band_bounds(height, r.world_size)
         a, b = r.bounds[r.rank]
-        if local.shape[band_dim] != (b - a) * unit:
+        if local.shape[band_dim] != prefix + (b - a) * unit:
             raise ValueError(
                 f'BandedMap: local has {local.shape[band_dim]} entries along dim {band_dim}, '
                 f'rank {r.rank} of {r.world_size} owns rows [{a}, {b}) of {height}: '
-                f'{(b - a) * unit} entries'
+                f'{prefix} + {(b - a) * unit} entries'
             )
         return r
 
@@ -181,12 +205,14 @@ class BandedMap(torch.Tensor):
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_local(cls, local, height: int, band_dim: int = -2, unit: int = 1, group=None):
-        """The band ``local`` of a map ``height`` rows high along ``band_dim``."""
+    def from_local(cls, local, height: int, band_dim: int = -2, unit: int = 1, group=None,
+                   prefix: int = 0):  # fmt: skip
+        """The band ``local`` of a map ``height`` rows high along ``band_dim`` (after
+        ``prefix`` replicated entries there)."""
         band_dim = band_dim % local.dim()
         shape = list(local.shape)
-        shape[band_dim] = int(height) * unit
-        return cls(local, torch.Size(shape), band_dim, unit, int(height), group)
+        shape[band_dim] = prefix + int(height) * unit
+        return cls(local, torch.Size(shape), band_dim, unit, int(height), group, prefix)
 
     @classmethod
     def scatter(cls, full: torch.Tensor, band_dim: int = -2, group=None):
@@ -199,13 +225,15 @@ class BandedMap(torch.Tensor):
 
     def like(self, local, band_dim: Optional[int] = None, unit: Optional[int] = None,
              height: Optional[int] = None):  # fmt: skip
-        """A BandedMap of ``local`` in this map's group (default: the same band layout)."""
+        """A BandedMap of ``local`` in this map's group (default: the same band layout
+        and prefix)."""
         return BandedMap.from_local(
             local,
             self.height if height is None else height,
             self.band_dim if band_dim is None else band_dim,
             self.unit if unit is None else unit,
             self.group,
+            self.prefix,
         )
 
     @property
@@ -219,28 +247,34 @@ class BandedMap(torch.Tensor):
         return Layout([a for a, _ in self.bounds] + [self.height], self.rank)
 
     def same_layout(self, other: 'BandedMap') -> bool:
-        return (self.band_dim, self.unit, self.height, self.group) == (
-            other.band_dim, other.unit, other.height, other.group,
+        return (self.band_dim, self.unit, self.height, self.group, self.prefix) == (
+            other.band_dim, other.unit, other.height, other.group, other.prefix,
         )  # fmt: skip
 
     def cut(self, t: torch.Tensor, dim: int) -> torch.Tensor:
-        """This rank's rows of ``t``, a plain tensor whose axis ``dim`` spans all rows."""
-        a, b = self.row_range
-        return t.narrow(dim, a * self.unit, (b - a) * self.unit)
+        """This rank's rows of ``t``, a plain tensor whose axis ``dim`` spans all rows
+        (after the prefix, which is kept)."""
+        (a, b), k = self.row_range, self.prefix
+        band = t.narrow(dim, k + a * self.unit, (b - a) * self.unit)
+        return torch.cat([t.narrow(dim, 0, k), band], dim) if k else band
 
     def full_tensor(self) -> torch.Tensor:
         """The whole map on every rank (an all-gather of the bands)."""
         if self.world_size == 1:
             return self.local
-        rows = self.local.unflatten(self.band_dim, (-1, self.unit))  # (..., h_r, unit, ...)
+        bd, k = self.band_dim, self.prefix
+        rows = self.local.narrow(bd, k, self.local.shape[bd] - k)  # (..., h_r unit, ...)
+        rows = rows.unflatten(bd, (-1, self.unit))  # (..., h_r, unit, ...)
         wants = [(0, self.height)] * self.world_size
-        whole = exchange_rows(rows, self.layout, wants, dim=self.band_dim, group=self.group)
-        return whole.flatten(self.band_dim, self.band_dim + 1)  # (..., H unit, ...)
+        whole = exchange_rows(rows, self.layout, wants, dim=bd, group=self.group)
+        whole = whole.flatten(bd, bd + 1)  # (..., H unit, ...)
+        return torch.cat([self.local.narrow(bd, 0, k), whole], bd) if k else whole
 
     def __repr__(self, *, tensor_contents=None):
         return (
             f'BandedMap(shape={tuple(self.shape)}, band_dim={self.band_dim}, rows '
-            f'{self.row_range} of {self.height}, local={tuple(self.local.shape)})'
+            f'{self.row_range} of {self.height}, prefix={self.prefix}, '
+            f'local={tuple(self.local.shape)})'
         )
 
     # ------------------------------------------------------------------ dispatch
@@ -252,6 +286,7 @@ class BandedMap(torch.Tensor):
                 return func(*args, **kwargs)
         handler = HANDLERS.get(func)
         if handler is not None:
+            _check_prefix(handler, func, list(args) + list(kwargs.values()))
             return handler(*args, **kwargs)
         if func in LOCAL_FUNCTIONS:
             return _run_local(func, args, kwargs)
@@ -326,6 +361,6 @@ def _wrap_like(ref: BandedMap, out, func):
     if not isinstance(out, torch.Tensor):
         return out
     a, b = ref.row_range
-    if out.dim() != ref.dim() or out.shape[ref.band_dim] != (b - a) * ref.unit:
+    if out.dim() != ref.dim() or out.shape[ref.band_dim] != ref.prefix + (b - a) * ref.unit:
         raise _refuse(func, f'changed the banded axis (local output {tuple(out.shape)})')
     return ref.like(out)

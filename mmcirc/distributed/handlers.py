@@ -15,7 +15,10 @@ single-process result (or, for a pooled map, the small map whole on every rank).
   <-> (B, N, C) <-> (B, H, W, C)), ``transpose`` / ``permute``, and slicing that keeps
   every row;
 * ``torch.cat`` along any other axis (the levels of a neck / head at one size; a plain
-  operand that spans every row, e.g. a pooled branch resized back, is cut to the band).
+  operand that spans every row, e.g. a pooled branch resized back, is cut to the band),
+  ``chunk`` / ``split`` along any other axis;
+* the replicated prefix of a token map: ``torch.cat([plain (B, k, C), tokens], 1)``
+  makes it, ``x[:, :k]`` returns it (plain), ``x[:, k:]`` the map without it.
 
 Importing this module registers them. This file depends on torch only.
 """
@@ -165,7 +168,7 @@ def permute(self, *dims):
     return BandedMap.from_local(self.local.permute(order), self.height, k, self.unit, self.group)
 
 
-@register(torch.Tensor.__getitem__)
+@register(torch.Tensor.__getitem__, prefix=True)
 def getitem(self, index):
     idx = index if isinstance(index, tuple) else (index,)
     if any(not isinstance(i, slice) and i is not Ellipsis for i in idx):
@@ -173,18 +176,53 @@ def getitem(self, index):
     if Ellipsis in idx:
         e = idx.index(Ellipsis)
         idx = idx[:e] + (slice(None),) * (self.dim() - len(idx) + 1) + idx[e + 1 :]
-    if len(idx) > self.band_dim and idx[self.band_dim] != slice(None):
-        raise _refuse('Tensor.__getitem__', 'of a row-banded map keeps every row')
-    return self.like(self.local[idx])
+    bd, k = self.band_dim, self.prefix
+    rows = idx[bd] if len(idx) > bd else slice(None)
+    if rows == slice(None):
+        return self.like(self.local[idx])
+    if k and rows in (slice(None, k), slice(0, k)):  # the prefix, the same on every rank
+        return self.local[idx]
+    if k and rows == slice(k, None):  # the map without its prefix
+        return BandedMap.from_local(self.local[idx], self.height, bd, self.unit, self.group)
+    raise _refuse('Tensor.__getitem__', 'of a row-banded map keeps every row (or cuts the prefix)')
 
 
-@register(torch.cat, torch.concat, torch.concatenate)
+def _split_like(name, method):
+    def handler(self, size, dim=0):
+        if dim % self.dim() == self.band_dim:
+            raise _refuse(name, 'of a row-banded map splits along another axis than the rows')
+        return tuple(self.like(t) for t in method(self.local, size, dim))
+
+    return handler
+
+
+for _name in ('chunk', 'split'):
+    register(getattr(torch.Tensor, _name), getattr(torch, _name), prefix=True)(
+        _split_like(f'Tensor.{_name}', getattr(torch.Tensor, _name))
+    )
+
+
+def _prefixed(tensors, dim: int) -> BandedMap:
+    """``torch.cat([plain (B, k, C), tokens (B, N, C)], dim)`` along the tokens' rows:
+    the map with a replicated prefix of k tokens (local (B, k + n_r, C))."""
+    if len(tensors) != 2 or isinstance(tensors[0], BandedMap) or tensors[1].prefix:
+        raise _refuse('torch.cat', 'of row-banded maps joins along another axis than the rows '
+                      '(or puts one plain prefix before a map without one)')  # fmt: skip
+    head, x = tensors
+    k = head.shape[dim]
+    out = torch.cat([head, x.local], dim)  # (B, k + n_r, C)
+    return BandedMap.from_local(out, x.height, dim, x.unit, x.group, prefix=k)
+
+
+@register(torch.cat, torch.concat, torch.concatenate, prefix=True)
 def cat(tensors, dim=0, *, out=None):
     bands = [t for t in tensors if isinstance(t, BandedMap)]
     ref = bands[0]
     dim = dim % ref.dim()
-    if out is not None or dim == ref.band_dim:
-        raise _refuse('torch.cat', 'of row-banded maps joins along another axis than the rows')
+    if out is None and dim == ref.band_dim:
+        return _prefixed(list(tensors), dim)
+    if out is not None:
+        raise _refuse('torch.cat', 'takes no out= on row-banded maps')
     parts = []
     for t in tensors:
         if isinstance(t, BandedMap):

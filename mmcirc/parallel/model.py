@@ -1,16 +1,15 @@
 """A built mmseg segmentor run band-wise on its own forwards, and band-wise inference.
 
 The backbone (CA-PVT / Core-PVT: any mix of ``'circulant'``, ``'core'``, ``'sra'``
-stages; CA-DeiT), the neck and the decode head run their own forwards on
+stages; CA-DeiT; VECA, whose cores ride as the token map's replicated prefix), the
+neck and the decode head run their own forwards on
 :class:`~mmcirc.distributed.banded.BandedMap` bands: every op they reach has a handler
-(:mod:`.handlers`, the attention operators' beside their ops files) or is local.
-VECA's block-sparse attention concatenates the cores with the patches along the token
-axis, which a row band cannot carry: its backbone parts are swapped for the sharded
-ones of :mod:`.backbones` (leaf rule below) and its outputs enter the neck as bands.
+(:mod:`mmcirc.distributed.handlers`, the attention operators' beside their ops or
+model files) or is local.
 
 :func:`check_shardable` names the first module and op sharding does not support,
 found by tracing the band-wise forward once on a small image (every rank together, or
-one process without a process group) before anything is swapped; :func:`shard_model`
+one process without a process group); :func:`shard_model`
 returns the :class:`ShardedSegmentor`; :func:`map_heights` lists the rows of every
 feature map at an image size (``PyramidBackbone.stage_grids``) for
 :func:`~mmcirc.distributed.bands.check_world_size`; :func:`predict_sharded` is the
@@ -44,32 +43,22 @@ _INSTEAD = (
     "sharded inference supports CA-PVT / Core-PVT ('circulant', 'core', 'sra' stages), "
     'CA-DeiT and VECA with the mmseg necks and heads whose ops have sharded handlers'
 )
-#: Leaf modules of VECA's backbone that are local under sharding.
-_LOCAL_LEAVES = (
-    nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout, nn.LayerNorm, nn.Linear,
-)  # fmt: skip
-
-
 def _err(where: str, what: str) -> ValueError:
     return ValueError(f'{where}: {what}; {_INSTEAD}')
 
 
 def _operators() -> None:
-    """Register the attention operators' BandedMap handlers (beside their ops files)."""
+    """Register the attention operators' BandedMap handlers (beside their files)."""
+    import mmcirc.models.backbones.veca_sharded  # noqa: F401
     import mmcirc.ops.circulant_sharded  # noqa: F401
     import mmcirc.ops.core_sharded  # noqa: F401
-
-
-def _is_veca(bb) -> bool:
-    from mmcirc.models.backbones.veca import VECAViT
-
-    return isinstance(bb, VECAViT)
 
 
 # --------------------------------------------------------------------------- checks
 def _check_backbone(bb) -> None:
     from mmcirc.models.backbones.ca_deit import CADeiT
     from mmcirc.models.backbones.pyramid import PyramidBackbone
+    from mmcirc.models.backbones.veca import VECAViT
 
     name = type(bb).__name__
     if isinstance(bb, PyramidBackbone):
@@ -84,37 +73,8 @@ def _check_backbone(bb) -> None:
             )
         if bb.family != 'pvt':
             raise _err(name, f'the {bb.family!r} pyramid family (patch merging) is not supported')
-    elif not isinstance(bb, CADeiT) and not _is_veca(bb):
+    elif not isinstance(bb, (CADeiT, VECAViT)):
         raise _err(f'backbone {name}', 'not supported')
-
-
-def _veca_parts(bb) -> dict:
-    """``{path: wrap(module, group) | None}``: the parts of VECA's backbone that
-    :func:`~mmcirc.parallel.backbones.veca_forward` does not run as they are (``None``:
-    it computes them; the patch embedding: on the banded image)."""
-    from .backbones import ShardedCorePeriphery
-
-    found = {id(bb.patch_embed): None, id(bb.rope): None}
-    for blk in bb.blocks:
-        found[id(blk.attn)] = ShardedCorePeriphery
-    return {path: found[id(m)] for path, m in bb.named_modules() if id(m) in found}
-
-
-def _under(path: str, roots) -> bool:
-    return any(path == r or path.startswith(r + '.') for r in roots)
-
-
-def _check_veca_leaves(bb) -> None:
-    """Every other leaf of VECA's backbone is local (or BatchNorm in eval mode); the
-    first one that is not is named in a ValueError."""
-    from mmcv.cnn.bricks.drop import DropPath
-
-    skip = _veca_parts(bb)
-    for path, m in bb.named_modules():
-        if _under(path, skip) or list(m.children()):
-            continue
-        if not isinstance(m, _LOCAL_LEAVES + (DropPath, _BatchNorm)):
-            raise _err(f'backbone.{path}', f'layer {type(m).__name__} has no sharded version')
 
 
 def _trace_size(model, world_size: int) -> Tuple[int, int]:
@@ -142,7 +102,7 @@ def _trace(model, group) -> None:
     x = BandedMap.scatter(torch.randn(1, 3, h, w), group=group)
     try:
         with torch.no_grad():
-            _forward(model, x, group, trace=True)
+            _forward(model, x)
     except ValueError as err:
         where = stack[-1] if stack else type(model).__name__
         raise ValueError(f'{where}: {err}') from None
@@ -160,8 +120,6 @@ def check_shardable(model, group=None) -> None:
     if not isinstance(model, EncoderDecoder) or isinstance(model, CascadeEncoderDecoder):
         raise _err(f'segmentor {type(model).__name__}', 'only EncoderDecoder is supported')
     _check_backbone(model.backbone)
-    if _is_veca(model.backbone):
-        _check_veca_leaves(model.backbone)
     for part in (model.backbone, getattr(model, 'neck', None), model.decode_head):
         for path, m in part.named_modules() if part is not None else ():
             if isinstance(m, _BatchNorm) and m.training:
@@ -203,22 +161,8 @@ def check_size(model, hw: Sequence[int], world_size: int) -> None:
 
 
 # --------------------------------------------------------------------------- forward
-def _backbone(model, x: BandedMap, group, trace: bool = False) -> tuple:
-    """The backbone's output bands of the preprocessed band x (1, 3, H, W)."""
-    bb = model.backbone
-    if not _is_veca(bb):
-        return bb(x)  # its own forward
-    if trace:  # before the swap: the whole small image in this process
-        return tuple(BandedMap.scatter(f, group=group) for f in bb(x.full_tensor()))
-    from .backbones import veca_forward
-
-    h = -(-x.height // bb.patch_size)
-    feats = veca_forward(bb, x)  # local (1, C, h'_r, W')
-    return tuple(BandedMap.from_local(f, h, group=group) for f in feats)
-
-
-def _forward(model, x: BandedMap, group, trace: bool = False) -> BandedMap:
-    feats = _backbone(model, x, group, trace)
+def _forward(model, x: BandedMap) -> BandedMap:
+    feats = model.backbone(x)  # the bands of its output maps, by its own forward
     if model.with_neck:
         feats = model.neck(feats)
     return model.decode_head(feats)  # the band of the logits (1, K, H', W')
@@ -226,17 +170,10 @@ def _forward(model, x: BandedMap, group, trace: bool = False) -> BandedMap:
 
 def shard_model(model, group=None) -> 'ShardedSegmentor':
     """``model`` (an mmseg segmentor, eval mode) ready for band-wise inference: checked
-    (:func:`check_shardable`, ValueError before any change), the attention operators'
-    forwards given their BandedMap handlers and, for VECA, the backbone's row-coupled
-    parts swapped (weights shared, nothing copied)."""
+    (:func:`check_shardable`, ValueError before any run) and the attention operators'
+    forwards given their BandedMap handlers (weights shared, nothing copied)."""
     model.eval()
     check_shardable(model, group)
-    bb = model.backbone
-    if _is_veca(bb):
-        parts = _veca_parts(bb)
-        for path, wrap in parts.items():
-            if wrap is not None:
-                bb.set_submodule(path, wrap(bb.get_submodule(path), group))
     return ShardedSegmentor(model, group)
 
 
@@ -258,10 +195,10 @@ class ShardedSegmentor(nn.Module):
 
     def backbone_feat(self, x: BandedMap) -> tuple:
         """The backbone's bands of its output maps."""
-        return _backbone(self.model, x, self.group)
+        return self.model.backbone(x)
 
     def forward(self, band: torch.Tensor, height: int) -> BandedMap:
-        return _forward(self.model, self.preprocess(band, height), self.group)
+        return _forward(self.model, self.preprocess(band, height))
 
 
 # --------------------------------------------------------------------------- inference

@@ -130,7 +130,36 @@ def _worker():
                 out[name] = 'not refused'
             except ValueError as err:
                 out[name] = str(err)
+        y = _prefixed(BandedMap.scatter(x))
+        out['prefixed'] = [y[0].full_tensor(), y[1], y[2].full_tensor()]
+        for name, f in _refused_prefixed().items():
+            try:
+                f(_prefixed(BandedMap.scatter(x))[0])
+                out[name] = 'not refused'
+            except ValueError as err:
+                out[name] = str(err)
     return out
+
+
+def _prefixed(m):
+    """A (1, 4, 11, 6) map's tokens behind a replicated prefix of 3 tokens (VECA's
+    layout): channel-wise ops, a plain operand over all 3 + 66 tokens, chunk, then the
+    prefix and the map without it -> (prefixed map, prefix, map (1, 4, 11, 6))."""
+    ln = _seeded_module(nn.LayerNorm(4))
+    t = m.flatten(2).transpose(1, 2)  # (1, 66, 4)
+    x = torch.cat([_x('prefix', (1, 3, 4)), t], dim=1)  # (1, 3 + 66, 4)
+    u, v = ln(x * _x('over_all', (1, 69, 1))).chunk(2, dim=-1)  # (1, 69, 2) each
+    x = torch.cat([u.sigmoid() * v, u], dim=-1) + x  # (1, 69, 4)
+    return x, x[:, :3] * 2, x[:, 3:].transpose(1, 2).reshape(1, 4, 11, 6)
+
+
+def _refused_prefixed():
+    return {
+        'refuse_prefixed_transpose': lambda x: x.transpose(1, 2),
+        'refuse_prefixed_slice_in_band': lambda x: x[:, 5:],
+        'refuse_prefixed_cat_tokens': lambda x: torch.cat([x[:, :3], x], 1),
+        'refuse_prefixed_sum_over_tokens': lambda x: x.sum(1),
+    }
 
 
 def _refused():
@@ -191,6 +220,30 @@ def test_mmseg_neck_forward_unchanged_on_banded_maps(results, name):
     ],
 )
 def test_an_op_without_handler_is_refused_by_name(results, name, op):
+    for out in results:
+        assert out[name].startswith('sharded inference: ') and op in out[name], out[name]
+
+
+def test_replicated_prefix_equals_single_process(results):
+    x = _x('map', (1, 4, 11, 6))
+    with torch.no_grad():
+        refs = _prefixed(x)
+    for out in results:
+        for got, ref in zip(out['prefixed'], refs):
+            assert not isinstance(got, BandedMap)
+            torch.testing.assert_close(got, ref, **TOL)
+
+
+@pytest.mark.parametrize(
+    'name, op',
+    [
+        ('refuse_prefixed_transpose', 'Tensor.transpose has no handler for a map with a replicated prefix'),
+        ('refuse_prefixed_slice_in_band', 'Tensor.__getitem__'),
+        ('refuse_prefixed_cat_tokens', 'torch.cat'),
+        ('refuse_prefixed_sum_over_tokens', 'Tensor.sum'),
+    ],
+)  # fmt: skip
+def test_a_prefixed_map_refuses_what_it_cannot_do_exactly(results, name, op):
     for out in results:
         assert out[name].startswith('sharded inference: ') and op in out[name], out[name]
 

@@ -1,8 +1,10 @@
 """Backbone parts on 2 and 3 gloo ranks against the single-process modules in float64:
 the own forwards of mmcv's PatchEmbed (corner and same adaptive padding), CA-DeiT's
 padded patch embedding, mmdet PVT's absolute position embedding and spatial-reduction
-attention (r = 1, 2, 4, an empty reduced band at P = 3) on BandedMap bands, and VECA's
-sharded core-periphery attention (mmcirc.parallel.backbones: cores over all patches)."""
+attention (r = 1, 2, 4, an empty reduced band at P = 3) on BandedMap bands, and VECA:
+its core-periphery attention by the handler of mmcirc.models.backbones.veca_sharded
+(the cores a replicated prefix of the banded tokens, their softmax over all patches)
+and the whole VECAViT forward, unchanged, on a banded image (7 patch rows)."""
 
 import pytest
 import torch
@@ -10,9 +12,10 @@ from mmcv.cnn.bricks.transformer import PatchEmbed
 from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, SpatialReductionAttention
 
 from mmcirc.models.backbones.ca_deit import PatchEmbed as DeiTPatchEmbed
-from mmcirc.models.backbones.veca import CorePeripheryAttention
-from mmcirc.distributed import BandedMap, band_bounds, run_parallel
-from mmcirc.parallel.backbones import ShardedCorePeriphery
+from mmcirc.models.backbones.veca import CorePeripheryAttention, VECAViT
+from mmcirc.distributed import BandedMap, run_parallel
+from mmcirc.distributed.banded import shard_operators
+from mmcirc.models.backbones import veca_sharded  # noqa: F401  (registers the handler)
 
 TOL = dict(rtol=1e-11, atol=1e-11)
 EMBEDS = {'corner_4': ('corner', 4, (13, 10)), 'same_3': ('same', 3, (13, 8))}
@@ -59,10 +62,12 @@ def _periphery():
     return a, x, cos, sin, c, (h, w)
 
 
-def _rows(x, hw, rank, size):
-    """This rank's tokens (B, h_r W, C) of (B, H W, C) tokens, and its hw."""
-    a, b = band_bounds(hw[0], size)[rank]
-    return x[:, a * hw[1] : b * hw[1]], (b - a, hw[1])
+def _veca():
+    _seed('veca_vit')
+    arch = dict(embed_dims=16, num_layers=2, num_heads=2, mlp_ratio=2.0, num_cores=8)
+    m = VECAViT(arch, patch_size=4, patch_norm=True, out_indices=(0, 1)).double().eval()
+    torch.nn.init.normal_(m.core_coords)  # cores spread over the image
+    return m, torch.randn(1, 3, 27, 22, dtype=torch.float64)  # 7 x 6 patches (padded)
 
 
 def _tokens(x, hw):
@@ -71,7 +76,6 @@ def _tokens(x, hw):
 
 
 def _worker():
-    rank, size = torch.distributed.get_rank(), torch.distributed.get_world_size()
     out = {}
     with torch.no_grad():
         for name in EMBEDS:
@@ -85,9 +89,13 @@ def _worker():
             m, x, hw = _sra(name)
             out[name] = m(_tokens(x, hw), hw).local
         a, x, cos, sin, c, hw = _periphery()
-        band = [_rows(t[:, c:], hw, rank, size)[0] for t in (x, cos, sin)]
-        args = [torch.cat([t[:, :c], bt], 1) for t, bt in zip((x, cos, sin), band)]
-        out['core_periphery'] = ShardedCorePeriphery(a)(*args, c)
+        shard_operators(a)
+        y = a(torch.cat([x[:, :c], _tokens(x[:, c:], hw)], 1), cos, sin, c)
+        assert y.prefix == c and torch.equal(y[:, :c], y.local[:, :c])
+        out['core_periphery'] = y.full_tensor()
+        m, img = _veca()
+        shard_operators(m)
+        out['veca'] = [f.full_tensor() for f in m(BandedMap.scatter(img))]
     return out
 
 
@@ -124,8 +132,17 @@ def test_spatial_reduction_attention(results, name):
 
 def test_core_periphery_cores_see_all_patches(results):
     a, x, cos, sin, c, _ = _periphery()
-    ref = a(x, cos, sin, c)  # (B, C' + N, D)
-    for r in results:  # the cores: the same on every rank
-        torch.testing.assert_close(r['core_periphery'][:, :c], ref[:, :c], **TOL)
-    patches = torch.cat([r['core_periphery'][:, c:] for r in results], dim=1)
-    torch.testing.assert_close(patches, ref[:, c:], **TOL)
+    with torch.no_grad():
+        ref = a(x, cos, sin, c)  # (B, C' + N, D)
+    for r in results:  # every rank: its cores and all bands of patches, gathered
+        torch.testing.assert_close(r['core_periphery'], ref, **TOL)
+
+
+def test_veca_forward_unchanged_on_a_banded_image(results):
+    m, img = _veca()
+    with torch.no_grad():
+        refs = m(img)  # (1, 16, 7, 6) per out index
+    for r in results:
+        assert len(r['veca']) == len(refs)
+        for got, ref in zip(r['veca'], refs):
+            torch.testing.assert_close(got, ref, **TOL)

@@ -148,10 +148,8 @@ class CorePeripheryAttention(nn.Module):
         self.dropout = float(dropout)
         self.out_drop = nn.Dropout(dropout)
 
-    def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_cores: int
-    ) -> torch.Tensor:
-        """x (B, C'+N, D), cos / sin (B, C'+N, head_dim) -> (B, C'+N, D)."""
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple:
+        """x (B, T, D), cos / sin (B, T, head_dim) -> q, k (rotated), v (B, heads, T, d)."""
         b, t, d = x.shape
 
         def heads(y):  # (B, T, D) -> (B, heads, T, d)
@@ -162,7 +160,14 @@ class CorePeripheryAttention(nn.Module):
             cos.to(q.dtype).unsqueeze(1),
             sin.to(q.dtype).unsqueeze(1),
         )  # (B, 1, T, d), autocast dtype
-        q, k = Rotary2D.rotate(q, cos, sin), Rotary2D.rotate(k, cos, sin)
+        return Rotary2D.rotate(q, cos, sin), Rotary2D.rotate(k, cos, sin), v
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_cores: int
+    ) -> torch.Tensor:
+        """x (B, C'+N, D), cos / sin (B, C'+N, head_dim) -> (B, C'+N, D)."""
+        b, t, d = x.shape
+        q, k, v = self.project(x, cos, sin)  # (B, h, C'+N, d) each
         p = self.dropout if self.training else 0.0
         c = num_cores
         cores = F.scaled_dot_product_attention(q[:, :, :c], k, v, dropout_p=p)  # (B, h, C', d)
