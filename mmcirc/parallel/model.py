@@ -43,6 +43,8 @@ _INSTEAD = (
     "sharded inference supports CA-PVT / Core-PVT ('circulant', 'core', 'sra' stages), "
     'CA-DeiT and VECA with the mmseg necks and heads whose ops have sharded handlers'
 )
+
+
 def _err(where: str, what: str) -> ValueError:
     return ValueError(f'{where}: {what}; {_INSTEAD}')
 

@@ -150,7 +150,7 @@ class CorePeripheryAttention(nn.Module):
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple:
         """x (B, T, D), cos / sin (B, T, head_dim) -> q, k (rotated), v (B, heads, T, d)."""
-        b, t, d = x.shape
+        b, t = x.shape[:2]
 
         def heads(y):  # (B, T, D) -> (B, heads, T, d)
             return y.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
