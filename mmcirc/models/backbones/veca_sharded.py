@@ -66,6 +66,7 @@ def core_periphery_banded(module: CorePeripheryAttention, x, cos, sin, num_cores
     if size > 1:
         dist.all_reduce(acc, group=x.group)
     cores = acc[..., 1:] / acc[..., :1]  # (B, h, C', dh)
-    patches = F.scaled_dot_product_attention(q[:, :, c:], k[:, :, :c], v[:, :, :c])
+    qp, kc, vc = q[:, :, c:], k[:, :, :c], v[:, :, :c]  # (B, h, n_r | C', dh)
+    patches = F.scaled_dot_product_attention(qp, kc, vc)  # (B, h, n_r, dh)
     y = torch.cat([cores, patches], dim=2).transpose(1, 2).reshape(b, t, d)  # (B, t, D)
     return x.like(module.out_drop(module.out_proj(y)))
