@@ -160,7 +160,7 @@ _ELEMENTWISE = set(
     )
 )  # fmt: skip
 #: Ops that act along the last axes only (their tensor arguments are parameters).
-_TRAILING = {F.linear: 1, F.layer_norm: None, F.normalize: None}
+_TRAILING = {F.linear: 1, F.layer_norm: None, F.normalize: None}  # normalize: its dim checked
 #: The local set: everything that runs on the band unchanged.
 LOCAL_FUNCTIONS = frozenset(_ELEMENTWISE | set(_TRAILING) | {F.batch_norm, F.instance_norm})
 
@@ -328,7 +328,9 @@ def _run_local(func, args, kwargs):
         shape = kwargs.get('normalized_shape', args[1] if len(args) > 1 else None)
         if bd >= nd - len(tuple(shape)):
             raise _refuse(func, 'over the banded axis has no handler')
-    if func in (F.linear, F.normalize) and bd >= nd - 1:
+    if func is F.linear and bd >= nd - 1:
+        raise _refuse(func, 'over the banded axis has no handler')
+    if func is F.normalize and kwargs.get('dim', args[2] if len(args) > 2 else 1) % nd == bd:
         raise _refuse(func, 'over the banded axis has no handler')
 
     args = [_unwrap(a, ref, trailing, func) for a in args]

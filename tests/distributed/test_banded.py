@@ -102,6 +102,9 @@ def _ops(x):
             [m, F.interpolate(F.adaptive_avg_pool2d(m, 1), m.shape[2:], mode='bilinear')], 1
         ),
         'slice_channels': lambda m: m[:, 1:3] * m[..., :, :].sigmoid()[:, :2],
+        'normalize_channels': lambda m: (
+            F.normalize(m, dim=1) + F.normalize(m.transpose(1, 3), dim=-1).transpose(1, 3)
+        ),
     }
 
 
@@ -169,6 +172,9 @@ def _refused():
         'refuse_flatten_across_rows': lambda m: m.flatten(1),
         'refuse_cat_rows': lambda m: torch.cat([m, m], 2),
         'refuse_rfft2': lambda m: torch.fft.rfft2(m),
+        # F.normalize's default dim=1 is the token axis of (B, N, C): a global norm
+        'refuse_normalize_over_tokens': lambda m: F.normalize(m.flatten(2).transpose(1, 2)),
+        'refuse_normalize_over_rows': lambda m: F.normalize(m, dim=-2),
     }
 
 
@@ -217,6 +223,8 @@ def test_mmseg_neck_forward_unchanged_on_banded_maps(results, name):
         ('refuse_flatten_across_rows', 'flatten'),
         ('refuse_cat_rows', 'torch.cat'),
         ('refuse_rfft2', 'rfft2'),
+        ('refuse_normalize_over_tokens', 'F.normalize'),
+        ('refuse_normalize_over_rows', 'F.normalize'),
     ],
 )
 def test_an_op_without_handler_is_refused_by_name(results, name, op):
