@@ -100,17 +100,17 @@ def child(spec: dict) -> dict:
     t_start, t0 = time.perf_counter(), None
     try:
         warnings.simplefilter('ignore')
-        from mmcirc import apis as hr
+        from mmcirc import apis
         from mmcirc.analysis.attention_memory import (
             quadratic_attention_estimates,
             quadratic_warning,
         )
 
         img = np.load(spec['image'])
-        cfg = hr.load_highres_config(spec['config'], spec['cfg_options'])
+        cfg = apis.load_highres_config(spec['config'], spec['cfg_options'])
         dense = spec['stage_attentions'] or dense_attention(cfg)
-        hr.apply_backbone_overrides(cfg, dict(stage_attentions=dense))
-        model = hr.build_model(cfg, spec['checkpoint'], device=spec['device'], warn_random=True)
+        apis.apply_backbone_overrides(cfg, dict(stage_attentions=dense))
+        model = apis.build_model(cfg, spec['checkpoint'], device=spec['device'], warn_random=True)
         out['stage_attentions'] = list(model.backbone.stage_attentions)
         out['build_s'] = round(time.perf_counter() - t_start, 2)
         hw = img.shape[:2]
@@ -121,7 +121,7 @@ def child(spec: dict) -> dict:
         base, _ = rss_baseline()
         out['baseline_rss_mb'] = round(base / MB, 1)
         t0 = time.perf_counter()
-        labels, times = hr.predict_labels(model, img, upsample=spec['upsample'])
+        labels, times = apis.predict_labels(model, img, upsample=spec['upsample'])
         out.update(
             status='ok',
             time_s=round(times['time_s'], 3),

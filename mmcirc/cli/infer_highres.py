@@ -220,10 +220,10 @@ def _dense_line(name, hw, d):
 
 def _check_args(args):
     """Flag checks that need no model; returns the parsed --size."""
-    from mmcirc.apis import highres as hr
+    from mmcirc import apis
 
-    if args.upsample not in hr.UPSAMPLE_MODES:
-        raise CLIError(f'--upsample must be one of {hr.UPSAMPLE_MODES}, got {args.upsample!r}')
+    if args.upsample not in apis.UPSAMPLE_MODES:
+        raise CLIError(f'--upsample must be one of {apis.UPSAMPLE_MODES}, got {args.upsample!r}')
     if not 0 <= args.opacity <= 1:
         raise CLIError(f'--opacity must be in [0, 1], got {args.opacity}')
     if args.mem_cap_gb <= 0:
@@ -245,7 +245,7 @@ def _check_args(args):
 def main(argv=None):
     _one_line_warnings()
     args = parse_args(argv)
-    from mmcirc import apis as hr
+    from mmcirc import apis
     from mmcirc.analysis.attention_memory import quadratic_warning
     from mmcirc.utils.memory import is_out_of_memory
 
@@ -256,8 +256,8 @@ def main(argv=None):
         return _main_sharded(args, overrides, size)
     images = _load_images(args, size)
     with as_cli_errors():
-        cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
-        minimum = hr.min_input_size(cfg)
+        cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
+        minimum = apis.min_input_size(cfg)
     cfg_name = osp.splitext(osp.basename(args.config))[0]
     for name, img, _, _ in images:
         if min(img.shape[:2]) < minimum:
@@ -289,13 +289,13 @@ def main(argv=None):
             if args.baseline_only:
                 h, w = img.shape[:2]
                 kinds = '-'.join(sorted(set(d.get('stage_attentions') or ['dense'])))
-                stem = hr.output_stem(args.out_dir, name, (h, w), args.config, overrides)
+                stem = apis.output_stem(args.out_dir, name, (h, w), args.config, overrides)
                 path = f'{stem}_dense-{kinds}.json'
                 imio.write_atomic({path: json.dumps(d, indent=2).encode()})
     if args.baseline_only:
         return 0
 
-    model = hr.build_model(cfg, args.checkpoint, device=args.device, warn_random=True)
+    model = apis.build_model(cfg, args.checkpoint, device=args.device, warn_random=True)
     palette = model.dataset_meta['palette']
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     for name, img, source_size, where in images:
@@ -304,7 +304,7 @@ def main(argv=None):
         if warn:
             print(warn, file=sys.stderr, flush=True)
         try:
-            labels, rec = hr.run_image(
+            labels, rec = apis.run_image(
                 model,
                 img,
                 name=where,
@@ -324,8 +324,8 @@ def main(argv=None):
         rec.dense_baseline = dense.get(name)
         if cfg.get('highres_replaced_test_cfg'):
             rec.test_cfg = dict(mode='whole', replaced=cfg.highres_replaced_test_cfg)
-        base = hr.output_stem(args.out_dir, name, (h, w), args.config, overrides)
-        hr.write_result(base, rec, img, labels, palette, args.opacity)
+        base = apis.output_stem(args.out_dir, name, (h, w), args.config, overrides)
+        apis.write_result(base, rec, img, labels, palette, args.opacity)
         b = rec.backbone
         kinds = '-'.join(b.get('stage_attentions', []))
         print(
@@ -343,16 +343,16 @@ def _sharded_rank(args, overrides, size):
     predict each image band-wise; rank 0 writes the files and returns its lines."""
     import torch.distributed as dist
 
-    from mmcirc import apis as hr
+    from mmcirc import apis
     from mmcirc.parallel import infer as pinf
     from mmcirc.distributed.comm import group_rank_size
     from mmcirc.parallel.model import check_size, shard_model
 
     rank, world = group_rank_size()
     with as_cli_errors():
-        cfg = hr.load_highres_config(args.config, args.cfg_options, overrides)
-        model = hr.build_model(cfg, args.checkpoint, device='cpu', warn_random=rank == 0)
-        backbone = hr.backbone_summary(model.backbone)
+        cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
+        model = apis.build_model(cfg, args.checkpoint, device='cpu', warn_random=rank == 0)
+        backbone = apis.backbone_summary(model.backbone)
         sharded = shard_model(model)  # an unsupported layer: ValueError, nothing read yet
     pinf.sync_weights(model)  # random weights: rank 0's everywhere
     images = _load_images(args, size) if rank == 0 else None
@@ -366,15 +366,15 @@ def _sharded_rank(args, overrides, size):
         labels, rec = pinf.run_image_sharded(sharded, img, hw)
         if rank != 0:
             continue
-        rec = hr.HighResResult(
+        rec = apis.HighResResult(
             image=where, input_size=list(hw), source_size=list(source_size), config=args.config,
             checkpoint=args.checkpoint, random_weights=args.checkpoint is None,
             overrides=dict(overrides), backbone=backbone, device='cpu', sharded=True, **rec,
             num_classes=len(model.dataset_meta['classes']),
             labels_present=int(len(set(labels.ravel().tolist()))),
         )  # fmt: skip
-        base = hr.output_stem(args.out_dir, name, hw, args.config, overrides)
-        hr.write_result(
+        base = apis.output_stem(args.out_dir, name, hw, args.config, overrides)
+        apis.write_result(
             base, rec, images[k][1], labels, model.dataset_meta['palette'], args.opacity
         )
         lines.append(
