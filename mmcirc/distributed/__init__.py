@@ -12,7 +12,7 @@ Modules: :mod:`.bands` (the band rule), :mod:`.comm` (the row exchange of banded
 :mod:`.handlers` (the row-banded map :class:`BandedMap` and its per-op handlers),
 :mod:`.launch` (local ranks, first-cause errors)."""
 
-from .comm import exchange_rows, gather_rows, row_offsets
+from .comm import Layout, exchange_rows, gather_rows
 
 from .bands import band_bounds, check_world_size
 from .launch import free_port, init_from_env, run_parallel
@@ -31,5 +31,5 @@ __all__ = [
     'sharded_irfft2',
     'exchange_rows',
     'gather_rows',
-    'row_offsets',
+    'Layout',
 ]

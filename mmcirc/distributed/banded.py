@@ -244,7 +244,7 @@ class BandedMap(torch.Tensor):
     @property
     def layout(self) -> Layout:
         """The rows' :class:`~mmcirc.distributed.comm.Layout` (from the bounds, no collective)."""
-        return Layout([a for a, _ in self.bounds] + [self.height], self.rank)
+        return Layout.of(self.height, len(self.bounds), self.rank)
 
     def same_layout(self, other: 'BandedMap') -> bool:
         return (self.band_dim, self.unit, self.height, self.group, self.prefix) == (

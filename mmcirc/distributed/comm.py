@@ -6,20 +6,22 @@ A map is band-sharded along one dimension (the rows, ``dim=-2`` of an NCHW map o
 interpolation, a gather of small reduced maps) needs some contiguous range of global
 rows, which may reach into the neighbours' bands or past the image, where the rows are
 zeros (zero padding). :func:`exchange_rows` serves every rank's request at once with
-point-to-point ``isend`` / ``irecv`` of the overlapping slices; :func:`row_offsets` is
-the one collective that tells every rank the band layout (an ``all_gather`` of the
-local row counts, any number of maps in one call).
+point-to-point ``isend`` / ``irecv`` of the overlapping slices. The band layout
+(:class:`Layout`, :meth:`Layout.of`) follows from the map's height and P
+(:func:`~mmcirc.distributed.bands.band_bounds`), so it is computed, never gathered.
 
 Requests (``wants``) are computed by every rank for every rank from the layout and the
-layer's geometry, so a layer needs no collective besides :func:`row_offsets`.
+layer's geometry, so a layer needs no collective besides the exchange itself.
 
 This file depends on torch only.
 """
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
+
+from .bands import band_bounds
 
 __all__ = [
     'Layout',
@@ -27,7 +29,6 @@ __all__ = [
     'exchange_rows',
     'gather_rows',
     'group_rank_size',
-    'row_offsets',
 ]
 
 
@@ -59,6 +60,11 @@ class Layout:
         self.height = self.offsets[-1]
         self.start, self.stop = self.offsets[rank], self.offsets[rank + 1]
 
+    @classmethod
+    def of(cls, height: int, world_size: int, rank: int) -> 'Layout':
+        """The layout of a map ``height`` rows high under the band rule (no collective)."""
+        return cls([a for a, _ in band_bounds(height, world_size)] + [height], rank)
+
     @property
     def world_size(self) -> int:
         return len(self.offsets) - 1
@@ -68,24 +74,6 @@ class Layout:
 
     def __repr__(self) -> str:
         return f'Layout(offsets={self.offsets}, rank={self.rank})'
-
-
-def row_offsets(*rows: int, group=None, device=None) -> List[Layout]:
-    """The layouts of maps whose local bands have ``rows`` rows here (one int per map):
-    one ``all_gather`` of the local counts; ``[Layout]`` in the order given."""
-    rank, size = group_rank_size(group)
-    device = comm_device(group) if device is None else device
-    mine = torch.tensor([int(r) for r in rows], dtype=torch.int64, device=device)  # (M,)
-    every = [torch.empty_like(mine) for _ in range(size)]
-    dist.all_gather(every, mine, group=group)
-    counts = torch.stack(every).cpu().tolist()  # (P, M)
-    out = []
-    for m in range(len(rows)):
-        offsets = [0]
-        for q in range(size):
-            offsets.append(offsets[-1] + counts[q][m])
-        out.append(Layout(offsets, rank))
-    return out
 
 
 def exchange_rows(
@@ -143,15 +131,14 @@ def exchange_rows(
 
 
 def gather_rows(
-    x: torch.Tensor, dim: int = -2, group=None, dst: Optional[int] = None
+    x: torch.Tensor, layout: Layout, dim: int = -2, group=None, dst: Optional[int] = None
 ) -> Optional[torch.Tensor]:
-    """The whole map from its bands: on every rank (``dst`` None, an all-gather of
-    uneven bands) or on rank ``dst`` only (others get None)."""
-    rank, _ = group_rank_size(group)
+    """The whole map from its bands (``layout``: theirs, e.g. :meth:`Layout.of`): on
+    every rank (``dst`` None, an all-gather of uneven bands) or on rank ``dst`` only
+    (others get None)."""
     dim = dim % x.dim()
-    (layout,) = row_offsets(x.shape[dim], group=group, device=comm_device(group, x))
     wants = [
         (0, layout.height) if dst is None or q == dst else (0, 0) for q in range(layout.world_size)
     ]
     out = exchange_rows(x, layout, wants, dim=dim, group=group)
-    return out if dst is None or rank == dst else None
+    return out if dst is None or layout.rank == dst else None

@@ -257,10 +257,6 @@ class CoreAttention(nn.Module):
         b, n, _ = t.shape
         return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
 
-    #: the former private name (``mmcirc.parallel``'s sharded layer inherits the methods
-    #: that call it); new code calls :meth:`split_heads`
-    _heads = split_heads
-
     def _run(self, fn, *args):
         """fn(*args) on one chunk; checkpointed under autograd, so that the
         chunk's scores are recomputed in backward instead of stored."""

@@ -250,7 +250,8 @@ def predict_sharded(
         labels = band_labels(out, hw, sharded.model.decode_head.align_corners)
     k = int(out.shape[1])  # labels travel in the smallest integer type that holds them
     small = torch.uint8 if k <= 256 else torch.int32
-    labels = gather_rows(labels.to(small), dim=0, group=group, dst=0)
+    rows = Layout.of(int(hw[0]), size, rank)  # the labels' bands: the image's rows
+    labels = gather_rows(labels.to(small), rows, dim=0, group=group, dst=0)
     labels = None if labels is None else labels.long()
-    whole = gather_rows(out.local, dim=-2, group=group, dst=0) if logits else None
+    whole = gather_rows(out.local, out.layout, dim=-2, group=group, dst=0) if logits else None
     return labels, whole

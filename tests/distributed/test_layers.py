@@ -91,8 +91,8 @@ def _worker():
         wants = [(-3, 4), (2, 13), (9, 10), (0, 0)][:size]
         lay = _layout(10, rank, size)
         out['exchange_rows'] = exchange_rows(_band(x, rank, size, dim=1), lay, wants, dim=1)
-        out['gather_rows_all'] = gather_rows(_band(x, rank, size, dim=1), dim=1)
-        out['gather_rows_dst0'] = gather_rows(_band(x, rank, size, dim=1), dim=1, dst=0)
+        out['gather_rows_all'] = gather_rows(_band(x, rank, size, dim=1), lay, dim=1)
+        out['gather_rows_dst0'] = gather_rows(_band(x, rank, size, dim=1), lay, dim=1, dst=0)
     return out
 
 
