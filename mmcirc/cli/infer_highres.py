@@ -411,20 +411,21 @@ def _main_sharded(args, overrides, size):
             raise CLIError(str(err).strip().splitlines()[0]) from None
     else:
         from mmcirc.distributed.comm import group_rank_size
-        from mmcirc.distributed.launch import init_from_env, is_secondary_error
+        from mmcirc.distributed.launch import init_from_env, is_secondary_error, leaving_group
 
         init_from_env('gloo')
+        rank = group_rank_size()[0]
         try:
-            lines = _sharded_rank(args, overrides, size)
+            with leaving_group():  # without it a finished rank can abort in teardown
+                lines = _sharded_rank(args, overrides, size)
         except (CLIError, ValueError, TypeError):
-            if group_rank_size()[0] != 0:  # the same error on every rank: rank 0 reports it
+            if rank != 0:  # the same error on every rank: rank 0 reports it
                 sys.exit(1)
             raise
         except Exception as err:  # one line from the failing rank; its peers' echoes quiet
             msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             if is_secondary_error(msg):
                 sys.exit(1)
-            rank = group_rank_size()[0]
             raise CLIError(f'rank {rank} failed: {type(err).__name__}: {msg}') from None
     for line in lines:
         print(line, flush=True)

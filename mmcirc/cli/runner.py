@@ -78,26 +78,9 @@ def build_runner(cfg):
 
 def run_and_release(runner, method: str):
     """``runner.train()`` / ``runner.test()`` / ``runner.val()``, then leave the
-    distributed group cleanly.
+    distributed group cleanly (mmengine never destroys the group it, or
+    :func:`build_runner`, joined): :func:`mmcirc.distributed.leaving_group`."""
+    from mmcirc.distributed import leaving_group
 
-    mmengine never destroys the process group it (or :func:`build_runner`) joined; the
-    gloo group's threads are then still running when the interpreter tears down, and
-    a process that did all its work can die with ``terminate called without an
-    active exception`` (SIGABRT), which torchrun reports as a failed job. After a
-    successful run every rank waits for the others (so none tears down a group a peer
-    still uses) and the group is destroyed, joining its threads while the interpreter
-    is still whole; after a failure it is destroyed without waiting (the peers may be
-    gone).
-    """
-    import torch.distributed as dist
-
-    try:
-        result = getattr(runner, method)()
-    except BaseException:
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-        raise
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-    return result
+    with leaving_group():
+        return getattr(runner, method)()

@@ -15,7 +15,7 @@ Modules: :mod:`.bands` (the band rule), :mod:`.comm` (the row exchange of banded
 from .comm import Layout, exchange_rows, gather_rows
 
 from .bands import band_bounds, check_world_size
-from .launch import free_port, init_from_env, run_parallel
+from .launch import free_port, init_from_env, leaving_group, run_parallel
 from .fft import sharded_irfft2, sharded_rfft2
 from .banded import BandedMap
 from . import handlers  # noqa: F401  (registers the BandedMap handlers)
@@ -26,6 +26,7 @@ __all__ = [
     'check_world_size',
     'free_port',
     'init_from_env',
+    'leaving_group',
     'run_parallel',
     'sharded_rfft2',
     'sharded_irfft2',

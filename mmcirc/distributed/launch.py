@@ -1,6 +1,7 @@
 """Run one function on P local processes joined in a torch.distributed process group.
 
-``torchrun`` is the launcher for real runs (each rank calls :func:`init_from_env`);
+``torchrun`` is the launcher for real runs (each rank calls :func:`init_from_env` and
+leaves through :func:`leaving_group`);
 :func:`run_parallel` is the in-Python equivalent for tests and ``--nproc P``: it starts
 P processes, each joins a gloo (CPU) or NCCL (GPU) group over TCP on the loopback
 address, runs ``fn(*args)`` and sends its return value back. A rank that raises makes
@@ -23,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-__all__ = ['free_port', 'init_from_env', 'is_secondary_error', 'run_parallel']
+__all__ = ['free_port', 'init_from_env', 'is_secondary_error', 'leaving_group', 'run_parallel']
 
 
 def free_port() -> int:
@@ -40,6 +41,29 @@ def init_from_env(backend: str = None, timeout_s: float = 600) -> None:
     if not dist.is_initialized():
         backend = backend or ('nccl' if torch.cuda.is_available() else 'gloo')
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+@contextlib.contextmanager
+def leaving_group():
+    """Run the body, then leave the default process group (if one is joined) cleanly.
+
+    A process that exits with its gloo group still alive can die in interpreter
+    teardown with ``terminate called without an active exception`` (SIGABRT: the
+    group's C++ threads outlive Python), which torchrun reports as a failed rank
+    although all its work was done. After a body that returns, every rank waits for
+    the others (none tears down a group a peer still reads from) and the group is
+    destroyed while the interpreter is whole; after one that raises (``SystemExit``
+    too), it is destroyed without waiting, since the peers may be gone.
+    """
+    try:
+        yield
+    except BaseException:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _worker(rank, world_size, port, backend, fn, args, threads, queue):

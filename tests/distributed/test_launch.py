@@ -1,6 +1,6 @@
 """mmcirc.distributed.run_parallel: results in rank order, one error naming the failing rank
 (not the ranks that failed because of it), ranks with several threads after the parent
-ran OpenMP regions."""
+ran OpenMP regions; leaving_group: the group is gone after the body, returned or raised."""
 
 import functools
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mmcirc.distributed import launch, run_parallel
+from mmcirc.distributed import launch, leaving_group, run_parallel
 
 
 def _rank_sum(x):
@@ -21,6 +21,21 @@ def _fail_on_rank_1():
     if dist.get_rank() == 1:
         raise ValueError('boom on rank 1')
     dist.barrier()  # rank 0 waits for rank 1, which is gone
+
+
+def _sum_then_leave():
+    with leaving_group():
+        t = torch.ones(1)
+        dist.all_reduce(t)
+    return t.item(), dist.is_initialized()
+
+
+def _raise_then_leave():
+    try:
+        with leaving_group():
+            raise KeyError('body')
+    except KeyError:
+        return dist.is_initialized()
 
 
 def _threaded_matmul():
@@ -62,3 +77,11 @@ def test_ranks_with_two_threads_after_the_parent_used_openmp():
 def test_secondary_errors_are_the_peers_echo_not_a_cause():
     assert launch.is_secondary_error('RuntimeError: [gloo] Connection closed by peer [::1]:1')
     assert not launch.is_secondary_error('ValueError: world_size=4 is larger than the 3 rows')
+
+
+def test_leaving_group_destroys_the_group_after_the_body():
+    assert run_parallel(_sum_then_leave, 2, timeout_s=120) == [(2.0, False), (2.0, False)]
+
+
+def test_leaving_group_destroys_the_group_when_the_body_raises():
+    assert run_parallel(_raise_then_leave, 2, timeout_s=120) == [False, False]
