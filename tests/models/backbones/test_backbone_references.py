@@ -86,10 +86,13 @@ def test_all_sra_capvt_equals_mmdet_pvt():
         drop_path_rate=0.0,
     ).eval()
     ours.load_state_dict(convert_mmdet_pvt_keys(ref.state_dict()), strict=True)
-    x = torch.randn(2, 3, 64, 96)  # a multiple of 32: mmdet's PVT does not pad
+    # float64: the same math must agree to rounding on every CPU (in float32 the two
+    # summation orders differ by ~1e-6 on an AVX2 host)
+    ref, ours = ref.double(), ours.double()
+    x = torch.randn(2, 3, 64, 96, dtype=torch.float64)  # a multiple of 32: mmdet's PVT does not pad
     with torch.no_grad():
         for a, b in zip(ref(x), ours(x)):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
 def test_all_window_caswin_equals_mmdet_swin():
