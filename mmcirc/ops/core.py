@@ -36,14 +36,16 @@ its additive mask): no (B, N, C') scores or weights are stored, so a call alloca
 little more than its output (a large transient would have the allocator hand pages back
 to the kernel and fault them in again on the next call). Otherwise (more heads; autograd,
 where the fused kernel's gradient of the mask falls back to a slower unfused form) it is
-two GEMMs around a softmax per head; over C' < ``SOFTMAX_WIDTH`` cores that softmax runs over scores
-padded with -inf to one vector of floats of torch's CPU kernels (:func:`core_softmax`;
-the padded weights are exactly 0 and are dropped before the value product, whose cost
-stays proportional to C'): a softmax over a last axis shorter than one vector costs
-several times more per element. Traced, compiled and exported graphs (the FLOP count,
-torch.compile, ONNX) keep the two GEMMs for any heads. Under bf16 /
-fp16 autocast the scores' softmax (also inside the fused call) and the online gather's
-running sums are float32; the projections and products follow autocast.
+two GEMMs around a softmax per head; under autograd the scores' key gradient is taken as
+``ds^T x`` (:class:`_Scores`), a GEMM that MKL runs well for any C'. Over
+C' < ``SOFTMAX_WIDTH`` cores that softmax runs over scores padded with -inf to one vector
+of floats of torch's CPU kernels (:func:`core_softmax`; the padded weights are exactly 0
+and are dropped before the value product, whose cost stays proportional to C'): a
+softmax over a last axis shorter than one vector costs several times more per element.
+Traced, compiled and exported graphs (the FLOP count, torch.compile, ONNX) keep the two
+GEMMs (plain ``baddbmm``) for any heads. Under bf16 / fp16 autocast the scores' softmax
+(also inside the fused call) and the online gather's running sums are float32; the
+projections and products follow autocast.
 
 Unchunked, the gather is one fused ``scaled_dot_product_attention`` call
 (no (heads, C', N) score map is stored). Bounded memory: for
