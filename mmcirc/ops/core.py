@@ -30,12 +30,22 @@ Two exact evaluation orders (``fold_projections``):
 
 Auto choice: fold when ``heads * C' < C + C'`` (fewer multiply-adds).
 
-The folded broadcast's softmax over C' < ``SOFTMAX_WIDTH`` (16) cores per head runs
-over scores padded with -inf to 16 (:func:`core_softmax`; the padded weights are exactly
-0 and are dropped before the value product, whose cost stays proportional to C'): a
-softmax over a last axis shorter than one vector of floats costs several times more per
-element. Under bf16 / fp16 autocast the scores' softmax and the online
-gather's running sums are float32; the projections and products follow autocast.
+With one head and no autograd the folded broadcast ``softmax(x k_t^T + beta) v_t`` is
+one fused ``scaled_dot_product_attention`` of the patches over the folded cores (``beta``
+its additive mask): no (B, N, C') scores or weights are stored, so a call allocates
+little more than its output (a large transient would have the allocator hand pages back
+to the kernel and fault them in again on the next call). Otherwise (more heads; autograd,
+where the fused kernel's gradient of the mask falls back to a slower unfused form) it is
+two GEMMs around a softmax per head; under autograd the scores' key gradient is taken as
+``ds^T x`` (:class:`_Scores`), a GEMM that MKL runs well for any C'. Over
+C' < ``SOFTMAX_WIDTH`` cores that softmax runs over scores padded with -inf to one vector
+of floats of torch's CPU kernels (:func:`core_softmax`; the padded weights are exactly 0
+and are dropped before the value product, whose cost stays proportional to C'): a
+softmax over a last axis shorter than one vector costs several times more per element.
+Traced, compiled and exported graphs (the FLOP count, torch.compile, ONNX) keep the two
+GEMMs (plain ``baddbmm``) for any heads. Under bf16 / fp16 autocast the scores' softmax
+(also inside the fused call) and the online gather's running sums are float32; the
+projections and products follow autocast.
 
 Unchunked, the gather is one fused ``scaled_dot_product_attention`` call
 (no (heads, C', N) score map is stored). Bounded memory: for
@@ -71,15 +81,22 @@ CORE_PRESETS = {'mobile': 8, 'edge': 32, 'server': 64}
 
 DEFAULT_CHUNK_THRESHOLD = 1 << 17  # 131072 tokens, e.g. 362 x 362
 DEFAULT_CHUNK_SIZE = 1 << 14  # patches per chunk once chunking is on
-#: the folded broadcast's softmax runs over at least this many scores per head (16 floats:
-#: one AVX-512 vector); fewer active cores are padded with -inf (weight 0)
-SOFTMAX_WIDTH = 16
+#: the folded broadcast's softmax runs over at least this many scores per head: one vector
+#: of floats of torch's CPU kernels (16 with AVX-512, 8 with AVX2 and the others); fewer
+#: active cores are padded with -inf (weight 0)
+SOFTMAX_WIDTH = 16 if torch.backends.cpu.get_cpu_capability() == 'AVX512' else 8
 
 
 def _wide(t):
     """``t`` in float32 when it is bf16 / fp16 (scores under autocast: softmax and its
     sums run in float32, METHOD.md), else unchanged (float32 and float64 stay)."""
     return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+
+
+def _graph_capture():
+    """Whether torch.jit traces, dynamo compiles or torch.export exports this call (the
+    FLOP count, torch.compile, ONNX): those graphs keep the folded broadcast's GEMMs."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
 def core_softmax(s):
@@ -96,6 +113,28 @@ def core_softmax(s):
         return torch.softmax(s, dim=-1)
     s = F.pad(s, (0, SOFTMAX_WIDTH - nc), value=float('-inf'))  # (..., SOFTMAX_WIDTH)
     return torch.softmax(s, dim=-1)[..., :nc]  # (..., C')
+
+
+class _Scores(torch.autograd.Function):
+    """``baddbmm(beta, x, k^T)``: scores (B, n, K) of x (B, n, C) against k (B, K, C) plus
+    beta (B, 1, K), whose backward takes the gradient of k as ``ds^T x`` (B, K, C).
+    Autograd's own ``(x^T ds)^T`` is a GEMM that MKL runs ~10x slower for K < 12 columns
+    over a long n (the folded broadcast of one head over C' < 12 cores)."""
+
+    @staticmethod
+    def forward(ctx, beta, x, k):
+        ctx.save_for_backward(x, k)
+        return torch.baddbmm(beta, x, k.transpose(1, 2))  # (B, n, K)
+
+    @staticmethod
+    def backward(ctx, ds):
+        x, k = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        return (
+            ds.sum(1, keepdim=True) if need[0] else None,  # (B, 1, K)
+            ds @ k if need[1] else None,  # (B, n, C)
+            ds.transpose(1, 2) @ x if need[2] else None,  # (B, K, C)
+        )
 
 
 def check_positive(name, value, allow_none=False):
@@ -339,7 +378,21 @@ class CoreAttention(nn.Module):
     def _broadcast_folded(self, xc, k_t, beta, v_t, bias):
         """proj(MHA) of chunk xc (B, n, C) against folded cores: (B, n, C)."""
         b, n, _ = xc.shape
-        s = torch.baddbmm(beta, xc, k_t.transpose(1, 2))  # (B, n, h*C')
+        if self.num_heads == 1 and not (torch.is_grad_enabled() or _graph_capture()):
+            # softmax(x k_t^T + beta) v_t as one fused SDPA, beta its additive mask
+            y = F.scaled_dot_product_attention(
+                xc.unsqueeze(1),  # (B, 1, n, C): queries
+                k_t.unsqueeze(1).to(xc.dtype),  # (B, 1, C', C): keys
+                v_t.unsqueeze(1).to(xc.dtype),  # (B, 1, C', C): values
+                attn_mask=beta.unsqueeze(1).to(xc.dtype),  # (B, 1, 1, C')
+                dropout_p=self.attn_drop if self.training else 0.0,
+                scale=1.0,
+            ).squeeze(1)  # (B, n, C)
+            return y if bias is None else y + bias
+        if _graph_capture():
+            s = torch.baddbmm(beta, xc, k_t.transpose(1, 2))  # (B, n, h*C')
+        else:  # the same product, its key gradient a faster GEMM
+            s = _Scores.apply(beta, xc, k_t)  # (B, n, h*C')
         p = core_softmax(s.view(b, n, self.num_heads, -1))  # (B, n, h, C'), >= float32
         p = self._drop(p).reshape(b, n, -1).to(s.dtype)  # (B, n, h*C')
         y = p @ v_t  # (B, n, C): the sum over heads is part of the product

@@ -223,6 +223,22 @@ def test_few_cores_softmax_runs_over_the_vector_width():
     assert rec.seen == [(SOFTMAX_WIDTH, torch.float32)]
 
 
+@pytest.mark.parametrize('num_cores', [1, 2, 8, 16])
+@pytest.mark.parametrize('chunk_size', [None, 4])
+@pytest.mark.parametrize('qkv_bias', [True, False])
+def test_one_head_inference_matches_dense(num_cores, chunk_size, qkv_bias):
+    """One head without autograd: the folded broadcast is one fused SDPA (no softmax op of
+    its own), still the dense MHA."""
+    m = _module(num_heads=1, fold_projections=True, chunk_size=chunk_size, qkv_bias=qkv_bias)
+    x, cores = _inputs(num_cores=num_cores)
+    with torch.no_grad(), _SoftmaxInputs() as rec:
+        y, new_cores = m.eval()(x, cores)
+    assert rec.seen == []  # the unchunked gather is SDPA too, the chunked one exp
+    y_ref, cores_ref = core_attention_dense(m, x, cores)
+    torch.testing.assert_close(new_cores, cores_ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize('fold', FOLDS)
 @pytest.mark.parametrize('chunk_size', [None, 16])
 def test_bf16_autocast_keeps_the_softmax_in_float32(fold, chunk_size):
