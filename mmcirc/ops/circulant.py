@@ -188,21 +188,29 @@ def _row_mass(p, hw):
 
 BLOCK_BYTES = 1 << 23  # CPU: spectra of one block of heads ~8 MiB (cache)
 CUDA_BLOCK_BYTES = 1 << 26  # CUDA: ~64 MiB (few launches, bounded memory)
+#: at most this many blocks: each block's qkv product reads the spectrum of all C
+#: input channels, so n blocks read it n times (512^2, C = 96: 48 cache-sized blocks
+#: of 2 heads made that product ~36 % of the layer, re-reading 101 MB per block)
+MAX_HEAD_BLOCKS = 8
 
 
 def head_blocks(channels, num_heads, grid, batch=1, device_type='cpu'):
     """Channel slices of whole heads, each block's q/k/v spectra about
-    BLOCK_BYTES (CUDA: CUDA_BLOCK_BYTES).
+    BLOCK_BYTES (CUDA: CUDA_BLOCK_BYTES), and at most MAX_HEAD_BLOCKS blocks.
 
     Heads are independent. On the CPU, blocks keep every FFT and product in
     cache (one large batch of FFTs runs several times slower); on a GPU,
     small blocks only multiply kernel launches, so blocks there are large and
-    only bound the temporary memory.
+    only bound the temporary memory. On maps whose heads do not fit the budget
+    (a 512 x 512 map's spectra are 1 MiB per channel) the blocks grow instead to
+    a MAX_HEAD_BLOCKS-th of the heads: nothing fits the cache there, and every
+    block re-reads the whole input spectrum for its qkv product.
     """
     d = channels // num_heads
     per_head = 3 * batch * d * grid[0] * (grid[1] // 2 + 1) * 8  # q, k, v
     budget = CUDA_BLOCK_BYTES if device_type == 'cuda' else BLOCK_BYTES
-    step = d * max(1, min(num_heads, budget // per_head))
+    heads = max(1, min(num_heads, budget // per_head), -(-num_heads // MAX_HEAD_BLOCKS))
+    step = d * heads
     return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
 
 

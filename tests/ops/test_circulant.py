@@ -132,6 +132,18 @@ def test_head_blocks_budget_per_device(monkeypatch):
     assert len(circulant.head_blocks(6, 6, (8, 9), 2, 'cuda')) == 1
 
 
+@pytest.mark.parametrize('num_heads', [20, 40])
+def test_head_blocks_at_most_max_blocks(num_heads, monkeypatch):
+    """Heads that do not fit the budget (here: none does) are cut into at most
+    MAX_HEAD_BLOCKS blocks of whole heads, covering every channel once in order."""
+    monkeypatch.setattr(circulant, 'BLOCK_BYTES', 1)
+    blocks = circulant.head_blocks(40, num_heads, (8, 9), 2)
+    d = 40 // num_heads
+    assert len(blocks) <= circulant.MAX_HEAD_BLOCKS < num_heads
+    assert [c for sl in blocks for c in range(sl.start, sl.stop)] == list(range(40))
+    assert all((sl.stop - sl.start) % d == 0 for sl in blocks)
+
+
 # ------------------------------------------------------------ helpers
 def test_next_fast_len_is_minimal_5_smooth():
     def smooth(m):
