@@ -1,5 +1,6 @@
 """``'sra'``: mmdet's PVT v1 block (spatial-reduction attention): its modules and
-parameters unchanged, its MLP run on the tokens like the other pyramid blocks'."""
+parameters unchanged, its MLP run on the tokens like the other pyramid blocks', and the
+attention weights that mmdet drops not averaged over the heads (same output)."""
 
 import math
 from typing import Sequence
