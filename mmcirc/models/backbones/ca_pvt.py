@@ -3,12 +3,11 @@
 Layout (PVT v1, Wang et al. 2021): each stage starts with a non-overlapping patch
 embedding (kernel = stride = 4, 2, 2, 2, padded at the bottom/right when the map is
 not a multiple) and an absolute position embedding (bilinearly resized to the input),
-then its blocks. ``'sra'`` stages use mmdet's ``PVTEncoderLayer`` (``SRABlock``: its
-modules and parameters, spatial-reduction attention, sr ratios 8-4-2-1; its MLP run on
-the tokens); ``'circulant'`` and ``'core'`` stages use :class:`CirculantBlock` /
-:class:`CoreBlock` with PVT's MLP (mmdet ``MixFFN`` without conv, MLP ratios 8-8-4-4);
-any other registered block that fits the ``'pvt'`` family may be named in
-``stage_attentions`` / ``block_cfgs``.
+then its blocks. ``'sra'`` stages use mmdet's ``PVTEncoderLayer`` unchanged
+(``SRABlock``: spatial-reduction attention, sr ratios 8-4-2-1); ``'circulant'`` and
+``'core'`` stages use :class:`CirculantBlock` / :class:`CoreBlock` with PVT's MLP
+(mmdet ``MixFFN`` without conv, MLP ratios 8-8-4-4); any other registered block that
+fits the ``'pvt'`` family may be named in ``stage_attentions`` / ``block_cfgs``.
 
 Parameter names follow mmdet's ``PyramidVisionTransformer``; a converter maps an
 mmdet-format state dict with these renames (``pvt_convert.MMDET_PVT_KEY_MAP``)::

@@ -6,9 +6,8 @@ it was. Hence one skeleton with a per-stage choice of attention:
 
 * blocks: registered modules, one per attention kind (:mod:`mmcirc.models.blocks`):
   ``CirculantBlock`` (the official CA block), ``CoreBlock`` (core attention with
-  cores in and out) and, from mmdet, the original block of each family
-  (``SRABlock`` = ``PVTEncoderLayer``, its MLP run on the tokens; ``WindowBlock`` =
-  ``SwinBlock``, unchanged). A stage's
+  cores in and out) and, unchanged from mmdet, the original block of each family
+  (``SRABlock`` = ``PVTEncoderLayer``, ``WindowBlock`` = ``SwinBlock``). A stage's
   blocks come from a block config (``block_cfgs``) or the short form
   ``attention`` / ``stage_attentions`` (kind -> registered block); which kinds a
   family takes is read from the registry;

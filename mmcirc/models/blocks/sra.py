@@ -1,6 +1,5 @@
-"""``'sra'``: mmdet's PVT v1 block (spatial-reduction attention): its modules and
-parameters unchanged, its MLP run on the tokens like the other pyramid blocks', and the
-attention weights that mmdet drops not averaged over the heads (same output)."""
+"""``'sra'``: mmdet's PVT v1 block (spatial-reduction attention), unchanged but for the
+attention weights that mmdet drops: not averaged over the heads (the same output)."""
 
 import math
 from typing import Sequence
@@ -11,7 +10,7 @@ from mmdet.models.backbones.pvt import PVTEncoderLayer, SpatialReductionAttentio
 from torch import nn
 
 from mmcirc.registry import register_model
-from .base import PyramidBlock, apply_ffn
+from .base import PyramidBlock
 from .probe import AttentionProbe, call_arg
 
 __all__ = ['SRABlock', 'SRAProbe', 'mha_weights']
@@ -73,9 +72,8 @@ def _per_head_weights(mha: nn.MultiheadAttention, args, kwargs):
 @register_model()
 class SRABlock(PyramidBlock, PVTEncoderLayer):
     """mmdet's ``PVTEncoderLayer`` (PVT's own block: the original of the ``'pvt'``
-    family), with the block declarations; same arguments and parameters, and its
-    forward with the MLP run as in the other pyramid blocks (:meth:`forward`) and the
-    attention weights, which mmdet drops, not averaged (:func:`_per_head_weights`).
+    family), with the block declarations; same arguments, parameters and forward (its
+    attention weights, which mmdet drops, not averaged: :func:`_per_head_weights`).
     In a backbone, ``sr_ratios`` (per stage, as ``sr_ratio``) applies."""
 
     kind = 'sra'
@@ -103,15 +101,6 @@ class SRABlock(PyramidBlock, PVTEncoderLayer):
             'sr_ratio',
         )
         return {k: ctx[k] for k in keys}
-
-    def forward(self, x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
-        """mmdet's ``PVTEncoderLayer.forward``: ``x + SRA(LN(x))`` by mmdet's own
-        ``SpatialReductionAttention``, then ``x + MLP(LN(x))`` by :func:`apply_ffn`: the
-        MixFFN's 1x1 convs as GEMMs on the tokens with their own weights (no
-        (B, C, H, W) copy, and under bf16 autocast a bf16 GEMM instead of a bf16 NCHW
-        convolution). x (B, N, C) tokens of an H x W map; returns (B, N, C)."""
-        x = self.attn(self.norm1(x), hw_shape, identity=x)  # (B, N, C)
-        return apply_ffn(self.ffn, self.norm2(x), hw_shape, identity=x)  # (B, N, C)
 
     def attention_matrix(self, hw: Sequence[int]) -> dict:
         """``nn.MultiheadAttention`` with ``need_weights``: every token queries the
