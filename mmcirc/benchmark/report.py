@@ -1,8 +1,10 @@
 """The report writer: the environment of a run, an atomic JSON store that merges runs,
 and markdown tables with ratios against a named baseline.
 
-* :func:`environment`: date (UTC), CPU, cores and affinity, load, torch / timm /
-  Python versions, the device's name, threads, the command;
+* :func:`environment`: date (UTC), CPU, its vector ISA as torch sees it and its native
+  bfloat16 flags (none: bf16 autocast runs emulated on the CPU, slower than float32),
+  cores and affinity, load, torch / timm / Python versions, the device's name,
+  threads, the command;
 * :class:`ResultStore`: ``results`` keyed by a measurement's key; :meth:`ResultStore.load`
   reads an earlier run (the records it already has), :meth:`ResultStore.update` adds or
   replaces records, :meth:`ResultStore.save` writes the whole file atomically (after
@@ -53,6 +55,21 @@ def _cpu_model() -> str:
     return cpu
 
 
+#: /proc/cpuinfo flags of native bfloat16 arithmetic (x86: AVX512_BF16 dot products,
+#: AMX tiles; arm64: BF16); without one, oneDNN has no bf16 GEMM / convolution kernel
+BF16_CPU_FLAGS = ('avx512_bf16', 'amx_bf16', 'bf16')
+
+
+def _cpu_bf16_flags() -> Optional[List[str]]:
+    """The :data:`BF16_CPU_FLAGS` this CPU reports ([]: none), None where unknown."""
+    with contextlib.suppress(OSError, StopIteration):
+        with open('/proc/cpuinfo') as f:
+            line = next(ln for ln in f if ln.split(':', 1)[0].strip() in ('flags', 'Features'))
+        flags = set(line.split(':', 1)[1].split())
+        return [f for f in BF16_CPU_FLAGS if f in flags]
+    return None
+
+
 def environment(command: Optional[str] = None, device: str = 'cpu', **extra) -> dict:
     """Date, machine, load, versions and the command of a run (``command`` None: this
     process's ``sys.argv``)."""
@@ -69,6 +86,8 @@ def environment(command: Optional[str] = None, device: str = 'cpu', **extra) -> 
     env = dict(
         date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
         cpu=_cpu_model(),
+        cpu_isa=torch.backends.cpu.get_cpu_capability(),
+        cpu_bf16=_cpu_bf16_flags(),
         cpu_count=os.cpu_count(),
         affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else None,
         load=os.getloadavg()[0] if hasattr(os, 'getloadavg') else None,

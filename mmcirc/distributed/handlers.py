@@ -239,7 +239,8 @@ def cat(tensors, dim=0, *, out=None):
 @register(F.multi_head_attention_forward)
 def multi_head_attention_forward(query, key, value, *args, **kwargs):
     """Queries: this rank's band (L_r, B, E); keys and values whole: a banded key / value
-    is gathered once (the reduced map of SRA is small). Output (and weights) banded."""
+    is gathered once (the reduced map of SRA is small). Output (and weights, averaged
+    (B, L_r, S) or per head (B, heads, L_r, S)) banded."""
     if not isinstance(query, BandedMap) or query.band_dim != 0:
         raise _refuse('F.multi_head_attention_forward', 'takes banded queries (L, B, E)')
     if kwargs.get('key_padding_mask') is not None or kwargs.get('attn_mask') is not None:
@@ -255,7 +256,7 @@ def multi_head_attention_forward(query, key, value, *args, **kwargs):
 
     out, weights = F.multi_head_attention_forward(
         query.local, full(key), full(value), *args, **kwargs
-    )  # (L_r, B, E), (B, L_r, S) | None
+    )  # (L_r, B, E), (B, [heads,] L_r, S) | None
     if weights is not None:
-        weights = BandedMap.from_local(weights, query.height, 1, query.unit, query.group)
+        weights = BandedMap.from_local(weights, query.height, -2, query.unit, query.group)
     return query.like(out), weights

@@ -94,3 +94,23 @@ def test_environment_names_the_run():
     assert env['command'] == 'python tool.py --x' and env['torch'] == torch.__version__
     assert env['threads'] == torch.get_num_threads() and env['backend'] == 'eager'
     assert env['date'].endswith(' UTC') and env['device'] == 'cpu' and env['cpu_count'] >= 1
+
+
+def test_environment_names_the_cpus_isa_and_native_bf16():
+    """A bf16 table says whether the CPU has native bfloat16 (none: autocast emulated)."""
+    import os.path as osp
+    import re
+
+    import torch
+
+    env = report.environment('python tool.py', 'cpu')
+    assert env['cpu_isa'] == torch.backends.cpu.get_cpu_capability()
+    if not osp.isfile('/proc/cpuinfo'):
+        return
+    with open('/proc/cpuinfo') as f:
+        text = f.read()
+    if not re.search(r'^(flags|Features)\s*:', text, re.M):
+        assert env['cpu_bf16'] is None
+        return
+    expected = [f for f in ('avx512_bf16', 'amx_bf16', 'bf16') if re.search(rf'\s{f}(\s|$)', text)]
+    assert env['cpu_bf16'] == expected

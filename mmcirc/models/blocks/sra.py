@@ -1,4 +1,5 @@
-"""``'sra'``: mmdet's PVT v1 block (spatial-reduction attention), unchanged."""
+"""``'sra'``: mmdet's PVT v1 block (spatial-reduction attention), unchanged but for the
+attention weights that mmdet drops: not averaged over the heads (the same output)."""
 
 import math
 from typing import Sequence
@@ -59,10 +60,20 @@ class SRAProbe(AttentionProbe):
         return dict(weights=mha_weights(mod.attn, x, kv), q_grid=hw, k_grid=k_grid)
 
 
+def _per_head_weights(mha: nn.MultiheadAttention, args, kwargs):
+    """Forward pre-hook of the SRA's ``nn.MultiheadAttention``: mmdet's
+    ``SpatialReductionAttention`` keeps only its output (``[0]``), so its attention weights
+    come per head (the softmax itself, (B, heads, N, N')), not averaged over the heads (a
+    reduction of all the scores that mmdet never reads; under bf16 autocast it first
+    copies them to float32). The output is the same, bitwise."""
+    return args, {**kwargs, 'average_attn_weights': False}
+
+
 @register_model()
 class SRABlock(PyramidBlock, PVTEncoderLayer):
     """mmdet's ``PVTEncoderLayer`` (PVT's own block: the original of the ``'pvt'``
-    family), with the block declarations; same arguments, parameters and forward.
+    family), with the block declarations; same arguments, parameters and forward (its
+    attention weights, which mmdet drops, not averaged: :func:`_per_head_weights`).
     In a backbone, ``sr_ratios`` (per stage, as ``sr_ratio``) applies."""
 
     kind = 'sra'
@@ -70,6 +81,10 @@ class SRABlock(PyramidBlock, PVTEncoderLayer):
     families = ('pvt',)
     options = ('sr_ratios',)
     quadratic = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.attn.attn.register_forward_pre_hook(_per_head_weights, with_kwargs=True)
 
     @classmethod
     def stage_kwargs(cls, ctx: dict) -> dict:

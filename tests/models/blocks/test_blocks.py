@@ -117,3 +117,22 @@ def test_public_stages_keep_the_checkpoint_keys():
     assert all(k.startswith(('layers.', 'norm')) for k in pvt.state_dict() if 'blocks' in k)
     assert any(k.startswith('stages.0.blocks.0.') for k in swin.state_dict())
     assert [s.attention for s in pvt.stages] == list(pvt.stage_attentions)
+
+
+def test_sra_block_skips_the_weight_average_of_mmdets_layer():
+    """SRABlock is mmdet's PVTEncoderLayer (bitwise: test_wrappers_are_mmdets_blocks) less
+    the head-average of the attention weights that mmdet's SpatialReductionAttention
+    drops; the same convolutions run."""
+    kwargs = dict(embed_dims=16, num_heads=2, feedforward_channels=32, sr_ratio=2)
+    x = torch.randn(2, 7 * 5, 16)
+
+    def ops(block):
+        with torch.no_grad(), torch.profiler.profile(record_shapes=True) as prof:
+            block.eval()(x, (7, 5))
+        events = prof.key_averages(group_by_input_shape=True)
+        convs = sorted(tuple(e.input_shapes[1]) for e in events if e.key == 'aten::conv2d')
+        return convs, any(e.key == 'aten::mean' for e in events)
+
+    convs = sorted([(16, 16, 2, 2), (32, 16, 1, 1), (16, 32, 1, 1)])
+    assert ops(PVTEncoderLayer(**kwargs)) == (convs, True)
+    assert ops(SRABlock(**kwargs)) == (convs, False)
