@@ -128,7 +128,8 @@ class _Scores(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, ds):
-        x, k = ctx.saved_tensors
+        x, k = ctx.saved_tensors  # as given: under autocast baddbmm cast them, not saved
+        x, k = x.to(ds.dtype), k.to(ds.dtype)  # autograd casts each gradient back
         need = ctx.needs_input_grad
         return (
             ds.sum(1, keepdim=True) if need[0] else None,  # (B, 1, K)

@@ -147,8 +147,9 @@ def test_chunking_bounds_the_largest_intermediate(fold):
 
 @pytest.mark.parametrize('fold', FOLDS)
 @pytest.mark.parametrize('chunk_size', [None, 3])
-def test_gradcheck(fold, chunk_size):
-    m = _module(dim=4, num_heads=2, fold_projections=fold, chunk_size=chunk_size)
+@pytest.mark.parametrize('num_heads', [1, 2])
+def test_gradcheck(fold, chunk_size, num_heads):
+    m = _module(dim=4, num_heads=num_heads, fold_projections=fold, chunk_size=chunk_size)
     x, cores = _inputs(b=1, n=7, num_cores=2, dim=4)
     x.requires_grad_()
     cores.requires_grad_()
@@ -252,6 +253,24 @@ def test_bf16_autocast_keeps_the_softmax_in_float32(fold, chunk_size):
     assert all(dtype == torch.float32 for _, dtype in rec.seen)
     for a, ref in ((y16, y32), (c16, c32)):
         assert ((a.float() - ref).norm() / ref.norm()).item() < 3e-2
+
+
+@pytest.mark.parametrize('num_heads', [1, 2])
+def test_bf16_autocast_training_step_gradients_near_float32(num_heads):
+    torch.manual_seed(0)
+    m = CoreAttention(32, num_heads, fold_projections=True)
+    x, cores = torch.randn(1, 50, 32), torch.randn(1, 8, 32)
+
+    def grads(autocast):
+        m.zero_grad()
+        with torch.autocast('cpu', torch.bfloat16, enabled=autocast):
+            y, c = m(x, cores)
+        (y.float().square().sum() + c.float().sum()).backward()
+        return [p.grad for p in m.parameters()]
+
+    for g16, g32 in zip(grads(True), grads(False)):
+        assert g16.dtype == torch.float32
+        assert ((g16 - g32).norm() / g32.norm()).item() < 5e-2
 
 
 # ------------------------------------------------------------ elastic cores
