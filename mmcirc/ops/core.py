@@ -379,7 +379,8 @@ class CoreAttention(nn.Module):
     def _broadcast_folded(self, xc, k_t, beta, v_t, bias):
         """proj(MHA) of chunk xc (B, n, C) against folded cores: (B, n, C)."""
         b, n, _ = xc.shape
-        if self.num_heads == 1 and not (torch.is_grad_enabled() or _graph_capture()):
+        captured = _graph_capture()
+        if self.num_heads == 1 and not (torch.is_grad_enabled() or captured):
             # softmax(x k_t^T + beta) v_t as one fused SDPA, beta its additive mask
             y = F.scaled_dot_product_attention(
                 xc.unsqueeze(1),  # (B, 1, n, C): queries
@@ -390,7 +391,7 @@ class CoreAttention(nn.Module):
                 scale=1.0,
             ).squeeze(1)  # (B, n, C)
             return y if bias is None else y + bias
-        if _graph_capture():
+        if captured:
             s = torch.baddbmm(beta, xc, k_t.transpose(1, 2))  # (B, n, h*C')
         else:  # the same product, its key gradient a faster GEMM
             s = _Scores.apply(beta, xc, k_t)  # (B, n, h*C')
