@@ -119,6 +119,17 @@ def test_mask_padding_is_the_same_for_negated_offsets(hw, grid):
 
 
 @pytest.mark.parametrize('b', [1, 3])
+def test_transpose_tokens_copies_within_one_dtype(b):
+    """Without a cast the result is still a contiguous copy (``.to(memory_format=...)``
+    aliases a transposed 3-D tensor: the FFTs would read a strided view)."""
+    x = torch.randn(b, 10, 4)
+    y = circulant.transpose_tokens(x)
+    assert y.is_contiguous() and y.stride() == (40, 10, 1)
+    assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert torch.equal(y, x.transpose(1, 2))
+
+
+@pytest.mark.parametrize('b', [1, 3])
 def test_transpose_tokens(b):
     x = torch.randn(b, 10, 4, requires_grad=True)
     y = circulant.transpose_tokens(x, torch.float64)

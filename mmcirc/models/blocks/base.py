@@ -30,6 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from mmcv.cnn.bricks.drop import DropPath
 from mmcv.cnn.bricks.transformer import FFN
 from mmdet.models.backbones.pvt import MixFFN
 
@@ -243,6 +244,68 @@ def _chunkable(ffn: nn.Module, x: torch.Tensor) -> bool:
     )
 
 
+def _mlp_steps(ffn: nn.Module) -> Optional[list]:
+    """The per-token MLP of an eval-mode ``ffn`` (mmdet's ``MixFFN`` without its 3x3 conv,
+    or mmcv's ``FFN`` adding its identity, no layer scale) as a list of steps for
+    :func:`_mlp_into`: ``(weight (out, in), bias)`` for each linear / 1x1 conv, the
+    module for each GELU / ReLU; dropouts (identities in eval) left out. None when it
+    holds anything else or does not start with a GEMM."""
+    if isinstance(ffn, MixFFN):
+        mods = list(ffn.layers)
+    elif (
+        isinstance(ffn, FFN)
+        and ffn.add_identity
+        and isinstance(getattr(ffn, 'gamma2', nn.Identity()), nn.Identity)
+    ):
+        mods = [
+            m
+            for layer in ffn.layers
+            for m in (layer if isinstance(layer, nn.Sequential) else [layer])
+        ]
+    else:
+        return None
+    if not isinstance(ffn.dropout_layer, (nn.Identity, nn.Dropout, DropPath)):
+        return None
+    steps = []
+    for m in mods:
+        if isinstance(m, nn.Linear) or _pointwise_conv(m):
+            steps.append((m.weight.flatten(1), m.bias))
+        elif isinstance(m, (nn.GELU, nn.ReLU)) and steps:
+            steps.append(m)
+        elif not isinstance(m, (nn.Dropout, nn.Identity)):
+            return None
+    return steps if steps and isinstance(steps[0], tuple) else None
+
+
+def _mlp_into(steps, x: torch.Tensor, identity: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out = identity + MLP(x)`` over chunks of :data:`FFN_CHUNK_TOKENS` tokens, each
+    GEMM writing into one (chunk, C_out) buffer made once and each activation in place:
+    the ops of ``F.linear`` and the modules' forwards, in their order, so the same
+    result, without a fresh hidden tensor per chunk (glibc hands such a block back and
+    the next chunk faults its pages in again: a chunk's bias fill and GELU took 3x
+    their arithmetic at 4096 px)."""
+    k = FFN_CHUNK_TOKENS
+    bufs = [x.new_empty(k, s[0].shape[0]) if isinstance(s, tuple) else None for s in steps]
+    for b in range(x.shape[0]):
+        for a in range(0, x.shape[1], k):
+            h = x[b, a : a + k]  # (n, C)
+            for s, buf in zip(steps, bufs):
+                if buf is None:  # activation, in place on the previous GEMM's buffer
+                    torch.ops.aten.gelu_(h, approximate=s.approximate) if isinstance(
+                        s, nn.GELU
+                    ) else h.relu_()
+                    continue
+                w, bias = s  # (C_out, C_in), (C_out,)
+                o = buf[: h.shape[0]]  # (n, C_out)
+                h = (
+                    torch.mm(h, w.t(), out=o)
+                    if bias is None
+                    else torch.addmm(bias, h, w.t(), out=o)
+                )
+            torch.add(identity[b, a : a + k], h, out=out[b, a : a + k])  # (n, C)
+    return out
+
+
 def apply_ffn(
     ffn: nn.Module, x_norm: torch.Tensor, hw_shape, identity: torch.Tensor
 ) -> torch.Tensor:
@@ -266,6 +329,9 @@ def apply_ffn(
     if not _chunkable(ffn, x_norm):
         return mlp(x_norm, identity)
     out = torch.empty_like(identity)  # (B, N, C)
+    steps = None if torch.is_autocast_enabled(x_norm.device.type) else _mlp_steps(ffn)
+    if steps is not None:
+        return _mlp_into(steps, x_norm, identity, out)
     for a in range(0, x_norm.shape[1], FFN_CHUNK_TOKENS):
         b = a + FFN_CHUNK_TOKENS
         out[:, a:b] = mlp(x_norm[:, a:b], identity[:, a:b])  # (B, n, C)

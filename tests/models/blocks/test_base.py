@@ -66,8 +66,44 @@ def test_inference_mlp_over_token_chunks_equals_the_modules_forward(monkeypatch,
         with torch.profiler.profile() as prof:
             out = apply_ffn(ffn, x, HW, identity)
     calls = {e.key: e.count for e in prof.key_averages()}
-    assert calls['aten::linear'] == 2 * 5  # two GEMMs per chunk
+    assert calls['aten::addmm'] == 2 * 2 * 5  # two GEMMs per chunk, per batch element
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('ffn_type', ['mixffn', 'ffn'])
+def test_inference_mlp_chunks_reuse_one_hidden_buffer(monkeypatch, ffn_type):
+    """Every chunk's hidden layer is written into the same buffer (no fresh
+    (chunk, C_hidden) tensor per chunk): the GELU runs in place on the storage of the
+    first GEMM's output in every chunk."""
+    from mmcirc.models.blocks import base
+
+    monkeypatch.setattr(base, 'FFN_CHUNK_TOKENS', 8)
+    ffn = _randomize(build_ffn(ffn_type, 8, 24, 0.0, 0.0, dict(type='GELU'))).float()
+    x = _tokens(8).float()
+    ptrs = []
+    real_gelu = torch.ops.aten.gelu_
+
+    def gelu_(h, approximate='none'):
+        ptrs.append(h.untyped_storage().data_ptr())
+        return real_gelu(h, approximate=approximate)
+
+    monkeypatch.setattr(torch.ops.aten, 'gelu_', gelu_)
+    with torch.no_grad():
+        apply_ffn(ffn, x, HW, x)
+    assert len(ptrs) == 2 * 5 and len(set(ptrs)) == 1
+
+
+def test_inference_mlp_under_autocast_follows_autocast(monkeypatch):
+    """Under autocast the chunks keep the modules' ops, so their GEMMs run in bf16."""
+    from mmcirc.models.blocks import base
+
+    monkeypatch.setattr(base, 'FFN_CHUNK_TOKENS', 8)
+    ffn = _randomize(build_ffn('mixffn', 8, 24, 0.0, 0.0, dict(type='GELU'))).float()
+    x = _tokens(8).float()
+    with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+        ref = MixFFN.forward(ffn, x, HW, identity=x)
+        out = apply_ffn(ffn, x, HW, x)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
