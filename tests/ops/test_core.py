@@ -224,7 +224,28 @@ def test_few_cores_softmax_runs_over_the_vector_width():
     assert rec.seen == [(SOFTMAX_WIDTH, torch.float32)]
 
 
-@pytest.mark.parametrize('num_cores', [1, 2, 8, 16])
+@pytest.mark.parametrize('num_cores', [2, 8, 24])
+def test_one_head_inference_pads_the_keys_to_the_vector_width(monkeypatch, num_cores):
+    """The fused broadcast runs over a multiple of SOFTMAX_WIDTH keys (torch's CPU flash
+    kernel is several times slower on other key counts); the padding is masked."""
+    import torch.nn.functional as F
+
+    seen, sdpa = [], F.scaled_dot_product_attention
+
+    def recording(q, k, v, **kwargs):
+        seen.append((q.shape[-2], k.shape[-2]))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', recording)
+    m = _module(num_heads=1, fold_projections=True).eval()
+    x, cores = _inputs(num_cores=num_cores)
+    with torch.no_grad():
+        m(x, cores)
+    keys = [k for q, k in seen if q == x.shape[1]]  # the broadcast: patches are the queries
+    assert keys == [-(-num_cores // SOFTMAX_WIDTH) * SOFTMAX_WIDTH]
+
+
+@pytest.mark.parametrize('num_cores', [1, 2, 3, 8, 16, 24])
 @pytest.mark.parametrize('chunk_size', [None, 4])
 @pytest.mark.parametrize('qkv_bias', [True, False])
 def test_one_head_inference_matches_dense(num_cores, chunk_size, qkv_bias):
