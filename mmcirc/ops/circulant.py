@@ -407,12 +407,12 @@ class CirculantAttention(nn.Module):
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
             # FFT(x W) = FFT(x) W: a real weight commutes with the FFT, and
             # with the zero padding of boundary='zero' (grid > H x W)
-            x = tf.rfft2(x.to(cdt).view(b, c, h, w))  # (B, C, Ph, U)
+            x = tf.operand(tf.rfft2(x.to(cdt).view(b, c, h, w)), ldt)  # (B, C, Ph, U[, 2])
             y = []
             for sl in _blocks(tf, c, self.num_heads, b, x.device.type):  # whole heads
                 # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
-                q, k, v = tf.linear(wb, x, ldt).chunk(3, dim=1)  # (B, Cb, Ph, U) each
+                q, k, v = tf.linear(wb, x, cdt).chunk(3, dim=1)  # (B, Cb, Ph, U) each
                 o = _attend(tf, q, k, v, (h, w), d, self.boundary)  # Eqs. 15-16 (B, Cb, H, W)
                 y.append(o.reshape(b, -1, n).to(odt) * t[:, sl])  # gate, (B, Cb, N)
             y = y[0] if len(y) == 1 else torch.cat(y, dim=1)  # (B, C, N)

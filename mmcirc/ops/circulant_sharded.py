@@ -172,10 +172,11 @@ class ShardedCirculantAttention(CirculantAttention):
             y = t.new_empty(t.shape)  # (B, C, n)
             # the same blocks on every rank (their collectives pair up): global sizes
             blocks = head_blocks(c, self.num_heads, (grid[0], grid[1] // size), b, x.device.type)
+            xr = TorchFFT.operand(xs)  # (B, C, Ph, u_r, 2) real view
             for sl in blocks:
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
                 qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P)
-                    TorchFFT.linear(wb, xs)
+                    TorchFFT.linear(wb, xr, cdt)
                     if xs.numel()
                     else xs.new_zeros(b, wb.shape[0], *xs.shape[2:])
                 )

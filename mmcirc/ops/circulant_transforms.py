@@ -9,8 +9,8 @@ object ``T`` (:func:`transforms`, one per forward):
   grid, U = Pw//2 + 1, unnormalised;
 * ``T.irfft2(y, hw)``: its real inverse, cropped to ``hw`` (the rows are cropped between
   the two 1-D passes, so the second pass runs on H rows only);
-* ``T.linear(weight, y)``: a real weight (C_out, C) on the channels (dim 1) of a spectrum
-  (FFT(x W) = FFT(x) W);
+* ``T.linear(weight, T.operand(y), dtype)``: a real weight (C_out, C) on the channels
+  (dim 1) of a spectrum (FFT(x W) = FFT(x) W), its operand made (and cast) once;
 * ``T.corr(q, k, d)``: Eq. 15's spectral product summed over the d channels of a head,
   sum_c Q_c conj(K_c), (B, C, ...) -> (B, C/d, ...): the spectrum of the scores at the
   negated offsets, a'[m] = a[-m] (the conj of Eq. 15's sum_c conj(Q_c) K_c);
@@ -139,15 +139,23 @@ class _Transforms:
     symbolic = False
 
     @classmethod
-    def linear(cls, weight, y, dtype=None):
-        """Real ``weight`` (C_out, C) on a spectrum y (B, C, ...): (B, C_out, ...), the
-        product in ``dtype`` when given (bfloat16 under autocast), the result in y's."""
-        b, c = y.shape[:2]
-        r = cls.as_real(y)  # (B, C, Ph, U, 2) real view
-        dt = dtype or r.dtype
-        w = weight.to(dt).expand(b, -1, -1)  # (B, C_out, C)
-        out = torch.bmm(w, r.reshape(b, c, -1).to(dt))  # (B, C_out, Ph*U*2)
-        return cls.from_real(out.to(r.dtype).view(b, -1, *r.shape[2:]))  # (B, C_out, Ph, U)
+    def operand(cls, y, dtype=None):
+        """The spectrum y (B, C, ...) as the operand of :meth:`linear`: its real view
+        (B, C, ..., 2), cast to ``dtype`` when given (bfloat16 under autocast). Made once
+        for all blocks of heads (each block's product reads all C channels: a cast per
+        block re-cast the whole spectrum)."""
+        r = cls.as_real(y)  # (B, C, Ph, U, 2)
+        return r if dtype is None else r.to(dtype)
+
+    @classmethod
+    def linear(cls, weight, r, dtype):
+        """Real ``weight`` (C_out, C) on the channels of a spectrum's :meth:`operand` r
+        (B, C, ...): the spectrum (B, C_out, ...) with real dtype ``dtype``; the product in
+        r's dtype."""
+        b, c = r.shape[:2]
+        w = weight.to(r.dtype).expand(b, -1, -1)  # (B, C_out, C)
+        out = torch.bmm(w, r.reshape(b, c, -1))  # (B, C_out, Ph*U*2)
+        return cls.from_real(out.to(dtype).view(b, -1, *r.shape[2:]))  # (B, C_out, Ph, U)
 
     def corr(self, q, k, d):
         """Eq. 15 at the negated offsets: sum over each head's d channels of

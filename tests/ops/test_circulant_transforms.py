@@ -80,7 +80,23 @@ def test_linear_is_the_channel_product():
     w = torch.randn(6, 4, dtype=torch.float64, generator=g)
     ref = torch.einsum('oc,bcij->boij', w.to(y.dtype), y)
     for tf in _backends((3, 3), 'circular'):
-        torch.testing.assert_close(_complex(tf, tf.linear(w, _spectrum(tf, y))), ref)
+        out = tf.linear(w, tf.operand(_spectrum(tf, y)), torch.float64)
+        torch.testing.assert_close(_complex(tf, out), ref)
+
+
+def test_linear_operand_is_cast_once():
+    """Under bf16 the spectrum's operand is cast once, and the product is still the
+    channel product (to bf16 accuracy), returned in the compute dtype."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(1, 4, 3, 5, dtype=torch.complex64, generator=g)
+    w = torch.randn(6, 4, generator=g)
+    ref = torch.einsum('oc,bcij->boij', w.to(y.dtype), y)
+    for tf in _backends((3, 3), 'circular'):
+        r = tf.operand(_spectrum(tf, y), torch.bfloat16)
+        assert r.dtype == torch.bfloat16
+        out = tf.linear(w, r, torch.float32)
+        assert out.dtype in (torch.float32, torch.complex64)
+        torch.testing.assert_close(_complex(tf, out), ref, rtol=3e-2, atol=3e-2)
 
 
 @pytest.mark.parametrize(
