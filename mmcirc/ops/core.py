@@ -32,8 +32,9 @@ Auto choice: fold when ``heads * C' < C + C'`` (fewer multiply-adds).
 
 With one head and no autograd the folded broadcast ``softmax(x k_t^T + beta) v_t`` is
 one fused ``scaled_dot_product_attention`` of the patches over the folded cores (``beta``
-its additive mask): no (B, N, C') scores or weights are stored, so a call allocates
-little more than its output (a large transient would have the allocator hand pages back
+its additive mask; on the CPU its keys padded to a multiple of ``SOFTMAX_WIDTH`` under
+a -inf mask, :func:`_pad_keys`): no (B, N, C') scores or weights are stored, so a call
+allocates little more than its output (a large transient would have the allocator hand pages back
 to the kernel and fault them in again on the next call). Otherwise (more heads; autograd,
 where the fused kernel's gradient of the mask falls back to a slower unfused form) it is
 two GEMMs around a softmax per head; under autograd the scores' key gradient is taken as

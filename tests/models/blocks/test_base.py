@@ -47,8 +47,9 @@ def test_mixffn_with_its_depthwise_conv_is_mmdets_forward():
     torch.testing.assert_close(apply_ffn(ffn, x, HW, identity), ref, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize('act', ['GELU', 'ReLU'])
 @pytest.mark.parametrize('ffn_type', ['mixffn', 'ffn'])
-def test_inference_mlp_over_token_chunks_equals_the_modules_forward(monkeypatch, ffn_type):
+def test_inference_mlp_over_token_chunks_equals_the_modules_forward(monkeypatch, ffn_type, act):
     """In inference the MLP runs over chunks of tokens (8 here: 35 tokens = 4 chunks
     and a remainder of 3), equal to mmdet's MixFFN / mmcv's FFN forward on all tokens."""
     from mmcv.cnn.bricks.transformer import FFN
@@ -56,7 +57,7 @@ def test_inference_mlp_over_token_chunks_equals_the_modules_forward(monkeypatch,
     from mmcirc.models.blocks import base
 
     monkeypatch.setattr(base, 'FFN_CHUNK_TOKENS', 8)
-    ffn = _randomize(build_ffn(ffn_type, 8, 24, 0.0, 0.0, dict(type='GELU')))
+    ffn = _randomize(build_ffn(ffn_type, 8, 24, 0.0, 0.0, dict(type=act)))
     x, identity = _tokens(8), _tokens(8, seed=2)
     with torch.no_grad():
         if ffn_type == 'mixffn':
