@@ -270,6 +270,35 @@ def test_autocast_bf16_runs_every_linear_in_bf16(boundary):
     assert all(set(dts) == {torch.bfloat16} for dts in rec.seen), rec.seen
 
 
+class _RecordSpectrumCasts(TorchDispatchMode):
+    """Counts the bf16 casts of a tensor with ``numel`` elements and the bmm calls."""
+
+    def __init__(self, numel):
+        super().__init__()
+        self.numel, self.casts, self.bmms = numel, 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name == '_to_copy' and (kwargs or {}).get('dtype') == torch.bfloat16:
+            self.casts += args[0].numel() == self.numel
+        self.bmms += name == 'bmm'
+        return func(*args, **(kwargs or {}))
+
+
+def test_autocast_bf16_casts_the_spectrum_once_for_all_head_blocks(monkeypatch):
+    """Every block's qkv product reads the whole spectrum: it is cast to bf16 once per
+    layer, not once per block."""
+    monkeypatch.setattr(circulant, 'BLOCK_BYTES', 1)  # one head per block
+    torch.manual_seed(0)
+    m = CirculantAttention(4)
+    h, w = 5, 6
+    spectrum = 4 * h * (w // 2 + 1) * 2  # (B, C, H, U, 2) real view, B = 1
+    with torch.autocast('cpu', dtype=torch.bfloat16), _RecordSpectrumCasts(spectrum) as rec:
+        m(torch.randn(1, h * w, 4), (h, w))
+    assert rec.bmms == 4  # four blocks, one qkv product each
+    assert rec.casts == 1
+
+
 def test_autocast_bf16_functional_no_nan_256():
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 256, 256, 2) * 4 for _ in range(3))

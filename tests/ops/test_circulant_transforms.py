@@ -84,9 +84,8 @@ def test_linear_is_the_channel_product():
         torch.testing.assert_close(_complex(tf, out), ref)
 
 
-def test_linear_operand_is_cast_once():
-    """Under bf16 the spectrum's operand is cast once, and the product is still the
-    channel product (to bf16 accuracy), returned in the compute dtype."""
+def test_linear_on_a_bf16_operand_is_the_channel_product():
+    """A bf16 operand gives the channel product to bf16 accuracy, in the compute dtype."""
     g = torch.Generator().manual_seed(0)
     y = torch.randn(1, 4, 3, 5, dtype=torch.complex64, generator=g)
     w = torch.randn(6, 4, generator=g)
