@@ -8,7 +8,8 @@ object ``T`` (:func:`transforms`, one per forward):
 * ``T.rfft2(x)``: the half spectrum (..., Ph, U) of real x (..., H, W) zero padded to the
   grid, U = Pw//2 + 1, unnormalised;
 * ``T.irfft2(y, hw)``: its real inverse, cropped to ``hw`` (the rows are cropped between
-  the two 1-D passes, so the second pass runs on H rows only);
+  the two 1-D passes, so the second pass runs on H rows only; large maps on the CPU one
+  map at a time, :data:`MAP_BY_MAP_BYTES`);
 * ``T.linear(weight, T.operand(y), dtype)``: a real weight (C_out, C) on the channels
   (dim 1) of a spectrum (FFT(x W) = FFT(x) W), its operand made (and cast) once;
 * ``T.corr(q, k, d)``: Eq. 15's spectral product summed over the d channels of a head,
@@ -35,6 +36,8 @@ import contextlib
 import math
 
 import torch
+
+from .capture import graph_capture
 
 __all__ = [
     'FFT_IMPLS',
@@ -173,6 +176,29 @@ class _Transforms:
         return o.view(v.shape)  # (B, C, ...)
 
 
+#: from this size of one map's half spectrum (Ph x U complex values) on, a CPU inverse runs
+#: map by map (:meth:`TorchFFT.irfft2`): torch's batched call copies the spectrum twice
+#: between the (..., Ph, U) and (..., U, Ph) layouts, and for such maps these copies cost
+#: as much as the transforms. 8 maps, one thread, batched / map by map: 1024 x 1024 (the
+#: first grid over 4 MiB in complex64) 130 / 61 ms (the forward rfft2 45 ms), 1200 x 1200
+#: 173 / 78, 1280 x 1280 203 / 135; a layer at 768 x 768 or 512 x 512 gains nothing (0.91-
+#: 1.16x, call overhead and two threads on small calls), at 128 x 128 it is 2x slower.
+MAP_BY_MAP_BYTES = 1 << 22
+
+
+def _map_by_map(y):
+    """Whether the inverse of the spectra y (..., Ph, U) runs map by map: a plain CPU
+    tensor of large maps, outside graph capture (traced, compiled and exported graphs keep
+    the batched call)."""
+    return (
+        not graph_capture()  # first: no guard on a symbolic size
+        and type(y) is torch.Tensor
+        and y.device.type == 'cpu'
+        and y.numel() > 0
+        and y.shape[-2] * y.shape[-1] * y.element_size() >= MAP_BY_MAP_BYTES
+    )
+
+
 class TorchFFT(_Transforms):
     """torch.fft backend: complex spectra (..., Ph, U), every 1-D pass over a
     contiguous last axis or the row axis of contiguous rows."""
@@ -185,12 +211,27 @@ class TorchFFT(_Transforms):
         return torch.fft.rfft2(x, s=self.grid)  # (..., Ph, U)
 
     def irfft2(self, y, hw):
+        if _map_by_map(y):
+            return self._irfft2_maps(y, hw)
         if tuple(hw) == self.grid:  # one 2-D call: ~15 % faster than the two passes
             return torch.fft.irfft2(y, s=self.grid)  # (..., Ph, Pw)
         # cropped: the H pass first (complex, all U columns), cropped to H rows, then
         # the W pass on those rows only
         y = torch.fft.ifft(y, dim=-2)[..., : hw[0], :]  # (..., H, U)
         return torch.fft.irfft(y, n=self.grid[1], dim=-1)[..., : hw[1]]  # (..., H, W)
+
+    def _irfft2_maps(self, y, hw):
+        """:meth:`irfft2` one map at a time, with no layout copy: the H pass of a map
+        (Ph, U) batches its U columns at stride 1 and stores its result transposed,
+        (U, Ph), so the W pass then batches the H rows at stride 1 (torch's CPU FFT takes
+        one batch stride; the batched call over (..., Ph, U) copies the spectrum to
+        (..., U, Ph) before the H pass and back before the W pass)."""
+        (h, w), (ph, pw) = hw, self.grid
+        out = [  # (H, W) each
+            torch.fft.irfft(torch.fft.ifft(m, dim=0)[:h], n=pw, dim=1)[:, :w]
+            for m in y.reshape(-1, ph, y.shape[-1])  # (Ph, U) each
+        ]
+        return torch.stack(out).view(*y.shape[:-2], h, w)  # (..., H, W)
 
     @staticmethod
     def mul(a, b):

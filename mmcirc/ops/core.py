@@ -67,6 +67,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .capture import graph_capture
+
 __all__ = [
     'CORE_PRESETS',
     'SOFTMAX_WIDTH',
@@ -92,12 +94,6 @@ def _wide(t):
     """``t`` in float32 when it is bf16 / fp16 (scores under autocast: softmax and its
     sums run in float32, METHOD.md), else unchanged (float32 and float64 stay)."""
     return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
-
-
-def _graph_capture():
-    """Whether torch.jit traces, dynamo compiles or torch.export exports this call (the
-    FLOP count, torch.compile, ONNX): those graphs keep the folded broadcast's GEMMs."""
-    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
 def core_softmax(s):
@@ -394,7 +390,7 @@ class CoreAttention(nn.Module):
     def _broadcast_folded(self, xc, k_t, beta, v_t, bias):
         """proj(MHA) of chunk xc (B, n, C) against folded cores: (B, n, C)."""
         b, n, _ = xc.shape
-        captured = _graph_capture()
+        captured = graph_capture()  # those graphs keep the GEMMs
         if self.num_heads == 1 and not (torch.is_grad_enabled() or captured):
             # softmax(x k_t^T + beta) v_t as one fused SDPA, beta its additive mask
             k_t, v_t, beta = _pad_keys(k_t, v_t, beta)

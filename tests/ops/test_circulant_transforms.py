@@ -7,7 +7,7 @@ complex arithmetic, and brute-force sums over offsets (the row mass Z).
 import pytest
 import torch
 
-from mmcirc.ops import circulant
+from mmcirc.ops import circulant, circulant_transforms
 from mmcirc.ops.circulant_transforms import MatmulDFT, TorchFFT, export_mode, transforms
 
 # square, non-square, odd, prime, one row / column; 'zero' grids rounded up and exact
@@ -48,6 +48,50 @@ def test_irfft2_inverts_and_crops(hw, boundary):
         torch.testing.assert_close(
             tf.irfft2(y, hw), full[..., : hw[0], : hw[1]], rtol=1e-10, atol=1e-10
         )
+
+
+@pytest.mark.parametrize('boundary', BOUNDARIES)
+@pytest.mark.parametrize('hw', SIZES)
+def test_irfft2_map_by_map_inverts_and_crops(hw, boundary, monkeypatch):
+    """Large maps (here: every map) are inverted one at a time, to the same result."""
+    monkeypatch.setattr(circulant_transforms, 'MAP_BY_MAP_BYTES', 0)
+    tf = TorchFFT(hw, boundary)
+    full = torch.randn(2, 3, *tf.grid, dtype=torch.float64)
+    y = tf.rfft2(full)
+    assert circulant_transforms._map_by_map(y)
+    torch.testing.assert_close(tf.irfft2(y, tf.grid), full, rtol=1e-10, atol=1e-10)
+    crop = tf.irfft2(y, hw)
+    assert crop.shape == (2, 3, *hw)
+    torch.testing.assert_close(crop, full[..., : hw[0], : hw[1]], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('boundary', BOUNDARIES)
+def test_irfft2_map_by_map_makes_no_layout_copy(boundary, monkeypatch):
+    """Map by map, every 1-D pass batches at stride 1: torch's FFT copies nothing (the
+    batched irfft2 copies the spectrum twice, inside its kernels)."""
+    monkeypatch.setattr(circulant_transforms, 'MAP_BY_MAP_BYTES', 0)
+    tf = TorchFFT((9, 7), boundary)
+    y = tf.rfft2(torch.randn(2, 3, *tf.grid))
+    with torch.profiler.profile() as prof:
+        tf.irfft2(y, (9, 7))
+    names = [e.name for e in prof.events()]
+    assert 'aten::_fft_c2r' in names
+    assert not {'aten::copy_', 'aten::clone', 'aten::contiguous'} & set(names)
+
+
+def test_map_by_map_only_for_large_plain_cpu_maps():
+    big = 1 + circulant_transforms.MAP_BY_MAP_BYTES // 8  # complex64 values of one map
+    assert circulant_transforms._map_by_map(torch.zeros(2, 1, big, dtype=torch.complex64))
+    assert not circulant_transforms._map_by_map(torch.zeros(2, 1, big // 2, dtype=torch.complex64))
+    assert not circulant_transforms._map_by_map(torch.zeros(0, 1, big, dtype=torch.complex64))
+    seen = []  # traced graphs keep the batched call
+
+    def record(y):
+        seen.append(circulant_transforms._map_by_map(y))
+        return y * 1
+
+    torch.jit.trace(record, torch.zeros(1, 1, big, dtype=torch.complex64), check_trace=False)
+    assert seen == [False]
 
 
 def test_backends_grids():

@@ -34,6 +34,8 @@ from mmcv.cnn.bricks.drop import DropPath
 from mmcv.cnn.bricks.transformer import FFN
 from mmdet.models.backbones.pvt import MixFFN
 
+from mmcirc.ops.capture import graph_capture
+
 __all__ = [
     'PyramidBlock',
     'block_classes',
@@ -236,9 +238,7 @@ def _chunkable(ffn: nn.Module, x: torch.Tensor) -> bool:
     return (
         type(x) is torch.Tensor
         and not (torch.is_grad_enabled() or ffn.training)
-        and not (
-            torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
-        )
+        and not graph_capture()
         and isinstance(n, int)
         and n > FFN_CHUNK_TOKENS
     )
