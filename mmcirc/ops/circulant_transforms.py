@@ -227,11 +227,16 @@ class TorchFFT(_Transforms):
         one batch stride; the batched call over (..., Ph, U) copies the spectrum to
         (..., U, Ph) before the H pass and back before the W pass)."""
         (h, w), (ph, pw) = hw, self.grid
-        out = [  # (H, W) each
-            torch.fft.irfft(torch.fft.ifft(m, dim=0)[:h], n=pw, dim=1)[:, :w]
-            for m in y.reshape(-1, ph, y.shape[-1])  # (Ph, U) each
-        ]
-        return torch.stack(out).view(*y.shape[:-2], h, w)  # (..., H, W)
+        maps = y.reshape(-1, ph, y.shape[-1])  # (M, Ph, U)
+        parts = (  # H pass (H, U), stored (U, Ph); W pass (H, Pw), cropped to (H, W)
+            torch.fft.irfft(torch.fft.ifft(m, dim=0)[:h], n=pw, dim=1)[:, :w] for m in maps
+        )
+        if y.requires_grad:  # one stack: M copies into one output have M full-size backwards
+            return torch.stack(list(parts)).view(*y.shape[:-2], h, w)  # (..., H, W)
+        out = y.new_empty((maps.shape[0], h, w), dtype=y.real.dtype)  # (M, H, W)
+        for o, part in zip(out, parts):  # one map's result at a time (no list of M maps)
+            o.copy_(part)
+        return out.view(*y.shape[:-2], h, w)  # (..., H, W)
 
     @staticmethod
     def mul(a, b):

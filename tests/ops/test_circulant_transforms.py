@@ -67,16 +67,18 @@ def test_irfft2_map_by_map_inverts_and_crops(hw, boundary, monkeypatch):
 
 @pytest.mark.parametrize('boundary', BOUNDARIES)
 def test_irfft2_map_by_map_makes_no_layout_copy(boundary, monkeypatch):
-    """Map by map, every 1-D pass batches at stride 1: torch's FFT copies nothing (the
-    batched irfft2 copies the spectrum twice, inside its kernels)."""
+    """Map by map, every 1-D pass batches at stride 1: torch's FFT copies no spectrum (the
+    batched irfft2 copies it twice, inside its kernels); the only copies are each map's
+    real (H, W) result into the output."""
     monkeypatch.setattr(circulant_transforms, 'MAP_BY_MAP_BYTES', 0)
     tf = TorchFFT((9, 7), boundary)
     y = tf.rfft2(torch.randn(2, 3, *tf.grid))
-    with torch.profiler.profile() as prof:
+    with torch.profiler.profile(record_shapes=True) as prof:
         tf.irfft2(y, (9, 7))
-    names = [e.name for e in prof.events()]
-    assert 'aten::_fft_c2r' in names
-    assert not {'aten::copy_', 'aten::clone', 'aten::contiguous'} & set(names)
+    ops = [(e.name, e.input_shapes) for e in prof.events()]
+    assert sum(n == 'aten::_fft_c2r' for n, _ in ops) == 6  # one per map
+    copies = [s for n, s in ops if n in ('aten::copy_', 'aten::clone', 'aten::contiguous')]
+    assert copies and all(s[:2] == [[9, 7], [9, 7]] for s in copies)
 
 
 def test_map_by_map_only_for_large_plain_cpu_maps():
