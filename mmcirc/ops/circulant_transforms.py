@@ -181,8 +181,9 @@ class _Transforms:
 #: between the (..., Ph, U) and (..., U, Ph) layouts, and for such maps these copies cost
 #: as much as the transforms. 8 maps, one thread, batched / map by map: 1024 x 1024 (the
 #: first grid over 4 MiB in complex64) 130 / 61 ms (the forward rfft2 45 ms), 1200 x 1200
-#: 173 / 78, 1280 x 1280 203 / 135; a layer at 768 x 768 or 512 x 512 gains nothing (0.91-
-#: 1.16x, call overhead and two threads on small calls), at 128 x 128 it is 2x slower.
+#: 173 / 78, 1280 x 1280 203 / 135. Below: a layer on a 768 x 768 or 512 x 512 grid gains
+#: nothing (0.91-1.16x its time, one and two threads), and 64 maps of 128 x 128 take 2x
+#: longer map by map (the calls' overhead). AMD EPYC, AVX2, docs/benchmarks.md.
 MAP_BY_MAP_BYTES = 1 << 22
 
 
@@ -231,7 +232,8 @@ class TorchFFT(_Transforms):
         parts = (  # H pass (H, U), stored (U, Ph); W pass (H, Pw), cropped to (H, W)
             torch.fft.irfft(torch.fft.ifft(m, dim=0)[:h], n=pw, dim=1)[:, :w] for m in maps
         )
-        if y.requires_grad:  # one stack: M copies into one output have M full-size backwards
+        if torch.is_grad_enabled() and y.requires_grad:  # one stack: M copies into one
+            # output would have M full-size backwards
             return torch.stack(list(parts)).view(*y.shape[:-2], h, w)  # (..., H, W)
         out = y.new_empty((maps.shape[0], h, w), dtype=y.real.dtype)  # (M, H, W)
         for o, part in zip(out, parts):  # one map's result at a time (no list of M maps)
