@@ -153,10 +153,10 @@ def transpose_tokens(x, dtype=None):
     """Contiguous ``x.transpose(1, 2)`` of x (B, P, Q) -> (B, Q, P), cast to ``dtype``.
 
     On the CPU one 2-D transpose per batch element, after the cast: torch's ``copy_``
-    has a blocked kernel for a 2-D transpose within one dtype only (the 3-D transpose
-    copy of (1, 16384, 64) takes 7.3 ms, the 2-D one 0.9). Beware that
+    has a blocked kernel for a 2-D transpose within one dtype only, and the 3-D transpose
+    copy is several times slower. Beware that
     ``x.transpose(1, 2).to(memory_format=torch.contiguous_format)`` copies nothing for a
-    3-D tensor (torch aliases it), and an FFT over such a strided view runs ~10x slower.
+    3-D tensor (torch aliases it), and an FFT over such a strided view is far slower.
     Other devices, and symbolic batch sizes (torch.export), take the plain copy.
     """
     x = x if dtype is None else x.to(dtype)  # elementwise on the contiguous layout
@@ -184,7 +184,7 @@ def _row_mass(p, hw):
     """Z[i] = sum_m p[-m] [i + m inside the map], (..., H, W), from the flipped
     p[-m] (..., Ph, Pw) on the wrapped grid (the layout :func:`_attend` keeps), as box
     sums of two cumulative sums along contiguous last axes (torch's CPU cumsum along a
-    non-last axis is ~20x slower).
+    non-last axis is far slower).
 
     Column c admits the column offsets -c..W-1-c, i.e. the flipped offsets c-(W-1)..c:
     columns 0..c and Pw-(W-1-c)..Pw-1 of the grid, so with C the inclusive cumulative

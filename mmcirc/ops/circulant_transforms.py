@@ -179,12 +179,8 @@ class _Transforms:
 #: from this size of one map's half spectrum (Ph x U complex values) on, a CPU inverse runs
 #: map by map (:meth:`TorchFFT.irfft2`): torch's batched call copies the spectrum twice
 #: between the (..., Ph, U) and (..., U, Ph) layouts, and for such maps these copies cost
-#: as much as the transforms. 8 maps, one thread, batched / map by map: 1024 x 1024 (the
-#: first grid over 4 MiB in complex64) 130-136 / 61-89 ms (the forward rfft2 45 ms),
-#: 1200 x 1200 172-174 / 76-79, 1280 x 1280 202-203 / 135. Below: a layer on a 768 x 768
-#: or 512 x 512 grid gains nothing (0.90-1.16x its time, one and two threads), and 64 maps
-#: of 128 x 128 take 2x longer map by map (the calls' overhead). AMD EPYC, AVX2; see
-#: docs/benchmarks.md, "Issue 25, session 13".
+#: as much as the transforms. Smaller maps keep the batched call, whose per-call overhead
+#: is then the larger cost (docs/benchmarks.md, "Circulant inverse FFT").
 MAP_BY_MAP_BYTES = 1 << 22
 
 

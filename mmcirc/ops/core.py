@@ -115,10 +115,9 @@ def core_softmax(s):
 def _pad_keys(k, v, beta):
     """The folded cores k, v (B, C', C) and their mask beta (B, 1, C') padded to a
     multiple of ``SOFTMAX_WIDTH`` keys on the CPU for C' > 1: zero keys and values under
-    a -inf mask, whose weights are exactly 0 (torch's CPU flash attention over a key
-    count that is not a multiple of one vector runs 2-4x slower: 65536 queries, C = 64,
-    one thread, AVX-512: 8 keys 16.2 ms, padded to 16 5.4 ms; 24 keys 14.1, 32 8.3;
-    one key is faster unpadded)."""
+    a -inf mask, whose weights are exactly 0 (torch's CPU flash attention is slower over
+    a key count that is not a multiple of one vector; one key is faster unpadded:
+    docs/benchmarks.md, "Core attention keys")."""
     pad = -k.shape[1] % SOFTMAX_WIDTH
     if k.device.type != 'cpu' or k.shape[1] == 1 or not pad:
         return k, v, beta
@@ -129,8 +128,8 @@ def _pad_keys(k, v, beta):
 class _Scores(torch.autograd.Function):
     """``baddbmm(beta, x, k^T)``: scores (B, n, K) of x (B, n, C) against k (B, K, C) plus
     beta (B, 1, K), whose backward takes the gradient of k as ``ds^T x`` (B, K, C).
-    Autograd's own ``(x^T ds)^T`` is a GEMM that MKL runs ~10x slower for K < 12 columns
-    over a long n (the folded broadcast of one head over C' < 12 cores)."""
+    Autograd's own ``(x^T ds)^T`` is a GEMM that MKL runs far slower for a few columns K
+    over a long n (the folded broadcast of one head over a few cores C')."""
 
     @staticmethod
     def forward(ctx, beta, x, k):

@@ -1,4 +1,4 @@
-"""A new attention kind needs nothing but its own registered block (issue 11).
+"""A new attention kind needs nothing but its own registered block.
 
 This file registers a fictitious block, kind ``'pooled'`` (every token attends to the
 patches with the same weights ``p = softmax_j(mean_c x_j)``, computed in O(N) through
