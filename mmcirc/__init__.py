@@ -13,7 +13,7 @@ detection user's ``import mmcirc`` never imports mmseg or mmpretrain.
 
 import importlib.util
 
-__version__ = '0.1.0'
+from .version import __version__  # noqa: F401
 
 if importlib.util.find_spec('mmengine') is not None:
     from .engine import install_atomic_saving, install_safe_loader

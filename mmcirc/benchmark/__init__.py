@@ -13,6 +13,8 @@ need them).
 * :mod:`~mmcirc.benchmark.suites`: the suites (their command lines, ``python -m
   mmcirc.benchmark SUITE ...`` and the tools ``tools/analysis/benchmark_*.py`` and
   ``tools/deployment/benchmark_gpu.py``, are ``mmcirc.cli.benchmark_<suite>``);
+* :mod:`~mmcirc.benchmark.docs`: the documentation's tables (which suite, which flags,
+  how rendered) and their markers (``python -m mmcirc.benchmark docs``);
 * :mod:`~mmcirc.benchmark.dense_baseline`: ``tools/infer_highres.py --dense-baseline``.
 
 Submodules are imported on use (``python -m mmcirc.benchmark.runner`` must not find

@@ -12,6 +12,9 @@ suite          what                                        tool
 ``gpu``        CA-DeiT-T vs DeiT-T, precisions, compile    deployment/benchmark_gpu.py
 ``sharded``    sharded whole-image inference vs P = 1      analysis/benchmark_sharded.py
 =============  ==========================================  ===============================
+
+``python -m mmcirc.benchmark docs`` (``tools/analysis/benchmark_docs.py``) runs the suites
+of the documentation's tables and rewrites them (:mod:`mmcirc.benchmark.docs`).
 """
 
 SUITES = ('attention', 'backbone', 'isotropic', 'compile', 'gpu', 'sharded')

@@ -50,6 +50,7 @@ def record(model, size, device, r, load):
         return dict(out, note=r.get('error', ''))
     out.update(
         threads=r.get('threads'),
+        params=r.get('params'),
         time_s=r['time_ms'] / 1e3,
         warmup_s=r.get('memory_first_ms', r['first_ms']) / 1e3,
         runs=r['runs'],
