@@ -19,6 +19,7 @@ TOOLS = (
     'tools/analysis/benchmark_compile.py',
     'tools/deployment/benchmark_gpu.py',
     'tools/analysis/benchmark_sharded.py',
+    'tools/analysis/benchmark_docs.py',
 )
 ENV = dict(OMP_NUM_THREADS='1')
 
@@ -199,7 +200,7 @@ def test_module_entry_names_the_suites(tmp_path):
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         'error: usage: python -m mmcirc.benchmark SUITE [ARGS], SUITE one of '
-        "('attention', 'backbone', 'isotropic', 'compile', 'gpu', 'sharded')"
+        "('attention', 'backbone', 'isotropic', 'compile', 'gpu', 'sharded', 'docs')"
     ]
 
 
