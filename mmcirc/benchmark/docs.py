@@ -324,7 +324,7 @@ def machine_block(env: Optional[dict]) -> str:
         f'{env.get("cpu", "unknown CPU")} ({env.get("cpu_isa", "?")}; native bf16: '
         f'{", ".join(bf16) if bf16 else "none"})',
         f'{env.get("cpu_count", "?")} CPUs',
-        f'{env.get("threads", "?")} torch threads',
+        f'torch threads: {env.get("threads", "?")}',
         f'load {env["load"]:.1f} before' if env.get('load') is not None else None,
         f'device {env["device"]}' if env.get('device') else None,
         f'torch {env.get("torch", "?")}',

@@ -7,7 +7,9 @@
 * :mod:`.pytorch2onnx`: ``tools/deployment/pytorch2onnx.py``;
 * :mod:`.infer_highres`: ``tools/infer_highres.py``;
 * ``benchmark_<suite>``: ``tools/analysis/benchmark_*.py``, ``tools/deployment/benchmark_gpu.py``
-  (:mod:`.benchmark`: ``python -m mmcirc.benchmark SUITE``);
+  (:mod:`.benchmark`: ``python -m mmcirc.benchmark SUITE``); :mod:`.benchmark_docs`:
+  ``python -m mmcirc.benchmark docs`` (``tools/analysis/benchmark_docs.py``), the docs'
+  benchmark tables;
 * :mod:`.runner`: what ``tools/train.py`` and ``tools/test.py`` share; :mod:`.override_flags`:
   the backbone override flags of ``tools/test.py``, ``get_flops.py`` and ``infer_highres.py``.
 
