@@ -144,6 +144,14 @@ def test_backbone_tables_come_from_one_run_of_the_suite(tmp_path, run_docs):
     assert run_docs(*args, '--no-run').returncode == 0
     assert '| PVT-S (mmdet) | ' in doc.read_text() and ' | 123.46 | ' in doc.read_text()
 
+    # without --headline the short table goes into a new file, between its markers
+    assert (
+        run_docs(*args[:2], '--tables', 'backbones', '--out-dir', 'out', '--no-run').returncode == 0
+    )
+    new = (tmp_path / 'out' / 'headline.md').read_text()
+    assert new.startswith(docs.marker('headline') + '\n') and new.endswith(docs.END_MARKER + '\n')
+    assert '| PVT-S (mmdet) | ' in new and ' | 123.46 | ' in new
+
 
 def test_no_run_without_a_store_is_one_error_line(tmp_path, run_docs):
     doc = _copy(tmp_path, 'benchmarks.md')
