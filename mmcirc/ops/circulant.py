@@ -121,7 +121,10 @@ def scale_value(scale, n, d):
 
 
 def _autocast_dtype(device_type):
-    """The autocast dtype active for ``device_type``, or None."""
+    """The autocast dtype active for ``device_type``, or None (also for a device
+    without autocast, e.g. ``meta``)."""
+    if device_type == 'meta':
+        return None  # shapes only: torch has no autocast state for it
     try:
         if torch.is_autocast_enabled(device_type):
             return torch.get_autocast_dtype(device_type)
