@@ -37,6 +37,22 @@ class _Isotropic(TimmModel):
         )
         self.patch_size = backbone.patch_size
 
+    #: the key of the backbone's arch holding the block count
+    depth_key = ''
+
+    @classmethod
+    def depth_of(cls, arch) -> int:
+        """The block count of ``arch`` (a name or a dict; 12 when it is neither: the
+        backbone then says what is wrong)."""
+        zoo = cls.backbone_class().arch_zoo
+        settings = zoo.get(arch.lower()) if isinstance(arch, str) else arch
+        return int(settings.get(cls.depth_key, 12)) if isinstance(settings, dict) else 12
+
+    @staticmethod
+    def backbone_class():
+        """The mmcirc backbone class of the family (imported when used)."""
+        raise NotImplementedError
+
     def _grid(self, x: torch.Tensor) -> tuple:
         """(H', W') of the token map of an image x (B, C, H, W), padding included."""
         p = self.patch_size
@@ -113,6 +129,7 @@ class CADeiTTimm(_Isotropic):
 
     pool_types = ('avg', '')
     released_kind = 'deit'
+    depth_key = 'depth'
     stem_pattern = r'^backbone\.patch_embed'
     tail = [(r'^backbone\.norm', (99999,))]
 
@@ -131,10 +148,8 @@ class CADeiTTimm(_Isotropic):
         dtype=None,
         **backbone_kwargs,
     ):
-        from mmcirc.models.backbones.ca_deit import CADeiT
-
         with building_on(device):
-            backbone = CADeiT(
+            backbone = self.backbone_class()(
                 arch=arch,
                 in_channels=in_chans,
                 out_type='raw',
@@ -148,6 +163,12 @@ class CADeiTTimm(_Isotropic):
                 backbone, backbone.embed_dims, num_classes, global_pool, drop_rate, in_chans, dtype
             )
         self.arch = arch
+
+    @staticmethod
+    def backbone_class():
+        from mmcirc.models.backbones.ca_deit import CADeiT
+
+        return CADeiT
 
     def _final(self, outs) -> torch.Tensor:
         """One (B, N, C) per block -> the final-LN tokens (B, N, C), N = ceil(H/p) * ceil(W/p)."""
@@ -183,6 +204,7 @@ class VECATimm(_Isotropic):
 
     pool_types = ('token', 'avg', '')
     released_kind = 'veca'
+    depth_key = 'num_layers'
     stem_pattern = r'^backbone\.(?:patch_embed|cores|core_coords|pos_alpha)'
     tail = [
         (r'^backbone\.pos_linears\.(\d+)', None),
@@ -205,10 +227,8 @@ class VECATimm(_Isotropic):
         dtype=None,
         **backbone_kwargs,
     ):
-        from mmcirc.models.backbones.veca import VECAViT
-
         with building_on(device):
-            backbone = VECAViT(
+            backbone = self.backbone_class()(
                 arch=arch,
                 in_channels=in_chans,
                 num_cores=num_cores,
@@ -228,6 +248,12 @@ class VECATimm(_Isotropic):
                 dtype,
             )
         self.arch, self.backbone_kwargs = arch, dict(backbone_kwargs)
+
+    @staticmethod
+    def backbone_class():
+        from mmcirc.models.backbones.veca import VECAViT
+
+        return VECAViT
 
     @property
     def num_prefix_tokens(self) -> int:

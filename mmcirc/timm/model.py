@@ -203,6 +203,8 @@ class TimmModel(nn.Module):
         for m in self.modules():
             if m is not self and hasattr(m, 'reset_parameters'):
                 m.reset_parameters()
+            elif isinstance(m, nn.MultiheadAttention):  # PVT's SRA: torch's own init
+                m._reset_parameters()
             if hasattr(m, 'is_init'):
                 m.is_init = False  # mmengine's: init again
             if hasattr(m, 'init_non_persistent_buffers'):

@@ -102,8 +102,9 @@ def _create(variant: str, pretrained: bool = False, **kwargs):
         default_out = (0, 1, 2, 3)
         if features:
             kwargs['feature_indices'] = kwargs.get('out_indices', default_out)
-    else:
-        default_out = (2, 5, 8, 11)  # four blocks of the 12, as dense heads take them
+    else:  # four blocks, evenly spaced, the last included: (2, 5, 8, 11) of 12
+        depth = cls.depth_of(kwargs.get('arch'))
+        default_out = tuple(sorted({max(k * depth // 4 - 1, 0) for k in range(1, 5)}))
     return build_model_with_cfg(
         cls,
         variant,

@@ -22,6 +22,7 @@ device then ``init_weights``) run on one model per mmcirc family, where the cont
 applies to it. timm's tests of its own layers and models are not imported.
 """
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -41,6 +42,19 @@ MODELS = frozenset(mmcirc.timm.MODEL_NAMES)
 #: one model per family, small (tests/timm/timm_variants.py)
 PYRAMIDS = ('ca_pvt_tiny', 'core_pvt_tiny', 'ca_swin_tiny', 'core_swin_tiny')
 ISOTROPIC = ('ca_deit_tiny', 'veca_small')
+
+FAMILIES = PYRAMIDS + ISOTROPIC
+#: the small variants, with three blocks at least in the isotropic models (timm's tests
+#: want three feature levels)
+VARIANTS = dict(
+    SMALL,
+    ca_deit_tiny=dict(SMALL['ca_deit_tiny'], arch=dict(SMALL['ca_deit_tiny']['arch'], depth=3)),
+    veca_small=dict(SMALL['veca_small'], arch=dict(SMALL['veca_small']['arch'], num_layers=3)),
+)
+#: the registry walks run on every registered model (structure and shapes, on the meta
+#: device); the others on one model per family, its small variant (the variants of a
+#: family differ in widths and depths only)
+ALL_MODELS = ('test_model_default_cfgs', 'test_model_default_cfgs_non_std')
 
 #: timm's tests naming their models whose contract applies to mmcirc's: the families it
 #: runs on (those taking ``model_kwargs`` get the small variants).
@@ -122,6 +136,40 @@ def _first(value):
     return value[0] if isinstance(value, tuple) else value
 
 
+@contextlib.contextmanager
+def _small_variants(namespace: dict):
+    """timm's ``create_model`` in the test file's ``namespace`` building the small
+    variant of a family's model (:data:`VARIANTS`; the caller's keyword arguments on
+    top)."""
+    create = namespace['create_model']
+
+    def small(model_name, *args, **kwargs):
+        return create(
+            model_name, *args, **dict(VARIANTS.get(model_name.split('.')[0], {}), **kwargs)
+        )
+
+    namespace['create_model'] = small
+    try:
+        yield
+    finally:
+        namespace['create_model'] = create
+
+
+def _remarked(fn, mark, values):
+    """``fn`` with its parametrization ``mark`` over ``values`` instead, on the small
+    variants of the models."""
+
+    @functools.wraps(fn)
+    def test(*args, **kwargs):
+        with _small_variants(fn.__globals__):
+            return fn(*args, **kwargs)
+
+    test.pytestmark = [m for m in fn.pytestmark if m is not mark] + [
+        pytest.mark.parametrize(mark.args[0], values).mark
+    ]
+    return test
+
+
 def _on_families(fn, mark, names):
     """``fn`` parametrized over ``names`` instead of timm's models (the other values of
     its parametrization, e.g. ``stop_early_final``, taken from timm's first case)."""
@@ -136,19 +184,11 @@ def _on_families(fn, mark, names):
         case = dict(zip(argnames, first if len(argnames) > 1 else (first,)))
         case['model_name'] = name
         if 'model_kwargs' in case:
-            case['model_kwargs'] = dict(SMALL[name])
+            case['model_kwargs'] = dict(VARIANTS[name])
         if 'kwargs' in case:
-            case['kwargs'] = dict(SMALL[name])
+            case['kwargs'] = dict(VARIANTS[name])
         values.append(tuple(case[a] for a in argnames) if len(argnames) > 1 else name)
-
-    @functools.wraps(fn)
-    def test(*args, **kwargs):
-        return fn(*args, **kwargs)
-
-    test.pytestmark = [m for m in fn.pytestmark if m is not mark] + [
-        pytest.mark.parametrize(mark.args[0], values).mark
-    ]
-    return test
+    return _remarked(fn, mark, values)
 
 
 def collect() -> dict:
@@ -159,8 +199,11 @@ def collect() -> dict:
         mark = _model_param(obj) if name.startswith('test_') and callable(obj) else None
         if mark is None:
             continue
-        if any(_first(v).split('.')[0] in MODELS for v in mark.args[1]):
+        ours = [v for v in mark.args[1] if _first(v).split('.')[0] in MODELS]
+        if ours and name in ALL_MODELS:
             out[name] = obj  # a registry walk: mmcirc's models placed in timm's lists
+        elif ours:
+            out[name] = _remarked(obj, mark, [v for v in ours if _first(v) in FAMILIES])
         elif name in BY_FAMILY:
             out[name] = _on_families(obj, mark, BY_FAMILY[name])
     missing = sorted(set(BY_FAMILY) - set(out))
