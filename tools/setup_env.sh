@@ -5,7 +5,8 @@
 # On a machine with a GPU (nvidia-smi, and torch sees it), or with MMCIRC_CUDA=1, mmcv is
 # built with its CUDA ops (FORCE_CUDA=1; MMCIRC_CUDA=0: CPU ops only); the build steps and
 # the patches mmcv 2.1.0 needs are in tools/mmcv_build.sh. MMCIRC_VENV / MMCIRC_CACHE move
-# the venv / the cache (wheels, sources, a resumable CUDA build folder), MAX_JOBS the compile.
+# the venv / the cache (wheels, sources, a resumable CUDA build folder, timm's own tests),
+# MAX_JOBS the compile.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

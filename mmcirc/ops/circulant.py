@@ -128,7 +128,7 @@ def autocast_dtype(device_type):
         return None  # shapes only: torch has no autocast state for it
     try:
         if torch.is_autocast_enabled(device_type):
-            return torch.getautocast_dtype(device_type)
+            return torch.get_autocast_dtype(device_type)
     except TypeError:  # torch < 2.4: per-device functions
         if device_type == 'cuda' and torch.is_autocast_enabled():
             return torch.get_autocast_gpu_dtype()
