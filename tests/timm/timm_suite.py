@@ -15,8 +15,11 @@ mmcirc's models where timm lists their families, and yielding only those:
 * ``NON_STD_FILTERS`` (``deit*``, ``vit_*``: transformers whose features are tokens):
   CA-DeiT and VECA; the pyramids take the standard (NCHW) tests.
 
-Every test whose parametrization then holds mmcirc's models runs on them. timm's tests
-that name their models (the generic contracts timm checks on a few families: pooling
+Every test whose parametrization then holds mmcirc's models runs on them: the config
+and interface tests (on the meta device) on all 16 registered models, the tests that
+run models on one model per family, its small variant (the registry walk's choice of
+that family's model, built with :data:`VARIANTS`'s sizes). timm's tests that name
+their models (the generic contracts timm checks on a few families: pooling
 kept by ``reset_classifier``, ``head_hidden_size``, pruning, the feature class, meta
 device then ``init_weights``) run on one model per mmcirc family, where the contract
 applies to it. timm's tests of its own layers and models are not imported.
