@@ -5,7 +5,8 @@
 # On a machine with a GPU (nvidia-smi, and torch sees it), or with MMCIRC_CUDA=1, mmcv is
 # built with its CUDA ops (FORCE_CUDA=1; MMCIRC_CUDA=0: CPU ops only); the build steps and
 # the patches mmcv 2.1.0 needs are in tools/mmcv_build.sh. MMCIRC_VENV / MMCIRC_CACHE move
-# the venv / the cache (wheels, sources, a resumable CUDA build folder), MAX_JOBS the compile.
+# the venv / the cache (wheels, sources, a resumable CUDA build folder, timm's own tests),
+# MAX_JOBS the compile.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,6 +56,26 @@ use_nvcc() {
   export CUDA_HOME
 }
 
+# timm's own model tests (tests/test_models.py of the installed timm's sdist on PyPI), run
+# on mmcirc's models by tests/timm/test_timm_contract.py: fetched once into $CACHE/timm-tests/timm-VER/,
+# never committed, never downloaded by a test.
+fetch_timm_tests() {
+  local ver dest tmp
+  ver="$("$VENV/bin/python" -c 'import timm; print(timm.__version__)')" \
+    || fail "reading the installed timm version" "rm -rf $VENV && bash tools/setup_env.sh"
+  dest="$CACHE/timm-tests/timm-$ver"
+  [ -f "$dest/tests/test_models.py" ] && return 0
+  say "fetching the tests of timm $ver (its PyPI sdist) into $dest"
+  tmp="$(mktemp -d)"
+  if ! "$VENV/bin/python" -m pip --disable-pip-version-check download -q --no-deps --no-binary :all: \
+      "timm==$ver" -d "$tmp" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2) \
+     || ! tar -xzf "$tmp/timm-$ver.tar.gz" -C "$tmp" "timm-$ver/tests"; then
+    rm -rf "$tmp"
+    fail "fetching the sdist of timm $ver (for its tests)" "pip download --no-deps --no-binary :all: timm==$ver"
+  fi
+  mkdir -p "$CACHE/timm-tests" && rm -rf "$dest" && mv "$tmp/timm-$ver" "$dest" && rm -rf "$tmp"
+}
+
 # Everything installed into the venv is pinned by requirements.txt; a stamp of it plus
 # the mmcv wheel lets a second run skip pip entirely.
 STAMP="$VENV/.mmcirc-installed"
@@ -62,6 +83,7 @@ want_stamp="$(cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" "$0" "$ROOT/to
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] \
    && "$VENV/bin/python" -c "import mmcirc, mmcv.ops, mmdet, mmseg, mmpretrain" 2>/dev/null \
    && { ! cuda_wanted || has_cuda_ops; }; then
+  fetch_timm_tests
   say "environment is up to date ($VENV)"
   exit 0
 fi
@@ -166,5 +188,6 @@ if [ "$CUDA_OPS" = 1 ]; then
     say "mmcv built with CUDA $TORCH_CUDA ops for arch $TORCH_CUDA_ARCH_LIST; no GPU here, so they are checked on the first GPU run (python tools/misc/check_mmcv_cuda.py)"
   fi
 fi
+fetch_timm_tests
 echo "$want_stamp" > "$STAMP"
 say "done: activate with 'source $VENV/bin/activate'"

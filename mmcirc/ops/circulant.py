@@ -58,6 +58,7 @@ __all__ = [
     'BOUNDARIES',
     'FFT_IMPLS',
     'SCALES',
+    'autocast_dtype',
     'check_scale',
     'CirculantAttention',
     'circulant_attention',
@@ -120,8 +121,11 @@ def scale_value(scale, n, d):
     return float(scale)
 
 
-def _autocast_dtype(device_type):
-    """The autocast dtype active for ``device_type``, or None."""
+def autocast_dtype(device_type):
+    """The autocast dtype active for ``device_type``, or None (also for a device
+    without autocast, e.g. ``meta``)."""
+    if device_type == 'meta':
+        return None  # shapes only: torch has no autocast state for it
     try:
         if torch.is_autocast_enabled(device_type):
             return torch.get_autocast_dtype(device_type)
@@ -137,14 +141,14 @@ def compute_dtypes(t):
     """(compute dtype, output dtype) for an input tensor ``t``."""
     if t.dtype == torch.float64:
         return torch.float64, torch.float64
-    return torch.float32, _autocast_dtype(t.device.type) or t.dtype
+    return torch.float32, autocast_dtype(t.device.type) or t.dtype
 
 
 def fp32_region(t):
     """Context with autocast off on ``t``'s device (FFTs need fp32): a no-op when
     autocast is off already (torch.export turns even a disabled autocast region into a
     ``wrap_with_autocast`` subgraph, whose symbolic sizes the ONNX translation mixes up)."""
-    if _autocast_dtype(t.device.type) is None:
+    if autocast_dtype(t.device.type) is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=t.device.type, enabled=False)
 

@@ -68,6 +68,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .capture import graph_capture
+from .circulant import autocast_dtype
 
 __all__ = [
     'CORE_PRESETS',
@@ -481,11 +482,11 @@ class CoreAttention(nn.Module):
             raise ValueError(
                 f"x needs N >= 1 patches and cores C' >= 1, got N={x.shape[1]}, C'={cores.shape[1]}"
             )
-        dev = x.device.type
-        if x.dtype == torch.float32 and torch.is_autocast_enabled(dev):
+        low = autocast_dtype(x.device.type)
+        if x.dtype == torch.float32 and low is not None:
             # one cast of the patches (B, N, C) for the gather's and the broadcast's
             # GEMMs, instead of one per product that reads them
-            x = x.to(torch.get_autocast_dtype(dev))
+            x = x.to(low)
         chunk = self._chunk_len(x.shape[1])
         fold = self._fold(cores.shape[1])
         g = self._gather(cores, x, chunk, fold)  # (B, C', C)

@@ -17,12 +17,13 @@ Each has a ``pretrained_cfg`` (input size, mean / std, crop, interpolation, clas
 first conv, classifier) whose weights come from a local file only: the released
 CA-DeiT and VECA files and mmcirc's own checkpoints, read with mmcirc's safe loader
 and converted on load (:mod:`.weights`). The models keep timm's interface
-(:class:`~mmcirc.timm.model.TimmModel`). Needs timm and torch; the pyramids also mmdet
+(:class:`~mmcirc.timm.model.TimmModel`; fx-traceable, ``device='meta'`` included). Needs timm and torch; the pyramids also mmdet
 (imported when one is built), the isotropic models nothing else. ``import mmcirc``
 itself never imports timm.
 """
 
-from .model import CADeiTTimm, TimmModel, VECATimm
+from .isotropic import CADeiTTimm, VECATimm
+from .model import TimmModel
 from .pyramid import PyramidTimm
 from .weights import checkpoint_filter_fn, load_checkpoint_file
 from .zoo import MODEL_NAMES

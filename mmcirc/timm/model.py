@@ -1,34 +1,48 @@
-"""timm's model interface around mmcirc's backbones: :class:`TimmModel` (what every
-family shares) and the isotropic families :class:`CADeiTTimm` and :class:`VECATimm`
-(the pyramids: :mod:`.pyramid`).
+"""timm's model interface around mmcirc's backbones: :class:`TimmModel`, what every
+family shares (the isotropic families: :mod:`.isotropic`; the pyramids: :mod:`.pyramid`).
 
 A model is ``backbone`` (the mmcirc backbone, unchanged: its parameters keep their
 names under ``backbone.``) followed by timm's head: global pooling, ``head_drop``
 (``drop_rate``) and ``head`` (a linear classifier, ``nn.Identity`` for
-``num_classes=0``). The backbone returns the outputs of all its blocks (isotropic) or
-the stages asked for (pyramids); :meth:`TimmModel.forward_features` takes the last,
-:meth:`TimmModel.forward_intermediates` (timm's ``features_only=True``) the chosen ones.
+``num_classes=0``). :meth:`TimmModel.forward_features` gives the final features,
+:meth:`TimmModel.forward_intermediates` (timm's ``features_only=True``) the outputs of
+chosen blocks or stages, :meth:`TimmModel.prune_intermediate_layers` removes what comes
+after the last one taken.
 
-Torch only: CA-DeiT and VECA need nothing else; the pyramids need mmdet where they are
-built (:mod:`.pyramid`).
+Models are built on the default device, or on ``device`` (``'meta'``: no memory, no
+init; ``to_empty`` then :meth:`TimmModel.init_weights` makes them real), in ``dtype``.
+The backbones are leaves of ``torch.fx`` traces (timm's ``register_notrace_module``).
+
+Torch and timm only: CA-DeiT and VECA need nothing else; the pyramids need mmdet where
+they are built (:mod:`.pyramid`).
 """
 
+import contextlib
 import logging
 import re
 from typing import List, Optional, Sequence, Set
 
 import torch
+from timm.models import register_notrace_module
 from torch import nn
 
 from mmcirc.models.backbones.contract import HAS_MMENGINE, is_int, parse_out_indices
 
-__all__ = ['CADeiTTimm', 'TimmModel', 'VECATimm', 'init_weights', 'take_indices']
+__all__ = ['PoolTypeError', 'TimmModel', 'building_on', 'init_backbone', 'take_indices']
 
 _logger = logging.getLogger(__name__)
 
 
-def init_weights(backbone) -> None:
-    """The backbone's own init (mmengine's, with its per-tensor log kept quiet)."""
+class PoolTypeError(ValueError, AssertionError):
+    """A ``global_pool`` the model does not take: a ValueError, and the AssertionError
+    timm's own models raise for one (which timm's callers catch)."""
+
+
+def init_backbone(backbone) -> None:
+    """The backbone's own init (mmengine's, with its per-tensor log kept quiet); none
+    on the meta device (nothing to fill: :meth:`TimmModel.init_weights` does it later)."""
+    if any(p.is_meta for p in backbone.parameters()):
+        return
     if not HAS_MMENGINE:
         backbone.init_weights()
         return
@@ -36,6 +50,16 @@ def init_weights(backbone) -> None:
 
     with quiet_logger():
         backbone.init_weights()
+
+
+@contextlib.contextmanager
+def building_on(device):
+    """Modules built inside are created on ``device`` (None: the default device)."""
+    if device is None:
+        yield
+    else:
+        with torch.device(device):
+            yield
 
 
 def take_indices(indices, num: int, unit: str = 'blocks') -> List[int]:
@@ -55,18 +79,20 @@ def take_indices(indices, num: int, unit: str = 'blocks') -> List[int]:
 class TimmModel(nn.Module):
     """timm's classifier interface around an mmcirc backbone (abstract).
 
-    A family sets ``pool_types`` (the ``global_pool`` values it takes, the first the
-    default), ``output_fmt`` and implements :meth:`forward_features`, :meth:`_pool`,
-    :meth:`forward_intermediates`, :meth:`group_matcher`, :meth:`_set_with_cp`.
+    A family sets ``pool_types`` (the ``global_pool`` values it takes), ``output_fmt``
+    and implements :meth:`forward_features`, :meth:`_pool`, :meth:`forward_intermediates`,
+    :meth:`_prune`, :meth:`group_matcher`, :meth:`_set_with_cp`.
 
     Args:
         backbone (nn.Module): the mmcirc backbone.
-        num_features (int): width of the pooled feature.
+        num_features (int): width of the final features.
         feature_info (list[dict]): timm's ``num_chs``, ``reduction``, ``module`` per
             output the family offers (blocks or stages).
         num_classes (int): classifier outputs; 0: no classifier (``head`` is Identity).
         global_pool (str): one of ``pool_types`` (``''``: no pooling).
         drop_rate (float): dropout before the classifier (timm's head dropout).
+        in_chans (int): image channels.
+        dtype (torch.dtype, optional): of the parameters (None: the default).
     """
 
     pool_types: Sequence[str] = ('avg', '')
@@ -75,16 +101,29 @@ class TimmModel(nn.Module):
     #: ``RELEASED`` kinds of the converters, :mod:`.weights`); None: mmcirc's own only
     released_kind: Optional[str] = None
 
-    def __init__(self, backbone, num_features, feature_info, num_classes, global_pool, drop_rate):
+    def __init__(
+        self,
+        backbone,
+        num_features,
+        feature_info,
+        num_classes,
+        global_pool,
+        drop_rate,
+        in_chans=3,
+        dtype=None,
+    ):
         super().__init__()
         if not is_int(num_classes) or num_classes < 0:
             raise ValueError(f'num_classes must be an int >= 0, got {num_classes!r}')
-        self.backbone = backbone
+        self.backbone = backbone.to(dtype=dtype) if dtype is not None else backbone
+        register_notrace_module(type(backbone))  # a torch.fx leaf: its forward branches on sizes
+        self.in_chans = int(in_chans)
         self.num_features = self.head_hidden_size = int(num_features)
         self.feature_info = feature_info
         self.grad_checkpointing = False
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Identity()
+        self.global_pool = None
         self.reset_classifier(num_classes, global_pool)
 
     # ------------------------------------------------------------------ head
@@ -92,21 +131,32 @@ class TimmModel(nn.Module):
     def get_classifier(self) -> nn.Module:
         return self.head
 
+    def _set_pool(self, global_pool: str) -> int:
+        """Set the pooling ``global_pool`` (checked); returns the width multiplier
+        (2 for concatenated poolings)."""
+        return 1
+
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
         """A new classifier for ``num_classes`` (0: none), truncated normal std 0.02,
-        zero bias; ``global_pool`` (one of ``pool_types``) if given."""
+        zero bias, on the device and in the dtype of the model; ``global_pool`` (one
+        of ``pool_types``) if given, else the current one."""
         if global_pool is not None:
             if global_pool not in self.pool_types:
-                raise ValueError(
+                raise PoolTypeError(
                     f'{type(self).__name__}: global_pool must be one of {tuple(self.pool_types)}, '
                     f'got {global_pool!r}'
                 )
             self.global_pool = global_pool
+        self.head_hidden_size = self.num_features * self._set_pool(self.global_pool)
         self.num_classes = int(num_classes)
-        self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
         if num_classes:
-            nn.init.trunc_normal_(self.head.weight, std=0.02)
-            nn.init.zeros_(self.head.bias)
+            ref = next(self.backbone.parameters())
+            head = nn.Linear(self.head_hidden_size, num_classes, device=ref.device, dtype=ref.dtype)
+            nn.init.trunc_normal_(head.weight, std=0.02)
+            nn.init.zeros_(head.bias)
+        else:
+            head = nn.Identity()
+        self.head = head.train(self.training)
 
     def _pool(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -146,17 +196,49 @@ class TimmModel(nn.Module):
             if any(re.search(p, name) for p in self.no_weight_decay_patterns)
         }
 
+    def init_weights(self) -> None:
+        """Every parameter and computed buffer anew, as when the model is built (for a
+        model built on ``device='meta'`` and moved with ``to_empty``): PyTorch's
+        defaults, then the backbone's own init and the classifier's."""
+        for m in self.modules():
+            if m is not self and hasattr(m, 'reset_parameters'):
+                m.reset_parameters()
+            elif isinstance(m, nn.MultiheadAttention):  # PVT's SRA: torch's own init
+                m._reset_parameters()
+            if hasattr(m, 'is_init'):
+                m.is_init = False  # mmengine's: init again
+            if hasattr(m, 'init_non_persistent_buffers'):
+                m.init_non_persistent_buffers()
+        self._init_buffers()
+        init_backbone(self.backbone)
+        self.reset_classifier(self.num_classes)
+
+    def _init_buffers(self) -> None:
+        """Recompute the family's persistent buffers that are functions of the shapes."""
+
     # ------------------------------------------------------------------ features
+    def _check_indices(self, indices) -> List[int]:
+        return take_indices(indices, self.backbone.num_stages, self.backbone.stage_unit)
+
     def prune_intermediate_layers(self, indices=None, prune_norm=False, prune_head=True):
-        """timm's ``features_only`` hook: the indices :meth:`forward_intermediates` will
-        take (no block is removed); ``prune_head`` drops the classifier."""
+        """timm's ``features_only`` hook: the blocks (stages) after the last of
+        ``indices`` are removed, the final norm with ``prune_norm``, the classifier and
+        pooling with ``prune_head``; returns the indices :meth:`forward_intermediates`
+        takes."""
         take = self._check_indices(indices)
-        if prune_head:
-            self.reset_classifier(0, '')
+        width = self._prune(max(take) + 1, prune_norm)
+        if width != self.num_features or prune_head:
+            self.num_features = width
+            if prune_head:
+                self.reset_classifier(0, '')
+            else:
+                self.reset_classifier(self.num_classes)
         return take
 
-    def _check_indices(self, indices) -> List[int]:
-        return take_indices(indices, len(self.feature_info))
+    def _prune(self, keep: int, prune_norm: bool) -> int:
+        """Keep the first ``keep`` blocks (stages) (and the final norm unless
+        ``prune_norm``); returns the width of the final features."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ weights
     def load_pretrained(self, path: str) -> None:
@@ -170,212 +252,3 @@ class TimmModel(nn.Module):
     def allowed_new_keys(self) -> Sequence[str]:
         """Model keys a checkpoint may lack (besides the classifier): none by default."""
         return ()
-
-
-# --------------------------------------------------------------------------- isotropic
-class _Isotropic(TimmModel):
-    """Shared by CA-DeiT and VECA: the backbone returns every block's output."""
-
-    output_fmt = 'NLC'
-
-    def __init__(self, backbone, num_features, num_classes, global_pool, drop_rate):
-        backbone.out_indices = tuple(range(backbone.num_stages))  # every block's output
-        info = [
-            dict(
-                num_chs=backbone.embed_dims,
-                reduction=backbone.patch_size,
-                module=f'backbone.blocks.{i}',
-            )
-            for i in range(backbone.num_stages)
-        ]
-        info[-1]['num_chs'] = int(num_features)
-        super().__init__(backbone, num_features, info, num_classes, global_pool, drop_rate)
-        self.patch_size = backbone.patch_size
-
-    def _grid(self, x: torch.Tensor) -> tuple:
-        """(H', W') of the token map of an image x (B, C, H, W), padding included."""
-        p = self.patch_size
-        return -(-x.shape[-2] // p), -(-x.shape[-1] // p)
-
-    @staticmethod
-    def _as_fmt(tokens: torch.Tensor, hw, output_fmt: str) -> torch.Tensor:
-        if output_fmt == 'NLC':
-            return tokens  # (B, N, C)
-        b, n, c = tokens.shape
-        return tokens.transpose(1, 2).reshape(b, c, *hw)  # (B, C, H', W')
-
-    def _final(self, outs) -> torch.Tensor:
-        """The backbone's block outputs ``outs`` -> :meth:`forward_features`' result."""
-        raise NotImplementedError
-
-    def _block_tokens(self, outs, i: int, norm: bool) -> torch.Tensor:
-        """Block ``i``'s patch tokens (B, N, C) of the outputs ``outs`` (``norm``: as
-        :meth:`forward_intermediates` takes them)."""
-        raise NotImplementedError
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, C_in, H, W) -> the final features (see the family's docstring)."""
-        return self._final(self.backbone(x))
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices=None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = 'NCHW',
-        intermediates_only: bool = False,
-    ):
-        """The patch tokens of the blocks ``indices`` (see :func:`take_indices`; ``norm``:
-        see the family's :meth:`_block_tokens`) as (B, C, H', W') maps or (B, N, C)
-        tokens (``output_fmt``); with the final features unless ``intermediates_only``.
-        ``stop_early`` changes nothing."""
-        if output_fmt not in ('NCHW', 'NLC'):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
-        take, hw = self._check_indices(indices), self._grid(x)
-        outs = self.backbone(x)  # one output per block
-        inter = [self._as_fmt(self._block_tokens(outs, i, norm), hw, output_fmt) for i in take]
-        if intermediates_only:
-            return inter
-        return self._final(outs), inter
-
-    @torch.jit.ignore
-    def group_matcher(self, coarse: bool = False) -> dict:
-        """Parameter groups for timm's layer-wise learning-rate decay."""
-        return dict(
-            stem=self.stem_pattern, blocks=[(r'^backbone\.blocks\.(\d+)', None)] + self.tail
-        )
-
-
-class CADeiTTimm(_Isotropic):
-    """CA-DeiT (:class:`~mmcirc.models.backbones.CADeiT`) as a timm model.
-
-    ``forward_features``: the final-LN tokens (B, N, C); ``global_pool='avg'`` (the
-    official head: the mean over the tokens) or ``''``. Any H x W (no position
-    embedding; ``img_size`` and ``dynamic_img_size`` are accepted for timm's scripts and
-    change nothing). timm's names: ``drop_rate`` the head dropout, ``proj_drop_rate``
-    the backbone's (attention projection and MLP), ``drop_path_rate`` stochastic depth.
-    Other keyword arguments go to the backbone (``patch_size``, ``boundary``, ``scale``,
-    ``circulant_heads``, ...).
-    """
-
-    pool_types = ('avg', '')
-    released_kind = 'deit'
-    stem_pattern = r'^backbone\.patch_embed'
-    tail = [(r'^backbone\.norm', (99999,))]
-
-    def __init__(
-        self,
-        arch='tiny',
-        num_classes: int = 1000,
-        global_pool: str = 'avg',
-        in_chans: int = 3,
-        drop_rate: float = 0.0,
-        proj_drop_rate: float = 0.0,
-        drop_path_rate: float = 0.0,
-        img_size=None,
-        dynamic_img_size: bool = True,
-        **backbone_kwargs,
-    ):
-        from mmcirc.models.backbones.ca_deit import CADeiT
-
-        backbone = CADeiT(
-            arch=arch,
-            in_channels=in_chans,
-            out_type='raw',
-            final_norm=False,  # the final LN is applied here (intermediates stay raw)
-            drop_rate=proj_drop_rate,
-            drop_path_rate=drop_path_rate,
-            **backbone_kwargs,
-        )
-        init_weights(backbone)
-        super().__init__(backbone, backbone.embed_dims, num_classes, global_pool, drop_rate)
-        self.arch = arch
-
-    def _final(self, outs) -> torch.Tensor:
-        """One (B, N, C) per block -> the final-LN tokens (B, N, C), N = ceil(H/p) * ceil(W/p)."""
-        return self.backbone.norm(outs[-1])
-
-    def _block_tokens(self, outs, i: int, norm: bool) -> torch.Tensor:
-        """Block ``i``'s output (B, N, C), raw or through the final LN (``norm``)."""
-        return self.backbone.norm(outs[i]) if norm else outs[i]
-
-    def _pool(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mean(dim=1) if self.global_pool == 'avg' else x  # (B, C) | (B, N, C)
-
-
-class VECATimm(_Isotropic):
-    """VECA (:class:`~mmcirc.models.backbones.VECAViT`) as a timm model.
-
-    ``forward_features``: the final sequence ``[cores; patches]`` (B, C' + N, D) (the
-    first ``num_prefix_tokens`` = C' are the cores); ``global_pool='token'`` (the
-    global token, the first core: the official feature), ``'avg'`` (the mean of the
-    patches) or ``''``. ``num_cores`` (C', an int multiple of 8 or a preset name) is an
-    option, changed later with :meth:`set_num_cores`. Any H x W. ``drop_rate`` is the
-    head dropout, ``proj_drop_rate`` the backbone's (the official ``dropout``). Other
-    keyword arguments go to the backbone (``patch_size``, the RoPE settings,
-    ``out_channels``, ...).
-    """
-
-    pool_types = ('token', 'avg', '')
-    released_kind = 'veca'
-    stem_pattern = r'^backbone\.(?:patch_embed|cores|core_coords|pos_alpha)'
-    tail = [
-        (r'^backbone\.pos_linears\.(\d+)', None),
-        (r'^backbone\.(?:final_norm|output_proj)', (99999,)),
-    ]
-    no_weight_decay_patterns = (r'^backbone\.(?:cores|core_coords|pos_alpha)$',)
-
-    def __init__(
-        self,
-        arch='base',
-        num_classes: int = 0,
-        global_pool: str = 'token',
-        in_chans: int = 3,
-        drop_rate: float = 0.0,
-        proj_drop_rate: float = 0.0,
-        num_cores=None,
-        img_size=None,
-        dynamic_img_size: bool = True,
-        **backbone_kwargs,
-    ):
-        from mmcirc.models.backbones.veca import VECAViT
-
-        backbone = VECAViT(
-            arch=arch,
-            in_channels=in_chans,
-            num_cores=num_cores,
-            out_type='raw',
-            dropout=proj_drop_rate,
-            **backbone_kwargs,
-        )
-        init_weights(backbone)
-        super().__init__(backbone, backbone.num_features, num_classes, global_pool, drop_rate)
-        self.arch, self.backbone_kwargs = arch, dict(backbone_kwargs)
-
-    @property
-    def num_prefix_tokens(self) -> int:
-        """The cores C' ahead of the patches in :meth:`forward_features`' sequence."""
-        return self.backbone.num_cores
-
-    def set_num_cores(self, num_cores) -> None:
-        """The active core count C' (:meth:`VECAViT.set_num_cores`)."""
-        self.backbone.set_num_cores(num_cores)
-
-    def _final(self, outs) -> torch.Tensor:
-        """One (cores, patches) per block -> the final sequence [cores; patches] (B, C' + N, D)."""
-        cores, patches = outs[-1]  # (B, C', D), (B, N, D)
-        return torch.cat([cores, patches], dim=1)  # (B, C' + N, D)
-
-    def _block_tokens(self, outs, i: int, norm: bool) -> torch.Tensor:
-        """Block ``i``'s patches (B, N, D): the last through the final LN and output
-        projection, as the backbone gives it; ``norm``: the others through the final LN."""
-        patches = outs[i][1]  # (B, N, D)
-        return self.backbone.final_norm(patches) if norm and i != len(outs) - 1 else patches
-
-    def _pool(self, x: torch.Tensor) -> torch.Tensor:
-        if self.global_pool == 'token':
-            return x[:, 0]  # (B, D): the global token
-        if self.global_pool == 'avg':
-            return x[:, self.num_prefix_tokens :].mean(dim=1)  # (B, D): mean of the patches
-        return x

@@ -2,10 +2,13 @@
 
 The classifier is mmcirc's ImageNet one (``configs/*_in1k.py``: the backbone's last
 stage, global average pooling, a linear head), so an mmpretrain checkpoint of those
-configs loads as it is (``backbone.*``, ``head.fc.*`` -> ``head.*``). With
-``features_only=True`` the backbone outputs the stages asked for; CA-Swin then has an
-output LN per stage, as in mmdet / mmseg (an ImageNet checkpoint holds only the last
-one, ``norm3``: the others start at their init, as they do when mmdet loads it).
+configs loads as it is (``backbone.*``, ``head.fc.*`` -> ``head.*``); timm's other
+poolings (``'max'``, ``'avgmax'``, ``'catavgmax'``) are options. Every model gives the
+map of every stage (:meth:`PyramidTimm.forward_intermediates`): CA-Swin's through its
+output LN where it has one. A classifier has the last one (``norm3``); with
+``features_only=True`` each stage asked for has its own, as in mmdet / mmseg (an
+ImageNet checkpoint holds only ``norm3``: the others start at their init, as they do
+when mmdet loads it).
 
 Needs mmdet (the pyramids reuse its layers), imported when a model is built.
 """
@@ -13,9 +16,10 @@ Needs mmdet (the pyramids reuse its layers), imported when a model is built.
 import math
 
 import torch
+from timm.layers import SelectAdaptivePool2d
 
 from mmcirc.models.backbones.contract import is_int
-from .model import TimmModel, init_weights, take_indices
+from .model import TimmModel, building_on, init_backbone
 
 __all__ = ['PyramidTimm', 'PYRAMID_BACKBONES']
 
@@ -38,23 +42,27 @@ def _backbone_class(name: str):
 
 
 class PyramidTimm(TimmModel):
-    """A CA/Core pyramid as a timm classifier (``global_pool='avg'`` or ``''``).
+    """A CA/Core pyramid as a timm classifier.
 
     Args:
         family (str): a key of :data:`PYRAMID_BACKBONES`.
         arch (str | dict): the backbone's arch (``'tiny'``, ``'small'``, ...).
-        num_classes, global_pool, drop_rate: timm's head (see :class:`TimmModel`).
+        num_classes, drop_rate: timm's head (see :class:`TimmModel`).
+        global_pool (str): ``'avg'`` (mmcirc's classifiers), ``'max'``, ``'avgmax'``,
+            ``'catavgmax'`` (timm's ``SelectAdaptivePool2d``) or ``''`` (none).
         in_chans (int): image channels.
         proj_drop_rate (float): the backbone's dropout (``drop_rate`` of the mmcirc
             backbone; timm's ``drop_rate`` is the head's); ``attn_drop_rate`` passes on.
         drop_path_rate (float): stochastic depth of the backbone.
-        feature_indices (Sequence[int], optional): the stages the backbone outputs (timm's
-            ``out_indices`` with ``features_only=True``); None: the last (the classifier).
+        feature_indices (Sequence[int], optional): the stages with an output LN
+            (CA-Swin; timm's ``out_indices`` with ``features_only=True``); None: the
+            last (the classifier).
+        device, dtype: of the parameters (None: the defaults).
         **backbone_kwargs: the backbone's other arguments (``num_cores``, ``boundary``,
             ``attention``, ``stage_attentions``, ...).
     """
 
-    pool_types = ('avg', '')
+    pool_types = ('avg', 'max', 'avgmax', 'catavgmax', '')
     output_fmt = 'NCHW'
 
     def __init__(
@@ -68,6 +76,8 @@ class PyramidTimm(TimmModel):
         proj_drop_rate: float = 0.0,
         drop_path_rate: float = 0.1,
         feature_indices=None,
+        device=None,
+        dtype=None,
         **backbone_kwargs,
     ):
         if family not in PYRAMID_BACKBONES:
@@ -80,29 +90,38 @@ class PyramidTimm(TimmModel):
             out_indices = tuple(range(-feature_indices, 0))  # timm's int: the last n stages
         else:
             out_indices = tuple(feature_indices)
-        backbone = cls(
-            arch=arch,
-            in_channels=in_chans,
-            drop_rate=proj_drop_rate,
-            drop_path_rate=drop_path_rate,
-            out_indices=out_indices,
-            **backbone_kwargs,
-        )
-        init_weights(backbone)
-        n, attr = backbone.num_stages, backbone.stages_attr
-        strides = backbone_kwargs.get(stride_key, (4, 2, 2, 2))
-        strides = (strides,) * n if is_int(strides) else tuple(strides)  # as the backbone takes it
-        info = [
-            dict(
-                num_chs=backbone.embed_dims[i],
-                reduction=math.prod(strides[: i + 1]),
-                module=f'backbone.{attr}.{i}',
+        with building_on(device):
+            backbone = cls(
+                arch=arch,
+                in_channels=in_chans,
+                drop_rate=proj_drop_rate,
+                drop_path_rate=drop_path_rate,
+                out_indices=out_indices,
+                **backbone_kwargs,
             )
-            for i in range(n)
-        ]
-        super().__init__(
-            backbone, backbone.embed_dims[-1], info, num_classes, global_pool, drop_rate
-        )
+            init_backbone(backbone)
+            n, attr = backbone.num_stages, backbone.stages_attr
+            backbone.out_indices = tuple(range(n))  # every stage's map (output LNs as built)
+            strides = backbone_kwargs.get(stride_key, (4, 2, 2, 2))
+            strides = (strides,) * n if is_int(strides) else tuple(strides)  # as the backbone
+            info = [
+                dict(
+                    num_chs=backbone.embed_dims[i],
+                    reduction=math.prod(strides[: i + 1]),
+                    module=f'backbone.{attr}.{i}',
+                )
+                for i in range(n)
+            ]
+            super().__init__(
+                backbone,
+                backbone.embed_dims[-1],
+                info,
+                num_classes,
+                global_pool,
+                drop_rate,
+                in_chans,
+                dtype,
+            )
         self.family, self.arch, self.stages_attr = family, arch, attr
         self.no_weight_decay_patterns = (
             r'\.cores$',  # the core banks
@@ -113,26 +132,15 @@ class PyramidTimm(TimmModel):
     # ------------------------------------------------------------------ forward
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, C_in, H, W) -> the last stage's map (B, C_4, H/32, W/32)."""
-        if self.backbone.out_indices[-1] != self.backbone.num_stages - 1:
-            raise ValueError(
-                'forward_features needs the last stage; this model was built with '
-                f'out_indices={self.backbone.out_indices} (features_only)'
-            )
         return self.backbone(x)[-1]
 
-    def _pool(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mean(dim=(2, 3)) if self.global_pool == 'avg' else x  # (B, C) | (B, C, H, W)
+    def _set_pool(self, global_pool: str) -> int:
+        self.pool = SelectAdaptivePool2d(pool_type=global_pool, flatten=bool(global_pool))
+        self.pool.train(self.training)
+        return self.pool.feat_mult()
 
-    def _check_indices(self, indices):
-        take = take_indices(indices, self.backbone.num_stages, 'stages')
-        missing = [i for i in take if i not in self.backbone.out_indices]
-        if missing:
-            raise ValueError(
-                f'indices: stages {missing} are not outputs of this model (built for '
-                f'{self.backbone.out_indices}); create it with features_only=True, '
-                f'out_indices={tuple(take)}'
-            )
-        return take
+    def _pool(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x)  # (B, C) (catavgmax: (B, 2C)) | (B, C, H, W)
 
     def forward_intermediates(
         self,
@@ -143,26 +151,45 @@ class PyramidTimm(TimmModel):
         output_fmt: str = 'NCHW',
         intermediates_only: bool = False,
     ):
-        """The maps (B, C_i, H_i, W_i) of the stages ``indices`` (outputs the model was
-        built for), as the backbone gives them (CA-Swin: through its output LNs);
-        with the last stage's map unless ``intermediates_only`` (then the model must
-        output the last stage)."""
-        if norm:
-            raise ValueError('norm must be False: the pyramids output their maps as mmdet does')
+        """The maps (B, C_i, H_i, W_i) of the stages ``indices`` (see
+        :func:`~mmcirc.timm.model.take_indices`), as the backbone gives them (CA-Swin:
+        through the output LN of the stage where the model has one, :mod:`.pyramid`);
+        with the last stage's map unless ``intermediates_only``. ``norm`` and
+        ``stop_early`` change nothing (the output LNs belong to their stages)."""
         if output_fmt != 'NCHW':
             raise ValueError(f"output_fmt must be 'NCHW' for the pyramids, got {output_fmt!r}")
-        take, last = self._check_indices(indices), self.backbone.num_stages - 1
-        if not intermediates_only and last not in self.backbone.out_indices:
-            raise ValueError(
-                f'intermediates_only=False needs the last stage ({last}); this model was '
-                f'built with out_indices={self.backbone.out_indices}: pass '
-                'intermediates_only=True'
-            )
-        outs = dict(zip(self.backbone.out_indices, self.backbone(x)))  # stage -> map
-        inter = [outs[i] for i in take]
+        take = self._check_indices(indices)
+        maps = self.backbone(x)  # one per stage
+        inter = [maps[i] for i in take]
         if intermediates_only:
             return inter
-        return outs[last], inter
+        return maps[-1], inter
+
+    def _prune(self, keep: int, prune_norm: bool) -> int:
+        """Stages ``keep`` on (and the patch merging ending stage ``keep - 1``) removed,
+        with their output LNs; ``prune_norm`` changes nothing (see
+        :meth:`forward_intermediates`)."""
+        bb = self.backbone
+        del bb.stages[keep:]
+        bb.stages[keep - 1].downsample = None
+        for i in range(keep, bb.num_stages):
+            if hasattr(bb, f'norm{i}'):
+                delattr(bb, f'norm{i}')
+        bb.num_stages = keep
+        bb.out_indices = tuple(range(keep))
+        bb.frozen_stages = min(bb.frozen_stages, keep)
+        return bb.embed_dims[keep - 1]
+
+    def _init_buffers(self) -> None:
+        """mmdet's window attention: its relative position index (a persistent buffer)."""
+        from mmdet.models.backbones.swin import WindowMSA
+
+        for m in self.modules():
+            if isinstance(m, WindowMSA):
+                wh, ww = m.window_size
+                coords = m.double_step_seq(2 * ww - 1, wh, 1, ww)
+                index = (coords + coords.T).flip(1).contiguous()
+                m.relative_position_index.copy_(index.to(m.relative_position_index.device))
 
     # ------------------------------------------------------------------ training
     def _set_with_cp(self, enable: bool) -> None:

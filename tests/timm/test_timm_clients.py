@@ -1,6 +1,7 @@
 """timm's own pieces as clients of the registered models: validate.py's evaluation loop
 (create_dataset / resolve_data_config / create_loader), train.py's optimizer and
-scheduler factories with gradient checkpointing, and torch.compile of a whole model."""
+scheduler factories with gradient checkpointing, and torch.compile and torch.export of
+a whole model."""
 
 import numpy as np
 import pytest
@@ -110,3 +111,15 @@ def test_torch_compile_of_the_whole_model_is_one_graph_equal_to_eager(_fresh_dyn
         ref = model(x)
         out = torch.compile(model, backend='aot_eager', fullgraph=True)(x)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('name', ['ca_deit_tiny', 'veca_small', 'ca_swin_tiny'])
+def test_torch_export_of_the_whole_model_equals_eager(_fresh_dynamo, small, name):
+    """torch.export (the deployment path; TorchScript is not supported) of a timm-created
+    model, run on another input of the exported size: equal to eager."""
+    model = small(name, num_classes=3)
+    x = torch.randn(2, 3, 40, 56)
+    with torch.no_grad():
+        exported = torch.export.export(model, (x,)).module()
+        y = torch.randn(2, 3, 40, 56)
+        torch.testing.assert_close(exported(y), model(y), rtol=1e-5, atol=1e-5)

@@ -77,25 +77,48 @@ def test_classifier_checkpoint_into_swin_features(tmp_path, small):
     )
 
 
-def test_classifier_refuses_stages_it_does_not_output(small):
-    model = small('ca_pvt_tiny')
-    with pytest.raises(ValueError, match='features_only=True'):
-        model.forward_intermediates(torch.randn(1, 3, 64, 64), indices=(0, 3))
+@pytest.mark.parametrize(
+    'name,cls,extra',
+    [('ca_pvt_tiny', CAPVT, {}), ('core_pvt_tiny', CorePVT, dict(num_cores_max=8))],
+)
+def test_classifier_gives_every_stage_as_the_backbone(small, name, cls, extra):
+    """A classifier's intermediates are the maps of the backbone built as mmdet builds
+    it, with every stage an output (PVT: no output LNs)."""
+    model = small(name, num_classes=3)
+    ref = _backbone_like(model, cls, out_indices=(0, 1, 2, 3), **extra)
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        final, inter = model.forward_intermediates(x, indices=(0, 2, 3))
+        want = ref(x)
+    torch.testing.assert_close(final, want[3])
+    for m, w in zip(inter, (want[0], want[2], want[3])):
+        torch.testing.assert_close(m, w)
 
 
-def test_features_model_gives_the_last_map_only_when_it_outputs_it(small):
+def test_swin_classifier_stages_take_the_output_ln_it_has(small):
+    """CA-Swin's classifier has the last stage's output LN only (norm3): its other stage
+    maps are the raw stage outputs, those of a backbone built without their LNs."""
+    model = small('ca_swin_tiny', num_classes=3)
+    assert [hasattr(model.backbone, f'norm{i}') for i in range(4)] == [False] * 3 + [True]
+    ref = _backbone_like(model, CASwin, out_indices=(3,), window_size=2)
+    x = torch.randn(1, 3, 64, 64)
+    ref.out_indices = (0, 1, 2, 3)  # the stages without an LN come out raw
+    with torch.no_grad():
+        inter = model.forward_intermediates(x, intermediates_only=True)
+        want = ref(x)
+    for m, w in zip(inter, want):
+        torch.testing.assert_close(m, w)
+
+
+def test_features_model_gives_every_stage(small):
     x = torch.randn(1, 3, 64, 64)
     feats = small('ca_pvt_tiny', features_only=True, out_indices=(1, 3)).model
-    ref = _backbone_like(feats, CAPVT, out_indices=(1, 3)).eval()
+    ref = _backbone_like(feats, CAPVT, out_indices=(0, 1, 2, 3)).eval()
     with torch.no_grad():
         last, inter = feats.forward_intermediates(x, indices=(1,))
         want = ref(x)
-    torch.testing.assert_close(last, want[1])
-    torch.testing.assert_close(inter[0], want[0])
-    early = small('ca_pvt_tiny', features_only=True, out_indices=(0, 1)).model
-    with pytest.raises(ValueError, match='intermediates_only=False needs the last stage'):
-        early.forward_intermediates(x, indices=(0,))
-    assert len(early.forward_intermediates(x, indices=(0,), intermediates_only=True)) == 1
+    torch.testing.assert_close(last, want[3])
+    torch.testing.assert_close(inter[0], want[1])
 
 
 def test_grad_checkpointing_reaches_every_stage(small):
@@ -123,3 +146,27 @@ def test_no_weight_decay_names_the_core_banks_and_tables(small):
     assert names == {
         f'backbone.stages.{i}.blocks.0.attn.w_msa.relative_position_bias_table' for i in (2, 3)
     }
+
+
+@pytest.mark.parametrize('name', ['ca_pvt_tiny', 'core_pvt_small'])
+def test_min_input_size_of_the_config_is_the_backbone_minimum(name):
+    """The registered config's ``min_input_size`` is the smallest image PVT's
+    spatial-reduction stages take (the backbone's own ``min_input_size``)."""
+    import timm
+
+    model = timm.create_model(name, device='meta')
+    side = model.backbone.min_input_size
+    assert model.pretrained_cfg['min_input_size'] == (3, side, side)
+    with pytest.raises(ValueError, match='below the minimum'):
+        model(torch.randn(1, 3, side - 1, side - 1, device='meta'))
+
+
+def test_concat_pooling_is_the_mean_and_max_of_the_last_map(small):
+    model = small('ca_swin_tiny', num_classes=3, global_pool='catavgmax')
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        feat = model.forward_features(x)
+        pooled = model.forward_head(feat, pre_logits=True)
+    want = torch.cat([feat.mean(dim=(2, 3)), feat.amax(dim=(2, 3))], dim=1)
+    assert model.head_hidden_size == 2 * model.num_features == pooled.shape[1]
+    torch.testing.assert_close(pooled, want)

@@ -26,6 +26,27 @@ def test_the_issue_models_are_registered_in_one_module():
     assert sorted(mmcirc.timm.MODEL_NAMES) == sorted(EXPECTED)
 
 
+def test_each_model_has_its_own_written_entry_point():
+    """timm's form: ``@register_model def <name>(pretrained=False, **kwargs)`` with a
+    one-line docstring, written out in zoo.py (nothing generated into its globals)."""
+    import ast
+
+    tree = ast.parse(open(osp.join(REPO, 'mmcirc', 'timm', 'zoo.py')).read())
+    defs = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and [ast.unparse(d) for d in node.decorator_list] == ['register_model']
+    }
+    assert sorted(defs) == sorted(EXPECTED)
+    for name, node in defs.items():
+        assert [a.arg for a in node.args.args] == ['pretrained'] and node.args.kwarg.arg == 'kwargs'
+        doc = ast.get_docstring(node)
+        assert doc and '\n' not in doc, name
+        assert timm.models.model_entrypoint(name).__doc__ == doc
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == 'globals']
+
+
 @pytest.mark.parametrize('name', EXPECTED)
 def test_pretrained_cfg_is_the_configs_evaluation_and_names_no_download(name):
     cfg = timm.models.get_pretrained_cfg(name).to_dict()
@@ -105,10 +126,16 @@ def test_the_timm_modules_import_one_way():
     import ast
 
     edges = set()
-    for name in ('model', 'pyramid', 'weights', 'zoo'):
+    for name in ('model', 'isotropic', 'pyramid', 'weights', 'zoo'):
         tree = ast.parse(open(osp.join(REPO, 'mmcirc', 'timm', f'{name}.py')).read())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
                 edges.add((name, node.module))
     assert ('model', 'weights') in edges
     assert not {(a, b) for a, b in edges if (b, a) in edges}
+
+
+@pytest.mark.parametrize('feature_cls', ['fx', 'hook'])
+def test_feature_extractors_other_than_the_getter_are_refused(feature_cls):
+    with pytest.raises(ValueError, match="feature_cls must be 'getter'"):
+        timm.create_model('ca_deit_tiny', features_only=True, feature_cls=feature_cls)

@@ -92,13 +92,23 @@ class Rotary2D(nn.Module):
             jitter_coords,
             rescale_coords,
         )
-        n = head_dim // 4
-        periods = self.base ** (torch.arange(n, dtype=torch.float32) * 4 / head_dim)  # (n,)
-        n_zero = int(round(float(p_zero_freqs) * n))
+        self.p_zero_freqs, self.zero_freqs_from = float(p_zero_freqs), zero_freqs_from
+        self.register_buffer('periods', self._periods(), persistent=False)
+
+    def _periods(self, device=None) -> torch.Tensor:
+        n = self.head_dim // 4
+        periods = self.base ** (
+            torch.arange(n, dtype=torch.float32, device=device) * 4 / self.head_dim
+        )  # (n,)
+        n_zero = int(round(self.p_zero_freqs * n))
         if n_zero:
-            sl = slice(n - n_zero, n) if zero_freqs_from == 'low' else slice(0, n_zero)
+            sl = slice(n - n_zero, n) if self.zero_freqs_from == 'low' else slice(0, n_zero)
             periods[sl] = float('inf')
-        self.register_buffer('periods', periods, persistent=False)
+        return periods
+
+    def init_non_persistent_buffers(self) -> None:
+        """``periods`` computed again (a function of the settings, not in checkpoints)."""
+        self.periods = self._periods(self.periods.device)
 
     def augment(self, coords: torch.Tensor) -> torch.Tensor:
         """Training-time patch coordinate augmentation (B, N, 2); identity in eval."""
@@ -213,8 +223,11 @@ class VECAViT(ElasticCores, BackboneContract):
             preset in :data:`~mmcirc.ops.core.CORE_PRESETS`); None: all cores.
         core_chunk (int): the granularity of C' (official 8).
         out_indices (int | Sequence[int]): blocks whose patch outputs are returned;
-            the last block's output goes through the final LN and projection.
+            the last block's output goes through the final LN and projection
+            (``out_norm``).
         out_type (str): one of :data:`VECA_OUT_TYPES`.
+        out_norm (bool): the last block's output through the final LN and output
+            projection (the official output); False: raw, as the other blocks.
         rope_p_zero_freqs, rope_zero_freqs_from, rope_shift_coords,
             rope_jitter_coords, rope_rescale_coords: the official RoPE settings.
         dropout (float): the official dropout (attention, projection, MLP).
@@ -247,6 +260,7 @@ class VECAViT(ElasticCores, BackboneContract):
         core_chunk: int = 8,
         out_indices=-1,
         out_type: str = 'featmap',
+        out_norm: bool = True,
         rope_p_zero_freqs: float = 0.125,
         rope_zero_freqs_from: str = 'low',
         rope_shift_coords: Optional[float] = 0.08,
@@ -287,6 +301,7 @@ class VECAViT(ElasticCores, BackboneContract):
         )
         self.core_chunk = int(core_chunk)
         self.out_type = out_type
+        self.out_norm = bool(out_norm)
         d = self.embed_dims
         self.out_channels = int(out_channels or d)
         self.num_features = self.out_channels
@@ -342,7 +357,7 @@ class VECAViT(ElasticCores, BackboneContract):
         if k >= 0:
             modules.append(self.patch_embed)
         if k >= 1:
-            params += [self.cores, self.core_coords, self.pos_alpha]
+            params += [p for p in (self.cores, self.core_coords, self.pos_alpha) if p is not None]
             modules += list(self.blocks[:k]) + list(self.pos_linears[: k - 1])
         if k == self.num_layers:
             modules += list(self.pos_linears) + [self.final_norm, self.output_proj, self.rope]
@@ -391,7 +406,7 @@ class VECAViT(ElasticCores, BackboneContract):
         """x (B, in_channels, H, W), H and W multiples of the patch size (any other size
         is zero padded at the bottom / right). Returns one output per ``out_indices``
         entry, shaped by ``out_type``; the last block's through the final LN (and
-        output projection), the others raw."""
+        output projection) with ``out_norm``, the others raw."""
         p = self.patch_size
         if x.shape[-2] % p or x.shape[-1] % p:
             x = F.pad(x, (0, -x.shape[-1] % p, 0, -x.shape[-2] % p))
@@ -412,7 +427,8 @@ class VECAViT(ElasticCores, BackboneContract):
             cos, sin = self.rope.cos_sin(torch.cat([torch.tanh(raw), p_img], dim=1))  # (B, C'+N, d)
             x = self._call_block(self.blocks[i], x, cos, sin, c)
             if i in self.out_indices:
-                y = self.output_proj(self.final_norm(x)) if i == self.num_layers - 1 else x
+                last = i == self.num_layers - 1 and self.out_norm
+                y = self.output_proj(self.final_norm(x)) if last else x
                 outs.append(self._format(y[:, :c], y[:, c:], hw))
         return tuple(outs)
 

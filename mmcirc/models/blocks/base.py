@@ -35,6 +35,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmdet.models.backbones.pvt import MixFFN
 
 from mmcirc.ops.capture import graph_capture
+from mmcirc.ops.circulant import autocast_dtype
 
 __all__ = [
     'PyramidBlock',
@@ -330,7 +331,7 @@ def apply_ffn(
     if not _chunkable(ffn, x_norm):
         return mlp(x_norm, identity)
     out = torch.empty_like(identity)  # (B, N, C)
-    steps = None if torch.is_autocast_enabled(x_norm.device.type) else _mlp_steps(ffn)
+    steps = None if autocast_dtype(x_norm.device.type) is not None else _mlp_steps(ffn)
     if steps is not None:
         return _mlp_into(steps, x_norm, identity, out)
     for a in range(0, x_norm.shape[1], FFN_CHUNK_TOKENS):

@@ -43,6 +43,16 @@ class WindowProbe(AttentionProbe):
         return dict(weights=torch.softmax(attn, dim=-1), q_grid=ws, k_grid=ws)
 
 
+def _mask_in_input_dtype(module, args, kwargs):
+    """mmdet builds the shift mask in float32: in the windows' dtype, a bfloat16 /
+    float16 model runs without autocast (the sum with the logits would otherwise make
+    them float32, which ``attn @ v`` refuses). A no-op in float32."""
+    mask = kwargs.get('mask')
+    if mask is not None and mask.dtype != args[0].dtype:
+        kwargs = dict(kwargs, mask=mask.to(args[0].dtype))
+    return args, kwargs
+
+
 @register_model()
 class WindowBlock(PyramidBlock, SwinBlock):
     """mmdet's ``SwinBlock`` (Swin's own block: the original of the ``'swin'``
@@ -54,6 +64,10 @@ class WindowBlock(PyramidBlock, SwinBlock):
     attention_probes = (WindowProbe(),)
     families = ('swin',)
     options = ('window_size', 'qk_scale')
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.attn.w_msa.register_forward_pre_hook(_mask_in_input_dtype, with_kwargs=True)
 
     @classmethod
     def stage_kwargs(cls, ctx: dict) -> dict:

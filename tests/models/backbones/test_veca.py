@@ -62,6 +62,26 @@ def test_featmap_and_token_outputs():
     _close(f1.flatten(2).transpose(1, 2), fix['patches_16'])  # row-major map of the patches
 
 
+def test_out_norm_off_leaves_the_last_block_raw_the_official_output_after_the_final_ln():
+    """``out_norm=False``: the last block's raw output, which the final LN and output
+    projection turn into the official output (the fixture)."""
+    fix, model = _loaded(out_type='raw', num_cores=16, out_norm=False)
+    with torch.no_grad():
+        cores, patches = model(fix['input'])[-1]
+        x = model.output_proj(model.final_norm(torch.cat([cores, patches], dim=1)))
+    assert cores.shape == (2, 16, 48)
+    _close(x[:, 0], fix['global_16'])
+    _close(x[:, 16:], fix['patches_16'])
+
+
+def test_rope_periods_computed_again_after_to_empty():
+    model = VECAViT(arch=SMALL, patch_size=8, num_cores=8)
+    want = model.rope.periods.clone()
+    model.rope.periods.fill_(float('nan'))
+    model.rope.init_non_persistent_buffers()
+    assert torch.equal(model.rope.periods, want)
+
+
 def test_set_num_cores_and_presets():
     fix, model = _loaded(out_type='global_token')
     outs = {}
