@@ -24,11 +24,19 @@ from typing import List, Optional, Sequence, Set
 
 import torch
 from timm.models import register_notrace_module
+from timm.models._features import FeatureGetterNet
 from torch import nn
 
 from mmcirc.models.backbones.contract import HAS_MMENGINE, is_int, parse_out_indices
 
-__all__ = ['PoolTypeError', 'TimmModel', 'building_on', 'init_backbone', 'take_indices']
+__all__ = [
+    'FeatureGetter',
+    'PoolTypeError',
+    'TimmModel',
+    'building_on',
+    'init_backbone',
+    'take_indices',
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -74,6 +82,15 @@ def take_indices(indices, num: int, unit: str = 'blocks') -> List[int]:
             )
         return list(range(num - indices, num))
     return list(parse_out_indices(tuple(indices), num, unit))
+
+
+class FeatureGetter(FeatureGetterNet):
+    """timm's ``FeatureGetterNet`` (``features_only=True``: the maps of
+    ``forward_intermediates``) that also switches the wrapped model's gradient
+    checkpointing, as detection and segmentation trainers do on a features-only backbone."""
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.model.set_grad_checkpointing(enable)
 
 
 class TimmModel(nn.Module):

@@ -72,6 +72,7 @@ BY_FAMILY = {
     'test_forward_intermediates_stop_early_final_norm': PYRAMIDS,  # ViTs norm every tap
     'test_features_only_feature_cls_class': PYRAMIDS + ISOTROPIC,
     'test_model_init_weights_after_to_empty': PYRAMIDS + ISOTROPIC,
+    'test_features_only_grad_checkpointing_backward': PYRAMIDS + ISOTROPIC,
 }
 
 
