@@ -323,7 +323,7 @@ def main(argv=None):
             raise CLIError(f'out of memory at {h}x{w} ({name}): {db.short_error(msg)}') from None
         rec.dense_baseline = dense.get(name)
         if cfg.get('highres_replaced_test_cfg'):
-            rec.test_cfg = dict(mode='whole', replaced=cfg.highres_replaced_test_cfg)
+            rec.test_cfg = dict(rec.test_cfg, replaced=cfg.highres_replaced_test_cfg)
         base = apis.output_stem(args.out_dir, name, (h, w), args.config, overrides)
         apis.write_result(base, rec, img, labels, palette, args.opacity)
         b = rec.backbone

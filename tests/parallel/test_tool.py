@@ -5,6 +5,7 @@ JSON with every rank's figures; bad input is one error line and leaves no file."
 import json
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 import sys
@@ -142,3 +143,31 @@ def test_a_rank_failing_mid_inference_stops_all_with_one_line_and_no_file(setup)
         'error: rank 1 failed: RuntimeError: injected failure on rank 1'
     ], proc.stderr
     assert not (tmp / 'failing').exists()
+
+
+DANET = """_base_ = {base!r}
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+                            num_heads=[1, 1, 1, 1])),
+    neck=None,
+    decode_head=dict(_delete_=True, type='DAHead', in_channels=32, in_index=3, channels=8,
+                     pam_channels=4, num_classes=150))
+"""
+
+
+def test_danet_head_labels_in_one_process_and_one_error_line_sharded(setup):
+    """DAHead's forward returns three maps (its predict takes the first): one process
+    writes the labels, sharded its position attention is refused in one line naming
+    the module and the op, and nothing is written."""
+    tmp = setup[2]
+    cfg = tmp / 'danet.py'
+    cfg.write_text(DANET.format(base=osp.join(REPO, 'configs', CA_PVT)))
+    args = ['tools/infer_highres.py', str(cfg), '--demo', 'astronaut', '--size', '517x389']
+    run_tool([*args, '--out-dir', str(tmp / 'danet1')], cwd=tmp)
+    assert _labels(tmp / 'danet1').shape == (517, 389)
+    proc = run_tool([*args, '--nproc', '2', '--out-dir', str(tmp / 'danet2')], cwd=tmp,
+                    check=False)  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert re.search(r'decode_head\.pam\S*: sharded inference: \S+ has no handler', errors[0])
+    assert 'Traceback' not in proc.stderr and not (tmp / 'danet2').exists()
