@@ -36,9 +36,18 @@ REQUIRED = {
     'ISAHead': dict(isa_channels=8),
     'PSAHead': dict(mask_size=(9, 9)),
     'SegmenterMaskTransformerHead': dict(num_layers=1, num_heads=1, embed_dims=8),
-    'SETRMLAHead': dict(mla_channels=8),
+    'SETRMLAHead': dict(mla_channels=2),  # channels = 4 inputs x mla_channels
 }
 VIT_HEADS = ('SETRMLAHead', 'SETRUPHead', 'SegmenterMaskTransformerHead')
+#: Image sizes (H, W): odd and not multiples of any stride; the issue's 517 x 389 for the
+#: head of its report that shards and for LRASPP (a 49-row pooling window at stride 8);
+#: multiples of 64 where mmseg's own backbone or head needs them (DDRNet, PIDNet, VPD).
+SMALL, ODD = (129, 71), (517, 389)
+HW = {'DepthwiseSeparableASPPHead': ODD, 'LRASPPHead': ODD, 'DDRHead': (128, 192),
+      'PIDHead': (128, 192), 'VPDDepthHead': (128, 192)}  # fmt: skip
+#: build_model(init_weights=False): mmseg's SAN head fails in init_weights without
+#: CLIP weights (mmseg's own init_model never calls it; the constructors' init stays).
+NO_INIT_WEIGHTS = ('SideAdapterCLIPHead',)
 
 PVT_HEAD = """_base_ = {base!r}
 model = dict(
@@ -195,14 +204,16 @@ def _inputs(name, required):
 
 
 def head_cases():
-    """{case: dict(head, backbone, built, write)}: ``write(tmp_dir)`` writes the case's
-    config and returns its path; ``built`` says how it was built."""
+    """{case: dict(head, backbone, built, write, hw, init_weights)}: ``write(tmp_dir,
+    case)`` writes the case's config and returns its path; ``built`` says how it was
+    built, ``hw`` the image size."""
     cases = {}
     for name in registry_heads():
         required = REQUIRED.get(name, {})
         if name in OWN_CONFIG:
             path, shrink, why = OWN_CONFIG[name]
-            cases[name] = dict(head=name, backbone=None, built=f'mmseg `{path}`: {why}',
+            built = f"mmseg's `{osp.splitext(osp.basename(path))[0]}`: {why}"
+            cases[name] = dict(head=name, backbone=None, built=built,
                                write=_own_writer(name, path, shrink))  # fmt: skip
         elif name in VIT_HEADS:
             for bb, base in ISOTROPIC_BASES.items():
@@ -221,6 +232,10 @@ def head_cases():
             text = PVT_HEAD.format(base=PVT_BASE, dims=PYRAMID, head=head)
             cases[name] = dict(head=name, backbone='CA-PVT-T', write=_text_writer(text),
                                built=f'CA-PVT-T, {words}')  # fmt: skip
+    for case, spec in cases.items():
+        spec.update(
+            hw=HW.get(spec['head'], SMALL), init_weights=spec['head'] not in NO_INIT_WEIGHTS
+        )
     return cases
 
 

@@ -62,9 +62,10 @@ def check_label_segmentor(model) -> None:
         raise ValueError(f'model must be an mmseg segmentor, got {name}')
     if type(model).postprocess_result is not BaseSegmentor.postprocess_result:
         raise ValueError(
-            f'segmentor {name} ({type(predict_head(model)).__name__}) has a postprocess_result '
-            "of its own (not mmseg's semantic labels): high-resolution inference predicts "
-            'labels with an EncoderDecoder, CascadeEncoderDecoder or MultimodalEncoderDecoder'
+            f'segmentor {name}: a postprocess_result of its own ({type(predict_head(model)).__name__}'
+            "'s output is not mmseg's per-pixel class labels); high-resolution inference "
+            'predicts the labels of an EncoderDecoder, CascadeEncoderDecoder or '
+            'MultimodalEncoderDecoder'
         )
 
 
