@@ -175,8 +175,8 @@ def progress_units(model) -> List[Tuple[str, object]]:
     """[(name, module)] whose forward ends are the progress steps of one image, in
     order: the backbone's stages (pyramids' public ``stages``) or blocks (isotropic
     models' ``blocks``), else the backbone; the neck(s); the decode head whose
-    ``predict`` mmseg calls (:func:`~mmcirc.apis.decode.predict_head`; its first
-    forward counts, a head that refines its output calls it again)."""
+    ``predict`` mmseg calls (:func:`~mmcirc.apis.decode.predict_head`; the end of its
+    ``predict`` counts, which calls its ``forward`` without the module's hooks)."""
     backbone = getattr(model, 'backbone', None)
     units = []
     if backbone is not None:
@@ -192,6 +192,17 @@ def progress_units(model) -> List[Tuple[str, object]]:
     if getattr(model, 'decode_head', None) is not None:
         units.append(('decode head', predict_head(model)))
     return units
+
+
+def _then(func, after):
+    """``func`` followed by ``after()``, returning what ``func`` returns."""
+
+    def call(*args, **kwargs):
+        out = func(*args, **kwargs)
+        after()
+        return out
+
+    return call
 
 
 def predict_labels(
@@ -219,18 +230,20 @@ def predict_labels(
     lean = upsample == 'banded' and lean_segmentor(model)
     units = progress_units(model) if progress is not None else []
     total = len(units) + (-(-int(model.out_channels) // band) if lean else 1)
-    done, seen = [0], set()
+    done = [0]
 
     def step(what):
-        if what in seen:  # a head that refines its output runs its forward again
-            return
-        seen.add(what)
         done[0] += 1
         progress(what, done[0], total)
 
     hooks = [
-        m.register_forward_hook(lambda mod, args, out, name=name: step(name)) for name, m in units
+        m.register_forward_hook(lambda mod, args, out, name=name: step(name))
+        for name, m in units
+        if name != 'decode head'
     ]
+    heads = [m for name, m in units if name == 'decode head']
+    for head in heads:  # the end of its predict: an instance attribute, removed below
+        head.predict = _then(head.predict, lambda: step('decode head'))
     data = make_data(img)
     times = {}
     t0 = time.perf_counter()
@@ -262,6 +275,8 @@ def predict_labels(
     finally:
         for h in hooks:
             h.remove()
+        for head in heads:
+            del head.predict
     times['time_s'] = time.perf_counter() - t0
     return labels.cpu().numpy(), dict(times, upsample='banded' if lean else 'mmseg')
 
