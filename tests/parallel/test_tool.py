@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -155,19 +156,24 @@ model = dict(
 """
 
 
-def test_danet_head_labels_in_one_process_and_one_error_line_sharded(setup):
+def test_danet_head_labels_in_one_process_and_one_error_line_sharded(setup, capsys):
     """DAHead's forward returns three maps (its predict takes the first): one process
     writes the labels, sharded its position attention is refused in one line naming
-    the module and the op, and nothing is written."""
+    the module and the op, and nothing is written (the tool's main in this process)."""
+    from mmcirc.cli import infer_highres
+
     tmp = setup[2]
     cfg = tmp / 'danet.py'
     cfg.write_text(DANET.format(base=osp.join(REPO, 'configs', CA_PVT)))
-    args = ['tools/infer_highres.py', str(cfg), '--demo', 'astronaut', '--size', '517x389']
-    run_tool([*args, '--out-dir', str(tmp / 'danet1')], cwd=tmp)
-    assert _labels(tmp / 'danet1').shape == (517, 389)
-    proc = run_tool([*args, '--nproc', '2', '--out-dir', str(tmp / 'danet2')], cwd=tmp,
-                    check=False)  # fmt: skip
-    errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
-    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    args = [str(cfg), '--demo', 'astronaut', '--size', '517x389']
+    with warnings.catch_warnings():
+        assert infer_highres.main([*args, '--out-dir', str(tmp / 'danet1')]) == 0
+        assert _labels(tmp / 'danet1').shape == (517, 389)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            infer_highres.main([*args, '--nproc', '2', '--out-dir', str(tmp / 'danet2')])
+    lines = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in lines if line.startswith('error:')]
+    assert exit_.value.code == 1 and len(errors) == 1, lines
     assert re.search(r'decode_head\.pam\S*: sharded inference: \S+ has no handler', errors[0])
-    assert 'Traceback' not in proc.stderr and not (tmp / 'danet2').exists()
+    assert not any('Traceback' in line for line in lines) and not (tmp / 'danet2').exists()
