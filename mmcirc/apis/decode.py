@@ -12,6 +12,7 @@ without resizing them, for every head that keeps mmseg's ``BaseDecodeHead.predic
 a head with its own (``SideAdapterCLIPHead``) or that makes its logits without it
 (``MaskFormerHead``) gives them at the input size, as mmseg does.
 
+* :func:`image_backbone`: the segmentor's (or its config's) image backbone;
 * :func:`predict_head`: the head whose ``predict`` mmseg calls;
 * :func:`check_label_segmentor`: a segmentor whose prediction is not mmseg's labels
   (a ``postprocess_result`` of its own, e.g. ``DepthEstimator``'s depth maps) is
@@ -29,10 +30,21 @@ from typing import List, Tuple
 __all__ = [
     'check_label_segmentor',
     'encode_logits',
+    'image_backbone',
     'lean_segmentor',
     'predict_head',
     'test_padding',
 ]
+
+
+def image_backbone(model):
+    """The image backbone of an mmseg segmentor or of its model config: ``backbone``
+    (``EncoderDecoder`` and its kind) or ``image_encoder`` (``MultimodalEncoderDecoder``)."""
+    for key in ('backbone', 'image_encoder'):
+        part = model.get(key) if isinstance(model, dict) else getattr(model, key, None)
+        if part is not None:
+            return part
+    raise ValueError(f'model has neither a backbone nor an image_encoder: {type(model).__name__}')
 
 
 def predict_head(model):

@@ -50,7 +50,13 @@ from mmcirc.utils.labels import banded_argmax
 from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
 
 from .builder import load_model_config
-from .decode import check_label_segmentor, encode_logits, lean_segmentor, predict_head
+from .decode import (
+    check_label_segmentor,
+    encode_logits,
+    image_backbone,
+    lean_segmentor,
+    predict_head,
+)
 from .overrides import apply_backbone_overrides, backbone_on_meta, backbone_summary
 
 __all__ = [
@@ -108,9 +114,18 @@ def load_highres_config(
 
 def min_input_size(cfg) -> int:
     """The smallest image side the config's backbone accepts (its
-    ``min_input_size``; 1 for backbones that do not state one). Builds the backbone
-    alone on the ``meta`` device: no weights, no memory."""
-    return int(getattr(backbone_on_meta(cfg.model.backbone), 'min_input_size', 1))
+    ``min_input_size``; 1 for backbones that do not state one). Builds a backbone that
+    states one alone on the ``meta`` device: no weights, no memory."""
+    from mmcirc.registry import model_registries
+
+    backbone = image_backbone(cfg.model)
+    btype = backbone.get('type')
+    cls = btype if isinstance(btype, type) else None
+    for registry in model_registries() if cls is None else ():
+        cls = cls or registry.get(btype)
+    if cls is None or not hasattr(cls, 'min_input_size'):
+        return 1
+    return int(backbone_on_meta(backbone).min_input_size)
 
 
 # --------------------------------------------------------------------------- inference
@@ -177,7 +192,7 @@ def progress_units(model) -> List[Tuple[str, object]]:
     models' ``blocks``), else the backbone; the neck(s); the decode head whose
     ``predict`` mmseg calls (:func:`~mmcirc.apis.decode.predict_head`; the end of its
     ``predict`` counts, which calls its ``forward`` without the module's hooks)."""
-    backbone = getattr(model, 'backbone', None)
+    backbone = image_backbone(model)
     units = []
     if backbone is not None:
         for attr, word in (('stages', 'stage'), ('blocks', 'block')):
@@ -405,7 +420,8 @@ def run_image(
     import torch
 
     hw = tuple(img.shape[:2])
-    warn = quadratic_warning(model.backbone, hw)
+    backbone = image_backbone(model)
+    warn = quadratic_warning(backbone, hw)
     base_rss, per_image = rss_baseline()
     cuda = str(device).startswith('cuda')
     if cuda:
@@ -420,7 +436,7 @@ def run_image(
         checkpoint=checkpoint,
         random_weights=checkpoint is None,
         overrides=dict(overrides),
-        backbone=backbone_summary(model.backbone),
+        backbone=backbone_summary(backbone),
         device=str(device),
         time_s=round(times['time_s'], 4),
         forward_s=round(times['forward_s'], 4),

@@ -300,7 +300,7 @@ def main(argv=None):
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     for name, img, source_size, where in images:
         h, w = img.shape[:2]
-        warn = quadratic_warning(model.backbone, (h, w))
+        warn = quadratic_warning(apis.image_backbone(model), (h, w))
         if warn:
             print(warn, file=sys.stderr, flush=True)
         try:
@@ -352,7 +352,7 @@ def _sharded_rank(args, overrides, size):
     with as_cli_errors():
         cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
         model = apis.build_model(cfg, args.checkpoint, device='cpu', warn_random=rank == 0)
-        backbone = apis.backbone_summary(model.backbone)
+        backbone = apis.backbone_summary(apis.image_backbone(model))
         sharded = shard_model(model)  # an unsupported layer: ValueError, nothing read yet
     pinf.sync_weights(model)  # random weights: rank 0's everywhere
     images = _load_images(args, size) if rank == 0 else None
