@@ -41,11 +41,16 @@ def _sharpen(model):
     """Random weights give nearly constant logits; a wider classifier gives many labels."""
     from mmcirc.apis.decode import predict_head
 
-    conv = getattr(predict_head(model), 'conv_seg', None)
-    if isinstance(conv, torch.nn.Conv2d):
-        torch.manual_seed(0)
-        with torch.no_grad():
-            conv.weight.normal_(0, 2.0)
+    head = predict_head(model)
+    conv = getattr(head, 'conv_seg', None)
+    # the classifier, or (heads that score masks and classes) every linear layer
+    layers = [conv] if isinstance(conv, torch.nn.Conv2d) else [
+        m for m in head.modules() if isinstance(m, torch.nn.Linear)
+    ]  # fmt: skip
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for layer in layers:
+            layer.weight.normal_(0, 2.0 if layer is conv else 0.5)
 
 
 @pytest.fixture(scope='module')
@@ -65,6 +70,11 @@ def one_process(tmp_path_factory):
         cv2.imwrite(path, _image(spec['hw']))
         cfg = hr.load_highres_config(spec['write'](tmp, case))
         model = build_model(cfg, seed=0, init_weights=spec['init_weights'])
+        if not spec['init_weights']:  # parameters the constructors leave empty: drawn
+            with torch.no_grad():
+                for p in model.parameters():
+                    if p.dim() > 1:
+                        p.normal_(0, 0.5)
         _sharpen(model)
         model.cfg.test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackSegInputs')]
         torch.manual_seed(0)  # heads that draw random numbers at inference (Hamburger's NMF)
@@ -98,6 +108,7 @@ def test_one_process_labels_equal_mmseg_inference_model(one_process, case):
         return
     assert 'error' not in run, run.get('error')
     assert run['labels'].shape == CASES[case]['hw']
+    assert len(np.unique(run['ref'])) > 1, 'one label everywhere: a comparison that cannot fail'
     np.testing.assert_array_equal(run['labels'], run['ref'])
 
 
