@@ -83,7 +83,8 @@ def one_process(tmp_path_factory):
         out = dict(model=model, ref=ref, fields=sorted(sample.keys()))
         torch.manual_seed(0)
         try:
-            out['labels'] = hr.predict_labels(model, cv2.imread(path, cv2.IMREAD_COLOR))[0]
+            out['labels'], times = hr.predict_labels(model, cv2.imread(path, cv2.IMREAD_COLOR))
+            out['upsample'] = times['upsample']
         except ValueError as err:
             out['error'] = str(err)
         return out
@@ -110,6 +111,13 @@ def test_one_process_labels_equal_mmseg_inference_model(one_process, case):
     assert run['labels'].shape == CASES[case]['hw']
     assert len(np.unique(run['ref'])) > 1, 'one label everywhere: a comparison that cannot fail'
     np.testing.assert_array_equal(run['labels'], run['ref'])
+
+
+@pytest.mark.parametrize('case', ['DAHead', 'OCRHead', 'PointHead', 'MaskFormerHead'])
+def test_tuples_cascades_and_mask_heads_take_the_banded_resize(one_process, case):
+    """DAHead's forward returns three maps, OCRNet and PointRend are cascades,
+    MaskFormer makes its logits at the image size: all through encode_logits."""
+    assert one_process(case)['upsample'] == 'banded'
 
 
 def _shard_all(runs):
@@ -182,6 +190,10 @@ def _sharded_cell(case, sharded) -> str:
     return cells[0] if cells[0] == cells[1] else f'P = 2: {cells[0]}; P = 3: {cells[1]}'
 
 
+#: How the one process made its labels (predict_labels' ``upsample``).
+UPSAMPLE = {'banded': 'banded resize', 'mmseg': "mmseg's test_step"}
+
+
 def table(one_process, sharded) -> str:
     """The docs table: one row per case."""
     rows = [
@@ -190,7 +202,7 @@ def table(one_process, sharded) -> str:
     ]
     for case, spec in CASES.items():
         run = one_process(case)
-        one = 'equal' if 'labels' in run else _reason(run['error'])
+        one = f'equal ({UPSAMPLE[run["upsample"]]})' if 'labels' in run else _reason(run['error'])
         name = spec['head'] + (f' ({spec["backbone"]})' if case != spec['head'] else '')
         hw = '{}x{}'.format(*spec['hw'])
         rows.append(f'| {name} | {spec["built"]} | {hw} | {one} | {_sharded_cell(case, sharded)} |')
