@@ -39,9 +39,10 @@ REQUIRED = {
     'SETRMLAHead': dict(mla_channels=2),  # channels = 4 inputs x mla_channels
 }
 VIT_HEADS = ('SETRMLAHead', 'SETRUPHead', 'SegmenterMaskTransformerHead')
-#: Image sizes (H, W): odd and not multiples of any stride; the issue's 517 x 389 for the
-#: head of its report that shards and for LRASPP (a 49-row pooling window at stride 8);
-#: multiples of 64 where mmseg's own backbone or head needs them (DDRNet, PIDNet, VPD).
+#: Image sizes (H, W): odd and not multiples of any stride (129 rows: every map of the
+#: pyramid shards over 3 ranks); 517 x 389 for a head that shards and for LRASPP (a
+#: 49-row pooling window at stride 8); multiples of 64 where mmseg's own backbone or
+#: head needs them (DDRNet, PIDNet, VPD).
 SMALL, ODD = (129, 71), (517, 389)
 HW = {'DepthwiseSeparableASPPHead': ODD, 'LRASPPHead': ODD, 'DDRHead': (128, 192),
       'PIDHead': (128, 192), 'VPDDepthHead': (128, 192)}  # fmt: skip
