@@ -120,9 +120,8 @@ def min_input_size(cfg) -> int:
 
     backbone = image_backbone(cfg.model)
     btype = backbone.get('type')
-    cls = btype if isinstance(btype, type) else None
-    for registry in model_registries() if cls is None else ():
-        cls = cls or registry.get(btype)
+    found = (r.get(btype) for r in model_registries()) if isinstance(btype, str) else [btype]
+    cls = next((c for c in found if c is not None), None)
     if cls is None or not hasattr(cls, 'min_input_size'):
         return 1
     return int(backbone_on_meta(backbone).min_input_size)
@@ -265,8 +264,7 @@ def predict_labels(
     try:
         with torch.no_grad():
             if not lean:
-                out = model.test_step(data)[0]
-                labels = out.pred_sem_seg.data[0]
+                labels = model.test_step(data)[0].pred_sem_seg.data[0]
                 times['forward_s'] = time.perf_counter() - t0
                 if progress is not None:
                     step('upsample')
