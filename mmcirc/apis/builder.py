@@ -134,7 +134,7 @@ def build_model(
     apply_backbone_overrides(cfg, overrides or {})
     strip_pretrained(cfg)
     model_cfg = cfg.model
-    full = 'backbone' in model_cfg
+    full = 'backbone' in model_cfg or 'image_encoder' in model_cfg  # a segmentor or detector
     if full and model_cfg.get('data_preprocessor') is None and cfg.get('data_preprocessor'):
         model_cfg.data_preprocessor = cfg.data_preprocessor  # as mmengine's Runner does
     scope = cfg.default_scope
@@ -155,7 +155,13 @@ def build_model(
         elif init_weights:
             if seed is not None:
                 torch.manual_seed(seed)
-            model.init_weights()
+            try:
+                model.init_weights()
+            except (AttributeError, TypeError) as err:  # e.g. mmseg's SAN without CLIP weights
+                raise ValueError(
+                    f'init_weights: {type(model).__name__} cannot make random weights here '
+                    f'({type(err).__name__}: {err}); give a checkpoint'
+                ) from None
     if checkpoint is None and warn_random:
         warnings.warn(
             'no checkpoint: the weights are random, only the time and memory figures '

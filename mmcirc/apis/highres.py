@@ -13,13 +13,17 @@ is what a program calls; ``tools/infer_highres.py`` is the command line around i
   are said; ``dataset_meta`` holds a palette of every class);
 * :func:`predict_labels`: mmseg's whole inference of one image. ``upsample='mmseg'``
   calls the segmentor's own ``test_step`` (full-resolution logits, 150 x H x W floats:
-  10 GB at 4096 px); ``upsample='banded'`` (default) runs the same data preprocessor,
-  ``extract_feat`` and the decode head and then does mmseg's bilinear resize + argmax
-  over bands of classes, with a running first-maximum, so that only a band of
-  full-resolution logits exists at a time. The labels are identical (bilinear
-  interpolation is per channel and the arg-max keeps the first maximum, as
-  ``torch.argmax``). ``progress`` (a callable) is told each backbone stage / block,
-  the neck, the decode head and each band as it finishes (:func:`progress_units`);
+  10 GB at 4096 px); ``upsample='banded'`` (default) runs the same data preprocessor
+  and the segmentor's own ``encode_decode`` (the decode head's ``predict``, whatever
+  its ``forward`` returns; cascades too), takes the logits where the head's
+  ``predict_by_feat`` would resize them (:mod:`mmcirc.apis.decode`) and does that
+  bilinear resize + argmax over bands of classes, with a running first-maximum, so
+  that only a band of full-resolution logits exists at a time. The labels are
+  identical (bilinear interpolation is per channel and the arg-max keeps the first
+  maximum, as ``torch.argmax``). Segmentors the banded path does not cover (a subclass
+  of mmseg's, one output channel, test-time padding) take ``test_step``.
+  ``progress`` (a callable) is told each backbone stage / block, the neck, the decode
+  head and each band as it finishes (:func:`progress_units`);
 * :func:`run_image`: one image predicted and measured, as a :class:`HighResResult`
   (with :func:`mmcirc.analysis.attention_memory.quadratic_warning` at its size).
 * :func:`write_result`: one image's PNGs and its record (the one schema,
@@ -46,6 +50,13 @@ from mmcirc.utils.labels import banded_argmax
 from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
 
 from .builder import load_model_config
+from .decode import (
+    check_label_segmentor,
+    encode_logits,
+    image_backbone,
+    lean_segmentor,
+    predict_head,
+)
 from .overrides import apply_backbone_overrides, backbone_on_meta, backbone_summary
 
 __all__ = [
@@ -63,6 +74,8 @@ __all__ = [
 ]
 
 UPSAMPLE_MODES = ('banded', 'mmseg')
+#: test_cfg keys of mmseg's sliding-window inference, dropped in whole mode.
+_SLIDE_KEYS = ('mode', 'crop_size', 'stride')
 #: ``progress(what, done, total)``: ``what`` finished, ``done`` of ``total`` steps.
 Progress = Callable[[str, int, int], None]
 MB = 1024**2
@@ -75,8 +88,9 @@ def load_highres_config(
     """Load an mmseg config for whole-image inference at any size.
 
     Merges ``cfg_options``, applies the backbone ``overrides`` and forces
-    ``model.test_cfg = dict(mode='whole')`` (the previous value is kept in
-    ``cfg.highres_replaced_test_cfg`` when it was different). ``FileNotFoundError`` for
+    ``model.test_cfg`` to ``mode='whole'`` without sliding-window settings (``crop_size``,
+    ``stride``; a decode head's own settings stay), the previous value kept in
+    ``cfg.highres_replaced_test_cfg`` when it was different. ``FileNotFoundError`` for
     a missing file, ``ValueError`` for a config that is not mmseg's.
     """
     if not isinstance(config, str):
@@ -88,18 +102,29 @@ def load_highres_config(
             'segmentation needs an mmseg segmentation config (inherit an mmseg:: base)'
         )
     apply_backbone_overrides(cfg, overrides or {})
-    old = cfg.model.get('test_cfg')
-    if old is not None and dict(old) != dict(mode='whole'):
-        cfg.highres_replaced_test_cfg = dict(old)
-    cfg.model.test_cfg = dict(mode='whole')
+    old = dict(cfg.model.get('test_cfg') or {})
+    # the heads' own test settings (PointHead's subdivision steps) stay; slide's go
+    whole = {k: v for k, v in old.items() if k not in _SLIDE_KEYS}
+    whole['mode'] = 'whole'
+    if old and old != whole:
+        cfg.highres_replaced_test_cfg = old
+    cfg.model.test_cfg = whole
     return cfg
 
 
 def min_input_size(cfg) -> int:
     """The smallest image side the config's backbone accepts (its
-    ``min_input_size``; 1 for backbones that do not state one). Builds the backbone
-    alone on the ``meta`` device: no weights, no memory."""
-    return int(getattr(backbone_on_meta(cfg.model.backbone), 'min_input_size', 1))
+    ``min_input_size``; 1 for backbones that do not state one). Builds a backbone that
+    states one alone on the ``meta`` device: no weights, no memory."""
+    from mmcirc.registry import model_registries
+
+    backbone = image_backbone(cfg.model)
+    btype = backbone.get('type')
+    found = (r.get(btype) for r in model_registries()) if isinstance(btype, str) else [btype]
+    cls = next((c for c in found if c is not None), None)
+    if cls is None or not hasattr(cls, 'min_input_size'):
+        return 1
+    return int(backbone_on_meta(backbone).min_input_size)
 
 
 # --------------------------------------------------------------------------- inference
@@ -163,36 +188,35 @@ def make_data(img: np.ndarray):
 def progress_units(model) -> List[Tuple[str, object]]:
     """[(name, module)] whose forward ends are the progress steps of one image, in
     order: the backbone's stages (pyramids' public ``stages``) or blocks (isotropic
-    models' ``blocks``), else the backbone; the neck(s); the decode head (its
-    classifier ``conv_seg``, which both inference paths call)."""
-    backbone = model.backbone
+    models' ``blocks``), else the backbone; the neck(s); the decode head whose
+    ``predict`` mmseg calls (:func:`~mmcirc.apis.decode.predict_head`; the end of its
+    ``predict`` counts, which calls its ``forward`` without the module's hooks)."""
+    backbone = image_backbone(model)
     units = []
-    for attr, word in (('stages', 'stage'), ('blocks', 'block')):
-        parts = getattr(backbone, attr, None)
-        if parts is not None and len(parts):
-            units += [(f'backbone {word} {i + 1}/{len(parts)}', m) for i, m in enumerate(parts)]
-            break
-    else:
-        units.append(('backbone', backbone))
+    if backbone is not None:
+        for attr, word in (('stages', 'stage'), ('blocks', 'block')):
+            parts = getattr(backbone, attr, None)
+            if parts is not None and len(parts):
+                units += [(f'backbone {word} {i + 1}/{len(parts)}', m) for i, m in enumerate(parts)]
+                break
+        else:
+            units.append(('backbone', backbone))
     if getattr(model, 'with_neck', False):
         units.append(('neck', model.neck))
-    head = getattr(model, 'decode_head', None)
-    if head is not None:
-        units.append(('decode head', getattr(head, 'conv_seg', None) or head))
+    if getattr(model, 'decode_head', None) is not None:
+        units.append(('decode head', predict_head(model)))
     return units
 
 
-def _use_banded(model, upsample: str) -> bool:
-    from mmseg.models.segmentors import CascadeEncoderDecoder, EncoderDecoder
+def _then(func, after):
+    """``func`` followed by ``after()``, returning what ``func`` returns."""
 
-    head = getattr(model, 'decode_head', None)
-    return (
-        upsample == 'banded'
-        and isinstance(model, EncoderDecoder)
-        and not isinstance(model, CascadeEncoderDecoder)
-        and getattr(head, 'out_channels', 2) > 1
-        and model.test_cfg.get('mode', 'whole') == 'whole'
-    )
+    def call(*args, **kwargs):
+        out = func(*args, **kwargs)
+        after()
+        return out
+
+    return call
 
 
 def predict_labels(
@@ -208,17 +232,18 @@ def predict_labels(
     ``progress(what, done, total)`` (optional; default quiet) is called when each of
     :func:`progress_units` finishes its forward, then after each band of the banded
     upsampling (``'mmseg'``: once, after mmseg's resize and argmax); ``total`` is the
-    number of calls."""
+    number of calls. A segmentor whose prediction is not mmseg's labels is refused
+    before anything runs (:func:`~mmcirc.apis.decode.check_label_segmentor`)."""
     import torch
 
     if upsample not in UPSAMPLE_MODES:
         raise ValueError(f'upsample must be one of {UPSAMPLE_MODES}, got {upsample!r}')
     if progress is not None and not callable(progress):
         raise TypeError(f'progress must be None or a callable(what, done, total), got {progress!r}')
-    head = getattr(model, 'decode_head', None)
-    lean = _use_banded(model, upsample)
+    check_label_segmentor(model)
+    lean = upsample == 'banded' and lean_segmentor(model)
     units = progress_units(model) if progress is not None else []
-    total = len(units) + (-(-int(head.out_channels) // band) if lean else 1)
+    total = len(units) + (-(-int(model.out_channels) // band) if lean else 1)
     done = [0]
 
     def step(what):
@@ -226,8 +251,13 @@ def predict_labels(
         progress(what, done[0], total)
 
     hooks = [
-        m.register_forward_hook(lambda mod, args, out, name=name: step(name)) for name, m in units
+        m.register_forward_hook(lambda mod, args, out, name=name: step(name))
+        for name, m in units
+        if name != 'decode head'
     ]
+    heads = [m for name, m in units if name == 'decode head']
+    for head in heads:  # the end of its predict: an instance attribute, removed below
+        head.predict = _then(head.predict, lambda: step('decode head'))
     data = make_data(img)
     times = {}
     t0 = time.perf_counter()
@@ -241,25 +271,25 @@ def predict_labels(
             else:
                 data = model.data_preprocessor(data, False)
                 inputs, samples = data['inputs'], data['data_samples']
-                logits = head(
-                    model.extract_feat(inputs)
-                )  # (1, classes, H/4, W/4) for FPN / UperNet
+                metas = [s.metainfo for s in samples]
+                # (1, classes, h, w): where predict_by_feat would resize them
+                logits, _ = encode_logits(model, inputs, metas)
                 del inputs
                 t1 = time.perf_counter()
                 times['forward_s'] = t1 - t0
-                meta = samples[0].metainfo
-                size = meta.get('pad_shape', meta['img_shape'])[:2]
-                assert tuple(size) == tuple(meta['ori_shape'][:2]) == img.shape[:2]
+                size = metas[0]['img_shape'][:2]
+                assert tuple(size) == tuple(metas[0]['ori_shape'][:2]) == img.shape[:2]
                 on_band = (
                     None if progress is None else (lambda k, n: step(f'upsample band {k}/{n}'))
                 )
-                labels = upsample_argmax(
-                    logits, size, head.align_corners, band=band, on_band=on_band
-                )
+                align = predict_head(model).align_corners
+                labels = upsample_argmax(logits, size, align, band=band, on_band=on_band)
                 times['upsample_s'] = time.perf_counter() - t1
     finally:
         for h in hooks:
             h.remove()
+        for head in heads:
+            del head.predict
     times['time_s'] = time.perf_counter() - t0
     return labels.cpu().numpy(), dict(times, upsample='banded' if lean else 'mmseg')
 
@@ -388,7 +418,8 @@ def run_image(
     import torch
 
     hw = tuple(img.shape[:2])
-    warn = quadratic_warning(model.backbone, hw)
+    backbone = image_backbone(model)
+    warn = quadratic_warning(backbone, hw)
     base_rss, per_image = rss_baseline()
     cuda = str(device).startswith('cuda')
     if cuda:
@@ -403,7 +434,7 @@ def run_image(
         checkpoint=checkpoint,
         random_weights=checkpoint is None,
         overrides=dict(overrides),
-        backbone=backbone_summary(model.backbone),
+        backbone=backbone_summary(backbone),
         device=str(device),
         time_s=round(times['time_s'], 4),
         forward_s=round(times['forward_s'], 4),

@@ -300,7 +300,7 @@ def main(argv=None):
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     for name, img, source_size, where in images:
         h, w = img.shape[:2]
-        warn = quadratic_warning(model.backbone, (h, w))
+        warn = quadratic_warning(apis.image_backbone(model), (h, w))
         if warn:
             print(warn, file=sys.stderr, flush=True)
         try:
@@ -323,7 +323,7 @@ def main(argv=None):
             raise CLIError(f'out of memory at {h}x{w} ({name}): {db.short_error(msg)}') from None
         rec.dense_baseline = dense.get(name)
         if cfg.get('highres_replaced_test_cfg'):
-            rec.test_cfg = dict(mode='whole', replaced=cfg.highres_replaced_test_cfg)
+            rec.test_cfg = dict(rec.test_cfg, replaced=cfg.highres_replaced_test_cfg)
         base = apis.output_stem(args.out_dir, name, (h, w), args.config, overrides)
         apis.write_result(base, rec, img, labels, palette, args.opacity)
         b = rec.backbone
@@ -352,7 +352,7 @@ def _sharded_rank(args, overrides, size):
     with as_cli_errors():
         cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
         model = apis.build_model(cfg, args.checkpoint, device='cpu', warn_random=rank == 0)
-        backbone = apis.backbone_summary(model.backbone)
+        backbone = apis.backbone_summary(apis.image_backbone(model))
         sharded = shard_model(model)  # an unsupported layer: ValueError, nothing read yet
     pinf.sync_weights(model)  # random weights: rank 0's everywhere
     images = _load_images(args, size) if rank == 0 else None

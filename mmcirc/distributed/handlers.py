@@ -54,7 +54,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise _refuse('F.conv2d', f'takes int padding and a plain weight, got padding={padding!r}')
     k, s = weight.shape[-2], stride[0] if isinstance(stride, (tuple, list)) else stride
     p = padding[0] if isinstance(padding, (tuple, list)) else padding
-    if k == 1 and s == 1 and p == 0:  # rows map to rows
+    if k == 1 and s == 1 and p == 0 and x.local.shape[-2]:  # rows map to rows
         return x.like(F.conv2d(x.local, weight, bias, stride, padding, dilation, groups))
     out = conv2d_rows(x.local, x.layout, weight, bias, stride, padding, dilation, groups,
                       group=x.group)  # fmt: skip

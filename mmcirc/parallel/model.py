@@ -2,8 +2,10 @@
 
 The backbone (CA-PVT / Core-PVT: any mix of ``'circulant'``, ``'core'``, ``'sra'``
 stages; CA-DeiT; VECA, whose cores ride as the token map's replicated prefix), the
-neck and the decode head run their own forwards on
-:class:`~mmcirc.distributed.banded.BandedMap` bands: every op they reach has a handler
+neck and the decode head run on :class:`~mmcirc.distributed.banded.BandedMap` bands
+the way mmseg's ``encode_decode`` runs them (the decode head's own ``predict``; a
+cascade's heads in turn), the logits taken where ``predict_by_feat`` would resize them
+(:func:`mmcirc.apis.decode.encode_logits`): every op they reach has a handler
 (:mod:`mmcirc.distributed.handlers`, the attention operators' beside their ops or
 model files) or is local.
 
@@ -26,6 +28,7 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..utils.labels import banded_argmax
+from mmcirc.apis.decode import check_label_segmentor, encode_logits, predict_head, test_padding
 from mmcirc.distributed.banded import BandedMap, shard_operators
 from mmcirc.distributed.bands import band_bounds, check_world_size
 from mmcirc.distributed.comm import Layout, exchange_rows, gather_rows, group_rank_size
@@ -92,8 +95,10 @@ def _trace_size(model, world_size: int) -> Tuple[int, int]:
 
 
 def _trace(model, group) -> None:
-    """The band-wise forward once on a small random image; a ValueError raised inside
-    is re-raised naming the innermost module (dotted path) that was running."""
+    """The band-wise forward once on a small random image; an error raised inside is
+    re-raised as a one-line ValueError naming the innermost module (dotted path) whose
+    forward was running, else the decode head whose ``predict`` was (its own code
+    outside a forward); an error that is not a handler's refusal is named by its type."""
     stack, hooks = [], []
     for path, m in model.named_modules():
         if path:
@@ -105,12 +110,19 @@ def _trace(model, group) -> None:
     try:
         with torch.no_grad():
             _forward(model, x)
-    except ValueError as err:
-        where = stack[-1] if stack else type(model).__name__
-        raise ValueError(f'{where}: {err}') from None
+    except Exception as err:
+        where = stack[-1] if stack else f'{_path_of(model, predict_head(model))}.predict'
+        what = str(err).strip().splitlines()[0] if str(err).strip() else ''
+        if not isinstance(err, ValueError) or not what.startswith('sharded inference'):
+            what = f'sharded inference: {type(err).__name__}: {what}'.rstrip(': ')
+        raise ValueError(f'{where}: {what}') from None
     finally:
         for hk in hooks:
             hk.remove()
+
+
+def _path_of(model, module) -> str:
+    return next(p for p, m in model.named_modules() if m is module)
 
 
 def check_shardable(model, group=None) -> None:
@@ -119,17 +131,21 @@ def check_shardable(model, group=None) -> None:
     family, then the first module and op of a traced band-wise forward with no handler."""
     from mmseg.models.segmentors import CascadeEncoderDecoder, EncoderDecoder
 
-    if not isinstance(model, EncoderDecoder) or isinstance(model, CascadeEncoderDecoder):
-        raise _err(f'segmentor {type(model).__name__}', 'only EncoderDecoder is supported')
+    check_label_segmentor(model)
+    if type(model) not in (EncoderDecoder, CascadeEncoderDecoder):
+        raise _err(
+            f'segmentor {type(model).__name__}',
+            "only mmseg's EncoderDecoder and CascadeEncoderDecoder are supported",
+        )
+    if int(model.out_channels) < 2:
+        raise _err(f'decode_head {type(predict_head(model)).__name__}',
+                   'one output channel (thresholded, not arg-maxed) is not supported')  # fmt: skip
     _check_backbone(model.backbone)
     for part in (model.backbone, getattr(model, 'neck', None), model.decode_head):
         for path, m in part.named_modules() if part is not None else ():
             if isinstance(m, _BatchNorm) and m.training:
                 raise _err(path, f'{type(m).__name__} in training mode (call model.eval())')
-    pre = model.data_preprocessor
-    if getattr(pre, 'test_cfg', None) and any(
-        pre.test_cfg.get(k) for k in ('size', 'size_divisor')
-    ):
+    if test_padding(model):
         raise _err('data_preprocessor', 'test-time padding (test_cfg size / size_divisor)')
     _operators()
     shard_operators(model)  # plain inputs still take the modules' own forwards
@@ -164,10 +180,18 @@ def check_size(model, hw: Sequence[int], world_size: int) -> None:
 
 # --------------------------------------------------------------------------- forward
 def _forward(model, x: BandedMap) -> BandedMap:
-    feats = model.backbone(x)  # the bands of its output maps, by its own forward
-    if model.with_neck:
-        feats = model.neck(feats)
-    return model.decode_head(feats)  # the band of the logits (1, K, H', W')
+    """The band of the logits (1, K, H', W') where ``predict_by_feat`` would resize them
+    (or at the image size, for a head that makes them there), by mmseg's own
+    ``encode_decode`` on the bands (metas: the image's size, as ``make_data`` has it)."""
+    hw = tuple(int(s) for s in x.shape[-2:])
+    logits, _ = encode_logits(model, x, [dict(img_shape=hw, ori_shape=hw)])
+    if not isinstance(logits, BandedMap) or logits.dim() != 4 or logits.band_dim != 2:
+        what = type(logits).__name__ if not isinstance(logits, BandedMap) else 'map'
+        raise ValueError(
+            f'sharded inference: the logits of {type(predict_head(model)).__name__}.predict '
+            f'are a {what} {tuple(logits.shape)}, not a (1, K, H, W) map banded along H'
+        )
+    return logits
 
 
 def shard_model(model, group=None) -> 'ShardedSegmentor':
@@ -247,7 +271,7 @@ def predict_sharded(
     band = scatter_image(t, hw, group)  # (3, h_r, W)
     with torch.no_grad():
         out = sharded(band[None], int(hw[0]))  # (1, K, H', W') banded
-        labels = band_labels(out, hw, sharded.model.decode_head.align_corners)
+        labels = band_labels(out, hw, predict_head(sharded.model).align_corners)
     k = int(out.shape[1])  # labels travel in the smallest integer type that holds them
     small = torch.uint8 if k <= 256 else torch.int32
     rows = Layout.of(int(hw[0]), size, rank)  # the labels' bands: the image's rows

@@ -142,6 +142,7 @@ def test_progress_once_per_stage_neck_head_and_band(tmp_path, which, units):
     names = units + ['neck', 'decode head', 'upsample']
     assert calls == [(n, i + 1, len(names)) for i, n in enumerate(names)]
     assert not any(m._forward_hooks for _, m in hr.progress_units(model))  # hooks removed
+    assert 'predict' not in vars(model.decode_head)  # the class's own predict again
 
 
 def test_progress_must_be_callable(tmp_path):

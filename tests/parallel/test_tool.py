@@ -5,9 +5,11 @@ JSON with every rank's figures; bad input is one error line and leaves no file."
 import json
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -142,3 +144,36 @@ def test_a_rank_failing_mid_inference_stops_all_with_one_line_and_no_file(setup)
         'error: rank 1 failed: RuntimeError: injected failure on rank 1'
     ], proc.stderr
     assert not (tmp / 'failing').exists()
+
+
+DANET = """_base_ = {base!r}
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+                            num_heads=[1, 1, 1, 1])),
+    neck=None,
+    decode_head=dict(_delete_=True, type='DAHead', in_channels=32, in_index=3, channels=8,
+                     pam_channels=4, num_classes=150))
+"""
+
+
+def test_danet_head_labels_in_one_process_and_one_error_line_sharded(setup, capsys):
+    """DAHead's forward returns three maps (its predict takes the first): one process
+    writes the labels, sharded its position attention is refused in one line naming
+    the module and the op, and nothing is written (the tool's main in this process)."""
+    from mmcirc.cli import infer_highres
+
+    tmp = setup[2]
+    cfg = tmp / 'danet.py'
+    cfg.write_text(DANET.format(base=osp.join(REPO, 'configs', CA_PVT)))
+    args = [str(cfg), '--demo', 'astronaut', '--size', '517x389']
+    with warnings.catch_warnings():
+        assert infer_highres.main([*args, '--out-dir', str(tmp / 'danet1')]) == 0
+        assert _labels(tmp / 'danet1').shape == (517, 389)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            infer_highres.main([*args, '--nproc', '2', '--out-dir', str(tmp / 'danet2')])
+    lines = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in lines if line.startswith('error:')]
+    assert exit_.value.code == 1 and len(errors) == 1, lines
+    assert re.search(r'decode_head\.pam\S*: sharded inference: \S+ has no handler', errors[0])
+    assert not any('Traceback' in line for line in lines) and not (tmp / 'danet2').exists()
