@@ -7,7 +7,7 @@ import os.path as osp
 
 from mmcirc.benchmark.measurement import PRECISIONS
 from mmcirc.benchmark.suites import backbone as suite
-from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.common import CLIError, check_stride_sizes, main_guard
 
 
 def parse_args(argv=None):
@@ -57,9 +57,7 @@ def parse_args(argv=None):
 @main_guard
 def main(argv=None):
     args = parse_args(argv)
-    bad = [s for s in args.sizes if s < 32 or s % 32]
-    if bad:
-        raise CLIError(f'--sizes must be multiples of 32 (the total stride), got {bad}')
+    check_stride_sizes(args.sizes)
     if args.batch < 1:
         raise CLIError(f'--batch must be a positive int, got {args.batch}')
     return suite.run(args)

@@ -15,7 +15,7 @@ import os.path as osp
 import shlex
 
 from mmcirc.benchmark import docs
-from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.common import CLIError, check_stride_sizes, main_guard
 from mmcirc.utils.fileio import atomic_write
 
 COMMAND = 'command.txt'  # beside each table's store: the suite command that filled it
@@ -74,9 +74,7 @@ def _read(path, what):
 @main_guard
 def main(argv=None):
     args = parse_args(argv)
-    bad = [s for s in args.sizes if s < 32 or s % 32]
-    if bad:
-        raise CLIError(f'--sizes must be multiples of 32 (the total stride), got {bad}')
+    check_stride_sizes(args.sizes)
     headline = args.headline or osp.join(args.out_dir, 'headline.md')
     text = _read(args.doc, '--doc')
     docs.check_markers(text, args.tables, args.doc)

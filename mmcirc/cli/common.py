@@ -32,6 +32,14 @@ def parse_hw(text: str, flag: str, multiple: int = 1):
     return hw
 
 
+def check_stride_sizes(sizes, flag: str = '--sizes', stride: int = 32) -> None:
+    """Square input sides given to a backbone benchmark: positive multiples of the
+    backbones' total ``stride``; anything else is a one-line ``CLIError`` naming ``flag``."""
+    bad = [s for s in sizes if s < stride or s % stride]
+    if bad:
+        raise CLIError(f'{flag} must be multiples of {stride} (the total stride), got {bad}')
+
+
 def add_cfg_options(parser, example: str = ''):
     """The commands' ``--cfg-options key=value ...`` (mmengine's ``DictAction``: the
     overrides of the config, as a dict); ``example`` is added to its help."""
