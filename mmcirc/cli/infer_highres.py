@@ -34,7 +34,7 @@ Progress (mmengine's ``ProgressBar`` on stderr): one step per backbone stage (py
 block (isotropic models), the neck, the decode head and each band of classes of the
 upsampling. Shown when stderr is a terminal; ``--progress`` / ``--no-progress`` force it.
 
-Sharded (issue 21; :mod:`mmcirc.parallel`): ``torchrun --nproc-per-node P
+Sharded (:mod:`mmcirc.parallel`): ``torchrun --nproc-per-node P
 tools/infer_highres.py ... --shard`` or ``--nproc P`` (this tool starts P local gloo ranks
 itself): every rank holds a band of rows of the image and of every feature map, rank 0
 writes the same files (JSON: the slowest rank's time, every rank's peak RSS and bytes
