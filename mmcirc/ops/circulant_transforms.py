@@ -180,7 +180,7 @@ class _Transforms:
 #: map by map (:meth:`TorchFFT.irfft2`): torch's batched call copies the spectrum twice
 #: between the (..., Ph, U) and (..., U, Ph) layouts, and for such maps these copies cost
 #: as much as the transforms. Smaller maps keep the batched call, whose per-call overhead
-#: is then the larger cost (docs/benchmarks.md, "Circulant inverse FFT").
+#: is then the larger cost (measured in docs/benchmarks.md).
 MAP_BY_MAP_BYTES = 1 << 22
 
 

@@ -118,7 +118,7 @@ def _pad_keys(k, v, beta):
     multiple of ``SOFTMAX_WIDTH`` keys on the CPU for C' > 1: zero keys and values under
     a -inf mask, whose weights are exactly 0 (torch's CPU flash attention is slower over
     a key count that is not a multiple of one vector; one key is faster unpadded:
-    docs/benchmarks.md, "Core attention keys")."""
+    measured in docs/benchmarks.md)."""
     pad = -k.shape[1] % SOFTMAX_WIDTH
     if k.device.type != 'cpu' or k.shape[1] == 1 or not pad:
         return k, v, beta
