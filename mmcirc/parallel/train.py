@@ -79,13 +79,13 @@ def _check_heads(model) -> None:
             raise _err(f'{path} {name}', 'a pixel sampler (sampler=...) ranks the whole image')
         for loss in _losses_of(head):
             per_pixel = isinstance(loss, CrossEntropyLoss) and not (
-                loss.use_sigmoid or loss.use_mask
+                loss.use_sigmoid or loss.use_mask or loss.class_weight is not None
             )
             if not per_pixel or loss.reduction not in ('mean', 'sum'):
                 raise _err(
                     f'{path}.loss_decode {type(loss).__name__}',
                     'the whole-image loss is summed from per-pixel terms: '
-                    "CrossEntropyLoss (softmax), reduction 'mean' or 'sum'",
+                    "CrossEntropyLoss (softmax, no class_weight), reduction 'mean' or 'sum'",
                 )
 
 
@@ -106,7 +106,7 @@ class _NoBackward(torch.overrides.TorchFunctionMode):
                     'set the rate to 0 or use channel dropout (Dropout2d)'
                 )
         out = func(*args, **kwargs)
-        if bands and _loses_grad(tensors, out):
+        if bands and func not in _DETACH and _loses_grad(tensors, out):
             raise ValueError(f'{_LABEL}: {func_name(func)} has no backward on a row-banded map')
         return out
 
@@ -145,6 +145,7 @@ def _functional(*names):
     return {getattr(F, n) for n in names} | {getattr(torch, n) for n in names if hasattr(torch, n)}
 
 
+_DETACH = {torch.Tensor.detach, torch.Tensor.detach_, torch.detach}
 _ELEMENTWISE_DROPOUT = _functional('dropout', 'alpha_dropout', 'feature_alpha_dropout')
 
 
@@ -217,9 +218,9 @@ def _all_sum(values: List[torch.Tensor], group) -> torch.Tensor:
 
 def _band_loss_by_feat(head, seg_logits, batch_data_samples) -> Dict[str, torch.Tensor]:
     """``BaseDecodeHead.loss_by_feat`` on a band of the logits: each loss is this band's
-    part of the whole image's (the per-pixel losses of mmseg's own loss module summed
-    here, divided by the whole image's pixel count, or its non-ignored count with
-    ``avg_non_ignore``), ``acc_seg`` the whole image's (counts summed over the group)."""
+    part of the whole image's (mmseg's own loss module on the band, its mean taken over
+    the whole image's pixel count, or non-ignored count with ``avg_non_ignore``, as
+    ``avg_factor``), ``acc_seg`` the whole image's (counts summed over the group)."""
     from mmseg.models.utils import resize
 
     labels = torch.stack([s.gt_sem_seg.data for s in batch_data_samples])  # (B, 1, H, W)
@@ -239,11 +240,12 @@ def _band_loss_by_feat(head, seg_logits, batch_data_samples) -> Dict[str, torch.
     eps = torch.finfo(torch.float32).eps
     losses = {}
     for module in _losses_of(head):
-        per = module(local, band, weight=None, ignore_index=ignore, reduction_override='none')
-        part = per.sum()
+        # mmseg's mean is sum / (avg_factor + eps), avg_factor the label count (or the
+        # non-ignored count): the band's sum over the whole image's count is its part
+        kw = {}
         if module.reduction == 'mean':
-            count = n_valid + eps if module.avg_non_ignore else n_all
-            part = part / count.to(part.dtype)
+            kw['avg_factor'] = float(n_valid if module.avg_non_ignore else n_all)
+        part = module(local, band, weight=None, ignore_index=ignore, **kw)
         name = module.loss_name
         losses[name] = losses[name] + part if name in losses else part
     # mmseg's accuracy: float32 count plus eps, times 100 / (the count of non-ignored + eps)

@@ -27,7 +27,7 @@ model = dict(
     decode_head=dict(in_channels=[8, 8, 8, 8], channels=8, num_classes=5{loss}){aux})
 """
 AUX = """,
-    auxiliary_head=dict(type='FCNHead', in_channels=24, in_index=2, channels=8, num_convs=1,
+    auxiliary_head=dict(type='FCNHead', in_channels=8, in_index=2, channels=8, num_convs=1,
                         num_classes=5, norm_cfg=dict(type='SyncBN', requires_grad=True),
                         loss_decode=dict(type='CrossEntropyLoss', loss_weight=0.4))"""
 NON_IGNORE = ", loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0, avg_non_ignore=True)"
