@@ -181,10 +181,11 @@ class ShardedCirculantAttention(CirculantAttention):
             xr = TorchFFT.operand(xs)  # (B, C, Ph, u_r, 2) real view
             for sl in blocks:
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
-                qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P)
+                qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P): then
+                    # empty, its weights' gradient zero (every rank holds one)
                     TorchFFT.linear(wb, xr, cdt)
                     if xs.numel()
-                    else empty_band(xs, (b, wb.shape[0], *xs.shape[2:]))
+                    else empty_band(xs, (b, wb.shape[0], *xs.shape[2:])) + 0 * wb.sum()
                 )
                 q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, u_r) each
                 o = self._attend(q, k, v, (h, w), grid, rows, mask, one)  # (B, Cb, h_r, W)

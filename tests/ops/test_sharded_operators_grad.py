@@ -1,6 +1,7 @@
 """Backward of the sharded attention operators on 2 and 3 gloo ranks against autograd of
 the single-process layers on the whole map (float64): circulant attention (both
-boundaries, one and several channels per head, one head per block), core attention
+boundaries, one and several channels per head, one head per block, a rank without
+spectrum columns), core attention
 (chunked / unchunked gather, both evaluation orders, a rank without patches) and VECA's
 core-periphery attention (the cores a replicated prefix of the banded tokens).
 
@@ -31,6 +32,7 @@ CIRC = {
     'circ_zero_d1': (2, 4, (7, 5), None, 'zero', False),
     'circ_circular_heads2': (1, 4, (10, 6), 2, 'circular', False),
     'circ_zero_heads2_blocks': (1, 4, (10, 3), 2, 'zero', True),
+    'circ_circular_narrow': (1, 4, (7, 3), None, 'circular', False),  # 2 columns: P = 3
 }
 # name: (B, C, heads, (H, W), C', layer kwargs)
 CORE = {
@@ -187,3 +189,11 @@ def test_parameter_gradients_summed_equal_single_process(ranks, name):
         if p.grad is not None:
             got = sum(g for g in got if g is not None)
             torch.testing.assert_close(got, p.grad, **TOL, msg=lambda s, n=n: f'{n}: {s}')
+
+
+@pytest.mark.parametrize('name', list(CIRC))
+def test_every_rank_holds_every_circulant_parameter_gradient(ranks, name):
+    """A rank that owns no spectrum columns (2 half-spectrum columns at P = 3) still
+    holds a (zero) gradient of the weights, so that the ranks' gradient sets agree."""
+    for r in ranks:
+        assert all(g is not None for g in r[name]['params'].values())
