@@ -14,7 +14,7 @@ Requests (``wants``) are computed by every rank for every rank from the layout a
 layer's geometry, so a layer needs no collective besides the exchange itself.
 
 Backward: every collective here is differentiable. The global loss is the sum of the
-ranks' local losses, L = sum_r L_r (a replicated output counts on one rank only), and
+ranks' local losses, L = sum_r L_r (a replicated output's term counted once in all), and
 each rank runs ``backward`` on its own L_r; the adjoint collectives make every rank's
 gradient of a band the gradient of L. :func:`exchange_rows` sends the gradients of the
 rows a rank received back to their owners, which add them to their band's gradient
@@ -24,7 +24,11 @@ replicated sum) is its own adjoint: the gradients of all ranks summed.
 swapped. Under grad mode each of them records its backward on every rank, also where
 the local operand holds no data or depends on no parameter (an empty band): the
 backward collectives pair up on all ranks. A parameter's ``.grad`` on rank r is then
-dL_r / dtheta, its part of dL / dtheta: summed over the group it is the gradient of L.
+dL_r / dtheta, its part of dL / dtheta: summed over the group it is the gradient of L
+(None on a rank whose band never reached the parameter, e.g. an output band with no
+rows, which the models' row checks exclude: it counts as zero). A replicated output
+(a pooled map, VECA's cores) must enter every rank's L_r (as its share, e.g. 1/P of
+its term): a rank that leaves it out would not run the adjoint its peers wait for.
 
 This file depends on torch only.
 """
