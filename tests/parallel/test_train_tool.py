@@ -40,7 +40,7 @@ test_pipeline = [
 ]
 train_dataloader = dict(batch_size=2, num_workers=2,
                         dataset=dict(data_root=data_root, pipeline=train_pipeline))
-val_dataloader = dict(num_workers=0, dataset=dict(data_root=data_root, pipeline=test_pipeline))
+val_dataloader = dict(dataset=dict(data_root=data_root, pipeline=test_pipeline))
 test_dataloader = val_dataloader
 train_cfg = dict(max_iters=4, val_interval=4)
 param_scheduler = [dict(type='PolyLR', power=1.0, eta_min=1e-5, by_epoch=False, begin=0, end=4)]
