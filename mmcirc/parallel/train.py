@@ -272,17 +272,20 @@ def band_losses(model):
 
 def sum_gradients(params, group=None, bucket: int = 1 << 24) -> None:
     """Every parameter's ``.grad`` (this rank's part) summed over ``group`` in place, in
-    flat buckets of at most ``bucket`` elements per dtype; ranks that disagree on which
-    parameters have gradients raise (the sums would mix parameters)."""
-    grads = [p.grad for p in params if p.grad is not None]
+    flat buckets of at most ``bucket`` elements per dtype; a parameter some rank holds a
+    gradient of and another does not (its band took no part) gets a zero one there."""
+    params = [p for p in params if p.requires_grad]
     if group_rank_size(group)[1] == 1:
         return
-    n = torch.tensor([len(grads), -len(grads)], dtype=torch.float64)
-    if grads and grads[0].device.type == 'cuda':
-        n = n.to(grads[0].device)
-    dist.all_reduce(n, op=dist.ReduceOp.MAX, group=group)
-    if int(n[0]) != -int(n[1]):
-        raise RuntimeError(f'{_LABEL}: the ranks hold gradients of different parameter sets')
+    # a rank whose band took no part in a parameter holds no gradient of it: a zero one
+    held = torch.tensor([p.grad is not None for p in params], dtype=torch.float64)
+    if params and params[0].device.type == 'cuda':
+        held = held.to(params[0].device)
+    dist.all_reduce(held, op=dist.ReduceOp.MAX, group=group)
+    for p, h in zip(params, held.tolist()):
+        if h and p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params if p.grad is not None]
     by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
     for g in grads:
         by_dtype.setdefault(g.dtype, []).append(g)
