@@ -1,6 +1,7 @@
 """Train an mmdet, mmseg or mmpretrain config (the library comes from default_scope).
 
 python tools/train.py configs/ca_pvt_s_retinanet_coco.py [--amp] [--resume [CKPT]]
+torchrun --nproc-per-node P tools/train.py CONFIG --launcher pytorch --shard
 """
 
 import argparse
@@ -16,6 +17,8 @@ from mmcirc.cli.runner import (
     load_config,
     run_and_release,
     set_local_rank,
+    shard,
+    sharded_config,
 )
 
 
@@ -42,6 +45,13 @@ def parse_args(argv=None):
         type=str,
         const='auto',
         help='resume from CKPT, or from the latest checkpoint in work_dir if no path',
+    )
+    parser.add_argument(
+        '--shard',
+        action='store_true',
+        help='spatially sharded training (mmseg EncoderDecoder): every rank of the '
+        'torchrun world computes one band of rows of every sample; the loss, gradients '
+        "and updates are one process's (mmcirc.parallel.train.SpatialParallel)",
     )
     apply_common_args(parser)
     args = parser.parse_args(argv)
@@ -78,6 +88,8 @@ def main(argv=None):
         cfg.auto_scale_lr.enable = True
     if args.resume is not None:
         cfg.resume, cfg.load_from = True, resume_from(cfg.work_dir, args.resume)
+    if args.shard or sharded_config(cfg):
+        shard(cfg, args)
     run_and_release(build_runner(cfg), 'train')
 
 

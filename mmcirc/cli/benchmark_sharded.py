@@ -15,6 +15,9 @@ def parse_args(argv=None):
     p.add_argument('--size', type=int, default=2048, help='image side S (S x S), default 2048')
     p.add_argument('--nprocs', type=int, nargs='+', default=[1, 2], help='values of P')
     p.add_argument('--threads', type=int, default=2, help='torch threads of one process')
+    p.add_argument(
+        '--train', action='store_true', help='measure one training step instead of inference'
+    )
     p.add_argument('--out-dir', default='work_dirs/benchmark_sharded')
     args = p.parse_args(argv)
     if args.size < 32:

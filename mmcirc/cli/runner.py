@@ -44,6 +44,27 @@ def set_local_rank(args):
         os.environ['LOCAL_RANK'] = str(args.local_rank)
 
 
+def sharded_config(cfg) -> bool:
+    """Whether the config asks for spatially sharded training (its model wrapper)."""
+    return (cfg.get('model_wrapper_cfg') or {}).get('type') == 'SpatialParallel'
+
+
+def shard(cfg, args):
+    """``--shard``: the config made spatially sharded
+    (:func:`mmcirc.parallel.train.shard_config`); a distributed launch is required."""
+    from mmcirc.cli.common import CLIError
+    from mmcirc.parallel.train import shard_config
+
+    if cfg.launcher == 'none':
+        raise CLIError(
+            '--shard needs a distributed launch: torchrun --nproc-per-node P '
+            'tools/train.py CONFIG --launcher pytorch --shard'
+        )
+    if args.auto_scale_lr:
+        raise CLIError('--shard and --auto-scale-lr: the ranks share one batch')
+    shard_config(cfg)
+
+
 def build_runner(cfg):
     """Build the Runner the way mmdet/mmseg/mmpretrain tools do."""
     import torch

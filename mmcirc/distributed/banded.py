@@ -29,9 +29,14 @@ Every torch function that reaches a BandedMap goes through ``__torch_function__`
   halos, interpolation, pooling, GroupNorm, the token reshapes, concatenation, the
   attention operators) computes this rank's band of the single-process result;
 * a function in the local set (channel-wise and elementwise ops, linear, LayerNorm
-  over channels, BatchNorm in eval, activations, dropout) runs on the local band; a
-  plain tensor operand that spans every global row is cut to the band first;
+  over channels, activations, dropout) runs on the local band; a plain tensor operand
+  that spans every global row is cut to the band first;
 * anything else raises a one-line ValueError naming the function.
+
+Autograd: the wrapper itself records nothing (``requires_grad`` False); ``local`` is an
+ordinary tensor of the rank's autograd graph and every handler is differentiable (the
+collectives of :mod:`.comm` carry their adjoints), so ``backward`` on a rank's part of
+the loss gives that rank's part of every gradient (see :mod:`.comm`).
 
 This file depends on torch only.
 """
@@ -162,7 +167,7 @@ _ELEMENTWISE = set(
 #: Ops that act along the last axes only (their tensor arguments are parameters).
 _TRAILING = {F.linear: 1, F.layer_norm: None, F.normalize: None}  # normalize: its dim checked
 #: The local set: everything that runs on the band unchanged.
-LOCAL_FUNCTIONS = frozenset(_ELEMENTWISE | set(_TRAILING) | {F.batch_norm, F.instance_norm})
+LOCAL_FUNCTIONS = frozenset(_ELEMENTWISE | set(_TRAILING))
 
 _METADATA = frozenset(
     _tensor_methods(
@@ -317,13 +322,7 @@ def _run_local(func, args, kwargs):
         if not m.same_layout(ref):
             raise _refuse(func, 'got row-banded maps of different layouts')
     nd, bd = ref.dim(), ref.band_dim
-    trailing = func in _TRAILING or func in (F.batch_norm, F.instance_norm)
-    if func in (F.batch_norm, F.instance_norm):
-        training = kwargs.get('training', args[5] if len(args) > 5 else False)
-        if training or func is F.instance_norm:
-            raise _refuse(func, 'in training mode (per-batch statistics) has no handler')
-        if bd < 2:
-            raise _refuse(func, 'over the banded axis has no handler')
+    trailing = func in _TRAILING
     if func is F.layer_norm:
         shape = kwargs.get('normalized_shape', args[1] if len(args) > 1 else None)
         if bd >= nd - len(tuple(shape)):

@@ -13,9 +13,27 @@ point-to-point ``isend`` / ``irecv`` of the overlapping slices. The band layout
 Requests (``wants``) are computed by every rank for every rank from the layout and the
 layer's geometry, so a layer needs no collective besides the exchange itself.
 
+Backward: every collective here is differentiable. The global loss is the sum of the
+ranks' local losses, L = sum_r L_r (a replicated output's term counted once in all), and
+each rank runs ``backward`` on its own L_r; the adjoint collectives make every rank's
+gradient of a band the gradient of L. :func:`exchange_rows` sends the gradients of the
+rows a rank received back to their owners, which add them to their band's gradient
+(halo gradients included; rows past the map are dropped). :func:`all_reduce_sum` (a
+replicated sum) is its own adjoint: the gradients of all ranks summed.
+:func:`all_to_all` (uneven splits) is adjoint to the same exchange with the splits
+swapped. Under grad mode each of them records its backward on every rank, also where
+the local operand holds no data or depends on no parameter (an empty band): the
+backward collectives pair up on all ranks. A parameter's ``.grad`` on rank r is then
+dL_r / dtheta, its part of dL / dtheta: summed over the group it is the gradient of L
+(None on a rank whose band never reached the parameter, e.g. an output band with no
+rows, which the models' row checks exclude: it counts as zero). A replicated output
+(a pooled map, VECA's cores) must enter every rank's L_r (as its share, e.g. 1/P of
+its term): a rank that leaves it out would not run the adjoint its peers wait for.
+
 This file depends on torch only.
 """
 
+import contextlib
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -25,7 +43,10 @@ from .bands import band_bounds
 
 __all__ = [
     'Layout',
+    'all_reduce_sum',
+    'all_to_all',
     'comm_device',
+    'empty_band',
     'exchange_rows',
     'gather_rows',
     'group_rank_size',
@@ -76,6 +97,44 @@ class Layout:
         return f'Layout(offsets={self.offsets}, rank={self.rank})'
 
 
+def _recorded(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the operand of a differentiable collective: under grad mode a floating
+    ``t`` that requires no gradient (an empty band, a constant) becomes a leaf that
+    does, so that every rank records the collective and runs its adjoint in backward
+    (the ranks' backward collectives pair up); otherwise ``t`` itself."""
+    if (
+        torch.is_grad_enabled()
+        and not t.requires_grad
+        and (t.is_floating_point() or t.is_complex())
+    ):
+        return t.detach().requires_grad_()
+    return t
+
+
+def empty_band(src: torch.Tensor, shape, dtype=None) -> torch.Tensor:
+    """A zero-size tensor of ``shape`` (``dtype``: src's) that depends on ``src`` in
+    autograd: the result of an op on an empty band, kept in the rank's graph so that
+    the rank still runs the adjoints of the collectives before it (its peers may send
+    it gradients of rows it owns)."""
+    out = src.reshape(-1)[:0]
+    out = out if dtype is None or dtype == out.dtype else out.to(dtype)
+    return out.reshape(shape)
+
+
+class _RowExchange(torch.autograd.Function):
+    """:func:`exchange_rows`; backward: :func:`_return_rows`."""
+
+    @staticmethod
+    def forward(ctx, x, layout, wants, dim, group):
+        ctx.args = (layout, wants, dim, group)
+        return _exchange(x, layout, wants, dim, group)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        return (_return_rows(g, *ctx.args), None, None, None, None)
+
+
 def exchange_rows(
     x: torch.Tensor,
     layout: Layout,
@@ -89,14 +148,22 @@ def exchange_rows(
     wants: ``(lo, hi)`` for every rank q (the same list on every rank), any integers
     with lo <= hi; rows outside ``[0, H)`` are zeros.
     Returns this rank's rows ``[lo, hi)`` (``hi - lo`` rows along ``dim``), contiguous.
+    Differentiable: backward returns each requested row's gradient to the rank that
+    owns the row (summed there over every rank that requested it).
     """
-    rank, size = layout.rank, layout.world_size
     dim = dim % x.dim()
     if x.shape[dim] != layout.stop - layout.start:
         raise ValueError(
-            f'x has {x.shape[dim]} rows along dim {dim}, the layout gives rank {rank} '
+            f'x has {x.shape[dim]} rows along dim {dim}, the layout gives rank {layout.rank} '
             f'{layout.stop - layout.start}'
         )
+    wants = [(int(lo), int(hi)) for lo, hi in wants]
+    return _RowExchange.apply(_recorded(x), layout, wants, dim, group)
+
+
+def _exchange(x, layout: Layout, wants, dim: int, group) -> torch.Tensor:
+    """The forward of :func:`exchange_rows` (no autograd)."""
+    rank, size = layout.rank, layout.world_size
     lo, hi = wants[rank]
     shape = list(x.shape)
     shape[dim] = hi - lo
@@ -130,15 +197,101 @@ def exchange_rows(
     return out
 
 
+def _return_rows(g, layout: Layout, wants, dim: int, group) -> torch.Tensor:
+    """The adjoint of :func:`_exchange`: ``g`` holds the gradients of this rank's
+    requested rows ``wants[rank]``; returns the gradient of its band: the sum, over
+    every rank q, of q's gradients of the rows of ``wants[q]`` that fall in the band
+    (each rank sends what it received back to the owner; rows past the map drop out)."""
+    rank, size = layout.rank, layout.world_size
+    lo, hi = wants[rank]
+    start, stop = layout.start, layout.stop
+    shape = list(g.shape)
+    shape[dim] = stop - start
+    out = g.new_zeros(shape)  # (..., h_r, ...)
+    a, b = max(lo, start), min(hi, stop)
+    if a < b:  # own rows
+        out.narrow(dim, a - start, b - a).add_(g.narrow(dim, a - lo, b - a))
+    ops, recvs = [], []
+    for q in range(size):
+        if q == rank:
+            continue
+        # the gradients of the rows q sent me (in my request), back to q
+        qs, qe = layout.band(q)
+        a, b = max(lo, qs), min(hi, qe)
+        if a < b and lo < hi:
+            ops.append(dist.isend(g.narrow(dim, a - lo, b - a).contiguous(), q, group=group))
+        # the gradients of my rows that q requested
+        qlo, qhi = wants[q]
+        a, b = max(qlo, start), min(qhi, stop)
+        if a < b:
+            shape[dim] = b - a
+            buf = g.new_empty(shape)
+            ops.append(dist.irecv(buf, q, group=group))
+            recvs.append((a, b, buf))
+    for op in ops:
+        op.wait()
+    for a, b, buf in recvs:
+        out.narrow(dim, a - start, b - a).add_(buf)
+    return out
+
+
+class _AllReduceSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, group):
+        ctx.group = group
+        out = t.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return all_reduce_sum(g, ctx.group), None
+
+
+def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
+    """The sum of ``t`` over the ranks of ``group`` (a new tensor, the same on every
+    rank); differentiable (backward: the sum of the ranks' gradients). ``t`` itself
+    without a process group or with one rank."""
+    if group_rank_size(group)[1] == 1:
+        return t
+    return _AllReduceSum.apply(_recorded(t), group)
+
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, send, out_split, in_split, group):
+        ctx.args = (in_split, out_split, group)  # the adjoint: splits swapped
+        recv = send.new_empty(sum(out_split))
+        dist.all_to_all_single(recv, send, out_split, in_split, group=group)
+        return recv
+
+    @staticmethod
+    def backward(ctx, g):
+        return (all_to_all(g.contiguous(), *ctx.args), None, None, None)
+
+
+def all_to_all(send: torch.Tensor, out_split, in_split, group=None) -> torch.Tensor:
+    """``dist.all_to_all_single`` of the flat buffer ``send`` (``in_split[q]`` elements
+    to rank q) into a new flat buffer (``out_split[q]`` from rank q); differentiable
+    (backward: the same exchange of the gradients with the splits swapped)."""
+    return _AllToAll.apply(_recorded(send), list(out_split), list(in_split), group)
+
+
 def gather_rows(
     x: torch.Tensor, layout: Layout, dim: int = -2, group=None, dst: Optional[int] = None
 ) -> Optional[torch.Tensor]:
     """The whole map from its bands (``layout``: theirs, e.g. :meth:`Layout.of`): on
-    every rank (``dst`` None, an all-gather of uneven bands) or on rank ``dst`` only
-    (others get None)."""
+    every rank (``dst`` None, an all-gather of uneven bands; differentiable) or on rank
+    ``dst`` only (others get None; no backward)."""
     dim = dim % x.dim()
+    if dst is not None and torch.is_grad_enabled() and x.requires_grad:
+        raise ValueError(
+            f'gather_rows: dst={dst} has no backward (the other ranks get None); pass a '
+            'detached tensor or dst=None'
+        )
     wants = [
         (0, layout.height) if dst is None or q == dst else (0, 0) for q in range(layout.world_size)
     ]
-    out = exchange_rows(x, layout, wants, dim=dim, group=group)
+    with torch.no_grad() if dst is not None else contextlib.nullcontext():
+        out = exchange_rows(x, layout, wants, dim=dim, group=group)
     return out if dst is None or layout.rank == dst else None

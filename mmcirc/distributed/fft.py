@@ -21,6 +21,11 @@ values are two reals), about ``2 s L rows U (1 - 1/P)``, i.e. per rank about
 ``2 s L (rows / P) U (P - 1) / P`` (:func:`transpose_bytes` gives the exact figure). The
 forward and the inverse of the same shapes move the same bytes.
 
+Both are differentiable (torch.fft's own backward around the transposes, whose adjoint
+is the same transpose back, :func:`~mmcirc.distributed.comm.all_to_all`): the gradient
+of :func:`sharded_rfft2` is the adjoint transform, inverse FFT along H on the column
+band, the transpose back to row bands, the adjoint of the real FFT along W.
+
 Everything goes through ``torch.distributed`` (any backend with ``all_to_all_single``:
 gloo, NCCL, MPI). Without an initialised process group (or with P = 1) the functions
 are the single-process FFTs. This file depends on torch only.
@@ -30,10 +35,9 @@ import math
 from typing import Optional, Sequence
 
 import torch
-import torch.distributed as dist
 
 from .bands import band_bounds
-from .comm import group_rank_size
+from .comm import all_to_all, empty_band, group_rank_size
 
 __all__ = [
     'sharded_irfft2',
@@ -64,11 +68,12 @@ def _exchange(pieces, recv_shapes, group):
     way, uneven splits)."""
     in_split = [2 * t.numel() for t in pieces]
     send = torch.empty(sum(in_split), dtype=pieces[0].real.dtype, device=pieces[0].device)
-    for t, buf in zip(pieces, send.split(in_split)):  # one copy of each piece
-        buf.view(*t.shape, 2).copy_(torch.view_as_real(t))
+    off = 0
+    for t, n in zip(pieces, in_split):  # one copy of each piece (narrow: autograd's view)
+        send.narrow(0, off, n).view(*t.shape, 2).copy_(torch.view_as_real(t))
+        off += n
     out_split = [2 * torch.Size(shp).numel() for shp in recv_shapes]
-    recv = send.new_empty(sum(out_split))
-    dist.all_to_all_single(recv, send, out_split, in_split, group=group)
+    recv = all_to_all(send, out_split, in_split, group)  # differentiable
     return [
         torch.view_as_complex(t.view(*shp, 2)) for t, shp in zip(recv.split(out_split), recv_shapes)
     ]
@@ -96,14 +101,14 @@ def _cols_to_rows(z, row_bounds, col_bounds, rank, group):
 
 def _fft(fn, z, n, dim):
     """``fn(z, n=n, dim=dim)``, also for an empty band (a rank without rows or columns,
-    which MKL refuses): zeros of the output's shape and dtype."""
+    which MKL refuses): the empty output's shape and dtype (:func:`empty_band`)."""
     if z.numel():
         return fn(z, n=n, dim=dim)
     real = torch.empty(0, dtype=z.real.dtype)
     shape = list(z.shape)
     shape[dim] = n // 2 + 1 if fn is torch.fft.rfft else n
     dtype = real.dtype if fn is torch.fft.irfft else torch.complex(real, real).dtype
-    return z.new_zeros(shape, dtype=dtype)
+    return empty_band(z, shape, dtype)
 
 
 def _check_grid(rows, width, grid):

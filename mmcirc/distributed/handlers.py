@@ -8,8 +8,9 @@ single-process result (or, for a pooled map, the small map whole on every rank).
 * ``F.pad``: zero rows above / below by the same exchange (the padded map's bands);
 * ``F.interpolate``: nearest and bilinear, both ``align_corners``, by size or scale
   (:func:`~mmcirc.distributed.layers.interpolate`);
-* ``F.adaptive_avg_pool2d`` (the pooled map, replicated) and ``F.group_norm``
-  (statistics by ``all_reduce``);
+* ``F.adaptive_avg_pool2d`` (the pooled map, replicated), ``F.group_norm`` and
+  ``F.batch_norm`` (eval: local; training: statistics over every band by
+  ``all_reduce``, i.e. plain BatchNorm runs as SyncBN over the spatial group);
 * the token reshapes: ``flatten`` / ``reshape`` / ``view`` / ``unflatten`` whenever the
   rows stay the outermost index of the axis that holds them ((B, C, H, W) <-> (B, C, N)
   <-> (B, N, C) <-> (B, H, W, C)), ``transpose`` / ``permute``, and slicing that keeps
@@ -19,6 +20,10 @@ single-process result (or, for a pooled map, the small map whole on every rank).
   ``chunk`` / ``split`` along any other axis;
 * the replicated prefix of a token map: ``torch.cat([plain (B, k, C), tokens], 1)``
   makes it, ``x[:, :k]`` returns it (plain), ``x[:, k:]`` the map without it.
+
+Every handler is differentiable: local torch ops around the differentiable exchanges
+and sums of :mod:`~mmcirc.distributed.comm` (a rank's gradients are those of its
+part of the loss; see there).
 
 Importing this module registers them. This file depends on torch only.
 """
@@ -31,7 +36,9 @@ import torch.nn.functional as F
 from .banded import BandedMap, HANDLERS, register
 from .bands import band_bounds
 from .comm import exchange_rows
-from .layers import adaptive_avg_pool, conv2d_rows, conv_out_size, group_norm_rows, interpolate
+from .layers import (
+    adaptive_avg_pool, batch_norm_rows, conv2d_rows, conv_out_size, group_norm_rows, interpolate,
+)  # fmt: skip
 
 __all__ = ['HANDLERS']
 
@@ -110,6 +117,27 @@ def adaptive_avg_pool2d(input, output_size):
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     x = _map(input, 'F.group_norm')
     return x.like(group_norm_rows(x.local, num_groups, weight, bias, eps, x.group))
+
+
+@register(F.batch_norm)
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):  # fmt: skip
+    """Eval: local. Training: the statistics over the batch and every band (SyncBN over
+    the spatial group), the running statistics updated alike on every rank."""
+    params = (running_mean, running_var, weight, bias)
+    if not isinstance(input, BandedMap) or any(isinstance(t, BandedMap) for t in params):
+        raise _refuse('F.batch_norm', 'takes a row-banded input and plain statistics')
+    x = input
+    if x.dim() < 2 or x.band_dim == 1:
+        raise _refuse('F.batch_norm', 'over the banded axis has no handler')
+    if not training:
+        return x.like(F.batch_norm(x.local, *params, False, momentum, eps))
+    if x.numel() // x.shape[1] < 2:
+        raise _refuse(
+            'F.batch_norm',
+            f'in training needs more than one value per channel, got {tuple(x.shape)}',
+        )
+    return x.like(batch_norm_rows(x.local, *params, momentum, eps, x.group))
 
 
 # --------------------------------------------------------------------------- reshapes

@@ -12,7 +12,11 @@ height). The :mod:`.handlers` of :class:`~mmcirc.distributed.banded.BandedMap` c
   torch's own interpolation on the band, rows: torch's source-index rule and weights);
 * :func:`adaptive_avg_pool`: partial sums of the local rows per output cell,
   ``all_reduce``; the (small) output is replicated;
-* :func:`group_norm_rows`: group mean and variance by ``all_reduce``.
+* :func:`group_norm_rows`, :func:`batch_norm_rows` (training): the mean and variance
+  over every rank's rows by ``all_reduce``.
+
+Every function is differentiable (the exchanges and sums of
+:mod:`~mmcirc.distributed.comm` carry their adjoints).
 
 This file depends on torch only.
 """
@@ -20,11 +24,10 @@ This file depends on torch only.
 from typing import Optional, Sequence, Tuple
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from .bands import band_bounds
-from .comm import Layout, exchange_rows, group_rank_size
+from .comm import Layout, all_reduce_sum, empty_band, exchange_rows
 
 __all__ = [
     'conv2d_rows',
@@ -32,6 +35,7 @@ __all__ = [
     'group_norm_rows',
     'interpolate',
     'adaptive_avg_pool',
+    'batch_norm_rows',
 ]
 
 
@@ -70,7 +74,7 @@ def conv2d_rows(x, layout: Layout, weight, bias=None, stride=1, padding=0, dilat
     a, b = bands[layout.rank]
     if b <= a:  # an empty band (a map with fewer rows than ranks)
         w_out = conv_out_size(x.shape[-1], kw, sw, pw, dw)
-        return x.new_zeros(x.shape[0], weight.shape[0], 0, w_out)
+        return empty_band(rows, (x.shape[0], weight.shape[0], 0, w_out))
     return F.conv2d(rows, weight, bias, (s, sw), (0, pw), (d, dw), groups)  # (B, C', h'_r, W')
 
 
@@ -131,7 +135,7 @@ def _interp_band(rows, row0, in_h, out_band, out_h, mode, align_corners, h_scale
     a, b = out_band
     if b <= a or rows.shape[-2] == 0:  # an empty band
         w_out = int(w_size) if w_size is not None else int(rows.shape[-1] * w_scale)
-        return rows.new_zeros(*rows.shape[:-2], 0, w_out)
+        return empty_band(rows, (*rows.shape[:-2], 0, w_out))
     src = _source_rows(a, b, in_h, out_h, mode, align_corners, h_scale, rows.dtype)
     if mode == 'nearest':
         banded = rows.index_select(-2, src[0] - row0)  # (B, C, b - a, W)
@@ -211,31 +215,59 @@ def adaptive_avg_pool(x: torch.Tensor, output_size, layout: Layout, group=None) 
         a, b = max(lo, layout.start), min(hi, layout.stop)
         if a < b:
             sums[:, :, i] = x[:, :, a - layout.start : b - layout.start].sum(dim=2)
-    if layout.world_size > 1:
-        dist.all_reduce(sums, group=group)
+    sums = all_reduce_sum(sums, group)
     rows = sums / torch.tensor(counts, dtype=x.dtype, device=x.device).view(-1, 1)
     return F.adaptive_avg_pool2d(rows, (oh, ow))  # rows: identity; columns: torch's cells
 
 
 # --------------------------------------------------------------------------- norms
-def group_norm_rows(x, num_groups, weight=None, bias=None, eps=1e-5, group=None):
-    """``F.group_norm`` of a band-sharded (B, C, h_r, W) map: the group mean and the
-    (biased) variance over all ranks' rows by two ``all_reduce`` sums."""
-    b, c = x.shape[:2]
-    g = x.reshape(b, num_groups, -1)  # (B, G, C/G * h_r * W)
-    stats = torch.stack([g.sum(-1), torch.full_like(g[..., 0], g.shape[-1])])  # (2, B, G)
-    many = group_rank_size(group)[1] > 1
-    if many:
-        dist.all_reduce(stats, group=group)  # sum, count
-    mean = (stats[0] / stats[1]).unsqueeze(-1)  # (B, G, 1)
-    sq = ((g - mean) ** 2).sum(-1)  # (B, G)
-    if many:
-        dist.all_reduce(sq, group=group)
-    var = (sq / stats[1]).unsqueeze(-1)  # (B, G, 1)
-    y = ((g - mean) / torch.sqrt(var + eps)).reshape_as(x)  # (B, C, h_r, W)
-    shape = (1, c) + (1,) * (x.dim() - 2)
+def _moments(t, dims, group):
+    """Mean and biased variance of ``t`` over ``dims`` (keepdim) and over every rank's
+    band, and the count of the values they average (a 0-d tensor): the sums and counts by
+    one ``all_reduce``, the centred sum of squares by a second (exact, no cancellation);
+    differentiable."""
+    s = t.sum(dims, keepdim=True)
+    n = t.new_full((1,) * t.dim(), t.numel() / max(s.numel(), 1))  # values per statistic
+    stats = all_reduce_sum(torch.cat([s.reshape(-1), n.reshape(-1)]), group)  # (S..., N)
+    count = stats[-1]
+    mean = (stats[:-1] / count).view_as(s)
+    var = all_reduce_sum(((t - mean) ** 2).sum(dims, keepdim=True), group) / count
+    return mean, var, count
+
+
+def _affine(y, weight, bias):
+    shape = (1, y.shape[1]) + (1,) * (y.dim() - 2)
     if weight is not None:
         y = y * weight.view(shape)
     if bias is not None:
         y = y + bias.view(shape)
     return y
+
+
+def group_norm_rows(x, num_groups, weight=None, bias=None, eps=1e-5, group=None):
+    """``F.group_norm`` of a band-sharded (B, C, h_r, W) map: the group mean and the
+    (biased) variance over all ranks' rows by ``all_reduce`` sums; differentiable."""
+    b = x.shape[0]
+    g = x.reshape(b, num_groups, -1)  # (B, G, C/G * h_r * W)
+    mean, var, _ = _moments(g, (-1,), group)  # (B, G, 1)
+    y = ((g - mean) / torch.sqrt(var + eps)).reshape_as(x)  # (B, C, h_r, W)
+    return _affine(y, weight, bias)
+
+
+def batch_norm_rows(x, running_mean=None, running_var=None, weight=None, bias=None,
+                    momentum=0.1, eps=1e-5, group=None):  # fmt: skip
+    """``F.batch_norm`` in training of a band-sharded map x (B, C, ...) (rows on any axis
+    but the channels): the per-channel mean and biased variance over the batch and every
+    rank's band (SyncBN over the spatial group), differentiable; the running statistics
+    (given) updated in place as torch does (unbiased variance), the same on every rank."""
+    dims = [0] + list(range(2, x.dim()))
+    mean, var, count = _moments(x, dims, group)  # (1, C, 1, ...)
+    if running_mean is not None or running_var is not None:
+        with torch.no_grad():
+            m = float(momentum)
+            if running_mean is not None:
+                running_mean.mul_(1 - m).add_(mean.flatten().to(running_mean.dtype), alpha=m)
+            if running_var is not None:
+                unbiased = var.flatten() * (count / (count - 1))
+                running_var.mul_(1 - m).add_(unbiased.to(running_var.dtype), alpha=m)
+    return _affine((x - mean) / torch.sqrt(var + eps), weight, bias)

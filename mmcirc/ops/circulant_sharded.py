@@ -15,6 +15,11 @@ tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map. Per block of heads:
    whose spectrum is separable and computed locally, so its heads ride along in o's
    inverse transpose. :func:`sharded_irfft2` -> o (B, C, h_r, W); gate, proj local.
 
+Backward: autograd through the same steps (torch.fft's and the local products' own
+backward, the adjoint transposes of :mod:`mmcirc.distributed.fft`, the softmax's sum
+by a differentiable ``all_reduce``); every rank's parameter gradients are its part of
+the whole map's (:mod:`mmcirc.distributed.comm`), the same traffic as the forward again.
+
 Communication per forward, all ranks together (s bytes per real element of the compute
 dtype: 4 float32, 8 float64; U = Pw//2 + 1; T(L, R) = 2 s L sum_r sum_{q != r} R_r U_q,
 about 2 s L R U (1 - 1/P), is one transpose of :mod:`mmcirc.distributed.fft`)::
@@ -48,7 +53,7 @@ from mmcirc.ops.circulant_transforms import TorchFFT
 
 from mmcirc.distributed.banded import BandedMap, register_operator
 from mmcirc.distributed.bands import band_bounds
-from mmcirc.distributed.comm import group_rank_size
+from mmcirc.distributed.comm import all_reduce_sum, empty_band, group_rank_size
 from mmcirc.distributed.fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
 
 __all__ = ['ShardedCirculantAttention', 'circulant_banded', 'circulant_comm_bytes']
@@ -74,15 +79,16 @@ def circulant_comm_bytes(
 
 
 def _softmax_global(a, group):
-    """Softmax over all offsets of the score bands a (B, heads, R_r, Pw) of every rank."""
+    """Softmax over all offsets of the score bands a (B, heads, R_r, Pw) of every rank;
+    differentiable (the max is a shift the softmax does not see: no gradient)."""
     if group_rank_size(group)[1] == 1:
         return torch.softmax(a.flatten(2), dim=-1).view_as(a)
-    m = a.amax(dim=(-2, -1), keepdim=True)  # (B, heads, 1, 1), -inf on a masked band
+    m = a.detach().amax(dim=(-2, -1), keepdim=True)  # (B, heads, 1, 1), -inf if masked
     dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-    e = torch.sub(a, m).exp_()  # (B, heads, R_r, Pw)
-    den = e.sum(dim=(-2, -1), keepdim=True)  # (B, heads, 1, 1)
-    dist.all_reduce(den, group=group)
-    return e.div_(den)
+    grad = torch.is_grad_enabled() and a.requires_grad
+    e = torch.sub(a, m).exp() if grad else torch.sub(a, m).exp_()  # (B, heads, R_r, Pw)
+    den = all_reduce_sum(e.sum(dim=(-2, -1), keepdim=True), group)  # (B, heads, 1, 1)
+    return e / den if grad else e.div_(den)
 
 
 def _valid_offset_rows(hw, grid, rows, device):
@@ -175,10 +181,11 @@ class ShardedCirculantAttention(CirculantAttention):
             xr = TorchFFT.operand(xs)  # (B, C, Ph, u_r, 2) real view
             for sl in blocks:
                 wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
-                qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P)
+                qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P): then
+                    # empty, its weights' gradient zero (every rank holds one)
                     TorchFFT.linear(wb, xr, cdt)
                     if xs.numel()
-                    else xs.new_zeros(b, wb.shape[0], *xs.shape[2:])
+                    else empty_band(xs, (b, wb.shape[0], *xs.shape[2:])) + 0 * wb.sum()
                 )
                 q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, u_r) each
                 o = self._attend(q, k, v, (h, w), grid, rows, mask, one)  # (B, Cb, h_r, W)

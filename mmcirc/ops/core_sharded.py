@@ -14,6 +14,11 @@ shares its weights) whose patches are this rank's band x (B, n_r, C); the active
   e^(m_r - m) o_r before the sum, so the sum always carries heads x (1 + head_dim)
   values per core.
 * Broadcast: local (patches attend to the C' updated cores), chunked as there.
+* Backward: autograd through the same steps (the local chunks checkpointed as there),
+  the sum by a differentiable ``all_reduce`` (the max only shifts: no gradient). The
+  new cores are replicated: each rank's gradient of them is its part of the loss's, and
+  the backward sum adds the parts; a rank's parameter gradients are its part of the
+  whole map's (:mod:`mmcirc.distributed.comm`).
 
 Communication per forward (s bytes per element of the compute dtype), payload of each
 rank in the two ``all_reduce`` calls::
@@ -35,7 +40,7 @@ import torch.distributed as dist
 from mmcirc.ops.core import CoreAttention
 
 from mmcirc.distributed.banded import BandedMap, register_operator
-from mmcirc.distributed.comm import group_rank_size
+from mmcirc.distributed.comm import all_reduce_sum, group_rank_size
 
 __all__ = ['ShardedCoreAttention', 'core_banded', 'core_comm_bytes']
 
@@ -98,14 +103,13 @@ class ShardedCoreAttention(CoreAttention):
             m, den = m.view(b, h, nc, 1), den.view(b, h, nc, 1)
             mass = None if mass is None else mass.view(b, h, nc, 1)
         # combine the ranks: rescale to the global max, one sum of (den, acc[, mass])
-        m_all = m.clone()
+        m_all = m.detach().clone()  # a shift the result does not see: no gradient
         if group_rank_size(self.group)[1] > 1:
             dist.all_reduce(m_all, op=dist.ReduceOp.MAX, group=self.group)
         corr = torch.exp(m - m_all)  # (B, h, C', 1), 0 for a rank without patches
         parts = [den * corr, acc * corr] + ([mass * corr] if mass is not None else [])
         red = torch.cat(parts, dim=-1)  # (B, h, C', 1 + dh [+ 1])
-        if group_rank_size(self.group)[1] > 1:
-            dist.all_reduce(red, group=self.group)
+        red = all_reduce_sum(red, self.group)  # differentiable
         den, out = red[..., :1], red[..., 1 : 1 + dh]  # (B, h, C', 1), (B, h, C', dh)
         out = out / den  # sum_n p_n (W_vp x_n) or sum_n p_n v_n
         if fold and self.v_patch.bias is not None:  # + b_h sum_n p_n
@@ -118,7 +122,7 @@ class ShardedCoreAttention(CoreAttention):
         if isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[1] == 0:
             g = self._gather(cores, x, 1, self._fold(cores.shape[1]))
             new_cores = cores + self.core_proj(g)
-            return x.new_empty(x.shape), new_cores
+            return x.clone(), new_cores  # no patches (kept in the autograd graph)
         return super().forward(x, cores)
 
 

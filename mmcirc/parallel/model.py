@@ -52,7 +52,7 @@ def _err(where: str, what: str) -> ValueError:
     return ValueError(f'{where}: {what}; {_INSTEAD}')
 
 
-def _operators() -> None:
+def load_operators() -> None:
     """Register the attention operators' BandedMap handlers (beside their files)."""
     import mmcirc.models.backbones.veca_sharded  # noqa: F401
     import mmcirc.ops.circulant_sharded  # noqa: F401
@@ -60,7 +60,9 @@ def _operators() -> None:
 
 
 # --------------------------------------------------------------------------- checks
-def _check_backbone(bb) -> None:
+def check_backbone(bb) -> None:
+    """One-line ValueError for a backbone whose family the band-wise forward does not
+    cover (Swin's windows, the Swin pyramid family, any other backbone)."""
     from mmcirc.models.backbones.ca_deit import CADeiT
     from mmcirc.models.backbones.pyramid import PyramidBackbone
     from mmcirc.models.backbones.veca import VECAViT
@@ -82,7 +84,7 @@ def _check_backbone(bb) -> None:
         raise _err(f'backbone {name}', 'not supported')
 
 
-def _trace_size(model, world_size: int) -> Tuple[int, int]:
+def trace_size(model, world_size: int) -> Tuple[int, int]:
     """A small image size at which every rank owns rows of every feature map, and every
     map has two rows at least (a one-row map leaves the token reshapes ambiguous)."""
     s = max(32, int(getattr(model.backbone, 'min_input_size', 1)))
@@ -95,26 +97,36 @@ def _trace_size(model, world_size: int) -> Tuple[int, int]:
 
 
 def _trace(model, group) -> None:
-    """The band-wise forward once on a small random image; an error raised inside is
-    re-raised as a one-line ValueError naming the innermost module (dotted path) whose
-    forward was running, else the decode head whose ``predict`` was (its own code
-    outside a forward); an error that is not a handler's refusal is named by its type."""
+    """The band-wise forward once on a small random image (:func:`trace`, no gradients)."""
+
+    def run(model, x):
+        with torch.no_grad():
+            _forward(model, x)
+
+    trace(model, group, run, 'predict', 'sharded inference')
+
+
+def trace(model, group, run, outside: str, label: str) -> None:
+    """``run(model, x)`` once on a small random banded image ``x`` (:func:`trace_size`);
+    an error raised inside is re-raised as a one-line ValueError naming the innermost
+    module (dotted path) whose forward was running, else ``<decode head>.<outside>``
+    (its own code outside a forward); an error that is not a handler's refusal (a
+    ValueError starting with ``sharded``) is named by its type after ``label``."""
     stack, hooks = [], []
     for path, m in model.named_modules():
         if path:
             hooks.append(m.register_forward_pre_hook(lambda m, a, p=path: stack.append(p)))
             hooks.append(m.register_forward_hook(lambda m, a, o: stack.pop() and None))
-    h, w = _trace_size(model, group_rank_size(group)[1])
+    h, w = trace_size(model, group_rank_size(group)[1])
     torch.manual_seed(0)
     x = BandedMap.scatter(torch.randn(1, 3, h, w), group=group)
     try:
-        with torch.no_grad():
-            _forward(model, x)
+        run(model, x)
     except Exception as err:
-        where = stack[-1] if stack else f'{_path_of(model, predict_head(model))}.predict'
+        where = stack[-1] if stack else f'{_path_of(model, predict_head(model))}.{outside}'
         what = str(err).strip().splitlines()[0] if str(err).strip() else ''
-        if not isinstance(err, ValueError) or not what.startswith('sharded inference'):
-            what = f'sharded inference: {type(err).__name__}: {what}'.rstrip(': ')
+        if not isinstance(err, ValueError) or not what.startswith('sharded '):
+            what = f'{label}: {type(err).__name__}: {what}'.rstrip(': ')
         raise ValueError(f'{where}: {what}') from None
     finally:
         for hk in hooks:
@@ -140,14 +152,14 @@ def check_shardable(model, group=None) -> None:
     if int(model.out_channels) < 2:
         raise _err(f'decode_head {type(predict_head(model)).__name__}',
                    'one output channel (thresholded, not arg-maxed) is not supported')  # fmt: skip
-    _check_backbone(model.backbone)
+    check_backbone(model.backbone)
     for part in (model.backbone, getattr(model, 'neck', None), model.decode_head):
         for path, m in part.named_modules() if part is not None else ():
             if isinstance(m, _BatchNorm) and m.training:
                 raise _err(path, f'{type(m).__name__} in training mode (call model.eval())')
     if test_padding(model):
         raise _err('data_preprocessor', 'test-time padding (test_cfg size / size_divisor)')
-    _operators()
+    load_operators()
     shard_operators(model)  # plain inputs still take the modules' own forwards
     _trace(model, group)
 

@@ -1,8 +1,9 @@
 """Suite ``sharded``: per-rank memory and time of sharded whole-image inference
-(:mod:`mmcirc.parallel`) against one process, side by side in one run.
+(:mod:`mmcirc.parallel`) against one process, side by side in one run; with
+``--train``, of one training step instead.
 
     python tools/analysis/benchmark_sharded.py CONFIG [CONFIG ...] [--size 2048]
-        [--nprocs 1 2] [--threads 2] [--out-dir work_dirs/benchmark_sharded]
+        [--nprocs 1 2] [--threads 2] [--train] [--out-dir work_dirs/benchmark_sharded]
 
 For each config and P: P local gloo ranks (``run_parallel``; P = 1 is the unsharded
 segmentor in one child process), random weights (seed 0, rank 0's on every rank), the
@@ -13,6 +14,12 @@ band in, its bands of the stage maps out) and the whole prediction (image on ran
 labels on rank 0), plus the bytes each rank hands to torch.distributed during the
 prediction (:func:`mmcirc.parallel.infer.count_bytes`). ``--threads``: torch threads of
 the single process; each of P ranks gets ``max(1, threads // P)``.
+
+``--train``: one SGD step of the segmentor in train mode on a batch of that image with
+random labels (seed 0): mmengine's ``train_step`` in one process (P = 1), the
+:class:`~mmcirc.parallel.train.SpatialParallel` wrapper's on P ranks (the check before
+the first step outside the measurement); each rank's peak RSS increase and wall time of
+the step (forward, backward, gradient sum, update).
 
 Writes ``DIR/results.json`` (merged across runs of the same settings) and
 ``DIR/table.md`` (ratios against P = 1 of the same config and size) after every P.
@@ -77,6 +84,42 @@ def _worker(cfg, size, sharded):
     return out
 
 
+def _train_worker(cfg, size, sharded):
+    import torch
+    import torch.distributed as dist
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.optim import OptimWrapper
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+
+    from mmcirc.apis import highres as hr
+    from mmcirc.apis.builder import build_model
+    from mmcirc.distributed.comm import group_rank_size
+    from mmcirc.parallel.infer import sync_weights
+    from mmcirc.parallel.train import SpatialParallel
+    from mmcirc.utils import image_io as imio
+
+    rank = group_rank_size()[0]
+    model = revert_sync_batchnorm(build_model(hr.load_highres_config(cfg), seed=0)).train()
+    img = imio.resize_image(imio.demo_image('astronaut'), (size, size))
+    g = torch.Generator().manual_seed(0)
+    sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size)))
+    k = int(model.decode_head.out_channels)
+    sample.gt_sem_seg = PixelData(data=torch.randint(0, k, (1, size, size), generator=g))
+    data = dict(inputs=[torch.from_numpy(img.transpose(2, 0, 1)).contiguous()],
+                data_samples=[sample])  # fmt: skip
+    step = model.train_step
+    if sharded:
+        sync_weights(model)
+        wrapped = SpatialParallel(model)
+        step = wrapped.train_step
+        dist.barrier()
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=1e-3))
+    torch.manual_seed(0)
+    log, out = _measure(lambda: step(data, optim))
+    return dict(rank=rank, train_step=out, loss=float(log['loss']))
+
+
 def summary(row):
     """The figures of one (config, size, P) record: the largest rank's."""
     r = row['ranks']
@@ -89,9 +132,37 @@ def summary(row):
     )
 
 
+def train_table(results):
+    rows = []
+    for key, row in sorted(results.items()):
+        if not row.get('train'):
+            continue
+        gb = max(x['train_step']['peak_increase_mb'] for x in row['ranks']) / 1024
+        one = results.get(f'{row["config"]}@{row["size"]}@1@train')
+        base = (
+            max(x['train_step']['peak_increase_mb'] for x in one['ranks']) / 1024 if one else None
+        )
+        rows.append(
+            [
+                osp.basename(row['config']),
+                f'{row["size"]}x{row["size"]}',
+                row['nproc'],
+                f'{gb:.2f}',
+                ratio(gb, base),
+                f'{max(x["train_step"]["time_s"] for x in row["ranks"]):.1f}',
+                f'{row["ranks"][0]["loss"]:.6f}',
+            ]
+        )
+    head = ['config', 'size', 'P', 'train step per rank (GB)', 'ratio to P = 1',
+            'step time (s)', 'loss']  # fmt: skip
+    return markdown_table(head, rows, 'llrrrrr') + '\n'
+
+
 def table(results):
     rows = []
     for key, row in sorted(results.items()):
+        if row.get('train'):
+            continue
         s = summary(row)
         one = results.get(f'{row["config"]}@{row["size"]}@1')
         base = summary(one) if one else {}
@@ -134,16 +205,25 @@ def run(args):
 
     store = ResultStore(osp.join(args.out_dir, 'results.json'))
     store.load(settings=dict(threads=args.threads))
+    train = getattr(args, 'train', False)
     for cfg in args.configs:
         for p in args.nprocs:
             ranks = run_parallel(
-                _worker,
+                _train_worker if train else _worker,
                 p,
                 args=(cfg, args.size, p > 1),
                 threads=max(1, args.threads // p),
                 timeout_s=3600,
             )
             row = dict(config=cfg, size=args.size, nproc=p, sharded=p > 1, ranks=ranks)
+            if train:
+                row['train'] = True
+                store.update({f'{cfg}@{args.size}@{p}@train': row})
+                store.save(environment=environment(threads=args.threads))
+                top = max(x['train_step']['peak_increase_mb'] for x in ranks) / 1024
+                print(f'{cfg} {args.size} px P={p}: train step +{top:.2f} GB/rank', flush=True)
+                atomic_write(osp.join(args.out_dir, 'table_train.md'), train_table(store.results))
+                continue
             store.update({f'{cfg}@{args.size}@{p}': row})
             store.save(environment=environment(threads=args.threads))
             s = summary(row)

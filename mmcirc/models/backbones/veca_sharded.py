@@ -14,6 +14,10 @@ and RoPE (:meth:`~mmcirc.models.backbones.veca.CorePeripheryAttention.project`):
   o = sum_r e^(s_r - m) v_r (one ``all_reduce(SUM)``); cores' = o / l, the same on every
   rank.
 
+Differentiable: the sum by a differentiable ``all_reduce`` (the max only shifts: no
+gradient); the cores are replicated, each rank's gradient of them its part of the
+loss's (:mod:`mmcirc.distributed.comm`).
+
 Communication per layer (s bytes per element): s B heads C' (MAX) and
 s B heads C' (1 + head_dim) (SUM), independent of the image size.
 
@@ -26,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from mmcirc.distributed.banded import BandedMap, register_operator
-from mmcirc.distributed.comm import group_rank_size
+from mmcirc.distributed.comm import all_reduce_sum, group_rank_size
 
 from .veca import CorePeripheryAttention
 
@@ -56,15 +60,14 @@ def core_periphery_banded(module: CorePeripheryAttention, x, cos, sin, num_cores
     keys, vals = (k, v) if rank == 0 else (k[:, :, c:], v[:, :, c:])  # (B, h, T_r, dh)
     s = (q[:, :, :c] @ keys.transpose(-1, -2)) * module.head_dim**-0.5  # (B, h, C', T_r)
     if s.shape[-1]:
-        m = s.amax(-1, keepdim=True)  # (B, h, C', 1)
+        m = s.detach().amax(-1, keepdim=True)  # (B, h, C', 1); a shift: no gradient
     else:
         m = s.new_full(s.shape[:-1] + (1,), float('-inf'))
     if size > 1:
         dist.all_reduce(m, op=dist.ReduceOp.MAX, group=x.group)
     e = torch.exp(s - m)  # (B, h, C', T_r)
     acc = torch.cat([e.sum(-1, keepdim=True), e @ vals], dim=-1)  # (B, h, C', 1 + dh)
-    if size > 1:
-        dist.all_reduce(acc, group=x.group)
+    acc = all_reduce_sum(acc, x.group)  # differentiable
     cores = acc[..., 1:] / acc[..., :1]  # (B, h, C', dh)
     qp, kc, vc = q[:, :, c:], k[:, :, :c], v[:, :, :c]  # (B, h, n_r | C', dh)
     patches = F.scaled_dot_product_attention(qp, kc, vc)  # (B, h, n_r, dh)

@@ -1,0 +1,467 @@
+"""Spatially sharded training of a built mmseg segmentor: every rank of the spatial group
+reads the same samples (augmented once, identically: the same seeds, the data-parallel
+rank in place of the process rank), keeps its band of rows of the image, runs mmseg's
+own ``EncoderDecoder.loss`` on the bands (the backbone, neck, decode and auxiliary
+heads on :class:`~mmcirc.distributed.banded.BandedMap` bands) and backpropagates its
+part of the whole-image loss; every parameter's gradient is then summed over the group
+before the optimizer step, so that the loss and the update are one process's on the
+whole image.
+
+* :class:`SpatialParallel`: the mmengine model wrapper (``MODEL_WRAPPERS``), with
+  ``train_step`` / ``val_step`` / ``test_step`` as ``MMDistributedDataParallel``
+  (validation and test run whole images, spread over the ranks as data parallel);
+* :func:`check_trainable`: the one-line refusals before the first step;
+* :func:`band_losses`: the heads' ``loss_by_feat`` on banded logits (mmseg's own loss
+  modules, per pixel, normalised by the whole image's count);
+* :func:`sum_gradients`: the parameters' gradients summed over the group;
+* :func:`shard_config`: the config edits of ``tools/train.py --shard`` (the wrapper,
+  the samplers and the data workers' seeds of the data-parallel rank).
+
+The data-parallel x spatial mesh is not built: the spatial group is the whole world.
+"""
+
+import contextlib
+from typing import Dict, List
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from mmcirc.apis.decode import check_label_segmentor, predict_head
+from mmcirc.distributed.banded import BandedMap, func_name, shard_operators
+from mmcirc.distributed.comm import group_rank_size
+from mmcirc.parallel.infer import sync_weights
+from mmcirc.parallel.model import check_backbone, load_operators, trace
+
+__all__ = [
+    'SpatialParallel',
+    'band_losses',
+    'check_trainable',
+    'data_rank_sampler',
+    'shard_config',
+    'sum_gradients',
+]
+
+WRAPPER = 'SpatialParallel'
+_LABEL = 'sharded training'
+
+
+def _err(where: str, what: str) -> ValueError:
+    return ValueError(f'{where}: {_LABEL}: {what}')
+
+
+def _heads(model) -> List[nn.Module]:
+    """The heads whose ``loss`` mmseg's ``EncoderDecoder.loss`` calls (decode, auxiliary)."""
+    aux = getattr(model, 'auxiliary_head', None)
+    aux = list(aux) if isinstance(aux, nn.ModuleList) else [aux] if aux is not None else []
+    return [model.decode_head] + aux
+
+
+def _losses_of(head) -> List[nn.Module]:
+    loss = head.loss_decode
+    return list(loss) if isinstance(loss, nn.ModuleList) else [loss]
+
+
+# --------------------------------------------------------------------------- checks
+def _check_heads(model) -> None:
+    from mmseg.models.decode_heads.decode_head import BaseDecodeHead
+    from mmseg.models.losses import CrossEntropyLoss
+
+    for head in _heads(model):
+        path = next(p for p, m in model.named_modules() if m is head)
+        name = type(head).__name__
+        if not isinstance(head, BaseDecodeHead) or any(
+            getattr(type(head), k) is not getattr(BaseDecodeHead, k)
+            for k in ('loss', 'loss_by_feat')
+        ):
+            raise _err(f'{path} {name}', 'a loss of its own (not BaseDecodeHead.loss_by_feat)')
+        if head.sampler is not None:
+            raise _err(f'{path} {name}', 'a pixel sampler (sampler=...) ranks the whole image')
+        for loss in _losses_of(head):
+            per_pixel = isinstance(loss, CrossEntropyLoss) and not (
+                loss.use_sigmoid or loss.use_mask or loss.class_weight is not None
+            )
+            if not per_pixel or loss.reduction not in ('mean', 'sum'):
+                raise _err(
+                    f'{path}.loss_decode {type(loss).__name__}',
+                    'the whole-image loss is summed from per-pixel terms: '
+                    "CrossEntropyLoss (softmax, no class_weight), reduction 'mean' or 'sum'",
+                )
+
+
+class _NoBackward(torch.overrides.TorchFunctionMode):
+    """Refuses, while active, a torch function that takes a BandedMap with gradients
+    and returns one without (an op with no backward handler), and elementwise dropout
+    on a band (its mask would be drawn per band, not cut from one process's)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = _tensors(list(args) + list(kwargs.values()))
+        bands = [t for t in tensors if isinstance(t, BandedMap)]
+        if bands and func in _ELEMENTWISE_DROPOUT:
+            p = kwargs.get('p', args[1] if len(args) > 1 else 0.5)
+            if kwargs.get('training', args[2] if len(args) > 2 else True) and p > 0:
+                raise ValueError(
+                    f'{_LABEL}: {func_name(func)} (p={p}) draws its mask per band: '
+                    'set the rate to 0 or use channel dropout (Dropout2d)'
+                )
+        out = func(*args, **kwargs)
+        if bands and func not in _DETACH and _loses_grad(tensors, out):
+            raise ValueError(f'{_LABEL}: {func_name(func)} has no backward on a row-banded map')
+        return out
+
+
+def _tensors(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out += _tensors(v)
+    return out
+
+
+def _grad(t: torch.Tensor) -> bool:
+    return (t.local if isinstance(t, BandedMap) else t).requires_grad
+
+
+def _loses_grad(inputs, out) -> bool:
+    """Whether gradients enter (``inputs``) and a banded output carries none."""
+    if not torch.is_grad_enabled() or not any(_grad(t) for t in inputs):
+        return False
+    return any(isinstance(o, BandedMap) and not _grad(o) for o in _tensors([out]))
+
+
+def _module_check(module, args, out) -> None:
+    """Forward hook: a module (an attention operator's handler) that takes gradients in
+    (its inputs or parameters) and returns a band without them has no backward."""
+    if _loses_grad(_tensors(list(args)) + list(module.parameters(recurse=False)), out):
+        raise ValueError(f'{_LABEL}: {type(module).__name__} has no backward on a row-banded map')
+
+
+def _functional(*names):
+    import torch.nn.functional as F
+
+    return {getattr(F, n) for n in names} | {getattr(torch, n) for n in names if hasattr(torch, n)}
+
+
+_DETACH = {torch.Tensor.detach, torch.Tensor.detach_, torch.detach}
+_ELEMENTWISE_DROPOUT = _functional('dropout', 'alpha_dropout', 'feature_alpha_dropout')
+
+
+def check_trainable(model, group=None) -> None:
+    """One-line ValueError naming the first part of ``model`` (an mmseg segmentor, its
+    BatchNorm already plain: :func:`mmengine.model.revert_sync_batchnorm`) that the
+    sharded training step cannot compute exactly: the segmentor (mmseg's
+    ``EncoderDecoder`` only: a cascade refines its heads' outputs in turn), the
+    backbone family, a head's loss (per-pixel softmax cross-entropy only, no pixel
+    sampler), then the first module and op of one traced training step (forward and
+    backward on a small random image, every rank together) that has no handler, no
+    backward, or draws elementwise dropout on a band. The model's parameters, buffers,
+    gradients and the random state are left as they were."""
+    from mmseg.models.segmentors import EncoderDecoder
+
+    check_label_segmentor(model)
+    if type(model) is not EncoderDecoder:
+        raise _err(f'segmentor {type(model).__name__}', "mmseg's EncoderDecoder only")
+    check_backbone(model.backbone)
+    _check_heads(model)
+    load_operators()
+    shard_operators(model)
+    saved = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    was_training = model.training
+
+    def run(model, x):
+        from mmseg.structures import SegDataSample
+        from mmengine.structures import PixelData
+
+        h, w = x.shape[-2:]
+        k = int(predict_head(model).out_channels)
+        sample = SegDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w)))
+        sample.gt_sem_seg = PixelData(data=torch.randint(0, max(k, 2), (1, h, w)))
+        p = next(model.parameters())
+        model.train()
+        hooks = [m.register_forward_hook(_module_check, prepend=True) for m in model.modules()]
+        try:
+            with _NoBackward(), band_losses(model):
+                losses = model(x.to(device=p.device, dtype=p.dtype), [sample], mode='loss')
+        finally:
+            for hk in hooks:
+                hk.remove()
+        loss, _ = model.parse_losses(losses)
+        loss.backward()
+
+    try:
+        dev = next(model.parameters()).device
+        with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == 'cuda' else []):
+            trace(model, group, run, 'loss', _LABEL)
+    finally:
+        with torch.no_grad():
+            for k, v in model.state_dict(keep_vars=True).items():
+                v.copy_(saved[k])
+        for n, p in model.named_parameters():
+            p.grad = grads[n]
+        model.train(was_training)
+
+
+# --------------------------------------------------------------------------- losses
+def _all_sum(values: List[torch.Tensor], group) -> torch.Tensor:
+    """The elementwise sum over ``group`` of the scalars ``values`` (float64, detached)."""
+    t = torch.stack([v.detach().double().reshape(()) for v in values])
+    if group_rank_size(group)[1] > 1:
+        if dist.get_backend(group) == 'nccl' and t.device.type != 'cuda':
+            t = t.cuda()
+        dist.all_reduce(t, group=group)
+    return t.cpu()
+
+
+def _band_loss_by_feat(head, seg_logits, batch_data_samples) -> Dict[str, torch.Tensor]:
+    """``BaseDecodeHead.loss_by_feat`` on a band of the logits: each loss is this band's
+    part of the whole image's (mmseg's own loss module on the band, its mean taken over
+    the whole image's pixel count, or non-ignored count with ``avg_non_ignore``, as
+    ``avg_factor``), ``acc_seg`` the whole image's (counts summed over the group)."""
+    from mmseg.models.utils import resize
+
+    labels = torch.stack([s.gt_sem_seg.data for s in batch_data_samples])  # (B, 1, H, W)
+    logits = resize(seg_logits, size=labels.shape[2:], mode='bilinear',
+                    align_corners=head.align_corners)  # fmt: skip
+    if not isinstance(logits, BandedMap):
+        raise _err(type(head).__name__, 'the logits are not a row-banded map')
+    group, ignore = logits.group, head.ignore_index
+    local = logits.local  # (B, K, h_r, W)
+    band = logits.cut(labels[:, 0], 1)  # (B, h_r, W)
+    valid = band != ignore
+    n_all, n_valid, correct = _all_sum(
+        [torch.tensor(float(band.numel())), valid.sum(),
+         ((local.detach().argmax(1) == band) & valid).sum()],
+        group,
+    )  # fmt: skip
+    eps = torch.finfo(torch.float32).eps
+    losses = {}
+    for module in _losses_of(head):
+        # mmseg's mean is sum / (avg_factor + eps), avg_factor the label count (or the
+        # non-ignored count): the band's sum over the whole image's count is its part
+        kw = {}
+        if module.reduction == 'mean':
+            kw['avg_factor'] = float(n_valid if module.avg_non_ignore else n_all)
+        part = module(local, band, weight=None, ignore_index=ignore, **kw)
+        name = module.loss_name
+        losses[name] = losses[name] + part if name in losses else part
+    # mmseg's accuracy: float32 count plus eps, times 100 / (the count of non-ignored + eps)
+    acc = (correct.float() + eps) * (100.0 / (float(n_valid) + eps))
+    losses['acc_seg'] = acc.reshape(1).to(local.device)
+    return losses
+
+
+@contextlib.contextmanager
+def band_losses(model):
+    """While active, every head of ``model`` takes :func:`_band_loss_by_feat` as its
+    ``loss_by_feat`` (mmseg's ``BaseDecodeHead.loss`` calls it on its banded logits)."""
+    heads = _heads(model)
+    for head in heads:
+        head.loss_by_feat = lambda logits, samples, head=head: _band_loss_by_feat(
+            head, logits, samples
+        )
+    try:
+        yield
+    finally:
+        for head in heads:
+            del head.loss_by_feat
+
+
+def sum_gradients(params, group=None, bucket: int = 1 << 24) -> None:
+    """Every parameter's ``.grad`` (this rank's part) summed over ``group`` in place, in
+    flat buckets of at most ``bucket`` elements per dtype; a parameter some rank holds a
+    gradient of and another does not (its band took no part) gets a zero one there."""
+    params = [p for p in params if p.requires_grad]
+    if group_rank_size(group)[1] == 1:
+        return
+    # a rank whose band took no part in a parameter holds no gradient of it: a zero one
+    held = torch.tensor([p.grad is not None for p in params], dtype=torch.float64)
+    if params and params[0].device.type == 'cuda':
+        held = held.to(params[0].device)
+    dist.all_reduce(held, op=dist.ReduceOp.MAX, group=group)
+    for p, h in zip(params, held.tolist()):
+        if h and p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params if p.grad is not None]
+    by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for same in by_dtype.values():
+        i = 0
+        while i < len(same):
+            j, size = i, 0
+            while j < len(same) and (j == i or size + same[j].numel() <= bucket):
+                size += same[j].numel()
+                j += 1
+            flat = torch.cat([g.reshape(-1) for g in same[i:j]])
+            dist.all_reduce(flat, group=group)
+            for g, part in zip(same[i:j], flat.split([g.numel() for g in same[i:j]])):
+                g.copy_(part.view_as(g))
+            i = j
+
+
+def _fingerprint(inputs: torch.Tensor, data_samples) -> torch.Tensor:
+    """A few sums of the batch, its labels and the random state that two ranks holding
+    different samples, flips or crops, or random states, would not share (float64)."""
+    out = []
+    labels = torch.stack([s.gt_sem_seg.data for s in data_samples]) if data_samples else None
+    for t in (inputs, labels):
+        if t is None:
+            continue
+        t = t.detach().double()
+        ramp_h = torch.arange(t.shape[-2], dtype=torch.float64, device=t.device)[:, None]
+        ramp_w = torch.arange(t.shape[-1], dtype=torch.float64, device=t.device)
+        out += [t.sum(), (t * ramp_h).sum(), (t * ramp_w).sum()]
+    state = torch.random.get_rng_state().double()
+    out.append((state * torch.arange(1, state.numel() + 1, dtype=torch.float64)).sum())
+    if inputs.device.type == 'cuda':
+        state = torch.cuda.get_rng_state(inputs.device).double()
+        out.append((state * torch.arange(1, state.numel() + 1, dtype=torch.float64)).sum())
+    return torch.stack([o.cpu() for o in out])
+
+
+def _check_same(inputs, data_samples, group) -> None:
+    f = _fingerprint(inputs, data_samples)
+    both = torch.cat([f, -f])
+    if dist.get_backend(group) == 'nccl':
+        both = both.to(inputs.device)
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
+    if not torch.equal(both[: f.numel()].cpu(), -both[f.numel() :].cpu()):
+        raise RuntimeError(
+            f'{_LABEL}: the ranks of the spatial group hold different samples or random '
+            'states (every rank must read the same samples: tools/train.py --shard sets '
+            'the sampler and the data workers; randomness.diff_rank_seed must be False)'
+        )
+
+
+# --------------------------------------------------------------------------- wrapper
+class SpatialParallel(nn.Module):
+    """mmengine model wrapper: the segmentor ``module`` trained spatially sharded over the
+    whole world (every rank one band of rows of every sample). SyncBatchNorm is made
+    plain BatchNorm, whose training statistics the row-banded maps take over every band
+    (one process's BatchNorm on the whole image, as mmengine's one-process runner makes
+    it); :func:`check_trainable` refuses what cannot be computed exactly, every rank
+    together, before the first step.
+
+    ``train_step``: rank 0's weights to every rank before the first step, mmseg's data
+    preprocessor on the whole batch (every rank), a check that every rank holds the
+    same batch and random state, the band of the images,
+    mmseg's ``loss`` on it (:func:`band_losses`), the backward of this rank's part,
+    :func:`sum_gradients`, the optimizer step (mmengine's ``update_params``, the sum
+    between its backward and step); the logged losses are the whole image's.
+    ``val_step`` / ``test_step``: the module's own on whole images."""
+
+    def __init__(self, module, group=None):
+        super().__init__()
+        from mmengine.model import revert_sync_batchnorm
+
+        self.group = group
+        self.module = revert_sync_batchnorm(module)
+        check_trainable(self.module, group)
+        self._synced = False
+
+    def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
+        if not self._synced and group_rank_size(self.group)[1] > 1:
+            # the weights as they enter the first step (initialised, loaded or resumed
+            # after the wrapper was built): rank 0's on every rank, as DDP does
+            sync_weights(self.module, self.group)
+        self._synced = True
+        with optim_wrapper.optim_context(self):
+            data = self.module.data_preprocessor(data, training=True)
+            inputs, samples = data['inputs'], data['data_samples']
+            if group_rank_size(self.group)[1] > 1:
+                _check_same(inputs, samples, self.group)
+            x = BandedMap.scatter(inputs, group=self.group)  # (B, 3, h_r, W) of (B, 3, H, W)
+            with band_losses(self.module):
+                losses = self.module(x, samples, mode='loss')
+        parsed, _ = self.module.parse_losses(losses)  # this rank's part
+        names = [k for k in losses if 'loss' in k]
+        whole = _all_sum([losses[k].mean() for k in names], self.group)
+        logged = dict(losses, **{k: v.to(parsed.dtype) for k, v in zip(names, whole)})
+        _, log_vars = self.module.parse_losses(logged)
+        optim_wrapper.backward(optim_wrapper.scale_loss(parsed))
+        if optim_wrapper.should_update():
+            sum_gradients(list(self.module.parameters()), self.group)
+            optim_wrapper.step()
+            optim_wrapper.zero_grad()
+        return log_vars
+
+    def val_step(self, data) -> list:
+        return self.module.val_step(data)
+
+    def test_step(self, data) -> list:
+        return self.module.test_step(data)
+
+
+# --------------------------------------------------------------------------- data
+def data_rank_sampler(dataset, sampler: dict, seed=None):
+    """The ``sampler`` config built as the data-parallel rank's: rank 0 of 1 (the
+    spatial group is the whole world), so that every rank draws the indices one
+    process would. mmengine's samplers read the rank from ``get_dist_info`` when they
+    are built; it answers the data-parallel rank while this one is built."""
+    import mmengine.dataset.sampler as samplers
+    from mmengine.registry import DATA_SAMPLERS
+
+    before = samplers.get_dist_info
+    samplers.get_dist_info = lambda group=None: (0, 1)
+    try:
+        return DATA_SAMPLERS.build(sampler, default_args=dict(dataset=dataset, seed=seed))
+    finally:
+        samplers.get_dist_info = before
+
+
+def data_rank_worker_init(worker_id: int, num_workers: int, seed: int) -> None:
+    """mmengine's data worker seeding of the data-parallel rank (0) on every rank."""
+    from mmengine.dataset.utils import worker_init_fn
+
+    worker_init_fn(worker_id, num_workers, 0, seed)
+
+
+def shard_config(cfg) -> None:
+    """Make a train config spatially sharded over the whole world, in place: the model
+    wrapper :class:`SpatialParallel`, the train sampler and data workers of the
+    data-parallel rank (:func:`data_rank_sampler`, :func:`data_rank_worker_init`).
+    ValueError (one line) for a config whose ranks would not draw the same samples
+    (no ``randomness.seed``, ``diff_rank_seed``) or would scale the LR by the world."""
+    rnd = cfg.get('randomness') or {}
+    if rnd.get('seed') is None:
+        raise ValueError(
+            'randomness.seed must be set for sharded training: every rank draws the '
+            'same samples and augmentations (e.g. --cfg-options randomness.seed=0)'
+        )
+    if rnd.get('diff_rank_seed'):
+        raise ValueError('randomness.diff_rank_seed must be False for sharded training')
+    if (cfg.get('auto_scale_lr') or {}).get('enable'):
+        raise ValueError(
+            'auto_scale_lr.enable must be False for sharded training: the ranks share '
+            'one batch, the world size does not multiply it'
+        )
+    wrapper = cfg.get('model_wrapper_cfg') or {}
+    if wrapper.get('type', WRAPPER) != WRAPPER:
+        raise ValueError(
+            f'model_wrapper_cfg.type must be {WRAPPER!r} for sharded training, '
+            f'got {wrapper.get("type")!r}'
+        )
+    cfg.model_wrapper_cfg = dict(wrapper, type=WRAPPER)
+    loader = cfg.train_dataloader
+    if loader.sampler.get('type') != 'DataRankSampler':
+        loader.sampler = dict(type='DataRankSampler', sampler=loader.sampler)
+    loader.worker_init_fn = dict(
+        type='data_rank_worker_init', num_workers=loader.get('num_workers', 0), seed=rnd['seed']
+    )
+
+
+def _register() -> None:
+    from mmengine.registry import DATA_SAMPLERS, FUNCTIONS, MODEL_WRAPPERS
+
+    MODEL_WRAPPERS.register_module(name=WRAPPER, module=SpatialParallel, force=True)
+    DATA_SAMPLERS.register_module(name='DataRankSampler', module=data_rank_sampler, force=True)
+    FUNCTIONS.register_module(
+        name='data_rank_worker_init', module=data_rank_worker_init, force=True
+    )
+
+
+_register()
