@@ -68,6 +68,8 @@ def leaving_group():
 
 def _worker(rank, world_size, port, backend, fn, args, threads, queue):
     try:
+        if isinstance(args, bytes):  # pickled by value by a parent that did not fork
+            args = pickle.loads(args)
         torch.set_num_threads(threads)
         dist.init_process_group(
             backend,
@@ -92,6 +94,10 @@ def _worker(rank, world_size, port, backend, fn, args, threads, queue):
             dist.destroy_process_group()
 
 
+#: How :func:`run_parallel` can start its processes.
+START_METHODS = ('fork', 'forkserver', 'spawn')
+
+
 def run_parallel(
     fn: Callable,
     nprocs: int,
@@ -103,24 +109,36 @@ def run_parallel(
 ) -> List[Any]:
     """``[fn(*args) on rank r for r in range(nprocs)]``, each rank a process of one group.
 
-    ``start_method``: 'fork' (fast: the children share what the parent imported) or
-    'spawn' (``fn`` must then be importable by name). ``threads``: torch threads per rank;
-    more than one makes the children 'spawn' (a forked child that runs OpenMP regions
+    ``start_method``: 'fork' (fast: the children share what the parent imported),
+    'forkserver' (the children fork from a server process that imported ``fn``'s module
+    and nothing ran in: ranks that run ``backward`` need it, or 'spawn', once this process
+    has run one, since autograd's worker threads do not survive a fork) or 'spawn'; with
+    either of the last two ``fn`` must be importable by name. ``threads``: torch threads
+    per rank; more than one makes 'fork' 'spawn' (a forked child that runs OpenMP regions
     after its parent did can deadlock: libgomp's thread pool does not survive a fork).
     Return values travel pickled by value through a multiprocessing queue."""
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f'nprocs must be a positive int, got {nprocs!r}')
     if backend not in ('gloo', 'nccl'):
         raise ValueError(f"backend must be one of ('gloo', 'nccl'), got {backend!r}")
-    if threads > 1:
+    if start_method not in START_METHODS:
+        raise ValueError(f'start_method must be one of {START_METHODS}, got {start_method!r}')
+    if threads > 1 and start_method == 'fork':
         start_method = 'spawn'
     ctx = mp.get_context(start_method)
+    if start_method == 'forkserver' and fn.__module__ != '__main__':
+        # taken by the server when it starts (the first call): its children then find
+        # fn's module and what it imports already loaded
+        ctx.set_forkserver_preload([fn.__module__])
     queue = ctx.SimpleQueue() if start_method == 'fork' else ctx.Queue()
     port = free_port()
+    # not forked: by value, as plain pickle writes tensors (multiprocessing's own pickler
+    # would pass every tensor's storage as a file descriptor, which a fork server caps)
+    payload = tuple(args) if start_method == 'fork' else pickle.dumps(tuple(args))
     procs = [
         ctx.Process(
             target=_worker,
-            args=(r, nprocs, port, backend, fn, tuple(args), threads, queue),
+            args=(r, nprocs, port, backend, fn, payload, threads, queue),
             daemon=True,
         )
         for r in range(nprocs)

@@ -84,7 +84,7 @@ def _worker(references):
 
 @pytest.fixture(scope='module', params=[2, 3], ids=['P2', 'P3'])
 def ranks(request, references):
-    return run_parallel(_worker, request.param, args=(references,))
+    return run_parallel(_worker, request.param, args=(references,), start_method='forkserver')
 
 
 @pytest.mark.parametrize('name', list(CONFIGS))

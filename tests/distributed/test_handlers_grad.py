@@ -218,7 +218,7 @@ def _worker():
 
 @pytest.fixture(scope='module', params=[2, 3], ids=['P2', 'P3'])
 def ranks(request):
-    return run_parallel(_worker, request.param)
+    return run_parallel(_worker, request.param, start_method='forkserver')
 
 
 def _reference(name):

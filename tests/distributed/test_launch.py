@@ -1,6 +1,7 @@
 """mmcirc.distributed.run_parallel: results in rank order, one error naming the failing rank
 (not the ranks that failed because of it), ranks with several threads after the parent
-ran OpenMP regions; leaving_group: the group is gone after the body, returned or raised."""
+ran OpenMP regions, fork-server ranks that run backward after the parent ran a compiled
+one; leaving_group: the group is gone after the body, returned or raised."""
 
 import functools
 
@@ -36,6 +37,12 @@ def _raise_then_leave():
             raise KeyError('body')
     except KeyError:
         return dist.is_initialized()
+
+
+def _backward(x):
+    x = x.clone().requires_grad_()
+    (x * x).sum().backward()
+    return x.grad
 
 
 def _threaded_matmul():
@@ -85,3 +92,22 @@ def test_leaving_group_destroys_the_group_after_the_body():
 
 def test_leaving_group_destroys_the_group_when_the_body_raises():
     assert run_parallel(_raise_then_leave, 2, timeout_s=120) == [False, False]
+
+
+def test_forkserver_ranks_run_backward_after_the_parent_ran_a_compiled_one():
+    """A compiled backward starts autograd's worker threads in this process, after which
+    a forked child cannot run backward; the fork server's children can, and get their
+    arguments (a tensor) by value."""
+    f = torch.compile(lambda t: (t * 2).sin(), backend='aot_eager')
+    f(torch.ones(3, requires_grad=True)).sum().backward()
+    x = torch.arange(4.0)
+    got = run_parallel(_backward, 2, args=(x,), start_method='forkserver', timeout_s=300)
+    assert all(torch.equal(g, 2 * x) for g in got)
+
+
+def test_an_unknown_start_method_is_refused():
+    with pytest.raises(
+        ValueError,
+        match=r"^start_method must be one of \('fork', 'forkserver', 'spawn'\), got 'thread'$",
+    ):
+        run_parallel(_rank_sum, 1, (1,), start_method='thread')

@@ -7,7 +7,8 @@ accuracy, every parameter's gradient at the optimizer step and the BatchNorm run
 statistics after it equal one process's within 1e-9 relative; every rank ends with the
 same parameters. Refusals before the first step: one line naming module and op.
 
-The models are built here; one run_parallel call per world size forks them."""
+The models are built here; one run_parallel call per world size sends them to its ranks
+(started by a fork server: the ranks run backward, which this process has done)."""
 
 import copy
 import os.path as osp
@@ -49,14 +50,20 @@ def _build(tmp, name, **fmt):
     text = dict(base=osp.join(REPO, 'configs', base), size=SIZE, loss=loss, aux=aux)
     path.write_text(TRAIN.format(**dict(text, **fmt)))
     model = revert_sync_batchnorm(build_model(str(path), seed=0)).double()
-    pre = model.data_preprocessor
-    forward = pre.forward
-    pre.forward = lambda data, training=False: _double(forward(data, training))
+    model.data_preprocessor.forward = _DoubleInputs(model.data_preprocessor)
     return model.train()
 
 
-def _double(data):
-    return dict(data, inputs=data['inputs'].double())
+class _DoubleInputs:
+    """The preprocessor's own forward, its inputs then in float64 (an instance, unlike a
+    lambda, travels to the ranks pickled)."""
+
+    def __init__(self, pre):
+        self.pre = pre
+
+    def __call__(self, data, training=False):
+        data = type(self.pre).forward(self.pre, data, training)
+        return dict(data, inputs=data['inputs'].double())
 
 
 def _batch():
@@ -123,7 +130,7 @@ def _worker(models):
 @pytest.fixture(scope='module', params=[2, 3])
 def sharded(request, models):
     torch.set_num_threads(1)
-    return run_parallel(_worker, request.param, args=(models,))
+    return run_parallel(_worker, request.param, args=(models,), start_method='forkserver')
 
 
 def _rel(a, b):

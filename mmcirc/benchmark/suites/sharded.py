@@ -212,6 +212,8 @@ def run(args):
                 _train_worker if train else _worker,
                 p,
                 args=(cfg, args.size, p > 1),
+                # training ranks run backward: not forked from a process that may have
+                start_method='forkserver' if train else 'fork',
                 threads=max(1, args.threads // p),
                 timeout_s=3600,
             )
