@@ -2,7 +2,7 @@
 float64 map as ``DTensor.from_local(band, mesh, [Shard(2)])`` on 2 and 3 gloo ranks
 (bands: :func:`mmcirc.distributed.band_bounds`), each op against the same op on the whole
 map; prints rank 0's line per op (result placement and max error, or the error).
-Not a test: the record behind docs/benchmarks.md (sharded inference, DTensor).
+Not a test: the record behind docs/sharded.md (why not DTensor).
 
     PYTHONPATH=. python tests/distributed/dtensor_probe.py
 """

@@ -8,7 +8,7 @@ import pytest
 import torch
 from timm_variants import SMALL
 
-#: timm's tests left out of test_timm_contract.py, and why (the README's timm section).
+#: timm's tests left out of test_timm_contract.py, and why (docs/timm.md, TorchScript).
 DESELECTED = (
     '*torchscript*',
     'TorchScript is not supported by mmcirc: the circulant and core attentions take '
