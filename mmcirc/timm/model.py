@@ -108,11 +108,12 @@ class FeatureGraph(FeatureGraphNet):
     of :meth:`TimmModel.forward_intermediates`: a pyramid stage's output is its map
     already, a block's tokens are made one (:meth:`TimmModel.feature_map_fn`); the
     indices taken as the getter takes them (:func:`take_indices`: sorted, negative ones
-    from the end; as given with an ``out_map``)."""
+    from the end; as given with an ``out_map``). ``output_fmt`` (timm's builder passes
+    the model's) changes nothing: the maps are NCHW."""
 
     def __init__(self, model, out_indices, out_map=None, output_fmt='NCHW', return_dict=False):
         if out_map is None:
-            out_indices = take_indices(out_indices, len(model.feature_info), 'features')
+            out_indices = model._check_indices(out_indices)
         super().__init__(model, out_indices, out_map=out_map, return_dict=return_dict)
         self.to_map = model.feature_map_fn()
 

@@ -78,6 +78,15 @@ def test_fx_trace_keeps_the_backbone_out_of_the_leaves(small):
     assert 'backbone' not in train
 
 
+def test_a_model_with_grad_checkpointing_traces(small):
+    """The graph holds the blocks themselves (no checkpoint), the model's logits."""
+    model = small('ca_pvt_tiny')
+    model.set_grad_checkpointing(True)
+    graph = timm.models.create_feature_extractor(model, ['head']).eval()
+    x = torch.randn(SIZE)
+    _assert_equal(list(_maps(graph, x).values()), [_maps(model, x)])
+
+
 def test_hook_features_are_refused_naming_the_allowed_classes():
     with pytest.raises(ValueError, match="feature_cls must be 'getter' or 'fx'"):
         timm.create_model('ca_deit_tiny', features_only=True, feature_cls='hook')

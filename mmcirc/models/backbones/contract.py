@@ -148,8 +148,10 @@ def pad_to_multiple(x: torch.Tensor, size: int) -> torch.Tensor:
 
 def call_block(block: nn.Module, *args, with_cp: bool = False):
     """``block(*args)``, under ``torch.utils.checkpoint`` when ``with_cp`` and autograd
-    records (activations recomputed in backward, not stored; RNG state preserved)."""
-    if with_cp and torch.is_grad_enabled() and args[0].requires_grad:
+    records (activations recomputed in backward, not stored; RNG state preserved); a
+    ``torch.fx`` trace records the block itself (no checkpoint in the graph)."""
+    x = args[0]
+    if with_cp and isinstance(x, torch.Tensor) and torch.is_grad_enabled() and x.requires_grad:
         return checkpoint(block, *args, use_reentrant=False)
     return block(*args)
 
