@@ -7,12 +7,23 @@ The backbone returns the raw output of every block (``out_type='raw'``); the fin
 :meth:`forward_intermediates`. Torch and timm only.
 """
 
+import functools
+
 import torch
 from torch import nn
 
 from .model import TimmModel, building_on, init_backbone
 
 __all__ = ['CADeiTTimm', 'VECATimm']
+
+
+def block_map(tokens: torch.Tensor, x: torch.Tensor, patch_size: int, prefix: int) -> torch.Tensor:
+    """A block's output ``tokens`` (B, prefix + N, C) for an image x (B, C_in, H, W) ->
+    the (B, C, H', W') map of its N patch tokens (H' = ceil(H / patch_size), padding
+    included), as :meth:`_Isotropic.forward_intermediates` makes it."""
+    b, _, c = tokens.shape
+    hw = -(-x.shape[-2] // patch_size), -(-x.shape[-1] // patch_size)
+    return tokens[:, prefix:].transpose(1, 2).reshape(b, c, *hw)
 
 
 class _Isotropic(TimmModel):
@@ -68,6 +79,19 @@ class _Isotropic(TimmModel):
     def _final(self, outs) -> torch.Tensor:
         """The backbone's block outputs ``outs`` -> :meth:`forward_features`' result."""
         raise NotImplementedError
+
+    #: tokens ahead of the patches in a block's output (VECA: the cores)
+    block_prefix = 0
+
+    @staticmethod
+    def fx_leaves():
+        from mmcirc.models.backbones.contract import pad_to_multiple
+
+        return (), (pad_to_multiple,)
+
+    def feature_map_fn(self):
+        """A block's output tokens -> its patches' map (:func:`block_map`)."""
+        return functools.partial(block_map, patch_size=self.patch_size, prefix=self.block_prefix)
 
     def _block_tokens(self, outs, i: int, norm: bool) -> torch.Tensor:
         """Block ``i``'s patch tokens (B, N, C) of the outputs ``outs``, raw or through
@@ -170,6 +194,13 @@ class CADeiTTimm(_Isotropic):
 
         return CADeiT
 
+    @staticmethod
+    def fx_leaves():
+        from mmcirc.models.backbones.contract import pad_to_multiple
+        from mmcirc.ops.circulant import CirculantAttention
+
+        return (CirculantAttention,), (pad_to_multiple,)
+
     def _final(self, outs) -> torch.Tensor:
         """One (B, N, C) per block -> the final-LN tokens (B, N, C), N = ceil(H/p) * ceil(W/p)."""
         return self.backbone.norm(outs[-1])
@@ -258,6 +289,11 @@ class VECATimm(_Isotropic):
     @property
     def num_prefix_tokens(self) -> int:
         """The cores C' ahead of the patches in :meth:`forward_features`' sequence."""
+        return self.backbone.num_cores
+
+    @property
+    def block_prefix(self) -> int:
+        """The cores C' ahead of the patches in a block's output."""
         return self.backbone.num_cores
 
     def set_num_cores(self, num_cores) -> None:

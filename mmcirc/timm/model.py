@@ -11,7 +11,14 @@ after the last one taken.
 
 Models are built on the default device, or on ``device`` (``'meta'``: no memory, no
 init; ``to_empty`` then :meth:`TimmModel.init_weights` makes them real), in ``dtype``.
-The backbones are leaves of ``torch.fx`` traces (timm's ``register_notrace_module``).
+
+``torch.fx`` traces a model down to the backbone's stages and blocks; the leaves (timm's
+``register_notrace_module`` / ``register_notrace_function``, :meth:`TimmModel.fx_leaves`)
+are only the modules and functions whose forward branches on sizes or makes them ints
+(the attentions, patch embedding and merging, the size helpers). The ``feature_info``
+modules are thus nodes of the graph: ``features_only=True`` takes ``feature_cls='fx'``
+(:class:`FeatureGraph`, the maps of :meth:`TimmModel.forward_intermediates` out of
+that graph) besides the default ``'getter'``.
 
 Torch and timm only: CA-DeiT and VECA need nothing else; the pyramids need mmdet where
 they are built (:mod:`.pyramid`).
@@ -23,14 +30,16 @@ import re
 from typing import List, Optional, Sequence, Set
 
 import torch
-from timm.models import register_notrace_module
+from timm.models import register_notrace_function, register_notrace_module
 from timm.models._features import FeatureGetterNet
+from timm.models._features_fx import FeatureGraphNet
 from torch import nn
 
 from mmcirc.models.backbones.contract import HAS_MMENGINE, is_int, parse_out_indices
 
 __all__ = [
     'FeatureGetter',
+    'FeatureGraph',
     'PoolTypeError',
     'TimmModel',
     'building_on',
@@ -93,6 +102,28 @@ class FeatureGetter(FeatureGetterNet):
         self.model.set_grad_checkpointing(enable)
 
 
+class FeatureGraph(FeatureGraphNet):
+    """timm's ``FeatureGraphNet`` (``feature_cls='fx'``: the outputs of the
+    ``feature_info`` modules, out of a ``torch.fx`` graph of the model) giving the maps
+    of :meth:`TimmModel.forward_intermediates`: a pyramid stage's output is its map
+    already, a block's tokens are made one (:meth:`TimmModel.feature_map_fn`); the
+    indices taken as the getter takes them (:func:`take_indices`: sorted, negative ones
+    from the end; as given with an ``out_map``). ``output_fmt`` (timm's builder passes
+    the model's) changes nothing: the maps are NCHW."""
+
+    def __init__(self, model, out_indices, out_map=None, output_fmt='NCHW', return_dict=False):
+        if out_map is None:
+            out_indices = model._check_indices(out_indices)
+        super().__init__(model, out_indices, out_map=out_map, return_dict=return_dict)
+        self.to_map = model.feature_map_fn()
+
+    def forward(self, x):
+        out = self.graph_module(x)
+        if self.to_map is not None:
+            out = {k: self.to_map(v, x) for k, v in out.items()}
+        return out if self.return_dict else list(out.values())
+
+
 class TimmModel(nn.Module):
     """timm's classifier interface around an mmcirc backbone (abstract).
 
@@ -133,7 +164,11 @@ class TimmModel(nn.Module):
         if not is_int(num_classes) or num_classes < 0:
             raise ValueError(f'num_classes must be an int >= 0, got {num_classes!r}')
         self.backbone = backbone.to(dtype=dtype) if dtype is not None else backbone
-        register_notrace_module(type(backbone))  # a torch.fx leaf: its forward branches on sizes
+        modules, functions = self.fx_leaves()
+        for module in modules:
+            register_notrace_module(module)
+        for function in functions:
+            register_notrace_function(function)
         self.in_chans = int(in_chans)
         self.num_features = self.head_hidden_size = int(num_features)
         self.feature_info = feature_info
@@ -234,6 +269,17 @@ class TimmModel(nn.Module):
         """Recompute the family's persistent buffers that are functions of the shapes."""
 
     # ------------------------------------------------------------------ features
+    @staticmethod
+    def fx_leaves() -> tuple:
+        """(module classes, functions) of the family that ``torch.fx`` does not trace
+        through: those whose forward branches on sizes or makes them ints."""
+        return (), ()
+
+    def feature_map_fn(self):
+        """``fn(output, x)``: the map :meth:`forward_intermediates` gives of a
+        ``feature_info`` module's ``output`` for an image ``x`` (:class:`FeatureGraph`);
+        None: the output is that map."""
+
     def _check_indices(self, indices) -> List[int]:
         return take_indices(indices, self.backbone.num_stages, self.backbone.stage_unit)
 

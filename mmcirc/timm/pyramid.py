@@ -129,6 +129,28 @@ class PyramidTimm(TimmModel):
             r'\.relative_position_bias_table$',  # Swin's window stages
         )
 
+    @staticmethod
+    def fx_leaves():
+        from mmcv.cnn.bricks.transformer import AdaptivePadding, PatchMerging
+        from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, SpatialReductionAttention
+        from mmdet.models.backbones.swin import ShiftWindowMSA
+        from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
+
+        from mmcirc.models.backbones.pyramid_stage import grid_size
+        from mmcirc.ops.circulant import CirculantAttention
+        from mmcirc.ops.core import CoreAttention, select_cores
+
+        modules = (
+            AdaptivePadding,  # padding computed from the input size
+            PatchMerging,
+            AbsolutePositionEmbedding,  # resized to the map
+            SpatialReductionAttention,
+            ShiftWindowMSA,
+            CirculantAttention,
+            CoreAttention,
+        )
+        return modules, (nlc_to_nchw, nchw_to_nlc, grid_size, select_cores)
+
     # ------------------------------------------------------------------ forward
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, C_in, H, W) -> the last stage's map (B, C_4, H/32, W/32)."""

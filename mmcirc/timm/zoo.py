@@ -11,7 +11,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
 from .isotropic import CADeiTTimm, VECATimm
-from .model import FeatureGetter
+from .model import FeatureGetter, FeatureGraph
 from .pyramid import PyramidTimm
 from .weights import checkpoint_filter_fn
 
@@ -94,13 +94,12 @@ def _create(variant: str, pretrained: bool = False, **kwargs):
     if not features and 'out_indices' in kwargs:
         raise ValueError(f'{variant}: out_indices is an option of features_only=True only')
     feature_cls = kwargs.pop('feature_cls', 'getter')
-    if features and isinstance(feature_cls, str) and feature_cls != 'getter':
-        raise ValueError(
-            f"{variant}: feature_cls must be 'getter' (forward_intermediates; the backbones "
-            f'are torch.fx leaves, their stages no hook points), got {feature_cls!r}'
-        )
+    if features and isinstance(feature_cls, str) and feature_cls not in ('getter', 'fx'):
+        raise ValueError(f"{variant}: feature_cls must be 'getter' or 'fx', got {feature_cls!r}")
     if feature_cls == 'getter':  # timm's getter, with the model's gradient checkpointing
         feature_cls = FeatureGetter
+    elif feature_cls == 'fx':  # timm's fx extractor, giving the getter's maps
+        feature_cls = FeatureGraph
     if cls is PyramidTimm:
         default_out = (0, 1, 2, 3)
         if features:

@@ -133,9 +133,3 @@ def test_the_timm_modules_import_one_way():
                 edges.add((name, node.module))
     assert ('model', 'weights') in edges
     assert not {(a, b) for a, b in edges if (b, a) in edges}
-
-
-@pytest.mark.parametrize('feature_cls', ['fx', 'hook'])
-def test_feature_extractors_other_than_the_getter_are_refused(feature_cls):
-    with pytest.raises(ValueError, match="feature_cls must be 'getter'"):
-        timm.create_model('ca_deit_tiny', features_only=True, feature_cls=feature_cls)

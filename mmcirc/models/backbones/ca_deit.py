@@ -32,7 +32,6 @@ mmpretrain.
 from typing import Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mmcirc.ops.circulant import CirculantAttention
@@ -43,6 +42,7 @@ from .contract import (
     check_positive,
     check_positive_int,
     check_rate,
+    pad_to_multiple,
     spatial_size,
 )
 
@@ -95,11 +95,7 @@ class PatchEmbed(nn.Module):
 
     def forward(self, x):
         """x (B, C_in, H, W) -> tokens (B, N, C), (H', W')."""
-        p = self.patch_size
-        pad_h, pad_w = -x.shape[-2] % p, -x.shape[-1] % p
-        if pad_h or pad_w:
-            x = F.pad(x, (0, pad_w, 0, pad_h))
-        x = self.proj(x)  # (B, C, H', W')
+        x = self.proj(pad_to_multiple(x, self.patch_size))  # (B, C, H', W')
         hw = spatial_size(x)
         return x.flatten(2).transpose(1, 2), hw
 

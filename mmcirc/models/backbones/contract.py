@@ -27,6 +27,7 @@ from numbers import Integral, Real
 from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
@@ -65,6 +66,7 @@ __all__ = [
     'check_positive_int',
     'check_rate',
     'is_int',
+    'pad_to_multiple',
     'parse_out_indices',
     'spatial_size',
 ]
@@ -135,10 +137,21 @@ def spatial_size(x: torch.Tensor) -> tuple:
     return (int(h), int(w)) if torch.jit.is_tracing() else (h, w)
 
 
+def pad_to_multiple(x: torch.Tensor, size: int) -> torch.Tensor:
+    """x (..., H, W) zero padded at the bottom / right to multiples of ``size`` (x
+    itself when H and W are; a ``torch.fx`` leaf function in mmcirc.timm)."""
+    pad_h, pad_w = -x.shape[-2] % size, -x.shape[-1] % size
+    if pad_h or pad_w:
+        x = F.pad(x, (0, pad_w, 0, pad_h))
+    return x
+
+
 def call_block(block: nn.Module, *args, with_cp: bool = False):
     """``block(*args)``, under ``torch.utils.checkpoint`` when ``with_cp`` and autograd
-    records (activations recomputed in backward, not stored; RNG state preserved)."""
-    if with_cp and torch.is_grad_enabled() and args[0].requires_grad:
+    records (activations recomputed in backward, not stored; RNG state preserved); a
+    ``torch.fx`` trace records the block itself (no checkpoint in the graph)."""
+    x = args[0]
+    if with_cp and isinstance(x, torch.Tensor) and torch.is_grad_enabled() and x.requires_grad:
         return checkpoint(block, *args, use_reentrant=False)
     return block(*args)
 

@@ -25,7 +25,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import ModuleList
 from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_init
 
@@ -406,6 +405,7 @@ class PyramidBackbone(ElasticCores, BackboneContract):
             torch.jit.is_tracing()
             or torch.compiler.is_compiling()
             or torch.onnx.is_in_onnx_export()
+            or isinstance(x, torch.fx.Proxy)
         ):
             return  # symbolic shapes: the check would specialise the graph
         h, w = int(x.shape[-2]), int(x.shape[-1])
@@ -424,10 +424,9 @@ class PyramidBackbone(ElasticCores, BackboneContract):
         x, hw_shape = self._stem(x)
         outs = []
         for i, stage in enumerate(self.stages):
-            x, hw_shape, out, out_hw = stage(x, hw_shape)
-            if i in self.out_indices:
-                norm = getattr(self, f'norm{i}', None)
-                if norm is not None:
-                    out = norm(out)
-                outs.append(nlc_to_nchw(out, out_hw).contiguous())
+            taken = i in self.out_indices
+            norm = getattr(self, f'norm{i}', None) if taken else None
+            x, hw_shape, out = stage(x, hw_shape, norm, taken)  # out: its map, made last
+            if taken:
+                outs.append(out)
         return tuple(outs)

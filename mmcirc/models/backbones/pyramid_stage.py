@@ -4,6 +4,7 @@ from typing import List, Optional, Sequence
 
 import torch
 import torch.nn as nn
+from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 
@@ -11,13 +12,20 @@ from mmcirc.ops.core import select_cores
 from ..blocks.base import tokens_as_map
 from .contract import call_block
 
-__all__ = ['PyramidStage']
+__all__ = ['PyramidStage', 'grid_size']
 
 
-def _size(s):
+def grid_size(s):
     """``int(s)``, except a symbolic size (``torch.export`` with dynamic shapes), which
-    stays symbolic so that one exported graph serves every input size."""
+    stays symbolic so that one exported graph serves every input size (a ``torch.fx``
+    leaf function in mmcirc.timm: a traced graph makes it an int when it runs)."""
     return s if isinstance(s, torch.SymInt) else int(s)
+
+
+def _grid(hw_shape) -> tuple:
+    """(H, W) of ``hw_shape`` through :func:`grid_size` (indexed, not iterated: a
+    ``torch.fx`` proxy of a pair takes an index)."""
+    return grid_size(hw_shape[0]), grid_size(hw_shape[1])
 
 
 class PyramidStage(BaseModule):
@@ -40,8 +48,10 @@ class PyramidStage(BaseModule):
         carries_cores (bool, optional): whether the stage owns a core bank; None: when
             its blocks declare ``carries_cores``.
 
-    ``forward(x, hw_shape) -> (x_next, hw_next, out, out_hw)``: the input of the next
-    stage and this stage's output (before ``downsample``), tokens (B, N, C).
+    ``forward(x, hw_shape, out_norm=None, with_out=True) -> (x_next, hw_next, out)``:
+    the input of the next stage (tokens (B, N, C) and their grid) and this stage's
+    output (before ``downsample``, through ``out_norm`` when given) as a contiguous map
+    (B, C, H, W), computed last (None without ``with_out``).
     """
 
     def __init__(
@@ -89,14 +99,21 @@ class PyramidStage(BaseModule):
             trunc_normal_(self.cores, std=0.02)
         super().init_weights()
 
-    def forward(self, x: torch.Tensor, hw_shape: Optional[Sequence[int]]):
-        """x: tokens (B, N, C) with ``hw_shape``, or an image/map (B, C, H, W) when the
-        stage starts with ``patch_embed``. Returns (x_next, hw_next, out, out_hw)."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        hw_shape: Optional[Sequence[int]],
+        out_norm=None,
+        with_out: bool = True,
+    ):
+        """x: tokens (B, N, C) with ``hw_shape``, or an image/map (B, C, H, W) with
+        ``hw_shape`` None when the stage starts with ``patch_embed``. Returns
+        (x_next, hw_next, out), ``out`` the map (B, C, H, W) of the stage's output."""
         if self.patch_embed is not None:
-            if x.dim() == 3:  # (B, N, C) -> (B, C, H, W) channels-last view, no copy
+            if hw_shape is not None:  # (B, N, C) -> (B, C, H, W) channels-last view, no copy
                 x = tokens_as_map(x, hw_shape)
             x, hw_shape = self.patch_embed(x)
-        hw_shape = tuple(_size(s) for s in hw_shape)
+        hw_shape = _grid(hw_shape)
         if self.pos_embed is not None:
             x = self.pos_embed(x, hw_shape)
         if self.cores is None:
@@ -116,5 +133,9 @@ class PyramidStage(BaseModule):
         out, out_hw = x, hw_shape
         if self.downsample is not None:
             x, hw_shape = self.downsample(x, hw_shape)
-            hw_shape = tuple(_size(s) for s in hw_shape)
-        return x, hw_shape, out, out_hw
+            hw_shape = _grid(hw_shape)
+        if not with_out:
+            return x, hw_shape, None
+        if out_norm is not None:
+            out = out_norm(out)
+        return x, hw_shape, nlc_to_nchw(out, out_hw).contiguous()

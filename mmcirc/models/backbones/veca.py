@@ -48,6 +48,7 @@ from .contract import (
     check_positive_int,
     check_rate,
     is_int,
+    pad_to_multiple,
     spatial_size,
 )
 
@@ -407,10 +408,7 @@ class VECAViT(ElasticCores, BackboneContract):
         is zero padded at the bottom / right). Returns one output per ``out_indices``
         entry, shaped by ``out_type``; the last block's through the final LN (and
         output projection) with ``out_norm``, the others raw."""
-        p = self.patch_size
-        if x.shape[-2] % p or x.shape[-1] % p:
-            x = F.pad(x, (0, -x.shape[-1] % p, 0, -x.shape[-2] % p))
-        x = self.patch_embed.proj(x)  # (B, D, H, W)
+        x = self.patch_embed.proj(pad_to_multiple(x, self.patch_size))  # (B, D, H, W)
         b, hw = x.shape[0], spatial_size(x)  # ints eagerly, symbolic under torch.export
         x = self.patch_embed.norm(x.flatten(2).transpose(1, 2))  # (B, N, D)
         c = self._num_cores
