@@ -110,12 +110,13 @@ def run_parallel(
     """``[fn(*args) on rank r for r in range(nprocs)]``, each rank a process of one group.
 
     ``start_method``: 'fork' (fast: the children share what the parent imported),
-    'forkserver' (the children fork from a server process that imported ``fn``'s module
-    and nothing ran in: ranks that run ``backward`` need it, or 'spawn', once this process
-    has run one, since autograd's worker threads do not survive a fork) or 'spawn'; with
-    either of the last two ``fn`` must be importable by name. ``threads``: torch threads
-    per rank; more than one makes 'fork' 'spawn' (a forked child that runs OpenMP regions
-    after its parent did can deadlock: libgomp's thread pool does not survive a fork).
+    'forkserver' (the children fork from a clean server process that preloaded ``fn``'s
+    module) or 'spawn'; with the last two ``fn`` must be importable by name. Ranks that
+    run ``backward`` need 'forkserver' or 'spawn' once this process ran a backward that
+    started autograd's worker threads (a compiled one does): those threads do not
+    survive a fork. ``threads``: torch threads per rank; more than one makes 'fork'
+    'spawn' (a forked child that runs OpenMP regions after its parent did can deadlock:
+    libgomp's thread pool does not survive a fork).
     Return values travel pickled by value through a multiprocessing queue."""
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f'nprocs must be a positive int, got {nprocs!r}')

@@ -213,6 +213,7 @@ def run(args):
                 p,
                 args=(cfg, args.size, p > 1),
                 # training ranks run backward: not forked from a process that may have
+                # started autograd's worker threads (see run_parallel)
                 start_method='forkserver' if train else 'fork',
                 threads=max(1, args.threads // p),
                 timeout_s=3600,
