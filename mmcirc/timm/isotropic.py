@@ -196,10 +196,10 @@ class CADeiTTimm(_Isotropic):
 
     @staticmethod
     def fx_leaves():
-        from mmcirc.models.backbones.contract import pad_to_multiple
         from mmcirc.ops.circulant import CirculantAttention
 
-        return (CirculantAttention,), (pad_to_multiple,)
+        modules, functions = _Isotropic.fx_leaves()
+        return (*modules, CirculantAttention), functions
 
     def _final(self, outs) -> torch.Tensor:
         """One (B, N, C) per block -> the final-LN tokens (B, N, C), N = ceil(H/p) * ceil(W/p)."""

@@ -131,25 +131,23 @@ class PyramidTimm(TimmModel):
 
     @staticmethod
     def fx_leaves():
+        """The stages' size-dependent parts, and what every registered block declares
+        (``PyramidBlock.fx_leaves``: its attention operator)."""
         from mmcv.cnn.bricks.transformer import AdaptivePadding, PatchMerging
-        from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, SpatialReductionAttention
-        from mmdet.models.backbones.swin import ShiftWindowMSA
+        from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
         from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
 
         from mmcirc.models.backbones.pyramid_stage import grid_size
-        from mmcirc.ops.circulant import CirculantAttention
-        from mmcirc.ops.core import CoreAttention, select_cores
+        from mmcirc.models.blocks import block_classes
+        from mmcirc.ops.core import select_cores
 
-        modules = (
+        stages = (
             AdaptivePadding,  # padding computed from the input size
             PatchMerging,
             AbsolutePositionEmbedding,  # resized to the map
-            SpatialReductionAttention,
-            ShiftWindowMSA,
-            CirculantAttention,
-            CoreAttention,
         )
-        return modules, (nlc_to_nchw, nchw_to_nlc, grid_size, select_cores)
+        blocks = tuple(leaf for cls in block_classes().values() for leaf in cls.fx_leaves)
+        return stages + blocks, (nlc_to_nchw, nchw_to_nlc, grid_size, select_cores)
 
     # ------------------------------------------------------------------ forward
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,9 @@ register_model`) and declares, as class attributes:
 * ``quadratic``: its attention matrix grows with the square of the map area;
 * ``attention_probes``: how the analysis captures its attention and counts its FLOPs
   (:class:`~mmcirc.models.blocks.probe.AttentionProbe`; the probes of all registered
-  blocks are asked, so a probe also finds its operator outside this block).
+  blocks are asked, so a probe also finds its operator outside this block);
+* ``fx_leaves``: the module classes inside it whose forward branches on sizes or makes
+  them ints, which ``torch.fx`` records whole instead of tracing (mmcirc.timm).
 
 A backbone builds its blocks from configs: :meth:`PyramidBlock.stage_kwargs` maps the
 backbone's per-block context (``embed_dims``, ``num_heads``, ``drop_path_rate``, ...)
@@ -70,6 +72,7 @@ class PyramidBlock:
     options: Tuple[str, ...] = ()
     quadratic: bool = False
     attention_probes: tuple = ()
+    fx_leaves: tuple = ()
     #: the family's ``num_heads`` must divide ``embed_dims`` in a stage of this kind
     uses_num_heads: bool = True
 

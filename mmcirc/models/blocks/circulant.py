@@ -72,6 +72,7 @@ class CirculantBlock(PyramidBlock, BaseModule):
 
     kind = 'circulant'
     attention_probes = (CirculantProbe(),)
+    fx_leaves = (CirculantAttention,)
     added_keys = ('cpe.', 'attn.')
     options = ('circulant_heads', 'boundary', 'scale')
     uses_num_heads = False

@@ -63,6 +63,7 @@ class CoreBlock(PyramidBlock, BaseModule):
 
     kind = 'core'
     attention_probes = (CoreProbe(),)
+    fx_leaves = (CoreAttention,)
     carries_cores = True
     added_keys = ('cpe.', 'attn.')
     options = ('num_cores', 'num_cores_max', 'core_cpe', 'core_chunk_size')

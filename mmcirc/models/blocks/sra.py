@@ -78,6 +78,7 @@ class SRABlock(PyramidBlock, PVTEncoderLayer):
 
     kind = 'sra'
     attention_probes = (SRAProbe(),)
+    fx_leaves = (SpatialReductionAttention,)
     families = ('pvt',)
     options = ('sr_ratios',)
     quadratic = True

@@ -4,7 +4,7 @@ import math
 from typing import Sequence
 
 import torch
-from mmdet.models.backbones.swin import SwinBlock, WindowMSA
+from mmdet.models.backbones.swin import ShiftWindowMSA, SwinBlock, WindowMSA
 
 from mmcirc.registry import register_model
 from .base import PyramidBlock
@@ -62,6 +62,7 @@ class WindowBlock(PyramidBlock, SwinBlock):
 
     kind = 'window'
     attention_probes = (WindowProbe(),)
+    fx_leaves = (ShiftWindowMSA,)  # pads and shifts by the map's size
     families = ('swin',)
     options = ('window_size', 'qk_scale')
 
