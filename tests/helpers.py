@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: paths of the repo and a runner for its tools."""
+"""Helpers shared by the tests: paths of the repo, a runner for its tools, and one
+recorded training step of a segmentor."""
 
 import glob
 import mmap
@@ -193,3 +194,57 @@ def tiny_pyramid_config(tmp_path, base='ca_pvt_t-allcirc_fpn_80k_ade20k.py', nam
     path = tmp_path / (name + '.py')
     path.write_text(TINY_PYRAMID_FPN.format(base=osp.join(REPO, 'configs', base)))
     return str(path)
+
+
+class CastInputs:
+    """A segmentor's data preprocessor's own forward, its inputs then in ``dtype`` (set
+    as ``model.data_preprocessor.forward``; an instance, unlike a lambda, travels to
+    other processes pickled)."""
+
+    def __init__(self, pre, dtype):
+        self.pre, self.dtype = pre, dtype
+
+    def __call__(self, data, training=False):
+        data = type(self.pre).forward(self.pre, data, training)
+        return dict(data, inputs=data['inputs'].to(self.dtype))
+
+
+def seg_batch(num, size, num_classes, ignored):
+    """mmseg's training batch of ``num`` random uint8 images of ``size`` (H, W) with
+    labels in [0, num_classes) and a fraction ``ignored`` of the pixels 255 (seed 0)."""
+    import torch
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+
+    g = torch.Generator().manual_seed(0)
+    h, w = size = tuple(size)
+    inputs, samples = [], []
+    for _ in range(num):
+        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g))
+        labels = torch.randint(0, num_classes, (1, h, w), generator=g)
+        labels[:, torch.rand(h, w, generator=g) < ignored] = 255
+        sample = SegDataSample(metainfo=dict(img_shape=size, ori_shape=size, pad_shape=size))
+        sample.gt_sem_seg = PixelData(data=labels)
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def sgd_step_record(model, train_step, data):
+    """One SGD step (lr 0.1) by ``train_step(data, optim_wrapper)`` after
+    ``torch.manual_seed(0)`` (drop path and dropout draw alike in every process):
+    (log values, every parameter's gradient at the step, the state dict after it)."""
+    import torch
+    from mmengine.optim import OptimWrapper
+
+    grads = {}
+    names = {p: n for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def keep(optimizer, args, kwargs):
+        grads.update({names[p]: p.grad.clone() for p in model.parameters() if p.grad is not None})
+
+    opt.register_step_pre_hook(keep)
+    torch.manual_seed(0)
+    log = train_step(data, OptimWrapper(opt))
+    after = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {k: float(v) for k, v in log.items()}, grads, after

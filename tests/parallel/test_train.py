@@ -16,7 +16,7 @@ import os.path as osp
 import pytest
 import torch
 
-from helpers import FIXTURE_CONFIGS, REPO
+from helpers import FIXTURE_CONFIGS, REPO, CastInputs, seg_batch, sgd_step_record
 from mmcirc.distributed import run_parallel
 
 TRAIN = """_base_ = {base!r}
@@ -50,59 +50,14 @@ def _build(tmp, name, **fmt):
     text = dict(base=osp.join(REPO, 'configs', base), size=SIZE, loss=loss, aux=aux)
     path.write_text(TRAIN.format(**dict(text, **fmt)))
     model = revert_sync_batchnorm(build_model(str(path), seed=0)).double()
-    model.data_preprocessor.forward = _DoubleInputs(model.data_preprocessor)
+    model.data_preprocessor.forward = CastInputs(model.data_preprocessor, torch.float64)
     return model.train()
 
 
-class _DoubleInputs:
-    """The preprocessor's own forward, its inputs then in float64 (an instance, unlike a
-    lambda, travels to the ranks pickled)."""
-
-    def __init__(self, pre):
-        self.pre = pre
-
-    def __call__(self, data, training=False):
-        data = type(self.pre).forward(self.pre, data, training)
-        return dict(data, inputs=data['inputs'].double())
-
-
-def _batch():
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-
-    g = torch.Generator().manual_seed(0)
-    h, w = SIZE
-    inputs, samples = [], []
-    for _ in range(2):
-        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g))
-        labels = torch.randint(0, 5, (1, h, w), generator=g)
-        labels[:, torch.rand(h, w, generator=g) < 0.2] = 255  # ignored pixels
-        s = SegDataSample(metainfo=dict(img_shape=SIZE, ori_shape=SIZE, pad_shape=SIZE))
-        s.gt_sem_seg = PixelData(data=labels)
-        samples.append(s)
-    return dict(inputs=inputs, data_samples=samples)
-
-
 def _step(model, train_step):
-    """One SGD step by ``train_step(data, optim_wrapper)``: (log values, gradients at the
-    step, buffers and parameters after it)."""
-    from mmengine.optim import OptimWrapper
-
-    grads = {}
-    names = {p: n for n, p in model.named_parameters()}
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def keep(optimizer, args, kwargs):
-        for p in model.parameters():
-            if p.grad is not None:
-                grads[names[p]] = p.grad.clone()
-
-    opt.register_step_pre_hook(keep)
-    torch.manual_seed(0)  # drop path and dropout draw the same on every rank
-    log = train_step(_batch(), OptimWrapper(opt))
-    log = {k: float(v) for k, v in log.items()}
-    after = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return log, grads, after
+    """One SGD step of mmseg's train_step on two images of SIZE (5 classes, 20 % of the
+    pixels ignored): (log values, gradients at the step, state after it)."""
+    return sgd_step_record(model, train_step, seg_batch(2, SIZE, num_classes=5, ignored=0.2))
 
 
 @pytest.fixture(scope='module')

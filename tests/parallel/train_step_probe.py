@@ -7,7 +7,7 @@ gradient, float64 sharded against float64 one process, and float32 (one process 
 sharded) against float64 one process. Prints one line per comparison.
 Not a test: the record behind docs/benchmarks.md (sharded training).
 
-    PYTHONPATH=. python tests/parallel/train_step_probe.py --size 1024
+    PYTHONPATH=tests python tests/parallel/train_step_probe.py --size 1024
 """
 
 import argparse
@@ -15,9 +15,9 @@ import os.path as osp
 
 import torch
 
+from helpers import REPO, CastInputs, seg_batch, sgd_step_record
 from mmcirc.distributed import run_parallel
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = ('ca_pvt_t-allcirc_fpn_80k_ade20k.py', 'core_pvt_t-allcore_fpn_80k_ade20k.py')
 
 
@@ -32,47 +32,15 @@ def build(config, size, dtype):
     cfg.model.backbone.update(init_cfg=None, drop_path_rate=0.0)
     cfg.model.decode_head.dropout_ratio = 0.0
     model = revert_sync_batchnorm(build_model(cfg, seed=0)).to(dtype).train()
-    model.data_preprocessor.forward = _CastInputs(model.data_preprocessor, dtype)
+    model.data_preprocessor.forward = CastInputs(model.data_preprocessor, dtype)
     return model
 
 
-class _CastInputs:
-    """The preprocessor's own forward, its inputs then in ``dtype`` (picklable)."""
-
-    def __init__(self, pre, dtype):
-        self.pre, self.dtype = pre, dtype
-
-    def __call__(self, data, training=False):
-        data = type(self.pre).forward(self.pre, data, training)
-        return dict(data, inputs=data['inputs'].to(self.dtype))
-
-
-def batch(size):
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-
-    g = torch.Generator().manual_seed(0)
-    img = torch.randint(0, 256, (3, size, size), dtype=torch.uint8, generator=g)
-    labels = torch.randint(0, 150, (1, size, size), generator=g)
-    labels[:, torch.rand(size, size, generator=g) < 0.1] = 255
-    sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size)))
-    sample.gt_sem_seg = PixelData(data=labels)
-    return dict(inputs=[img], data_samples=[sample])
-
-
 def step(model, train_step, size):
-    """(logged values, every parameter's gradient at the optimizer step)."""
-    from mmengine.optim import OptimWrapper
-
-    grads, names = {}, {p: n for n, p in model.named_parameters()}
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-
-    def keep(optimizer, args, kwargs):
-        grads.update({names[p]: p.grad.clone() for p in model.parameters() if p.grad is not None})
-
-    opt.register_step_pre_hook(keep)
-    log = train_step(batch(size), OptimWrapper(opt))
-    return {k: float(v) for k, v in log.items()}, grads
+    """(logged values, every parameter's gradient at the optimizer step) of one step on
+    one S x S image (150 classes, 10 % of the pixels ignored)."""
+    batch = seg_batch(1, (size, size), num_classes=150, ignored=0.1)
+    return sgd_step_record(model, train_step, batch)[:2]
 
 
 def sharded_step(config, size, dtype):
