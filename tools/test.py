@@ -1,7 +1,9 @@
 """Evaluate a checkpoint on an mmdet, mmseg or mmpretrain config's test set.
 
-python tools/test.py CONFIG CHECKPOINT [--out results.pkl] [--show-dir DIR]
-    [--num-cores N] [--boundary B] [--scale S] [--stage-attentions KINDS]
+python tools/test.py CONFIG CHECKPOINT [--out FILE] [--show-dir DIR] [--work-dir DIR] [--compile [BACKEND]] [--trust-checkpoint] [--num-cores N] [--cfg-options k=v ...]
+
+(the usage line of the documentation; also ``--boundary B``, ``--scale S``,
+``--stage-attentions KINDS``, ``--launcher``.)
 
 The backbone overrides (:mod:`mmcirc.apis.overrides`) are written into the config
 before the model is built, with the backbone's own checks.
