@@ -99,11 +99,11 @@ def _cols_to_rows(z, row_bounds, col_bounds, rank, group):
     return torch.cat(got, dim=2)  # columns of ranks 0..P-1 in order: (L, h_r, U)
 
 
-def _fft(fn, z, n, dim):
-    """``fn(z, n=n, dim=dim)``, also for an empty band (a rank without rows or columns,
-    which MKL refuses): the empty output's shape and dtype (:func:`empty_band`)."""
+def _fft(fn, z, n, dim, norm='backward'):
+    """``fn(z, n=n, dim=dim, norm=norm)``, also for an empty band (a rank without rows or
+    columns, which MKL refuses): the empty output's shape and dtype (:func:`empty_band`)."""
     if z.numel():
-        return fn(z, n=n, dim=dim)
+        return fn(z, n=n, dim=dim, norm=norm)
     real = torch.empty(0, dtype=z.real.dtype)
     shape = list(z.shape)
     shape[dim] = n // 2 + 1 if fn is torch.fft.rfft else n
@@ -116,14 +116,17 @@ def _check_grid(rows, width, grid):
         raise ValueError(f'grid must be (Ph, Pw) >= (rows, W) = ({rows}, {width}), got {grid!r}')
 
 
-def sharded_rfft2(x: torch.Tensor, rows: int, grid: Sequence[int], group=None) -> torch.Tensor:
-    """Column band of ``torch.fft.rfft2(full, s=grid)`` from the row band ``x``.
+def sharded_rfft2(
+    x: torch.Tensor, rows: int, grid: Sequence[int], group=None, norm: str = 'backward'
+) -> torch.Tensor:
+    """Column band of ``torch.fft.rfft2(full, s=grid, norm=norm)`` from the row band ``x``.
 
     Args:
         x (Tensor): real (..., h_r, W), rows ``band_bounds(rows, P)[rank]`` of the map.
         rows (int): rows of the whole map (<= Ph).
         grid (tuple): FFT grid (Ph, Pw) >= (rows, W); the map is zero padded to it.
         group: process group (None: the default group).
+        norm (str): torch.fft's normalisation (a 2-D one is that of each 1-D pass).
 
     Returns:
         Tensor: complex (..., Ph, u_r), the half-spectrum columns
@@ -135,23 +138,30 @@ def sharded_rfft2(x: torch.Tensor, rows: int, grid: Sequence[int], group=None) -
     rb, cb = band_bounds(rows, size), spectrum_columns(grid, size)
     if hr != rb[rank][1] - rb[rank][0]:
         raise ValueError(f'x has {hr} rows, rank {rank} of {size} owns {rb[rank]} of {rows}')
-    z = _fft(torch.fft.rfft, x.reshape(math.prod(lead), hr, w), grid[1], -1)  # (L, h_r, U)
+    z = _fft(torch.fft.rfft, x.reshape(math.prod(lead), hr, w), grid[1], -1, norm)  # (L, h_r, U)
     z = _rows_to_cols(z, rb, cb, rank, group)  # (L, rows, u_r)
-    z = _fft(torch.fft.fft, z, grid[0], -2)  # zero rows rows..Ph-1: (L, Ph, u_r)
+    z = _fft(torch.fft.fft, z, grid[0], -2, norm)  # zero rows rows..Ph-1: (L, Ph, u_r)
     return z.view(*lead, *z.shape[-2:])
 
 
 def sharded_irfft2(
-    z: torch.Tensor, rows: int, grid: Sequence[int], width: Optional[int] = None, group=None
+    z: torch.Tensor,
+    rows: int,
+    grid: Sequence[int],
+    width: Optional[int] = None,
+    group=None,
+    norm: str = 'backward',
 ) -> torch.Tensor:
-    """Row band of ``torch.fft.irfft2(full, s=grid)[..., :rows, :width]`` from the
-    column band ``z``.
+    """Row band of ``torch.fft.irfft2(full, s=grid, norm=norm)[..., :rows, :width]`` from
+    the column band ``z``.
 
     Args:
         z (Tensor): complex (..., Ph, u_r), columns ``spectrum_columns(grid, P)[rank]``.
         rows (int): rows of the output map (<= Ph), split by ``band_bounds(rows, P)``.
         grid (tuple): FFT grid (Ph, Pw).
         width (int, optional): columns kept (<= Pw; None: Pw).
+        group: process group (None: the default group).
+        norm (str): torch.fft's normalisation.
 
     Returns:
         Tensor: real (..., h_r, width), rows ``band_bounds(rows, P)[rank]``.
@@ -166,7 +176,7 @@ def sharded_irfft2(
             f'z must be (..., {grid[0]}, {cb[rank][1] - cb[rank][0]}) on rank {rank} of '
             f'{size} for grid {tuple(grid)}, got {tuple(z.shape)}'
         )
-    z = _fft(torch.fft.ifft, z.reshape(math.prod(lead), ph, ur), ph, -2)[:, :rows]  # (L, rows, u_r)
+    z = _fft(torch.fft.ifft, z.reshape(math.prod(lead), ph, ur), ph, -2, norm)[:, :rows]
     z = _cols_to_rows(z, rb, cb, rank, group)  # (L, h_r, U)
-    x = _fft(torch.fft.irfft, z, grid[1], -1)[..., :width]  # (L, h_r, width)
+    x = _fft(torch.fft.irfft, z, grid[1], -1, norm)[..., :width]  # (L, h_r, width)
     return x.reshape(*lead, *x.shape[-2:])

@@ -27,7 +27,7 @@ autocast disabled; the result is cast back to the autocast / input dtype. Under
 autocast the gate and output projection run in the autocast dtype (bf16 on the
 CPU), and so does the qkv product on the float32 spectrum under bf16.
 
-One body of the equations (:func:`_attend`) for both backends of the 2-D
+One body of the equations (:func:`attend`) for both backends of the 2-D
 transforms (:mod:`mmcirc.ops.circulant_transforms`: torch.fft, or real matmul
 DFTs with symbolic sizes inside :func:`export_mode`).
 
@@ -41,10 +41,10 @@ from numbers import Real
 import torch
 from torch import nn
 
+from .capture import graph_capture
 from .circulant_transforms import (
     BOUNDARIES,
     FFT_IMPLS,
-    TorchFFT,
     check_choice,
     export_mode,
     fft_grid,
@@ -53,11 +53,14 @@ from .circulant_transforms import (
     set_fft_impl,
     transforms,
 )
+from .layout import cpu_layout, layout_override
 
 __all__ = [
     'BOUNDARIES',
     'FFT_IMPLS',
     'SCALES',
+    'attend',
+    'attention_kernel',
     'autocast_dtype',
     'check_scale',
     'CirculantAttention',
@@ -71,10 +74,16 @@ __all__ = [
     'linear_cf',
     'next_fast_len',
     'scale_value',
+    'scores',
     'set_fft_impl',
+    'spectral_norms',
 ]
 
 SCALES = ('sqrt_n', 'n')
+#: per-shape plans a CirculantAttention keeps (emptied when full: detection and
+#: segmentation see a few input sizes, not thousands)
+PLAN_CACHE_SIZE = 32
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------- helpers
@@ -156,16 +165,16 @@ def fp32_region(t):
 def transpose_tokens(x, dtype=None):
     """Contiguous ``x.transpose(1, 2)`` of x (B, P, Q) -> (B, Q, P), cast to ``dtype``.
 
-    On the CPU one 2-D transpose per batch element, after the cast: torch's ``copy_``
-    has a blocked kernel for a 2-D transpose within one dtype only, and the 3-D transpose
-    copy is several times slower. Beware that
+    In the CPU layout (:mod:`mmcirc.ops.layout`) one 2-D transpose per batch element,
+    after the cast: torch's CPU ``copy_`` has a blocked kernel for a 2-D transpose within
+    one dtype only, and the 3-D transpose copy is several times slower. Beware that
     ``x.transpose(1, 2).to(memory_format=torch.contiguous_format)`` copies nothing for a
     3-D tensor (torch aliases it), and an FFT over such a strided view is far slower.
-    Other devices, and symbolic batch sizes (torch.export), take the plain copy.
+    The CUDA layout, and symbolic batch sizes (torch.export), take one plain copy.
     """
     x = x if dtype is None else x.to(dtype)  # elementwise on the contiguous layout
     b, p, q = x.shape
-    if x.device.type != 'cpu' or not isinstance(b, int):
+    if x.device.type != 'cpu' or not cpu_layout(x) or not isinstance(b, int):
         return x.transpose(1, 2).contiguous()
     out = x.new_empty(b, q, p)  # (B, Q, P)
     for i in range(b):
@@ -173,91 +182,119 @@ def transpose_tokens(x, dtype=None):
     return out
 
 
-def _mask_padding(a, hw):
-    """In place: -inf on the cells of the score maps a (..., Ph, Pw) that are no offset
-    in [-(H-1), H-1] x [-(W-1), W-1] (index m >= 0 at m, m < 0 at P + m): rows
-    H..Ph-H and columns W..Pw-W, a thin band of a grid rounded up to a fast length
-    (symmetric under m -> -m, so the same band for the flipped scores a[-m])."""
-    (h, w), (ph, pw) = hw, a.shape[-2:]
-    a[..., h : ph - h + 1, :] = float('-inf')
-    a[..., w : pw - w + 1] = float('-inf')
-    return a
-
-
-def _row_mass(p, hw):
-    """Z[i] = sum_m p[-m] [i + m inside the map], (..., H, W), from the flipped
-    p[-m] (..., Ph, Pw) on the wrapped grid (the layout :func:`_attend` keeps), as box
-    sums of two cumulative sums along contiguous last axes (torch's CPU cumsum along a
-    non-last axis is far slower).
-
-    Column c admits the column offsets -c..W-1-c, i.e. the flipped offsets c-(W-1)..c:
-    columns 0..c and Pw-(W-1-c)..Pw-1 of the grid, so with C the inclusive cumulative
-    sum over columns the column sum is C[c] + C[Pw-1] - C[Pw-W+c]; likewise the rows.
-    """
-    h, w = hw
-    ph, pw = p.shape[-2:]
-    c = p.cumsum(-1)  # (..., Ph, Pw)
-    s = c[..., :w] + c[..., pw - 1 :] - c[..., pw - w :]  # (..., Ph, W)
-    c = s.transpose(-1, -2).contiguous().cumsum(-1)  # (..., W, Ph)
-    z = c[..., :h] + c[..., ph - 1 :] - c[..., ph - h :]  # (..., W, H)
-    return z.transpose(-1, -2).contiguous()  # (..., H, W)
-
-
 BLOCK_BYTES = 1 << 23  # CPU: spectra of one block of heads ~8 MiB (cache)
-CUDA_BLOCK_BYTES = 1 << 26  # CUDA: ~64 MiB (few launches, bounded memory)
 #: at most this many blocks: each block's qkv product reads the spectrum of all C
 #: input channels, so n blocks read it n times (512^2, C = 96: 48 cache-sized blocks
 #: of 2 heads made that product ~36 % of the layer, re-reading 101 MB per block)
 MAX_HEAD_BLOCKS = 8
 
 
-def head_blocks(channels, num_heads, grid, batch=1, device_type='cpu'):
-    """Channel slices of whole heads, each block's q/k/v spectra about
-    BLOCK_BYTES (CUDA: CUDA_BLOCK_BYTES), and at most MAX_HEAD_BLOCKS blocks.
+def head_blocks(channels, num_heads, grid, batch=1, cpu=True):
+    """Channel slices of whole heads: one block of all heads unless ``cpu`` (the CPU
+    layout of :mod:`mmcirc.ops.layout`), where each block's q/k/v spectra are about
+    BLOCK_BYTES and there are at most MAX_HEAD_BLOCKS blocks.
 
-    Heads are independent. On the CPU, blocks keep every FFT and product in
-    cache (one large batch of FFTs runs several times slower); on a GPU,
-    small blocks only multiply kernel launches, so blocks there are large and
-    only bound the temporary memory. On maps whose heads do not fit the budget
-    (a 512 x 512 map's spectra are 1 MiB per channel) the blocks grow instead to
-    a MAX_HEAD_BLOCKS-th of the heads: nothing fits the cache there, and every
-    block re-reads the whole input spectrum for its qkv product.
+    Heads are independent. On the CPU, blocks keep every FFT and product in cache (one
+    large batch of FFTs runs several times slower); on a GPU, blocks only multiply the
+    kernels launched, so all heads go in one batched transform. On maps whose heads do
+    not fit the budget (a 512 x 512 map's spectra are 1 MiB per channel) the CPU blocks
+    grow instead to a MAX_HEAD_BLOCKS-th of the heads: nothing fits the cache there, and
+    every block re-reads the whole input spectrum for its qkv product.
     """
+    if not cpu:
+        return [slice(0, channels)]
     d = channels // num_heads
     per_head = 3 * batch * d * grid[0] * (grid[1] // 2 + 1) * 8  # q, k, v
-    budget = CUDA_BLOCK_BYTES if device_type == 'cuda' else BLOCK_BYTES
-    heads = max(1, min(num_heads, budget // per_head), -(-num_heads // MAX_HEAD_BLOCKS))
+    heads = max(1, min(num_heads, BLOCK_BYTES // per_head), -(-num_heads // MAX_HEAD_BLOCKS))
     step = d * heads
     return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
 
 
-def _blocks(tf, channels, num_heads, batch, device_type):
-    """:func:`head_blocks` on the grid of the transforms ``tf``; one block when its
-    sizes are symbolic (export: no Python decision on them)."""
+def _blocks(tf, channels, num_heads, batch, t):
+    """:func:`head_blocks` on the grid of the transforms ``tf`` in ``t``'s layout; one
+    block when its sizes are symbolic (export: no Python decision on them)."""
     if tf.symbolic:
         return [slice(0, channels)]
-    return head_blocks(channels, num_heads, tf.grid, batch, device_type)
+    return head_blocks(channels, num_heads, tf.grid, batch, cpu_layout(t))
 
 
-def _attend(tf, q, k, v, hw, d, boundary):
-    """Eq. 15, softmax, Eq. 16 from the spectra (B, C, Ph, U) of q (scale included), k,
-    v on the grid of the transforms ``tf``, heads of d channels. Returns o (B, C, H, W)."""
+def spectral_norms(tf, scale, n, d):
+    """How Eq. 15's scale s rides on the transforms' normalisations, for :func:`attend`:
+    ``(fwd, score, r, out)``: the spectra of q, k, v made with ``norm=fwd``, the scores
+    ``a = r * irfft2(corr, norm=score)`` (r None: no product), ``o = irfft2(P' V, norm=out)``.
+
+    With ``fwd = 'ortho'`` on a grid of G = Ph Pw cells, Q' K'* = Q K* / G, so Eq. 15's
+    s (1/G) sum = s sum over Q' K'*: an inverse of factor f (``'ortho'`` 1/sqrt(G),
+    ``'backward'`` 1/G, ``'forward'`` 1) leaves r = s / f, which is 1 for the default
+    scales of d = 1 on the circular grid (``'sqrt_n'``: s = 1/sqrt(N) = 1/sqrt(G)), so
+    the scale costs no operation; Eq. 16's 1/G = (1/sqrt(G)) (1/sqrt(G)) with V' = V /
+    sqrt(G) is an ``'ortho'`` inverse. Symbolic sizes (export) keep today's unnormalised
+    spectra and r = s.
+    """
+    s = scale_value(scale, n, d)
+    if tf.symbolic:
+        return 'backward', 'backward', s, 'backward'
+    g = tf.grid[0] * tf.grid[1]
+    for norm, f in (('ortho', 1.0 / math.sqrt(g)), ('backward', 1.0 / g), ('forward', 1.0)):
+        if math.isclose(s, f, rel_tol=1e-12):
+            return 'ortho', norm, None, 'ortho'
+    return 'ortho', 'ortho', s * math.sqrt(g), 'ortho'
+
+
+def scores(tf, q, k, hw, d, norms):
+    """Eq. 15 and the softmax from the spectra (B, C, Ph, U) of q, k (``norm=norms[0]``):
+    p' (B, heads, Ph, Pw), the attention kernel at the negated offsets, p'[m] = p[-m].
+
+    Sign convention (the one of every path: single process, sharded, probe, export): the
+    scores are kept at the negated offsets, a'[m] = a[-m], whose spectrum is FFT(a') =
+    s sum_{c in head} Q_c conj(K_c) (Eq. 15 conjugated; a softmax over all offsets does
+    not care about their order), so that FFT(p') = conj(P) is Eq. 16's factor as it
+    stands (:func:`attend`): one conjugate per layer.
+    """
+    _, score_norm, r, _ = norms
+    a = tf.irfft2(tf.corr(q, k, d), tf.grid, score_norm)  # a' (B, heads, Ph, Pw)
+    a = a if r is None else a * r  # Eq. 15's scale where no normalisation carries it
+    # 'zero' on a grid rounded up: softmax only over the true offsets (Z would cancel
+    # the padding's share anyway; the mask keeps the softmax max over real offsets, so
+    # their p cannot underflow)
+    return tf.softmax(tf.mask(a, hw))  # p' (B, heads, Ph, Pw)
+
+
+def attend(tf, q, k, v, hw, d, boundary, norms):
+    """Eq. 15, softmax (:func:`scores`), Eq. 16 from the spectra (B, C, Ph, U) of q, k, v
+    made with ``norm=norms[0]`` on the grid of the transforms ``tf``, heads of d channels,
+    ``norms`` from :func:`spectral_norms`. Returns o (B, C, H, W)."""
     b, c = q.shape[:2]
-    # Eq. 15 at the negated offsets, a'[m] = a[-m]: FFT(a') = sum_{c in head} Q_c conj(K_c)
-    # (a softmax over all offsets does not care about their order, and FFT(p') = conj(P)
-    # is Eq. 16's factor as it stands: one conj copy less)
-    a = tf.irfft2(tf.corr(q, k, d), tf.grid)  # a' (B, heads, Ph, Pw)
-    if tf.padded:  # 'zero', grid rounded up: softmax only over the true offsets
-        # (Z would cancel the padding's share anyway; the mask keeps the softmax max
-        # over real offsets, so their p cannot underflow)
-        a = _mask_padding(a, hw)
-    p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # p' = p[-m] (B, heads, Ph, Pw)
+    p = scores(tf, q, k, hw, d, norms)  # p' = p[-m] (B, heads, Ph, Pw)
     # Eq. 16: FFT(o) = conj(P) V = FFT(p') V, per channel of the head
-    o = tf.irfft2(tf.apply(tf.rfft2(p), v, d), hw)  # (B, C, H, W)
+    pf = tf.rfft2(p)  # FFT(p') (B, heads, Ph, U)
+    o = tf.irfft2(tf.apply(pf, v, d), hw, norms[3])  # (B, C, H, W)
     if boundary == 'zero':  # renormalise rows of A over in-map tokens
-        z = _row_mass(p, hw).unsqueeze(2)  # (B, heads, 1, H, W)
-        o = (o.view(b, -1, d, *hw) / z).view(b, c, *hw)  # (B, C, H, W)
+        z = tf.row_mass(p, pf, hw).unsqueeze(2)  # (B, heads, 1, H, W)
+        o = (o.view(b, c // d, d, *o.shape[-2:]) / z).view(o.shape)  # (B, C, H, W)
     return o
+
+
+def attention_kernel(layer, x, hw_shape):
+    """The per-head kernel p = softmax(a) of a :class:`CirculantAttention` ``layer`` on
+    tokens x (B, N, C) of an ``hw_shape`` map, by :func:`scores` (the layer's own body),
+    in float32 (float64 for float64 x), indexed by offset m: (B, heads, H, W) by wrapped
+    offset (``'circular'``), (B, heads, 2H-1, 2W-1) ordered by ``m + (H-1, W-1)``
+    (``'zero'``)."""
+    b, n, c = x.shape
+    h, w = (int(v) for v in hw_shape)
+    cdt, _ = compute_dtypes(x)
+    tf = transforms((h, w), layer.boundary, cdt, x.device)
+    norms = spectral_norms(tf, layer.scale, n, c // layer.num_heads)
+    xs = tf.operand(tf.rfft2(transpose_tokens(x, cdt).view(b, c, h, w), norms[0]))
+    wqk = layer.qkv.weight.to(cdt)[: 2 * c]  # W_q, W_k
+    q, k = tf.linear(wqk, xs, cdt).chunk(2, dim=1)  # (B, C, Ph, U) each
+    p = scores(tf, q, k, (h, w), c // layer.num_heads, norms)  # p[-m] (B, heads, Ph, Pw)
+    p = torch.roll(torch.flip(p, (-2, -1)), (1, 1), (-2, -1))  # p[m], index m mod P
+    if layer.boundary == 'circular':
+        return p
+    p = torch.roll(p, (h - 1, w - 1), (-2, -1))  # ordered by m + (H-1, W-1)
+    return p[..., : 2 * h - 1, : 2 * w - 1]  # the true offsets (a rounded-up grid: more)
 
 
 # ----------------------------------------------------------------- functional
@@ -301,18 +338,18 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='
     b, h, w, c = q.shape
     heads = _num_heads(c, num_heads)
     d = c // heads
-    s = scale_value(scale, h * w, d)
     cdt, odt = compute_dtypes(q)
     with fp32_region(q):
         tf = transforms((h, w), boundary, cdt, q.device)
+        norms = spectral_norms(tf, scale, h * w, d)
         # (B, H, W, C) -> (B, C, H, W) contiguous: FFTs over contiguous last axes
         q, k, v = (
             transpose_tokens(t.reshape(b, h * w, c), cdt).view(b, c, h, w) for t in (q, k, v)
         )
         o = []
-        for sl in _blocks(tf, c, heads, b, q.device.type):  # whole heads
-            qb, kb, vb = (tf.rfft2(t[:, sl]) for t in (q, k, v))  # (B, Cb, Ph, U) each
-            o.append(_attend(tf, qb * s, kb, vb, (h, w), d, boundary))  # (B, Cb, H, W)
+        for sl in _blocks(tf, c, heads, b, q):  # whole heads
+            qb, kb, vb = (tf.rfft2(t[:, sl], norms[0]) for t in (q, k, v))  # (B, Cb, Ph, U)
+            o.append(attend(tf, qb, kb, vb, (h, w), d, boundary, norms))  # (B, Cb, H, W)
         o = o[0] if len(o) == 1 else torch.cat(o, dim=1)  # (B, C, H, W)
     return transpose_tokens(o.reshape(b, c, h * w), odt).view(b, h, w, c)  # (B, H, W, C)
 
@@ -367,6 +404,7 @@ class CirculantAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
+        self._plans = {}  # see _cached_plan
 
     def extra_repr(self):
         return (
@@ -374,9 +412,10 @@ class CirculantAttention(nn.Module):
             f'boundary={self.boundary!r}, scale={self.scale!r}'
         )
 
-    def forward(self, x, hw_shape):
-        """x: (B, N, C) tokens of an H x W map (row-major), hw_shape = (H, W).
-        Returns (B, N, C)."""
+    def _plan(self, x, hw_shape):
+        """What a forward of this shape decides once: the input checks, the dtypes, the
+        transforms, the scale's normalisations and the blocks of heads (see
+        :meth:`forward`). Returns ``(tf, norms, blocks, cdt, odt, ldt, autocast)``."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError(
                 f'x must be a 3-D tensor (B, N, C), got {getattr(x, "shape", type(x))}'
@@ -396,28 +435,57 @@ class CirculantAttention(nn.Module):
         h, w = hw_shape
         if n != h * w:
             raise ValueError(f'x has N={n} tokens but hw_shape={tuple(hw_shape)} gives H*W={h * w}')
-        d = c // self.num_heads
-        s = scale_value(self.scale, n, d)
         cdt, odt = compute_dtypes(x)
-        # the qkv product on the spectrum in bf16 when the layer's output is (autocast):
-        # a linear like the gate and proj; bf16 has float32's range (fp16 could overflow
-        # on the spectrum's DC term, ~N times a token), the FFTs stay float32
-        ldt = torch.bfloat16 if odt == torch.bfloat16 else None
+        # in the CPU layout the qkv product on the spectrum runs in bf16 when the layer's
+        # output is (autocast): a linear like the gate and proj; bf16 has float32's range
+        # (fp16 could overflow on the spectrum's DC term, ~N times a token), the FFTs stay
+        # float32. The CUDA layout keeps it float32: no cast of the spectrum either way.
+        ldt = torch.bfloat16 if odt == torch.bfloat16 and cpu_layout(x) else None
+        tf = transforms((h, w), self.boundary, cdt, x.device)
+        norms = spectral_norms(tf, self.scale, n, c // self.num_heads)
+        blocks = _blocks(tf, c, self.num_heads, b, x)
+        return tf, norms, blocks, cdt, odt, ldt, autocast_dtype(x.device.type) is not None
 
+    def _cached_plan(self, x, hw_shape):
+        """:meth:`_plan`, kept per input shape, dtype, device, autocast state, layout
+        and DFT backend for eager calls (graph capture builds it anew: symbolic sizes)."""
+        if graph_capture() or not isinstance(x, torch.Tensor) or type(hw_shape) not in (tuple, list):
+            return self._plan(x, hw_shape)
+        key = (
+            x.shape,
+            tuple(hw_shape),
+            x.dtype,
+            x.device,
+            autocast_dtype(x.device.type),
+            layout_override(),
+            get_fft_impl(),
+        )
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= PLAN_CACHE_SIZE:
+                self._plans.clear()
+            plan = self._plans[key] = self._plan(x, hw_shape)
+        return plan
+
+    def forward(self, x, hw_shape):
+        """x: (B, N, C) tokens of an H x W map (row-major), hw_shape = (H, W).
+        Returns (B, N, C)."""
+        tf, norms, blocks, cdt, odt, ldt, autocast = self._cached_plan(x, hw_shape)
+        b, n, c = x.shape
+        h, w = hw_shape
+        d = c // self.num_heads
         x = transpose_tokens(x)  # (B, C, N) contiguous: channels first from here on
         t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
-        with fp32_region(x):
-            tf = transforms((h, w), self.boundary, cdt, x.device)
+        with torch.autocast(x.device.type, enabled=False) if autocast else _NO_CONTEXT:
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
             # FFT(x W) = FFT(x) W: a real weight commutes with the FFT, and
             # with the zero padding of boundary='zero' (grid > H x W)
-            x = tf.operand(tf.rfft2(x.to(cdt).view(b, c, h, w)), ldt)  # (B, C, Ph, U[, 2])
+            x = tf.rfft2(x.to(cdt).view(b, c, h, w), norms[0])  # (B, C, Ph, U)
+            x = tf.operand(x, ldt)  # its real view (B, C, Ph, U, 2)
             y = []
-            for sl in _blocks(tf, c, self.num_heads, b, x.device.type):  # whole heads
-                # rows of W_q (scaled by s: Eq. 15's scale for free), W_k, W_v
-                wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
-                q, k, v = tf.linear(wb, x, cdt).chunk(3, dim=1)  # (B, Cb, Ph, U) each
-                o = _attend(tf, q, k, v, (h, w), d, self.boundary)  # Eqs. 15-16 (B, Cb, H, W)
+            for sl in blocks:  # whole heads; the rows of W_q, W_k, W_v of this block
+                q, k, v = tf.linear(wqkv[:, sl].reshape(-1, c), x, cdt).chunk(3, dim=1)
+                o = attend(tf, q, k, v, (h, w), d, self.boundary, norms)  # (B, Cb, H, W)
                 y.append(o.reshape(b, -1, n).to(odt) * t[:, sl])  # gate, (B, Cb, N)
             y = y[0] if len(y) == 1 else torch.cat(y, dim=1)  # (B, C, N)
         return self.proj_drop(linear_cf(self.proj, y, channels_last=True))

@@ -5,15 +5,18 @@
 existing layer and shares its weights) whose input and output are the local band of
 tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map. Per block of heads:
 
+The equations are the single-process layer's own body, :func:`~mmcirc.ops.circulant.
+attend`, run on the transforms of :class:`ShardedFFT`. Per block of heads:
+
 1. gate, qkv: token-wise, local. qkv-in-spectrum: one :func:`sharded_rfft2` of x
-   (B, C, h_r, W) -> column band (B, C, Ph, u_r), then ``W_q s, W_k, W_v`` on it.
+   (B, C, h_r, W) -> column band (B, C, Ph, u_r), then ``W_q, W_k, W_v`` on it.
 2. Eq. 15 on the column band (element-wise), :func:`sharded_irfft2` -> score band
    (B, heads, R_r, Pw) with R = H (``'circular'``) or Ph (``'zero'``, padding offsets
    masked), softmax with a global max and sum (two ``all_reduce`` of B x heads values).
-3. :func:`sharded_rfft2` of p, Eq. 16 on the column band; ``'zero'``: the row mass
-   Z[i] = sum_m p[m] [i + m inside] is the same correlation with v = the map's indicator,
-   whose spectrum is separable and computed locally, so its heads ride along in o's
-   inverse transpose. :func:`sharded_irfft2` -> o (B, C, h_r, W); gate, proj local.
+3. :func:`sharded_rfft2` of p, Eq. 16 on the column band, :func:`sharded_irfft2` -> o
+   (B, C, h_r, W); ``'zero'``: the row mass Z[i] = sum_m p[m] [i + m inside] is the same
+   correlation with v = the map's indicator, whose spectrum is separable and computed
+   locally, and one more inverse of its heads. Gate, proj local.
 
 Backward: autograd through the same steps (torch.fft's and the local products' own
 backward, the adjoint transposes of :mod:`mmcirc.distributed.fft`, the softmax's sum
@@ -24,7 +27,7 @@ Communication per forward, all ranks together (s bytes per real element of the c
 dtype: 4 float32, 8 float64; U = Pw//2 + 1; T(L, R) = 2 s L sum_r sum_{q != r} R_r U_q,
 about 2 s L R U (1 - 1/P), is one transpose of :mod:`mmcirc.distributed.fft`)::
 
-    T(B C, H) + 2 T(B heads, R) + T(B (C + z heads), H)    (all_to_all_single)
+    T(B C, H) + 2 T(B heads, R) + T(B C, H) + z T(B heads, H)   (all_to_all_single)
     + 2 P B heads s                                          (two all_reduce payloads)
 
 with R = H, z = 0 (``'circular'``) or R = Ph, z = 1 (``'zero'``). For d = 1
@@ -42,14 +45,16 @@ import torch.distributed as dist
 
 from mmcirc.ops.circulant import (
     CirculantAttention,
+    attend,
     compute_dtypes,
     fft_grid,
     fp32_region,
     head_blocks,
     linear_cf,
-    scale_value,
+    spectral_norms,
 )
 from mmcirc.ops.circulant_transforms import TorchFFT
+from mmcirc.ops.layout import cpu_layout
 
 from mmcirc.distributed.banded import BandedMap, register_operator
 from mmcirc.distributed.bands import band_bounds
@@ -108,6 +113,43 @@ def _indicator_spectrum(hw, grid, cols, dtype, device):
     return ch[:, None] * cw[None, cols[0] : cols[1]]  # (Ph, u_r)
 
 
+class ShardedFFT(TorchFFT):
+    """The transforms of :func:`~mmcirc.ops.circulant.attend` on a row-band-sharded map
+    (the one body of Eqs. 15-16 runs on them unchanged): real maps are the local row
+    bands, spectra the local column bands (:mod:`mmcirc.distributed.fft`); the softmax
+    takes its max and sum over all ranks; ``'zero'``'s mask is the local rows' part and
+    its row mass Z is the correlation of p' with the map's indicator (a separable spectrum
+    made locally). ``hw``: the global (H, W); ``dtype`` the compute dtype."""
+
+    def __init__(self, hw, boundary, dtype, device, group):
+        super().__init__(hw, boundary)
+        self.hw, self.group = tuple(hw), group
+        rank, size = group_rank_size(group)
+        self.padded = boundary == 'zero'  # the mask: the local rows of the offsets
+        self.cols = spectrum_columns(self.grid, size)[rank]
+        if self.padded:
+            r0, r1 = band_bounds(self.grid[0], size)[rank]
+            self.valid = _valid_offset_rows(self.hw, self.grid, (r0, r1), device)  # (R_r, Pw)
+            self.one = _indicator_spectrum(self.hw, self.grid, self.cols, dtype, device)
+
+    def rfft2(self, x, norm='backward', rows=None):
+        """The column band of the spectrum of the row band ``x`` of a map of ``rows``
+        rows (None: the score grid's, Ph)."""
+        return sharded_rfft2(x, self.grid[0] if rows is None else rows, self.grid, self.group, norm)
+
+    def irfft2(self, y, hw, norm='backward'):
+        return sharded_irfft2(y, hw[0], self.grid, hw[1], self.group, norm)  # (..., h_r, W)
+
+    def mask(self, a, hw):
+        return a.masked_fill(~self.valid, float('-inf')) if self.padded else a
+
+    def softmax(self, a):
+        return _softmax_global(a, self.group)
+
+    def row_mass(self, p, pf, hw):
+        return self.irfft2(pf * self.one, hw)  # (B, heads, h_r, W)
+
+
 class ShardedCirculantAttention(CirculantAttention):
     """:class:`~mmcirc.ops.circulant.CirculantAttention` on the local row band of tokens.
 
@@ -158,61 +200,33 @@ class ShardedCirculantAttention(CirculantAttention):
                 f'x has N={n} tokens, but rank {rank} of {size} owns rows [{r0}, {r1}) of '
                 f'hw_shape={tuple(hw_shape)} (the global map): {(r1 - r0) * w} tokens'
             )
-        grid = fft_grid(h, w, self.boundary)
-        s = scale_value(self.scale, h * w, c // self.num_heads)
         cdt, odt = compute_dtypes(x)
+        tf = ShardedFFT((h, w), self.boundary, cdt, x.device, self.group)
+        d = c // self.num_heads
+        norms = spectral_norms(tf, self.scale, h * w, d)
         x = x.transpose(1, 2)  # (B, C, n)
         t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, n)
         with fp32_region(x):
             xs = x.to(cdt).reshape(b, c, r1 - r0, w)  # (B, C, h_r, W)
-            xs = sharded_rfft2(xs, h, grid, self.group)  # (B, C, Ph, u_r)
+            xs = tf.rfft2(xs, norms[0], rows=h)  # (B, C, Ph, u_r)
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)
-            cols = spectrum_columns(grid, size)[rank]
-            one = None
-            rows, mask = h, None
-            if self.boundary == 'zero':  # score map on the padded grid
-                one = _indicator_spectrum((h, w), grid, cols, cdt, x.device)  # (Ph, u_r)
-                rows = grid[0]
-                a0, a1 = band_bounds(rows, size)[rank]
-                mask = _valid_offset_rows((h, w), grid, (a0, a1), x.device)  # (R_r, Pw)
             y = t.new_empty(t.shape)  # (B, C, n)
             # the same blocks on every rank (their collectives pair up): global sizes
-            blocks = head_blocks(c, self.num_heads, (grid[0], grid[1] // size), b, x.device.type)
-            xr = TorchFFT.operand(xs)  # (B, C, Ph, u_r, 2) real view
-            for sl in blocks:
-                wb = torch.cat([wqkv[0, sl] * s, wqkv[1, sl], wqkv[2, sl]])
+            grid = (tf.grid[0], tf.grid[1] // size)
+            blocks = head_blocks(c, self.num_heads, grid, b, cpu_layout(x))
+            xr = tf.operand(xs)  # (B, C, Ph, u_r, 2) real view
+            for sl in blocks:  # whole heads; the rows of W_q, W_k, W_v of this block
+                wb = wqkv[:, sl].reshape(-1, c)  # (3 Cb, C)
                 qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P): then
                     # empty, its weights' gradient zero (every rank holds one)
-                    TorchFFT.linear(wb, xr, cdt)
+                    tf.linear(wb, xr, cdt)
                     if xs.numel()
                     else empty_band(xs, (b, wb.shape[0], *xs.shape[2:])) + 0 * wb.sum()
                 )
                 q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, u_r) each
-                o = self._attend(q, k, v, (h, w), grid, rows, mask, one)  # (B, Cb, h_r, W)
+                o = attend(tf, q, k, v, (h, w), d, self.boundary, norms)  # (B, Cb, h_r, W)
                 y[:, sl] = o.flatten(2).to(odt) * t[:, sl]  # gate, (B, Cb, n)
         return self.proj_drop(linear_cf(self.proj, y, channels_last=True))
-
-    def _attend(self, q, k, v, hw, grid, rows, mask, one):
-        """Eqs. 15-16 from column bands (B, Cb, Ph, u_r) of the spectra; o (B, Cb, h_r, W)."""
-        b, cb = q.shape[:2]
-        d = self.dim // self.num_heads
-        nh = cb // d
-        f = q.shape[-2:]
-        a = q.conj() * k  # Eq. 15 (B, Cb, Ph, u_r)
-        a = a if d == 1 else a.view(b, nh, d, *f).sum(2)  # (B, nh, Ph, u_r)
-        a = sharded_irfft2(a, rows, grid, None, self.group)  # (B, nh, R_r, Pw)
-        if mask is not None:  # 'zero': softmax over the true offsets only
-            a = a.masked_fill(~mask, float('-inf'))
-        p = _softmax_global(a, self.group)  # (B, nh, R_r, Pw)
-        pf = sharded_rfft2(p, rows, grid, self.group).conj()  # (B, nh, Ph, u_r)
-        o = pf * v if d == 1 else (pf.unsqueeze(2) * v.view(b, nh, d, *f)).view(b, cb, *f)
-        if one is not None:  # 'zero': row mass Z = correlation of p with the indicator
-            o = torch.cat([o, pf * one], dim=1)  # (B, Cb + nh, Ph, u_r)
-        o = sharded_irfft2(o, hw[0], grid, hw[1], self.group)  # (B, Cb (+ nh), h_r, W)
-        if one is None:
-            return o
-        z = o[:, cb:].unsqueeze(2)  # (B, nh, 1, h_r, W)
-        return (o[:, :cb].view(b, nh, d, *o.shape[-2:]) / z).view(b, cb, *o.shape[-2:])
 
 
 _TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()

@@ -5,11 +5,13 @@ object ``T`` (:func:`transforms`, one per forward):
 
 * ``T.grid``: the (Ph, Pw) grid of every transform; ``T.padded``: the grid is larger
   than the (2H-1) x (2W-1) offsets of ``boundary='zero'`` (its padding cells are masked);
-* ``T.rfft2(x)``: the half spectrum (..., Ph, U) of real x (..., H, W) zero padded to the
-  grid, U = Pw//2 + 1, unnormalised;
-* ``T.irfft2(y, hw)``: its real inverse, cropped to ``hw`` (the rows are cropped between
-  the two 1-D passes, so the second pass runs on H rows only; large maps on the CPU one
-  map at a time, :data:`MAP_BY_MAP_BYTES`);
+* ``T.rfft2(x, norm)``: the half spectrum (..., Ph, U) of real x (..., H, W) zero padded
+  to the grid, U = Pw//2 + 1, scaled by ``norm`` as torch.fft's (``'backward'``: 1,
+  ``'ortho'``: 1/sqrt(Ph Pw));
+* ``T.irfft2(y, hw, norm)``: its real inverse (``'backward'``: 1/(Ph Pw), ``'ortho'``:
+  1/sqrt(Ph Pw), ``'forward'``: 1), cropped to ``hw`` (the rows are cropped between the
+  two 1-D passes, so the second pass runs on H rows only; large maps in the CPU layout
+  one map at a time, :data:`MAP_BY_MAP_BYTES`);
 * ``T.linear(weight, T.operand(y), dtype)``: a real weight (C_out, C) on the channels
   (dim 1) of a spectrum (FFT(x W) = FFT(x) W), its operand made (and cast) once;
 * ``T.corr(q, k, d)``: Eq. 15's spectral product summed over the d channels of a head,
@@ -38,10 +40,13 @@ import math
 import torch
 
 from .capture import graph_capture
+from .layout import cpu_layout
 
 __all__ = [
     'FFT_IMPLS',
     'check_choice',
+    'mask_padding',
+    'row_mass',
     'export_mode',
     'fft_grid',
     'get_fft_impl',
@@ -134,6 +139,36 @@ def transforms(hw, boundary, dtype, device):
     return TorchFFT(hw, boundary)
 
 
+def mask_padding(a, hw):
+    """In place: -inf on the cells of the score maps a (..., Ph, Pw) that are no offset
+    in [-(H-1), H-1] x [-(W-1), W-1] (index m >= 0 at m, m < 0 at P + m): rows
+    H..Ph-H and columns W..Pw-W, a thin band of a grid rounded up to a fast length
+    (symmetric under m -> -m, so the same band for the flipped scores a[-m])."""
+    (h, w), (ph, pw) = hw, a.shape[-2:]
+    a[..., h : ph - h + 1, :] = float('-inf')
+    a[..., w : pw - w + 1] = float('-inf')
+    return a
+
+
+def row_mass(p, hw):
+    """Z[i] = sum_m p[-m] [i + m inside the map], (..., H, W), from the flipped
+    p[-m] (..., Ph, Pw) on the wrapped grid (the layout of :mod:`mmcirc.ops.circulant`), as box
+    sums of two cumulative sums along contiguous last axes (torch's CPU cumsum along a
+    non-last axis is far slower).
+
+    Column c admits the column offsets -c..W-1-c, i.e. the flipped offsets c-(W-1)..c:
+    columns 0..c and Pw-(W-1-c)..Pw-1 of the grid, so with C the inclusive cumulative
+    sum over columns the column sum is C[c] + C[Pw-1] - C[Pw-W+c]; likewise the rows.
+    """
+    h, w = hw
+    ph, pw = p.shape[-2:]
+    c = p.cumsum(-1)  # (..., Ph, Pw)
+    s = c[..., :w] + c[..., pw - 1 :] - c[..., pw - w :]  # (..., Ph, W)
+    c = s.transpose(-1, -2).contiguous().cumsum(-1)  # (..., W, Ph)
+    z = c[..., :h] + c[..., ph - 1 :] - c[..., ph - h :]  # (..., W, H)
+    return z.transpose(-1, -2).contiguous()  # (..., H, W)
+
+
 class _Transforms:
     """The backend-independent spectral algebra on ``mul``, ``mul_conj`` and the real
     view."""
@@ -160,11 +195,27 @@ class _Transforms:
         out = torch.bmm(w, r.reshape(b, c, -1))  # (B, C_out, Ph*U*2)
         return cls.from_real(out.to(dtype).view(b, -1, *r.shape[2:]))  # (B, C_out, Ph, U)
 
+    def mask(self, a, hw):
+        """-inf on the score cells (B, heads, Ph, Pw) that are no offset of an ``hw``
+        map (:func:`mask_padding`), where the grid is larger than the offsets."""
+        return mask_padding(a, hw) if self.padded else a
+
+    @staticmethod
+    def softmax(a):
+        """Softmax of each score map (B, heads, Ph, Pw) over all its offsets."""
+        return torch.softmax(a.flatten(2), dim=-1).view_as(a)
+
+    @staticmethod
+    def row_mass(p, pf, hw):
+        """Z[i] (B, heads, H, W) of ``boundary='zero'`` from p' (:func:`row_mass`; its
+        spectrum ``pf`` unused here)."""
+        return row_mass(p, hw)
+
     def corr(self, q, k, d):
         """Eq. 15 at the negated offsets: sum over each head's d channels of
         Q_c conj(K_c) = FFT(a') with a'[m] = a[-m], (B, C/d, ...)."""
         a = self.mul_conj(q, k)  # (B, C, ...)
-        return a if d == 1 else a.view(a.shape[0], -1, d, *a.shape[2:]).sum(2)
+        return a if d == 1 else a.view(a.shape[0], a.shape[1] // d, d, *a.shape[2:]).sum(2)
 
     def apply(self, p, v, d):
         """Eq. 16: conj(P) V = P' V per channel, from P' = FFT(p[-m]) (B, heads, ...),
@@ -172,7 +223,7 @@ class _Transforms:
         if d == 1:
             return self.mul(p, v)  # (B, C, ...)
         f = v.shape[2:]
-        o = self.mul(p.unsqueeze(2), v.view(v.shape[0], -1, d, *f))  # (B, heads, d, ...)
+        o = self.mul(p.unsqueeze(2), v.view(v.shape[0], v.shape[1] // d, d, *f))  # (B, heads, d, ...)
         return o.view(v.shape)  # (B, C, ...)
 
 
@@ -185,13 +236,14 @@ MAP_BY_MAP_BYTES = 1 << 22
 
 
 def _map_by_map(y):
-    """Whether the inverse of the spectra y (..., Ph, U) runs map by map: a plain CPU
-    tensor of large maps, outside graph capture (traced, compiled and exported graphs keep
-    the batched call)."""
+    """Whether the inverse of the spectra y (..., Ph, U) runs map by map: a plain tensor
+    of large maps in the CPU layout (:mod:`mmcirc.ops.layout`), outside graph capture
+    (traced, compiled and exported graphs keep the batched call)."""
     return (
         not graph_capture()  # first: no guard on a symbolic size
         and type(y) is torch.Tensor
         and y.device.type == 'cpu'
+        and cpu_layout(y)
         and y.numel() > 0
         and y.shape[-2] * y.shape[-1] * y.element_size() >= MAP_BY_MAP_BYTES
     )
@@ -205,20 +257,20 @@ class TorchFFT(_Transforms):
         self.grid = fft_grid(*hw, boundary)
         self.padded = boundary == 'zero' and self.grid != (2 * hw[0] - 1, 2 * hw[1] - 1)
 
-    def rfft2(self, x):
-        return torch.fft.rfft2(x, s=self.grid)  # (..., Ph, U)
+    def rfft2(self, x, norm='backward'):
+        return torch.fft.rfft2(x, s=self.grid, norm=norm)  # (..., Ph, U)
 
-    def irfft2(self, y, hw):
+    def irfft2(self, y, hw, norm='backward'):
         if _map_by_map(y):
-            return self._irfft2_maps(y, hw)
+            return self._irfft2_maps(y, hw, norm)
         if tuple(hw) == self.grid:  # one 2-D call: ~15 % faster than the two passes
-            return torch.fft.irfft2(y, s=self.grid)  # (..., Ph, Pw)
+            return torch.fft.irfft2(y, s=self.grid, norm=norm)  # (..., Ph, Pw)
         # cropped: the H pass first (complex, all U columns), cropped to H rows, then
-        # the W pass on those rows only
-        y = torch.fft.ifft(y, dim=-2)[..., : hw[0], :]  # (..., H, U)
-        return torch.fft.irfft(y, n=self.grid[1], dim=-1)[..., : hw[1]]  # (..., H, W)
+        # the W pass on those rows only (a 2-D norm is the product of the 1-D ones)
+        y = torch.fft.ifft(y, dim=-2, norm=norm)[..., : hw[0], :]  # (..., H, U)
+        return torch.fft.irfft(y, n=self.grid[1], dim=-1, norm=norm)[..., : hw[1]]  # (..., H, W)
 
-    def _irfft2_maps(self, y, hw):
+    def _irfft2_maps(self, y, hw, norm='backward'):
         """:meth:`irfft2` one map at a time, with no layout copy: the H pass of a map
         (Ph, U) batches its U columns at stride 1 and stores its result transposed,
         (U, Ph), so the W pass then batches the H rows at stride 1 (torch's CPU FFT takes
@@ -227,7 +279,8 @@ class TorchFFT(_Transforms):
         (h, w), (ph, pw) = hw, self.grid
         maps = y.reshape(-1, ph, y.shape[-1])  # (M, Ph, U)
         parts = (  # H pass (H, U), stored (U, Ph); W pass (H, Pw), cropped to (H, W)
-            torch.fft.irfft(torch.fft.ifft(m, dim=0)[:h], n=pw, dim=1)[:, :w] for m in maps
+            torch.fft.irfft(torch.fft.ifft(m, dim=0, norm=norm)[:h], n=pw, dim=1, norm=norm)[:, :w]
+            for m in maps
         )
         if torch.is_grad_enabled() and y.requires_grad:  # one stack: M copies into one
             # output would have M full-size backwards
@@ -283,19 +336,22 @@ class MatmulDFT(_Transforms):
         wts = (2 - (u == 0).to(dtype) - (2 * u == p).to(dtype)) / (norm * p)  # (U,)
         self.icw = (self.cw * wts).transpose(0, 1)  # (U, Pw)
         self.isw = (self.sw * wts).transpose(0, 1)  # (U, Pw)
+        self.root = (norm * p).sqrt()  # sqrt(Ph Pw), (1,): the 'ortho' factor
 
-    def rfft2(self, x):
+    def rfft2(self, x, norm='backward'):
         h, w = x.shape[-2:]
         xr, xi = x @ self.cw[:w], -(x @ self.sw[:w])  # along W: e^{-i theta} (..., H, U)
         ch, sh = self.ch[:, :h], self.sh[:, :h]  # (Ph, H)
-        return torch.stack([ch @ xr + sh @ xi, ch @ xi - sh @ xr], -1)  # (..., Ph, U, 2)
+        y = torch.stack([ch @ xr + sh @ xi, ch @ xi - sh @ xr], -1)  # (..., Ph, U, 2)
+        return y / self.root if norm == 'ortho' else y
 
-    def irfft2(self, y, hw):
+    def irfft2(self, y, hw, norm='backward'):
         h, w = hw
         yr, yi = y.unbind(-1)  # (..., Ph, U) each
         ch, sh = self.ch[:h], self.sh[:h]  # (H, Ph)
         zr, zi = ch @ yr - sh @ yi, ch @ yi + sh @ yr  # along H: (..., H, U)
-        return zr @ self.icw[:, :w] - zi @ self.isw[:, :w]  # real part along W (..., H, W)
+        x = zr @ self.icw[:, :w] - zi @ self.isw[:, :w]  # real part along W (..., H, W)
+        return x if norm == 'backward' else x * (self.root if norm == 'ortho' else self.root**2)
 
     @staticmethod
     def mul(a, b):

@@ -68,6 +68,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .capture import graph_capture
+from .layout import cpu_layout
 from .circulant import autocast_dtype
 
 __all__ = [
@@ -99,15 +100,16 @@ def _wide(t):
 
 def core_softmax(s):
     """Softmax over the last axis of scores ``s`` (..., C') (the cores), in float32 at
-    least. For C' < ``SOFTMAX_WIDTH`` it runs over ``s`` padded with -inf to that width
-    (the padded weights are exactly 0 and are sliced off): over a last axis shorter than
+    least. In the CPU layout, for C' < ``SOFTMAX_WIDTH`` it runs over ``s`` padded with
+    -inf to that width (the padded weights are exactly 0 and are sliced off): over a last
+    axis shorter than
     one vector of floats torch's CPU softmax costs several times more per element.
     Traced graphs (the FLOP count, ONNX) keep the plain softmax over C': the padding is
     a CPU kernel's speed, not part of the method, and is not counted.
     Returns (..., C') (a strided view when padded)."""
     nc = s.shape[-1]
     s = _wide(s)
-    if nc >= SOFTMAX_WIDTH or torch.jit.is_tracing():
+    if nc >= SOFTMAX_WIDTH or torch.jit.is_tracing() or not cpu_layout(s):
         return torch.softmax(s, dim=-1)
     s = F.pad(s, (0, SOFTMAX_WIDTH - nc), value=float('-inf'))  # (..., SOFTMAX_WIDTH)
     return torch.softmax(s, dim=-1)[..., :nc]  # (..., C')
@@ -120,7 +122,7 @@ def _pad_keys(k, v, beta):
     a key count that is not a multiple of one vector; one key is faster unpadded:
     measured in docs/benchmarks.md)."""
     pad = -k.shape[1] % SOFTMAX_WIDTH
-    if k.device.type != 'cpu' or k.shape[1] == 1 or not pad:
+    if not cpu_layout(k) or k.shape[1] == 1 or not pad:
         return k, v, beta
     k, v = (F.pad(t, (0, 0, 0, pad)) for t in (k, v))  # (B, C' + pad, C)
     return k, v, F.pad(beta, (0, pad), value=float('-inf'))  # (B, 1, C' + pad)

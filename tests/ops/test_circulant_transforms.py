@@ -158,12 +158,12 @@ def test_row_mass_sums_the_in_map_offsets(hw, grid):
             for mr in range(-r, h - r):
                 for mc in range(-c, w - c):
                     ref[:, r, c] += p[:, -mr % grid[0], -mc % grid[1]]
-    torch.testing.assert_close(circulant._row_mass(p, hw), ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(circulant_transforms.row_mass(p, hw), ref, rtol=1e-12, atol=1e-12)
 
 
 def test_mask_padding_leaves_exactly_the_offsets():
     hw, grid = (3, 4), (8, 9)
-    a = circulant._mask_padding(torch.zeros(1, *grid), hw)
+    a = circulant_transforms.mask_padding(torch.zeros(1, *grid), hw)
     r, c = torch.arange(grid[0]), torch.arange(grid[1])
     # offsets 0..H-1 at rows 0..H-1, -(H-1)..-1 at rows P-(H-1)..P-1 (likewise columns)
     valid = ((r < 3) | (r >= 8 - 2))[:, None] & ((c < 4) | (c >= 9 - 3))[None, :]
@@ -174,7 +174,7 @@ def test_mask_padding_leaves_exactly_the_offsets():
 def test_mask_padding_is_the_same_for_negated_offsets(hw, grid):
     """The scores are kept at the negated offsets a[-m]: the masked band must be the same
     set of cells under m -> -m (index j -> -j mod P)."""
-    a = torch.isfinite(circulant._mask_padding(torch.zeros(*grid), hw))
+    a = torch.isfinite(circulant_transforms.mask_padding(torch.zeros(*grid), hw))
     neg = [(-torch.arange(n)) % n for n in grid]
     assert torch.equal(a, a[neg[0]][:, neg[1]])
 

@@ -409,6 +409,9 @@ class PyramidBackbone(ElasticCores, BackboneContract):
         ):
             return  # symbolic shapes: the check would specialise the graph
         h, w = int(x.shape[-2]), int(x.shape[-1])
+        checked = self.__dict__.setdefault('_checked_sizes', set())  # sizes accepted
+        if (h, w) in checked:
+            return
         minimum = self.min_input_size
         if min(h, w) < minimum:
             raise ValueError(
@@ -416,6 +419,7 @@ class PyramidBackbone(ElasticCores, BackboneContract):
                 f'{minimum}x{minimum} (spatial-reduction attention needs a map of '
                 'at least sr_ratio x sr_ratio in its stage)'
             )
+        checked.add((h, w))
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """x (B, in_channels, H, W), H and W >= :attr:`min_input_size`; returns one

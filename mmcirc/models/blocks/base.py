@@ -38,6 +38,7 @@ from mmdet.models.backbones.pvt import MixFFN
 
 from mmcirc.ops.capture import graph_capture
 from mmcirc.ops.circulant import autocast_dtype
+from mmcirc.ops.layout import cpu_layout
 
 __all__ = [
     'PyramidBlock',
@@ -236,11 +237,13 @@ def _chunkable(ffn: nn.Module, x: torch.Tensor) -> bool:
     """Whether the MLP may run over chunks of tokens: inference (no autograd, eval mode:
     DropPath and dropout are identities), eager (not traced, compiled or exported:
     graphs keep one symbolic-size product), a plain tensor (a row-banded map of
-    :mod:`mmcirc.distributed` is no run of whole rows once cut into chunks) and more
-    tokens than one chunk."""
+    :mod:`mmcirc.distributed` is no run of whole rows once cut into chunks) in the CPU
+    layout (:mod:`mmcirc.ops.layout`: on a GPU chunks only multiply the kernels
+    launched) and more tokens than one chunk."""
     n = x.shape[1]
     return (
         type(x) is torch.Tensor
+        and cpu_layout(x)
         and not (torch.is_grad_enabled() or ffn.training)
         and not graph_capture()
         and isinstance(n, int)

@@ -4,12 +4,11 @@ from typing import Optional, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import build_dropout
 from mmengine.model import BaseModule
 
-from mmcirc.ops.circulant import CirculantAttention, scale_value
+from mmcirc.ops.circulant import CirculantAttention, attention_kernel
 from mmcirc.registry import register_model
 from .base import PyramidBlock, apply_ffn, build_ffn, cpe
 from .probe import AttentionProbe, call_arg
@@ -32,18 +31,7 @@ class CirculantProbe(AttentionProbe):
     def weights(self, mod, args, kwargs, ctx):
         x, hw = call_arg(args, kwargs, 0, 'x'), call_arg(args, kwargs, 1, 'hw_shape')
         h, w = (int(v) for v in hw)
-        b, n, c = x.shape
-        heads = mod.num_heads
-        cdt = torch.float64 if x.dtype == torch.float64 else torch.float32  # as the operator
-        qk = F.linear(x.to(cdt), mod.qkv.weight[: 2 * c].to(cdt))  # (B, N, 2C), qkv: no bias
-        q, k = qk.transpose(1, 2).reshape(b, 2, heads, c // heads, h, w).unbind(1)
-        grid = (h, w) if mod.boundary == 'circular' else (2 * h - 1, 2 * w - 1)
-        # cross-correlation a[m] = sum_i q[i] k[i + m] on `grid` (zero padded: no wrap)
-        spec = (torch.fft.rfft2(q, s=grid).conj() * torch.fft.rfft2(k, s=grid)).sum(2)
-        a = torch.fft.irfft2(spec, s=grid) * scale_value(mod.scale, n, c // heads)
-        if mod.boundary == 'zero':  # index m (m < 0 at P + m) -> ordered by m + (H-1, W-1)
-            a = torch.roll(a, (h - 1, w - 1), (-2, -1))
-        p = torch.softmax(a.flatten(2), dim=-1).view_as(a)  # (B, heads, *grid)
+        p = attention_kernel(mod, x, (h, w))  # (B, heads, *grid), the operator's own body
         return dict(weights=p, q_grid=(h, w), k_grid=(h, w), boundary=mod.boundary)
 
 
