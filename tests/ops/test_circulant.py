@@ -150,11 +150,10 @@ def test_map_by_map_inverse_matches_dense(boundary, num_heads, monkeypatch):
     assert torch.autograd.gradcheck(lambda x: m(x, (3, 4)), (x,), fast_mode=True)
 
 
-def test_head_blocks_budget_per_device(monkeypatch):
+def test_head_blocks_only_in_the_cpu_layout(monkeypatch):
     monkeypatch.setattr(circulant, 'BLOCK_BYTES', 1)
-    monkeypatch.setattr(circulant, 'CUDA_BLOCK_BYTES', 1 << 40)
-    assert len(circulant.head_blocks(6, 6, (8, 9), 2, 'cpu')) == 6
-    assert len(circulant.head_blocks(6, 6, (8, 9), 2, 'cuda')) == 1
+    assert len(circulant.head_blocks(6, 6, (8, 9), 2, cpu=True)) == 6
+    assert circulant.head_blocks(6, 6, (8, 9), 2, cpu=False) == [slice(0, 6)]
 
 
 @pytest.mark.parametrize('num_heads', [20, 40])
