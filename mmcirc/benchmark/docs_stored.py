@@ -1,0 +1,190 @@
+"""The documentation's tables whose results file is kept in the repository
+(``docs/results/*.json``): figures measured on machines the suite does not run on (the
+GPU), or by a job rather than a benchmark suite (the main job on toy data), or counted by
+``tools/analysis/get_flops.py`` (the model zoo, :mod:`mmcirc.benchmark.docs_zoo`). Each is rendered between its markers
+(:mod:`mmcirc.benchmark.docs`) in every document that holds them, so a figure shown in two
+documents comes from one file (``python -m mmcirc.benchmark docs --tables gpu ...``;
+``tests/docs`` checks that every document holds what its files render).
+
+* :data:`STORED`: name -> :class:`StoredTable` (results file, renderer);
+* :data:`DOCUMENTS`: the documents that hold stored tables;
+* :func:`render_document`: a document with every stored table it holds re-rendered.
+"""
+
+import json
+import os.path as osp
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+from .docs import marker, replace_blocks
+from .docs_zoo import ZOO_RESULTS, render_zoo
+from .report import markdown_table, ratio
+
+__all__ = [
+    'DOCUMENTS',
+    'STORED',
+    'StoredTable',
+    'load',
+    'render_document',
+    'render_gpu',
+    'render_gpu_headline',
+    'render_toy',
+    'render_toy_runs',
+]
+
+#: documents that hold stored tables (paths relative to the repository root)
+DOCUMENTS = ('README.md', 'docs/benchmarks.md', 'configs/README.md')
+
+
+def load(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+# ----------------------------------------------------------------------------- the GPU
+
+
+def _gpu_machine(store: dict, command: Optional[str]) -> str:
+    env = store['environment']
+    ran = f'`{command}`' if command else 'command not recorded'
+    return (
+        f'GPU: {env["device"]}, torch {env["torch"]} + CUDA {env["cuda"]}, mmcv {env["mmcv"]}, '
+        f'{env["date"]}; {ran}; {env["code"]}.'
+    )
+
+
+def _gpu_backbone_table(store: dict) -> str:
+    part = store['backbones']
+    rows = {r['model']: r for r in part['rows']}
+    table = []
+    for r in part['rows']:
+        base = rows.get(r.get('baseline'))
+        cells = [r['label']]
+        for i, ms in enumerate(r['ms']):
+            vs = ratio(base['ms'][i], ms, suffix='x') if base else '-'
+            cells.append(f'{ms}' + ('' if vs == '-' else f' ({vs})'))
+        table.append(cells)
+    head = ['backbone, ms'] + part['columns']
+    return markdown_table(head, table, 'l' + 'r' * len(part['columns']))
+
+
+def render_gpu_headline(store: dict) -> str:
+    """The README's GPU table: the backbones' times with the speed-up against the peer."""
+    part = store['backbones']
+    return (
+        _gpu_backbone_table(store)
+        + f'\n\nGPU, {part["settings"]}; in brackets: against PVT-S (the PVT-S '
+        'variants) or Swin-T (CA-Swin-T) in the same run, below 1x: slower than the peer.\n\n'
+        + _gpu_machine(store, part['command'])
+    )
+
+
+def render_gpu(store: dict) -> str:
+    """docs/benchmarks.md's GPU tables: the backbones, then CA-DeiT-T against DeiT-T."""
+    iso = store['isotropic']
+    rows = [
+        [
+            r['batch'],
+            f'{r["size"]}x{r["size"]}',
+            r['precision'],
+            r['ca_deit_t_ms'],
+            r['deit_t_ms'],
+            ratio(r['deit_t_ms'], r['ca_deit_t_ms'], suffix='x'),
+        ]
+        for r in iso['rows']
+    ]
+    head = ['batch', 'input', 'precision', 'CA-DeiT-T (ms)', 'DeiT-T (ms)', 'speed-up']
+    return (
+        render_gpu_headline(store)
+        + '\n\n'
+        + markdown_table(head, rows, 'rllrrr')
+        + f'\n\n{iso["settings"]}. {iso["crossover"]}. The official CA-DeiT-T code: '
+        f'{iso["official_ca_deit_t_224_fp32_ms"]} ms at 224 px, fp32, batch 1.\n\n'
+        + _gpu_machine(store, iso.get('command'))
+    )
+
+
+# ----------------------------------------------------------------------------- the main job
+
+
+def _spread(runs: List[dict], job: str, key: str) -> str:
+    """``'lo-hi'`` of ``key`` over the runs that report it (the runs' own strings)."""
+    values = sorted({r[job][key] for r in runs if key in r.get(job, {})}, key=float)
+    return values[0] if len(values) == 1 else f'{values[0]}-{values[-1]}'
+
+
+def render_toy(store: dict) -> str:
+    """The README's main-job table: per job its data, schedule and the spread of its
+    seed-0 result over the CPUs it was measured on."""
+    runs, rows = store['runs'], []
+    for key, job in store['jobs'].items():
+        metric = f'**{job["metric"]} {_spread(runs, key, job["metric"])}**'
+        also = ', '.join(f'{m} {_spread(runs, key, m)}' for m in job['also'])
+        rows.append(
+            [job['label'], job['data'], job['schedule'], f'{metric} ({also})', job['untrained']]
+        )
+    head = ['job', 'data', 'schedule', f'result, seed {store["seed"]}', 'untrained model']
+    machines = '; '.join(f'{r["machine"]}, {r["date"]}' for r in runs)
+    return (
+        markdown_table(head, rows)
+        + f'\n\nThe lowest and highest of {len(runs)} runs of `{store["command"]}` on '
+        f'{len(runs)} CPUs ({machines}); each run, its figures: '
+        '[docs/benchmarks.md](docs/benchmarks.md#the-main-job).'
+    )
+
+
+def render_toy_runs(store: dict) -> str:
+    """docs/benchmarks.md's main-job table: every run, its machine and its figures."""
+    jobs = store['jobs']
+    head = ['date', 'machine'] + [m for job in jobs.values() for m in [job['metric'], *job['also']]]
+    rows = [
+        [r['date'], r['machine']]
+        + [r[key].get(m, '-') for key, job in jobs.items() for m in [job['metric'], *job['also']]]
+        for r in store['runs']
+    ]
+    return (
+        f'`{store["command"]}` (seed {store["seed"]}; detection: '
+        f'`{jobs["det"]["config"]}`, segmentation: `{jobs["seg"]["config"]}`)\n\n'
+        + markdown_table(head, rows, 'll' + 'r' * (len(head) - 2))
+    )
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+@dataclass(frozen=True)
+class StoredTable:
+    """A table rendered by ``render`` from ``results`` (a path relative to the repository
+    root), in every one of :data:`DOCUMENTS` that holds its markers."""
+
+    name: str
+    results: str
+    render: Callable[[dict], str]
+
+
+STORED: Dict[str, StoredTable] = {
+    t.name: t
+    for t in (
+        StoredTable('gpu_headline', 'docs/results/gpu_h200.json', render_gpu_headline),
+        StoredTable('gpu', 'docs/results/gpu_h200.json', render_gpu),
+        StoredTable('toy', 'docs/results/toy_job.json', render_toy),
+        StoredTable('toy_runs', 'docs/results/toy_job.json', render_toy_runs),
+        StoredTable('zoo', ZOO_RESULTS, render_zoo),
+    )
+}
+
+
+def held(text: str) -> List[str]:
+    """The stored tables whose opening marker ``text`` holds."""
+    return [name for name in STORED if marker(name) in text]
+
+
+def render_document(text: str, root: str, names=None, where: str = 'document') -> str:
+    """``text`` with each stored table it holds (of ``names``; default all) rendered
+    from its results file under ``root``."""
+    blocks = {
+        name: STORED[name].render(load(osp.join(root, STORED[name].results)))
+        for name in held(text)
+        if names is None or name in names
+    }
+    return replace_blocks(text, blocks, where) if blocks else text
