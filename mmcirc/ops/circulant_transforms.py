@@ -240,10 +240,10 @@ def _map_by_map(y):
     of large maps in the CPU layout (:mod:`mmcirc.ops.layout`), outside graph capture
     (traced, compiled and exported graphs keep the batched call)."""
     return (
-        not graph_capture()  # first: no guard on a symbolic size
-        and type(y) is torch.Tensor
+        cpu_layout(y)
         and y.device.type == 'cpu'
-        and cpu_layout(y)
+        and not graph_capture()  # before the sizes: no guard on a symbolic size
+        and type(y) is torch.Tensor
         and y.numel() > 0
         and y.shape[-2] * y.shape[-1] * y.element_size() >= MAP_BY_MAP_BYTES
     )
