@@ -133,3 +133,22 @@ NARRATION = re.compile(r'since replaced|now measures|earlier layout|no longer|ha
 @pytest.mark.parametrize('rel', PAGES)
 def test_no_sentence_narrates_a_change_or_a_run(rel):
     assert not NARRATION.findall(_read(rel)), NARRATION.findall(_read(rel))
+
+
+def _anchors(rel):
+    """GitHub's anchors of the headings of ``rel``."""
+    headings = re.findall(r'^#+ (.+)$', _read(rel), flags=re.M)
+    return {re.sub(r'[^\w\- ]', '', h.strip().lower()).replace(' ', '-') for h in headings}
+
+
+@pytest.mark.parametrize('rel', PAGES)
+def test_every_relative_link_reaches_a_file_and_its_heading(rel):
+    text = re.sub(r'```.*?```', '', _read(rel), flags=re.S)
+    for target in re.findall(r'\]\(([^)\s]+)\)', text):
+        if re.match(r'[a-z]+:', target):
+            continue
+        path, _, anchor = target.partition('#')
+        dest = osp.normpath(osp.join(osp.dirname(rel), path)) if path else rel
+        assert osp.exists(osp.join(REPO, dest)), f'{rel}: {target}: no {dest}'
+        if anchor and dest.endswith('.md'):
+            assert anchor in _anchors(dest), f'{rel}: {target}: no heading #{anchor} in {dest}'
