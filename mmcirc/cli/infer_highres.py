@@ -155,6 +155,14 @@ def parse_args(argv=None):
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
     )
+    parser.add_argument(
+        '--compile',
+        nargs='?',
+        const='inductor',
+        metavar='BACKEND',
+        help="torch.compile the backbone's forward (BACKEND: torch.compile's, default "
+        'inductor); one process only',
+    )
     shard = parser.add_mutually_exclusive_group()
     shard.add_argument(
         '--shard', action='store_true', help='one rank of a torchrun group (sharded inference)'
@@ -238,6 +246,16 @@ def _check_args(args):
         raise CLIError(f"--device must be 'cpu' or 'cuda[:N]', got {args.device!r}")
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    if args.compile is not None:
+        import torch
+
+        if args.shard or args.nproc is not None:
+            raise CLIError('--compile runs in one process: not with --shard or --nproc')
+        if args.compile not in torch.compiler.list_backends(exclude_tags=()):
+            raise CLIError(
+                f'--compile must be a torch.compile backend such as '
+                f'{tuple(torch.compiler.list_backends())}, got {args.compile!r}'
+            )
     return size
 
 
@@ -296,6 +314,11 @@ def main(argv=None):
         return 0
 
     model = apis.build_model(cfg, args.checkpoint, device=args.device, warn_random=True)
+    if args.compile is not None:  # the backbone: where the attention runs
+        import torch
+
+        backbone = apis.image_backbone(model)
+        backbone.forward = torch.compile(backbone.forward, backend=args.compile)
     palette = model.dataset_meta['palette']
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     for name, img, source_size, where in images:

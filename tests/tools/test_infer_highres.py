@@ -359,3 +359,43 @@ def test_write_atomic_leaves_nothing_on_failure(tmp_path):
     assert not list(out.iterdir())
     imio.write_atomic({str(out / 'a.png'): b'1', str(out / 'a.json'): b'2'})
     assert sorted(os.listdir(out)) == ['a.json', 'a.png']
+
+
+def test_compile_gives_the_labels_of_eager(tmp_path):
+    """--compile (torch.compile's eager backend: the wiring, not code generation) writes
+    the labels the eager run writes."""
+    cfg = tiny_pyramid_config(tmp_path)
+    ckpt = _checkpoint(cfg, tmp_path)
+    labels = {}
+    for name, extra in (('eager', []), ('compiled', ['--compile', 'eager'])):
+        out = tmp_path / name
+        run_tool(
+            ['tools/infer_highres.py', cfg, ckpt, '--demo', 'astronaut', '--size', '96']
+            + ['--out-dir', str(out), *extra],
+            cwd=tmp_path,
+        )
+        (path,) = out.glob('*_labels.png')
+        labels[name] = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    assert len(np.unique(labels['eager'])) > 1
+    np.testing.assert_array_equal(labels['compiled'], labels['eager'])
+
+
+@pytest.mark.parametrize(
+    'extra, text',
+    [
+        (['--compile', 'nope'], "error: --compile must be a torch.compile backend such as ("),
+        (['--compile', '--nproc', '2'], 'error: --compile runs in one process: not with'),
+    ],
+)
+def test_compile_refusals_are_one_line_errors(extra, text, tmp_path):
+    cfg = osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py')
+    proc = run_tool(
+        ['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--out-dir', str(tmp_path / 'o')]
+        + extra,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(text)
+    assert not (tmp_path / 'o').exists()
