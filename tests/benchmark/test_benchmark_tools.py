@@ -20,6 +20,7 @@ TOOLS = (
     'tools/deployment/benchmark_gpu.py',
     'tools/analysis/benchmark_sharded.py',
     'tools/analysis/benchmark_docs.py',
+    'tools/analysis/benchmark_launches.py',
 )
 ENV = dict(OMP_NUM_THREADS='1')
 

@@ -11,10 +11,11 @@ suite          what                                        tool
 ``compile``    eager vs torch.compile per family           analysis/benchmark_compile.py
 ``gpu``        CA-DeiT-T vs DeiT-T, precisions, compile    deployment/benchmark_gpu.py
 ``sharded``    sharded whole-image inference vs P = 1      analysis/benchmark_sharded.py
+``launches``   ops per eager forward, host time vs peers   analysis/benchmark_launches.py
 =============  ==========================================  ===============================
 
 ``python -m mmcirc.benchmark docs`` (``tools/analysis/benchmark_docs.py``) runs the suites
 of the documentation's tables and rewrites them (:mod:`mmcirc.benchmark.docs`).
 """
 
-SUITES = ('attention', 'backbone', 'isotropic', 'compile', 'gpu', 'sharded')
+SUITES = ('attention', 'backbone', 'isotropic', 'compile', 'gpu', 'sharded', 'launches')
