@@ -241,6 +241,12 @@ def render_sharded(store: dict) -> str:
     return table(store['results']).rstrip('\n')
 
 
+def render_launches(store: dict) -> str:
+    from .suites.launches import table
+
+    return table(store['results'], store['sizes'], store['host_size']).rstrip('\n')
+
+
 # ----------------------------------------------------------------------------- the tables
 
 
@@ -301,6 +307,7 @@ TABLES: Dict[str, DocTable] = {
             'results.json',
             render_sharded,
         ),
+        DocTable('launches', 'launches', ('--threads', '1'), 'results.json', render_launches),
     )
 }
 

@@ -34,7 +34,9 @@ def parse_args(argv=None):
         raise CLIError(f'--models: unknown {unknown}; choose from {list(suite.PAIRS)}')
     for opt in ('repeat', 'threads', 'host_size'):
         if getattr(args, opt) < 1:
-            raise CLIError(f'--{opt.replace("_", "-")} must be a positive int, got {getattr(args, opt)}')
+            raise CLIError(
+                f'--{opt.replace("_", "-")} must be a positive int, got {getattr(args, opt)}'
+            )
     args.sizes = [parse_hw(s, '--sizes', suite.MULTIPLE) for s in args.sizes]
     if any(h != w for h, w in args.sizes):
         raise CLIError(f'--sizes must be square sizes S, got {args.sizes}')

@@ -449,7 +449,11 @@ class CirculantAttention(nn.Module):
     def _cached_plan(self, x, hw_shape):
         """:meth:`_plan`, kept per input shape, dtype, device, autocast state, layout
         and DFT backend for eager calls (graph capture builds it anew: symbolic sizes)."""
-        if graph_capture() or not isinstance(x, torch.Tensor) or type(hw_shape) not in (tuple, list):
+        if (
+            graph_capture()
+            or not isinstance(x, torch.Tensor)
+            or type(hw_shape) not in (tuple, list)
+        ):
             return self._plan(x, hw_shape)
         key = (
             x.shape,

@@ -223,7 +223,9 @@ class _Transforms:
         if d == 1:
             return self.mul(p, v)  # (B, C, ...)
         f = v.shape[2:]
-        o = self.mul(p.unsqueeze(2), v.view(v.shape[0], v.shape[1] // d, d, *f))  # (B, heads, d, ...)
+        o = self.mul(
+            p.unsqueeze(2), v.view(v.shape[0], v.shape[1] // d, d, *f)
+        )  # (B, heads, d, ...)
         return o.view(v.shape)  # (B, C, ...)
 
 

@@ -383,7 +383,7 @@ def test_compile_gives_the_labels_of_eager(tmp_path):
 @pytest.mark.parametrize(
     'extra, text',
     [
-        (['--compile', 'nope'], "error: --compile must be a torch.compile backend such as ("),
+        (['--compile', 'nope'], 'error: --compile must be a torch.compile backend such as ('),
         (['--compile', '--nproc', '2'], 'error: --compile runs in one process: not with'),
     ],
 )

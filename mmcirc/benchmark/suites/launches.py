@@ -177,7 +177,7 @@ def run(options, command: str):
                     store.update({key(name, hw[0], layout, precision): r})
         print(f'{case(name).label}: [{time.perf_counter() - t:.0f} s]', flush=True)
         text = table(store.results, sizes, options.host_size)
-        store.save(environment=env)
+        store.save(environment=env, sizes=sizes, host_size=options.host_size)
         atomic_write(osp.join(options.out_dir, 'table.md'), text)
     print('\n' + text + f'\nwritten: {osp.join(options.out_dir, "table.md")}')
     return store.results
