@@ -228,11 +228,11 @@ def spectral_norms(tf, scale, n, d):
     ``'backward'`` 1/G, ``'forward'`` 1) leaves r = s / f, which is 1 for the default
     scales of d = 1 on the circular grid (``'sqrt_n'``: s = 1/sqrt(N) = 1/sqrt(G)), so
     the scale costs no operation; Eq. 16's 1/G = (1/sqrt(G)) (1/sqrt(G)) with V' = V /
-    sqrt(G) is an ``'ortho'`` inverse. Symbolic sizes (export) keep today's unnormalised
-    spectra and r = s.
+    sqrt(G) is an ``'ortho'`` inverse. Captured graphs (export, torch.compile, whose sizes
+    may be symbolic) keep unnormalised spectra and r = s: a compiler fuses that product.
     """
     s = scale_value(scale, n, d)
-    if tf.symbolic:
+    if tf.symbolic or graph_capture():  # no Python decision on (maybe symbolic) sizes
         return 'backward', 'backward', s, 'backward'
     g = tf.grid[0] * tf.grid[1]
     for norm, f in (('ortho', 1.0 / math.sqrt(g)), ('backward', 1.0 / g), ('forward', 1.0)):
