@@ -24,12 +24,14 @@ Two boundary modes:
 
 Every FFT and the softmax run in float32 (float64 for float64 inputs) with
 autocast disabled; the result is cast back to the autocast / input dtype. Under
-autocast the gate and output projection run in the autocast dtype (bf16 on the
-CPU), and so does the qkv product on the float32 spectrum under bf16.
+autocast the gate and output projection run in the autocast dtype, and in the CPU
+layout (:mod:`mmcirc.ops.layout`) so does the qkv product on the float32 spectrum
+under bf16.
 
-One body of the equations (:func:`attend`) for both backends of the 2-D
-transforms (:mod:`mmcirc.ops.circulant_transforms`: torch.fft, or real matmul
-DFTs with symbolic sizes inside :func:`export_mode`).
+One body of the equations (:func:`scores`, :func:`attend`) for every transform
+backend (:mod:`mmcirc.ops.circulant_transforms`: torch.fft, or real matmul DFTs with
+symbolic sizes inside :func:`export_mode`; the row-band-sharded transforms of
+:mod:`mmcirc.ops.circulant_sharded`) and for the probe (:func:`attention_kernel`).
 
 This file depends on torch only.
 """
