@@ -227,20 +227,26 @@ def spectral_norms(tf, scale, n, d):
 
     With ``fwd = 'ortho'`` on a grid of G = Ph Pw cells, Q' K'* = Q K* / G, so Eq. 15's
     s (1/G) sum = s sum over Q' K'*: an inverse of factor f (``'ortho'`` 1/sqrt(G),
-    ``'backward'`` 1/G, ``'forward'`` 1) leaves r = s / f, which is 1 for the default
-    scales of d = 1 on the circular grid (``'sqrt_n'``: s = 1/sqrt(N) = 1/sqrt(G)), so
-    the scale costs no operation; Eq. 16's 1/G = (1/sqrt(G)) (1/sqrt(G)) with V' = V /
-    sqrt(G) is an ``'ortho'`` inverse. Captured graphs (export, torch.compile, whose sizes
-    may be symbolic) keep unnormalised spectra and r = s: a compiler fuses that product.
+    ``'backward'`` 1/G, ``'forward'`` 1) leaves r = s / f. The circular grid is the map
+    (G = N), so ``'sqrt_n'`` (s = 1/sqrt(N d)) takes the ``'ortho'`` inverse and ``'n'``
+    (s = 1/(N sqrt(d))) the ``'backward'`` one with r = 1/sqrt(d): no product for d = 1;
+    a float s takes the ``'forward'`` inverse with r = s. Eq. 16's 1/G = (1/sqrt(G))
+    (1/sqrt(G)) with V' = V / sqrt(G) is an ``'ortho'`` inverse. The choice depends on
+    the settings, not on the sizes, so eager and compiled graphs compute alike and
+    symbolic sizes (dynamic shapes) need no Python decision. Export's matmul DFTs keep
+    unnormalised spectra and r = s.
     """
-    s = scale_value(scale, n, d)
-    if tf.symbolic or graph_capture():  # no Python decision on (maybe symbolic) sizes
-        return 'backward', 'backward', s, 'backward'
+    if tf.symbolic:  # export's matmul DFTs: unnormalised spectra, the product by s
+        return 'backward', 'backward', scale_value(scale, n, d), 'backward'
+    check_scale(scale)
+    if not isinstance(scale, str):
+        return 'ortho', 'forward', float(scale), 'ortho'
     g = tf.grid[0] * tf.grid[1]
-    for norm, f in (('ortho', 1.0 / math.sqrt(g)), ('backward', 1.0 / g), ('forward', 1.0)):
-        if math.isclose(s, f, rel_tol=1e-12):
-            return 'ortho', norm, None, 'ortho'
-    return 'ortho', 'ortho', s * math.sqrt(g), 'ortho'
+    if scale == 'sqrt_n':  # f = 1/sqrt(G): r = s sqrt(G) = sqrt(G / (N d))
+        r = (None if d == 1 else d**-0.5) if tf.circular else (g / (n * d)) ** 0.5
+        return 'ortho', 'ortho', r, 'ortho'
+    r = (None if d == 1 else d**-0.5) if tf.circular else g / (n * d**0.5)  # 'n', f = 1/G
+    return 'ortho', 'backward', r, 'ortho'
 
 
 def scores(tf, q, k, hw, d, norms):

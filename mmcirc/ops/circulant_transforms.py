@@ -3,7 +3,8 @@
 The operator body (:mod:`mmcirc.ops.circulant`) is written once against a transform
 object ``T`` (:func:`transforms`, one per forward):
 
-* ``T.grid``: the (Ph, Pw) grid of every transform; ``T.padded``: the grid is larger
+* ``T.grid``: the (Ph, Pw) grid of every transform (``T.circular``: the map itself);
+  ``T.padded``: the grid is larger
   than the (2H-1) x (2W-1) offsets of ``boundary='zero'`` (its padding cells are masked);
 * ``T.rfft2(x, norm)``: the half spectrum (..., Ph, U) of real x (..., H, W) zero padded
   to the grid, U = Pw//2 + 1, scaled by ``norm`` as torch.fft's (``'backward'``: 1,
@@ -257,6 +258,7 @@ class TorchFFT(_Transforms):
 
     def __init__(self, hw, boundary):
         self.grid = fft_grid(*hw, boundary)
+        self.circular = boundary == 'circular'  # the grid is the map
         self.padded = boundary == 'zero' and self.grid != (2 * hw[0] - 1, 2 * hw[1] - 1)
 
     def rfft2(self, x, norm='backward'):
@@ -324,7 +326,8 @@ class MatmulDFT(_Transforms):
 
     def __init__(self, hw, boundary, dtype, device):
         h, w = hw
-        self.grid = (h, w) if boundary == 'circular' else (2 * h - 1, 2 * w - 1)
+        self.circular = boundary == 'circular'  # the grid is the map
+        self.grid = (h, w) if self.circular else (2 * h - 1, 2 * w - 1)
         j = torch.arange(self.grid[0], device=device)  # (Ph,)
         p = j[-1:] + 1  # Ph as a (1,) tensor
         ang = (j[:, None] * j[None, :] % p).to(dtype) * (2 * math.pi) / p
