@@ -7,27 +7,30 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dense_reference import circulant_attention_dense, circulant_module_dense
+from mmcirc.benchmark.suites.launches import count_ops
 from mmcirc.ops import CirculantAttention, circulant, circulant_attention
 from mmcirc.ops.layout import forced_layout
 
 BOUNDARIES = ['circular', 'zero']
 
 
-class _Ops(TorchDispatchMode):
-    """Counts compute ops by name (views and allocations left out), and records the
-    dtypes of the matrix products' operands."""
+class _MatmulDtypes(TorchDispatchMode):
+    """Records the dtypes of the matrix products' operands, in call order."""
 
     def __init__(self):
         super().__init__()
-        self.names, self.matmuls = [], []
+        self.seen = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if not func.is_view and not name.startswith(('empty', 'new_empty')):
-            self.names.append(name)
-        if name in ('bmm', 'baddbmm', 'mm', 'addmm'):
-            self.matmuls.append({a.dtype for a in args if isinstance(a, torch.Tensor)})
+        if func.overloadpacket.__name__ in ('bmm', 'baddbmm', 'mm', 'addmm'):
+            self.seen.append({a.dtype for a in args if isinstance(a, torch.Tensor)})
         return func(*args, **(kwargs or {}))
+
+
+def _ops(m, x, hw, layout='cuda'):
+    """Compute ops of one no-grad forward by name (the benchmark's dispatch counter)."""
+    with forced_layout(layout), torch.no_grad():
+        return count_ops(m, x, hw)[1]
 
 
 @pytest.mark.parametrize('boundary', BOUNDARIES)
@@ -58,39 +61,31 @@ def test_one_batched_transform_over_all_heads(monkeypatch):
     monkeypatch.setattr(circulant, 'BLOCK_BYTES', 1)  # one head per block on the CPU
     m = CirculantAttention(8)
     for layout, products in (('cuda', 1), ('cpu', 8)):
-        with forced_layout(layout), torch.no_grad(), _Ops() as ops:
-            m(torch.randn(1, 30, 8), (5, 6))
-        assert ops.names.count('bmm') == products
+        assert _ops(m, torch.randn(1, 30, 8), (5, 6), layout)['bmm'] == products
 
 
 def test_operator_count_does_not_grow_with_the_map():
     m = CirculantAttention(8).eval()
-    counts = []
-    for hw in ((4, 4), (64, 64)):
-        with forced_layout('cuda'), torch.no_grad(), _Ops() as ops:
-            m(torch.randn(2, hw[0] * hw[1], 8), hw)
-        counts.append(len(ops.names))
-    assert counts[0] == counts[1]
+    small, large = (_ops(m, torch.randn(2, h * w, 8), (h, w)) for h, w in ((4, 4), (64, 64)))
+    assert small == large
 
 
 def test_default_scale_costs_no_operation():
     """d = 1, 'sqrt_n' on the circular grid: the FFTs' normalisations carry s, so the
     only products are Eq. 15's, Eq. 16's and the gate's."""
     m = CirculantAttention(8).eval()
-    with forced_layout('cuda'), torch.no_grad(), _Ops() as ops:
-        m(torch.randn(1, 30, 8), (5, 6))
-    assert ops.names.count('mul') == 3
+    assert _ops(m, torch.randn(1, 30, 8), (5, 6))['mul'] == 3
 
 
 def test_bf16_keeps_the_spectrum_in_float32():
     """Under autocast the qkv product on the spectrum runs in float32 in the CUDA
     layout: no cast of the spectrum to bf16 and back; gate and proj run in bf16."""
     m = CirculantAttention(4)
-    with forced_layout('cuda'), torch.autocast('cpu', dtype=torch.bfloat16), _Ops() as ops:
+    with forced_layout('cuda'), torch.autocast('cpu', dtype=torch.bfloat16), _MatmulDtypes() as mm:
         y = m(torch.randn(1, 30, 4), (5, 6))
     assert y.dtype == torch.bfloat16
-    assert ops.matmuls[1] == {torch.float32}  # gate, qkv, proj in call order
-    assert ops.matmuls[0] == ops.matmuls[2] == {torch.bfloat16}
+    assert mm.seen[1] == {torch.float32}  # gate, qkv, proj in call order
+    assert mm.seen[0] == mm.seen[2] == {torch.bfloat16}
 
 
 def test_plan_made_once_per_shape(monkeypatch):
