@@ -19,7 +19,7 @@ import warnings
 from typing import Dict, Tuple
 
 from mmcirc.models.backbones.pyramid import PyramidBackbone
-from mmcirc.models.blocks import attention_kinds, block_classes
+from mmcirc.models.backbones.pyramid import registered_pyramids
 from mmcirc.ops.circulant import BOUNDARIES, SCALES, CirculantAttention, check_scale
 from mmcirc.ops.core import CORE_PRESETS, parse_num_cores
 
@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 #: Allowed values of the backbone overrides (num_cores: also an int in [1, num_cores_max],
-#: or what the model's own bank allows; stage_attentions: the kinds of the registered
-#: blocks, :func:`attention_kinds`).
+#: or what the model's own bank allows; stage_attentions: the kinds the registered
+#: pyramids take, their ``attention_blocks``).
 BACKBONE_OVERRIDES = {
     'num_cores': tuple(CORE_PRESETS),
     'boundary': tuple(BOUNDARIES),
@@ -82,7 +82,14 @@ def validate_overrides(
         kinds = stage_attentions
         if isinstance(kinds, str):
             kinds = [k.strip() for k in kinds.split(',')] if ',' in kinds else kinds
-        choices = attention_kinds()
+        choices = tuple(
+            dict.fromkeys(
+                k
+                for classes in registered_pyramids().values()
+                for c in classes
+                for k in c.attention_blocks
+            )
+        )
         for k in [kinds] if isinstance(kinds, str) else kinds:
             if k not in choices:
                 raise ValueError(
@@ -187,7 +194,7 @@ def _apply_to_pyramid(backbone, cls, overrides) -> None:
         backbone['stage_attentions'] = kinds if isinstance(kinds, str) else list(kinds)
     keys = ('attention', 'stage_attentions', 'block_cfgs', 'arch')
     kinds = cls.configured_stage_attentions(**{k: backbone[k] for k in keys if k in backbone})
-    blocks = [block_classes(cls.family)[k] for k in kinds]
+    blocks = [cls.attention_blocks[k] for k in kinds]
     if 'num_cores' in overrides:
         n = overrides['num_cores']
         parse_num_cores(n, maximum=backbone.get('num_cores_max', 64))

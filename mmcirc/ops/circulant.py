@@ -43,7 +43,7 @@ from numbers import Real
 import torch
 from torch import nn
 
-from .capture import graph_capture
+from . import circulant_transforms, layout
 from .circulant_transforms import (
     BOUNDARIES,
     FFT_IMPLS,
@@ -55,7 +55,7 @@ from .circulant_transforms import (
     set_fft_impl,
     transforms,
 )
-from .layout import cpu_layout, layout_override
+from .layout import cpu_layout
 
 __all__ = [
     'BOUNDARIES',
@@ -164,10 +164,10 @@ def fp32_region(t):
     return torch.autocast(device_type=t.device.type, enabled=False)
 
 
-def transpose_tokens(x, dtype=None):
+def transpose_tokens(x, dtype=None, cpu=False):
     """Contiguous ``x.transpose(1, 2)`` of x (B, P, Q) -> (B, Q, P), cast to ``dtype``.
 
-    In the CPU layout (:mod:`mmcirc.ops.layout`) one 2-D transpose per batch element,
+    With ``cpu`` (the CPU layout of :mod:`mmcirc.ops.layout`) one 2-D transpose per batch element,
     after the cast: torch's CPU ``copy_`` has a blocked kernel for a 2-D transpose within
     one dtype only, and the 3-D transpose copy is several times slower. Beware that
     ``x.transpose(1, 2).to(memory_format=torch.contiguous_format)`` copies nothing for a
@@ -176,7 +176,7 @@ def transpose_tokens(x, dtype=None):
     """
     x = x if dtype is None else x.to(dtype)  # elementwise on the contiguous layout
     b, p, q = x.shape
-    if x.device.type != 'cpu' or not cpu_layout(x) or not isinstance(b, int):
+    if not cpu or x.device.type != 'cpu' or not isinstance(b, int):
         return x.transpose(1, 2).contiguous()
     out = x.new_empty(b, q, p)  # (B, Q, P)
     for i in range(b):
@@ -212,12 +212,12 @@ def head_blocks(channels, num_heads, grid, batch=1, cpu=True):
     return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
 
 
-def _blocks(tf, channels, num_heads, batch, t):
-    """:func:`head_blocks` on the grid of the transforms ``tf`` in ``t``'s layout; one
-    block when its sizes are symbolic (export: no Python decision on them)."""
+def _blocks(tf, channels, num_heads, batch, cpu):
+    """:func:`head_blocks` on the grid of the transforms ``tf`` (``cpu``: the CPU layout);
+    one block when its sizes are symbolic (export: no Python decision on them)."""
     if tf.symbolic:
         return [slice(0, channels)]
-    return head_blocks(channels, num_heads, tf.grid, batch, cpu_layout(t))
+    return head_blocks(channels, num_heads, tf.grid, batch, cpu)
 
 
 def spectral_norms(tf, scale, n, d):
@@ -265,7 +265,7 @@ def scores(tf, q, k, hw, d, norms):
     # 'zero' on a grid rounded up: softmax only over the true offsets (Z would cancel
     # the padding's share anyway; the mask keeps the softmax max over real offsets, so
     # their p cannot underflow)
-    return tf.softmax(tf.mask(a, hw))  # p' (B, heads, Ph, Pw)
+    return tf.softmax(tf.mask(a, hw) if tf.padded else a)  # p' (B, heads, Ph, Pw)
 
 
 def attend(tf, q, k, v, hw, d, boundary, norms):
@@ -294,7 +294,7 @@ def attention_kernel(layer, x, hw_shape):
     cdt, _ = compute_dtypes(x)
     tf = transforms((h, w), layer.boundary, cdt, x.device)
     norms = spectral_norms(tf, layer.scale, n, c // layer.num_heads)
-    xs = tf.operand(tf.rfft2(transpose_tokens(x, cdt).view(b, c, h, w), norms[0]))
+    xs = tf.operand(tf.rfft2(transpose_tokens(x, cdt, cpu_layout(x)).view(b, c, h, w), norms[0]))
     wqk = layer.qkv.weight.to(cdt)[: 2 * c]  # W_q, W_k
     q, k = tf.linear(wqk, xs, cdt).chunk(2, dim=1)  # (B, C, Ph, U) each
     p = scores(tf, q, k, (h, w), c // layer.num_heads, norms)  # p[-m] (B, heads, Ph, Pw)
@@ -347,19 +347,20 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='
     heads = _num_heads(c, num_heads)
     d = c // heads
     cdt, odt = compute_dtypes(q)
+    cpu = cpu_layout(q)
     with fp32_region(q):
-        tf = transforms((h, w), boundary, cdt, q.device)
+        tf = transforms((h, w), boundary, cdt, q.device, cpu)
         norms = spectral_norms(tf, scale, h * w, d)
         # (B, H, W, C) -> (B, C, H, W) contiguous: FFTs over contiguous last axes
         q, k, v = (
-            transpose_tokens(t.reshape(b, h * w, c), cdt).view(b, c, h, w) for t in (q, k, v)
+            transpose_tokens(t.reshape(b, h * w, c), cdt, cpu).view(b, c, h, w) for t in (q, k, v)
         )
         o = []
-        for sl in _blocks(tf, c, heads, b, q):  # whole heads
+        for sl in _blocks(tf, c, heads, b, cpu):  # whole heads
             qb, kb, vb = (tf.rfft2(t[:, sl], norms[0]) for t in (q, k, v))  # (B, Cb, Ph, U)
             o.append(attend(tf, qb, kb, vb, (h, w), d, boundary, norms))  # (B, Cb, H, W)
         o = o[0] if len(o) == 1 else torch.cat(o, dim=1)  # (B, C, H, W)
-    return transpose_tokens(o.reshape(b, c, h * w), odt).view(b, h, w, c)  # (B, H, W, C)
+    return transpose_tokens(o.reshape(b, c, h * w), odt, cpu).view(b, h, w, c)  # (B, H, W, C)
 
 
 # ----------------------------------------------------------------- module
@@ -420,10 +421,10 @@ class CirculantAttention(nn.Module):
             f'boundary={self.boundary!r}, scale={self.scale!r}'
         )
 
-    def _plan(self, x, hw_shape):
-        """What a forward of this shape decides once: the input checks, the dtypes, the
-        transforms, the scale's normalisations and the blocks of heads (see
-        :meth:`forward`). Returns ``(tf, norms, blocks, cdt, odt, ldt, autocast)``."""
+    def _new_plan(self, x, hw_shape):
+        """What a forward of this input decides once: the input checks, the dtypes, the
+        layout, the transforms, the scale's normalisations and the blocks of heads (see
+        :meth:`forward`). Returns ``(tf, norms, blocks, cdt, odt, ldt, autocast, cpu)``."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError(
                 f'x must be a 3-D tensor (B, N, C), got {getattr(x, "shape", type(x))}'
@@ -444,49 +445,49 @@ class CirculantAttention(nn.Module):
         if n != h * w:
             raise ValueError(f'x has N={n} tokens but hw_shape={tuple(hw_shape)} gives H*W={h * w}')
         cdt, odt = compute_dtypes(x)
+        cpu = cpu_layout(x)
         # in the CPU layout the qkv product on the spectrum runs in bf16 when the layer's
         # output is (autocast): a linear like the gate and proj; bf16 has float32's range
         # (fp16 could overflow on the spectrum's DC term, ~N times a token), the FFTs stay
         # float32. The CUDA layout keeps it float32: no cast of the spectrum either way.
-        ldt = torch.bfloat16 if odt == torch.bfloat16 and cpu_layout(x) else None
-        tf = transforms((h, w), self.boundary, cdt, x.device)
+        ldt = torch.bfloat16 if odt == torch.bfloat16 and cpu else None
+        tf = transforms((h, w), self.boundary, cdt, x.device, cpu)
         norms = spectral_norms(tf, self.scale, n, c // self.num_heads)
-        blocks = _blocks(tf, c, self.num_heads, b, x)
-        return tf, norms, blocks, cdt, odt, ldt, autocast_dtype(x.device.type) is not None
+        blocks = _blocks(tf, c, self.num_heads, b, cpu)
+        return tf, norms, blocks, cdt, odt, ldt, autocast_dtype(x.device.type) is not None, cpu
 
-    def _cached_plan(self, x, hw_shape):
-        """:meth:`_plan`, kept per input shape, dtype, device, autocast state, layout
-        and DFT backend for eager calls (graph capture builds it anew: symbolic sizes)."""
+    def _plan(self, x, hw_shape):
+        """:meth:`_new_plan`, kept per input shape, dtype, device, autocast dtype, layout
+        (:mod:`mmcirc.ops.layout`) and DFT backend for eager calls on the CPU or CUDA (at
+        most PLAN_CACHE_SIZE: detection and segmentation see a few sizes); made anew in a
+        captured graph (symbolic sizes) and on other devices."""
+        dev = getattr(getattr(x, 'device', None), 'type', None)
         if (
-            graph_capture()
-            or not isinstance(x, torch.Tensor)
+            dev not in ('cpu', 'cuda')
             or type(hw_shape) not in (tuple, list)
+            or torch.compiler.is_compiling()
+            or torch.jit.is_tracing()
         ):
-            return self._plan(x, hw_shape)
-        key = (
-            x.shape,
-            tuple(hw_shape),
-            x.dtype,
-            x.device,
-            autocast_dtype(x.device.type),
-            layout_override(),
-            get_fft_impl(),
-        )
+            return self._new_plan(x, hw_shape)
+        autocast = torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev)
+        key = (x.shape, tuple(hw_shape), x.dtype, x.device, autocast, layout.FORCED)
+        key += (circulant_transforms.FFT_IMPL,)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= PLAN_CACHE_SIZE:
                 self._plans.clear()
-            plan = self._plans[key] = self._plan(x, hw_shape)
+            plan = self._plans[key] = self._new_plan(x, hw_shape)
         return plan
 
     def forward(self, x, hw_shape):
         """x: (B, N, C) tokens of an H x W map (row-major), hw_shape = (H, W).
         Returns (B, N, C)."""
-        tf, norms, blocks, cdt, odt, ldt, autocast = self._cached_plan(x, hw_shape)
+        plan = self._plan(x, hw_shape)
+        tf, norms, blocks, cdt, odt, ldt, autocast, cpu = plan
         b, n, c = x.shape
         h, w = hw_shape
         d = c // self.num_heads
-        x = transpose_tokens(x)  # (B, C, N) contiguous: channels first from here on
+        x = transpose_tokens(x, cpu=cpu)  # (B, C, N) contiguous: channels first from here on
         t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
         with torch.autocast(x.device.type, enabled=False) if autocast else _NO_CONTEXT:
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v

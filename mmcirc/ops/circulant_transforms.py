@@ -12,7 +12,7 @@ object ``T`` (:func:`transforms`, one per forward):
 * ``T.irfft2(y, hw, norm)``: its real inverse (``'backward'``: 1/(Ph Pw), ``'ortho'``:
   1/sqrt(Ph Pw), ``'forward'``: 1), cropped to ``hw`` (the rows are cropped between the
   two 1-D passes, so the second pass runs on H rows only; large maps in the CPU layout
-  one map at a time, :data:`MAP_BY_MAP_BYTES`);
+  one map at a time, :data:`MAP_BY_MAP_BYTES`, decided when the transforms are made);
 * ``T.linear(weight, T.operand(y), dtype)``: a real weight (C_out, C) on the channels
   (dim 1) of a spectrum (FFT(x W) = FFT(x) W), its operand made (and cast) once;
 * ``T.corr(q, k, d)``: Eq. 15's spectral product summed over the d channels of a head,
@@ -41,7 +41,6 @@ import math
 import torch
 
 from .capture import graph_capture
-from .layout import cpu_layout
 
 __all__ = [
     'FFT_IMPLS',
@@ -60,7 +59,8 @@ BOUNDARIES = ('circular', 'zero')
 #: How the 2-D DFTs run: ``'torch'`` (torch.fft, the default) or ``'dft'``
 #: (real matmuls, exportable; see :func:`export_mode`).
 FFT_IMPLS = ('torch', 'dft')
-_FFT_IMPL = 'torch'
+#: the active one (read only: :func:`set_fft_impl` and :func:`export_mode` set it)
+FFT_IMPL = 'torch'
 
 
 def check_choice(name, value, allowed):
@@ -111,7 +111,7 @@ def export_mode(enabled=True):
     (2H-1) x (2W-1) (any grid at least that large gives the same result). Sets a module
     global (not thread-safe); the previous mode is restored on exit.
     """
-    prev = _FFT_IMPL
+    prev = FFT_IMPL
     set_fft_impl('dft' if enabled else 'torch')
     try:
         yield
@@ -121,23 +121,24 @@ def export_mode(enabled=True):
 
 def get_fft_impl():
     """The active DFT implementation, ``'torch'`` or ``'dft'``."""
-    return _FFT_IMPL
+    return FFT_IMPL
 
 
 def set_fft_impl(impl):
     """Select the DFT implementation: ``'torch'`` (default) or ``'dft'``."""
-    global _FFT_IMPL
+    global FFT_IMPL
     check_choice('impl', impl, FFT_IMPLS)
-    _FFT_IMPL = impl
+    FFT_IMPL = impl
 
 
-def transforms(hw, boundary, dtype, device):
+def transforms(hw, boundary, dtype, device, cpu=False):
     """The transform object of the active backend for an (H, W) map (see the module
-    docstring); ``dtype`` is the real compute dtype."""
+    docstring); ``dtype`` is the real compute dtype, ``cpu`` whether the CPU layout's
+    map-by-map inverse may run (:data:`MAP_BY_MAP_BYTES`; not in a captured graph)."""
     check_choice('boundary', boundary, BOUNDARIES)
-    if _FFT_IMPL == 'dft':
+    if FFT_IMPL == 'dft':
         return MatmulDFT(hw, boundary, dtype, device)
-    return TorchFFT(hw, boundary)
+    return TorchFFT(hw, boundary, dtype, cpu and not graph_capture())
 
 
 def mask_padding(a, hw):
@@ -171,8 +172,9 @@ def row_mass(p, hw):
 
 
 class _Transforms:
-    """The backend-independent spectral algebra on ``mul``, ``mul_conj`` and the real
-    view."""
+    """The backend-independent spectral algebra on ``mul``, ``conj`` and the real view
+    (``as_real``, ``from_real``): torch's own functions for complex spectra, so that a
+    step of the algebra calls no other Python function of the backend."""
 
     #: sizes may be symbolic (torch.export): no Python decision on them
     symbolic = False
@@ -198,8 +200,8 @@ class _Transforms:
 
     def mask(self, a, hw):
         """-inf on the score cells (B, heads, Ph, Pw) that are no offset of an ``hw``
-        map (:func:`mask_padding`), where the grid is larger than the offsets."""
-        return mask_padding(a, hw) if self.padded else a
+        map (:func:`mask_padding`); called where the grid is larger (``padded``)."""
+        return mask_padding(a, hw)
 
     @staticmethod
     def softmax(a):
@@ -215,7 +217,7 @@ class _Transforms:
     def corr(self, q, k, d):
         """Eq. 15 at the negated offsets: sum over each head's d channels of
         Q_c conj(K_c) = FFT(a') with a'[m] = a[-m], (B, C/d, ...)."""
-        a = self.mul_conj(q, k)  # (B, C, ...)
+        a = self.mul(q, self.conj(k))  # (B, C, ...); a lazy conj: the product makes it
         return a if d == 1 else a.view(a.shape[0], a.shape[1] // d, d, *a.shape[2:]).sum(2)
 
     def apply(self, p, v, d):
@@ -238,35 +240,30 @@ class _Transforms:
 MAP_BY_MAP_BYTES = 1 << 22
 
 
-def _map_by_map(y):
-    """Whether the inverse of the spectra y (..., Ph, U) runs map by map: a plain tensor
-    of large maps in the CPU layout (:mod:`mmcirc.ops.layout`), outside graph capture
-    (traced, compiled and exported graphs keep the batched call)."""
-    return (
-        cpu_layout(y)
-        and y.device.type == 'cpu'
-        and not graph_capture()  # before the sizes: no guard on a symbolic size
-        and type(y) is torch.Tensor
-        and y.numel() > 0
-        and y.shape[-2] * y.shape[-1] * y.element_size() >= MAP_BY_MAP_BYTES
-    )
-
-
 class TorchFFT(_Transforms):
     """torch.fft backend: complex spectra (..., Ph, U), every 1-D pass over a
-    contiguous last axis or the row axis of contiguous rows."""
+    contiguous last axis or the row axis of contiguous rows. ``maps``: the inverse of a
+    plain tensor runs map by map when one map's spectrum of ``dtype`` (real) is at least
+    :data:`MAP_BY_MAP_BYTES` (the CPU layout of :mod:`mmcirc.ops.layout`, eager)."""
 
-    def __init__(self, hw, boundary):
+    mul = staticmethod(torch.mul)
+    conj = staticmethod(torch.conj)
+    as_real = staticmethod(torch.view_as_real)
+    from_real = staticmethod(torch.view_as_complex)
+
+    def __init__(self, hw, boundary, dtype=torch.float32, maps=False):
         self.grid = fft_grid(*hw, boundary)
         self.circular = boundary == 'circular'  # the grid is the map
         self.padded = boundary == 'zero' and self.grid != (2 * hw[0] - 1, 2 * hw[1] - 1)
+        size = self.grid[0] * (self.grid[1] // 2 + 1) * 2 * dtype.itemsize  # one spectrum
+        self.maps = maps and size >= MAP_BY_MAP_BYTES
 
     def rfft2(self, x, norm='backward'):
         return torch.fft.rfft2(x, s=self.grid, norm=norm)  # (..., Ph, U)
 
     def irfft2(self, y, hw, norm='backward'):
-        if _map_by_map(y):
-            return self._irfft2_maps(y, hw, norm)
+        if self.maps and type(y) is torch.Tensor and y.numel():
+            return self.irfft2_maps(y, hw, norm)
         if tuple(hw) == self.grid:  # one 2-D call: ~15 % faster than the two passes
             return torch.fft.irfft2(y, s=self.grid, norm=norm)  # (..., Ph, Pw)
         # cropped: the H pass first (complex, all U columns), cropped to H rows, then
@@ -274,7 +271,7 @@ class TorchFFT(_Transforms):
         y = torch.fft.ifft(y, dim=-2, norm=norm)[..., : hw[0], :]  # (..., H, U)
         return torch.fft.irfft(y, n=self.grid[1], dim=-1, norm=norm)[..., : hw[1]]  # (..., H, W)
 
-    def _irfft2_maps(self, y, hw, norm='backward'):
+    def irfft2_maps(self, y, hw, norm='backward'):
         """:meth:`irfft2` one map at a time, with no layout copy: the H pass of a map
         (Ph, U) batches its U columns at stride 1 and stores its result transposed,
         (U, Ph), so the W pass then batches the H rows at stride 1 (torch's CPU FFT takes
@@ -293,22 +290,6 @@ class TorchFFT(_Transforms):
         for o, part in zip(out, parts):  # one map's result at a time (no list of M maps)
             o.copy_(part)
         return out.view(*y.shape[:-2], h, w)  # (..., H, W)
-
-    @staticmethod
-    def mul(a, b):
-        return a * b
-
-    @staticmethod
-    def mul_conj(a, b):
-        return a * b.conj()  # lazy conj view; the product materialises it (one copy)
-
-    @staticmethod
-    def as_real(y):
-        return torch.view_as_real(y)
-
-    @staticmethod
-    def from_real(r):
-        return torch.view_as_complex(r)
 
 
 class MatmulDFT(_Transforms):
@@ -364,9 +345,8 @@ class MatmulDFT(_Transforms):
         return torch.stack([ar * br - ai * bi, ar * bi + ai * br], -1)  # (..., 2)
 
     @staticmethod
-    def mul_conj(a, b):
-        (ar, ai), (br, bi) = a.unbind(-1), b.unbind(-1)
-        return torch.stack([ar * br + ai * bi, ai * br - ar * bi], -1)  # (..., 2)
+    def conj(a):
+        return torch.stack([a[..., 0], -a[..., 1]], -1)  # (..., 2)
 
     @staticmethod
     def as_real(y):

@@ -20,7 +20,7 @@ This file depends on torch only.
 import contextlib
 import os
 
-__all__ = ['LAYOUTS', 'LAYOUT_ENV', 'cpu_layout', 'forced_layout', 'layout_override']
+__all__ = ['FORCED', 'LAYOUTS', 'LAYOUT_ENV', 'cpu_layout', 'forced_layout']
 
 LAYOUTS = ('cpu', 'cuda')
 LAYOUT_ENV = 'MMCIRC_LAYOUT'
@@ -32,18 +32,15 @@ def _check(value, name):
     return value
 
 
-_FORCED = _check(os.environ.get(LAYOUT_ENV) or None, LAYOUT_ENV)
+#: the layout every tensor takes (``'cpu'`` or ``'cuda'``), or None: the device's (read
+#: only: ``MMCIRC_LAYOUT`` and :func:`forced_layout` set it)
+FORCED = _check(os.environ.get(LAYOUT_ENV) or None, LAYOUT_ENV)
 
 
 def cpu_layout(t) -> bool:
     """Whether tensor ``t``'s forward takes the CPU layout (cache-sized blocks, per-batch
     transposes, chunked MLPs): ``t`` is on the CPU and no override says otherwise."""
-    return t.device.type == 'cpu' if _FORCED is None else _FORCED == 'cpu'
-
-
-def layout_override():
-    """The layout every tensor takes (``'cpu'`` or ``'cuda'``), or None: the device's."""
-    return _FORCED
+    return t.device.type == 'cpu' if FORCED is None else FORCED == 'cpu'
 
 
 @contextlib.contextmanager
@@ -51,9 +48,9 @@ def forced_layout(layout):
     """Context: every tensor takes ``layout`` (``'cpu'``, ``'cuda'``, or None for the
     device's rule); the previous override is restored on exit. Sets a module global (not
     thread-safe), as ``MMCIRC_LAYOUT`` does for the whole process."""
-    global _FORCED
-    prev, _FORCED = _FORCED, _check(layout, 'layout')
+    global FORCED
+    prev, FORCED = FORCED, _check(layout, 'layout')
     try:
         yield
     finally:
-        _FORCED = prev
+        FORCED = prev

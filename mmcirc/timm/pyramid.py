@@ -131,14 +131,14 @@ class PyramidTimm(TimmModel):
 
     @staticmethod
     def fx_leaves():
-        """The stages' size-dependent parts, and what every registered block declares
+        """The stages' size-dependent parts, and what every pyramid block declares
         (``PyramidBlock.fx_leaves``: its attention operator)."""
         from mmcv.cnn.bricks.transformer import AdaptivePadding, PatchMerging
         from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
         from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
 
-        from mmcirc.models.backbones.pyramid_stage import grid_size
-        from mmcirc.models.blocks import block_classes
+        from mmcirc.models.backbones.pyramid import grid_size
+        from mmcirc.models.blocks import PYRAMID_BLOCKS
         from mmcirc.ops.core import select_cores
 
         stages = (
@@ -146,7 +146,7 @@ class PyramidTimm(TimmModel):
             PatchMerging,
             AbsolutePositionEmbedding,  # resized to the map
         )
-        blocks = tuple(leaf for cls in block_classes().values() for leaf in cls.fx_leaves)
+        blocks = tuple(leaf for cls in PYRAMID_BLOCKS for leaf in cls.fx_leaves)
         return stages + blocks, (nlc_to_nchw, nchw_to_nlc, grid_size, select_cores)
 
     # ------------------------------------------------------------------ forward

@@ -55,10 +55,10 @@ def test_irfft2_inverts_and_crops(hw, boundary):
 def test_irfft2_map_by_map_inverts_and_crops(hw, boundary, monkeypatch):
     """Large maps (here: every map) are inverted one at a time, to the same result."""
     monkeypatch.setattr(circulant_transforms, 'MAP_BY_MAP_BYTES', 0)
-    tf = TorchFFT(hw, boundary)
+    tf = TorchFFT(hw, boundary, torch.float64, maps=True)
     full = torch.randn(2, 3, *tf.grid, dtype=torch.float64)
     y = tf.rfft2(full)
-    assert circulant_transforms._map_by_map(y)
+    assert tf.maps
     torch.testing.assert_close(tf.irfft2(y, tf.grid), full, rtol=1e-10, atol=1e-10)
     crop = tf.irfft2(y, hw)
     assert crop.shape == (2, 3, *hw)
@@ -71,7 +71,7 @@ def test_irfft2_map_by_map_makes_no_layout_copy(boundary, monkeypatch):
     batched irfft2 copies it twice, inside its kernels); the only copies are each map's
     real (H, W) result into the output."""
     monkeypatch.setattr(circulant_transforms, 'MAP_BY_MAP_BYTES', 0)
-    tf = TorchFFT((9, 7), boundary)
+    tf = TorchFFT((9, 7), boundary, maps=True)
     y = tf.rfft2(torch.randn(2, 3, *tf.grid))
     with torch.profiler.profile(record_shapes=True) as prof:
         tf.irfft2(y, (9, 7))
@@ -81,18 +81,19 @@ def test_irfft2_map_by_map_makes_no_layout_copy(boundary, monkeypatch):
     assert copies and all(s[:2] == [[9, 7], [9, 7]] for s in copies)
 
 
-def test_map_by_map_only_for_large_plain_cpu_maps():
-    big = 1 + circulant_transforms.MAP_BY_MAP_BYTES // 8  # complex64 values of one map
-    assert circulant_transforms._map_by_map(torch.zeros(2, 1, big, dtype=torch.complex64))
-    assert not circulant_transforms._map_by_map(torch.zeros(2, 1, big // 2, dtype=torch.complex64))
-    assert not circulant_transforms._map_by_map(torch.zeros(0, 1, big, dtype=torch.complex64))
+def test_map_by_map_only_for_large_maps_in_the_cpu_layout_outside_capture():
+    big = circulant_transforms.MAP_BY_MAP_BYTES // 8  # complex64 values of one map
+    side = int((2 * big) ** 0.5) + 2  # one (side, side // 2 + 1) spectrum: more than that
+    assert transforms((side, side), 'circular', torch.float32, 'cpu', cpu=True).maps
+    assert not transforms((side, side), 'circular', torch.float32, 'cpu', cpu=False).maps
+    assert not transforms((side // 2, side // 2), 'circular', torch.float32, 'cpu', cpu=True).maps
     seen = []  # traced graphs keep the batched call
 
     def record(y):
-        seen.append(circulant_transforms._map_by_map(y))
+        seen.append(transforms((side, side), 'circular', torch.float32, 'cpu', cpu=True).maps)
         return y * 1
 
-    torch.jit.trace(record, torch.zeros(1, 1, big, dtype=torch.complex64), check_trace=False)
+    torch.jit.trace(record, torch.zeros(1), check_trace=False)
     assert seen == [False]
 
 

@@ -19,7 +19,7 @@ def test_forced_cuda_layout_applies_to_cpu_tensors_and_is_restored():
     with layout.forced_layout(None):
         with layout.forced_layout('cuda'):
             assert not layout.cpu_layout(torch.zeros(1))
-            assert layout.layout_override() == 'cuda'
+            assert layout.FORCED == 'cuda'
         assert layout.cpu_layout(torch.zeros(1))
 
 
@@ -32,7 +32,7 @@ def test_unknown_layout_refused_in_one_line():
 @pytest.mark.parametrize('value, expected', [('cuda', 'cuda'), ('cpu', 'cpu'), ('', 'None')])
 def test_environment_variable_sets_the_override(value, expected):
     env = dict(os.environ, MMCIRC_LAYOUT=value)
-    code = 'from mmcirc.ops import layout; print(layout.layout_override())'
+    code = 'from mmcirc.ops import layout; print(layout.FORCED)'
     out = subprocess.run(
         [sys.executable, '-c', code], env=env, capture_output=True, text=True, check=True
     )

@@ -6,8 +6,7 @@ not a multiple) and an absolute position embedding (bilinearly resized to the in
 then its blocks. ``'sra'`` stages use mmdet's ``PVTEncoderLayer`` unchanged
 (``SRABlock``: spatial-reduction attention, sr ratios 8-4-2-1); ``'circulant'`` and
 ``'core'`` stages use :class:`CirculantBlock` / :class:`CoreBlock` with PVT's MLP
-(mmdet ``MixFFN`` without conv, MLP ratios 8-8-4-4); any other registered block that
-fits the ``'pvt'`` family may be named in ``stage_attentions`` / ``block_cfgs``.
+(mmdet ``MixFFN`` without conv, MLP ratios 8-8-4-4): ``CAPVT.attention_blocks``.
 
 Parameter names follow mmdet's ``PyramidVisionTransformer``; a converter maps an
 mmdet-format state dict with these renames (``pvt_convert.MMDET_PVT_KEY_MAP``)::
@@ -32,6 +31,7 @@ from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
 from mmengine.model import ModuleList
 
 from mmcirc.registry import register_model
+from ..blocks import CirculantBlock, CoreBlock, SRABlock
 from .contract import is_int
 from .pyramid import PyramidBackbone, PyramidStage
 
@@ -47,8 +47,8 @@ class CAPVT(PyramidBackbone):
             with ``embed_dims`` (one width per stage), ``depths``, ``num_heads``.
         attention (str, optional): attention of the replaced stages 1-2 in the paper's layout (None:
             the class's ``default_attention``):
-            ``'circulant'`` (default here) or ``'core'`` (or ``'sra'``: plain PVT), or
-            any registered block kind that fits ``'pvt'`` (:meth:`attention_choices`).
+            ``'circulant'`` (default here) or ``'core'`` (or ``'sra'``: plain PVT): a
+            kind of ``attention_blocks``.
         stage_attentions (str | Sequence[str], optional): per-stage attention, each a
             kind as above; a str applies to all stages. None:
             ``(attention, attention, 'sra', 'sra')``.
@@ -97,6 +97,7 @@ class CAPVT(PyramidBackbone):
         'large': dict(embed_dims=(64, 128, 320, 512), depths=(3, 8, 27, 3), num_heads=(1, 2, 5, 8)),
     }
     family = 'pvt'
+    attention_blocks = dict(circulant=CirculantBlock, core=CoreBlock, sra=SRABlock)
     original_attention = 'sra'
     default_attention = 'circulant'
     stages_attr = 'layers'
@@ -172,16 +173,6 @@ class CAPVT(PyramidBackbone):
                 f'got {pretrain_img_size!r}'
             )
         self.use_abs_pos_embed = use_abs_pos_embed
-        common = dict(
-            drop_rate=drop_rate,
-            attn_drop_rate=attn_drop_rate,
-            qkv_bias=qkv_bias,
-            act_cfg=act_cfg,
-            norm_cfg=norm_cfg,
-            ffn_type='mixffn',
-            core_cpe=core_cpe,
-            core_chunk_size=core_chunk_size,
-        )
 
         self.layers = ModuleList()
         stride = 1
@@ -206,9 +197,39 @@ class CAPVT(PyramidBackbone):
                 if use_abs_pos_embed
                 else None
             )
-            blocks = self._build_blocks(
-                i, feedforward_channels=int(mlp_ratios[i] * dims), sr_ratio=sr_ratios[i], **common
+            mlp = dict(  # every kind's MLP: PVT's
+                embed_dims=dims,
+                feedforward_channels=int(mlp_ratios[i] * dims),
+                drop_rate=drop_rate,
+                act_cfg=act_cfg,
+                norm_cfg=norm_cfg,
             )
+            args = dict(  # the explicit arguments of each kind (block_cfgs: more)
+                circulant=dict(
+                    mlp,
+                    num_heads=self.circulant_heads[i],
+                    boundary=boundary,
+                    scale=scale,
+                    ffn_type='mixffn',
+                ),
+                core=dict(
+                    mlp,
+                    num_heads=self.num_heads[i],
+                    qkv_bias=qkv_bias,
+                    attn_drop_rate=attn_drop_rate,
+                    use_cpe=core_cpe,
+                    chunk_size=core_chunk_size,
+                    ffn_type='mixffn',
+                ),
+                sra=dict(
+                    mlp,
+                    num_heads=self.num_heads[i],
+                    qkv_bias=qkv_bias,
+                    attn_drop_rate=attn_drop_rate,
+                    sr_ratio=sr_ratios[i],
+                ),
+            ).get(kind, dict(mlp, ffn_type='mixffn'))  # a subclass's new kind: the MLP's
+            blocks = self._build_blocks(i, args)
             norm = build_norm_layer(norm_cfg, dims)[1] if norm_after_stage else None
             self.layers.append(
                 PyramidStage(
@@ -223,7 +244,7 @@ class CAPVT(PyramidBackbone):
                     with_cp=self.with_cp,
                 )
             )
-        self._freeze_stages()
+        self._finish()
 
     def _stem_modules(self):
         first = self.layers[0]

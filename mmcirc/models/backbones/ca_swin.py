@@ -6,8 +6,7 @@ an LN on each output. ``'window'`` stages use mmdet's ``SwinBlock`` unchanged
 (``WindowBlock``: window 7, shifted every second block, relative position bias);
 ``'circulant'`` and ``'core'`` stages use :class:`CirculantBlock` / :class:`CoreBlock`
 (with the 3x3 depthwise CPE; no windows, no relative position table) with Swin's MLP
-(mmcv ``FFN``, ratio 4); any other registered block that fits the ``'swin'`` family
-may be named in ``stage_attentions`` / ``block_cfgs``.
+(mmcv ``FFN``, ratio 4): ``CASwin.attention_blocks``.
 
 Parameter names are those of mmdet's ``SwinTransformer`` (one-to-one for the parts
 kept from it): ``patch_embed.{projection,norm}``, ``stages.{i}.blocks.{j}.{norm1,
@@ -23,6 +22,7 @@ from mmengine.model import ModuleList
 from torch import nn
 
 from mmcirc.registry import register_model
+from ..blocks import CirculantBlock, CoreBlock, WindowBlock
 from .contract import is_int
 from .pyramid import PyramidBackbone, PyramidStage
 
@@ -40,7 +40,7 @@ class CASwin(PyramidBackbone):
         attention (str, optional): attention of stages 1-2 in the paper's layout (None: the
             class's ``default_attention``):
             ``'circulant'`` (default here) or ``'core'`` (or ``'window'``: plain Swin),
-            or any registered block kind that fits ``'swin'`` (:meth:`attention_choices`).
+            a kind of ``attention_blocks``.
         stage_attentions (str | Sequence[str], optional): per-stage attention, each a
             kind as above; a str applies to all stages.
             None: ``(attention, attention, 'window', 'window')``.
@@ -72,6 +72,7 @@ class CASwin(PyramidBackbone):
         'base': dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
     }
     family = 'swin'
+    attention_blocks = dict(circulant=CirculantBlock, core=CoreBlock, window=WindowBlock)
     original_attention = 'window'
     default_attention = 'circulant'
     stages_attr = 'stages'
@@ -130,19 +131,6 @@ class CASwin(PyramidBackbone):
         if not is_int(window_size) or window_size < 1:
             raise ValueError(f'CASwin: window_size must be a positive int, got {window_size!r}')
         patch_norm_cfg = norm_cfg if patch_norm else None
-        common = dict(
-            drop_rate=drop_rate,
-            attn_drop_rate=attn_drop_rate,
-            qkv_bias=qkv_bias,
-            act_cfg=act_cfg,
-            norm_cfg=norm_cfg,
-            ffn_type='ffn',
-            core_cpe=core_cpe,
-            core_chunk_size=core_chunk_size,
-            window_size=window_size,
-            qk_scale=qk_scale,
-        )
-
         self.patch_embed = PatchEmbed(
             in_channels=in_channels,
             embed_dims=self.embed_dims[0],
@@ -157,7 +145,41 @@ class CASwin(PyramidBackbone):
         self.stages = ModuleList()
         for i, kind in enumerate(self.stage_attentions):
             dims = self.embed_dims[i]
-            blocks = self._build_blocks(i, feedforward_channels=int(mlp_ratio * dims), **common)
+            mlp = dict(  # every kind's MLP: Swin's
+                embed_dims=dims,
+                feedforward_channels=int(mlp_ratio * dims),
+                drop_rate=drop_rate,
+                act_cfg=act_cfg,
+                norm_cfg=norm_cfg,
+            )
+            args = dict(  # the explicit arguments of each kind (block_cfgs: more)
+                circulant=dict(
+                    mlp,
+                    num_heads=self.circulant_heads[i],
+                    boundary=boundary,
+                    scale=scale,
+                    ffn_type='ffn',
+                ),
+                core=dict(
+                    mlp,
+                    num_heads=self.num_heads[i],
+                    qkv_bias=qkv_bias,
+                    attn_drop_rate=attn_drop_rate,
+                    use_cpe=core_cpe,
+                    chunk_size=core_chunk_size,
+                    ffn_type='ffn',
+                ),
+                window=dict(
+                    mlp,
+                    num_heads=self.num_heads[i],
+                    window_size=window_size,
+                    qkv_bias=qkv_bias,
+                    qk_scale=qk_scale,
+                    attn_drop_rate=attn_drop_rate,
+                    with_cp=False,
+                ),
+            ).get(kind, dict(mlp, ffn_type='ffn'))  # a subclass's new kind: the MLP's
+            blocks = self._build_blocks(i, args, shifted=kind == 'window')
             downsample = (
                 PatchMerging(
                     in_channels=dims,
@@ -181,17 +203,13 @@ class CASwin(PyramidBackbone):
             )
         for i in self.out_indices:  # an LN per output, as mmdet's Swin
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, self.embed_dims[i])[1])
-        self._freeze_stages()
+        self._finish()
 
     @classmethod
     def _stage_widths(cls, embed_dims, num_stages):
         if is_int(embed_dims):
             return tuple(embed_dims * 2**i for i in range(num_stages))
         return tuple(embed_dims)
-
-    def _stem(self, x):
-        x, hw_shape = self.patch_embed(x)
-        return self.drop_after_pos(x), hw_shape
 
     def _stem_modules(self):
         return [self.patch_embed, self.drop_after_pos]

@@ -4,20 +4,18 @@ METHOD.md, "CA in pyramids": circulant (or core) attention replaces the attentio
 the high-resolution stages of PVT and Swin; everything else of the pyramid stays as
 it was. Hence one skeleton with a per-stage choice of attention:
 
-* blocks: registered modules, one per attention kind (:mod:`mmcirc.models.blocks`):
-  ``CirculantBlock`` (the official CA block), ``CoreBlock`` (core attention with
-  cores in and out) and, unchanged from mmdet, the original block of each family
-  (``SRABlock`` = ``PVTEncoderLayer``, ``WindowBlock`` = ``SwinBlock``). A stage's
-  blocks come from a block config (``block_cfgs``) or the short form
-  ``attention`` / ``stage_attentions`` (kind -> registered block); which kinds a
-  family takes is read from the registry;
+* blocks: a family maps its attention kinds to block classes in a plain dict
+  (``attention_blocks``: ``CirculantBlock``, ``CoreBlock`` and, unchanged from mmdet,
+  its original block, ``SRABlock`` = ``PVTEncoderLayer`` / ``WindowBlock`` =
+  ``SwinBlock``) and gives each kind explicit keyword arguments.
+  A stage's blocks come from the short form ``attention`` / ``stage_attentions`` or a
+  block config (``block_cfgs``; one with a ``type`` is built by ``MODELS.build``);
 * :class:`PyramidStage`: ``[patch_embed] -> [pos_embed] -> blocks -> [norm] ->
   [downsample]``, with a learnable core bank when its blocks carry cores;
-* :class:`PyramidBackbone`: argument checking, stochastic depth, the forward loop and
-  ``init_weights``; ``arch``, ``out_indices``, ``frozen_stages``, ``norm_eval``,
-  ``with_cp`` and elastic core counts are the contract every mmcirc backbone keeps
-  (:mod:`.contract`). The family subclasses (``ca_pvt.py``, ``ca_swin.py``) only say
-  how a stage is laid out and what their original block is.
+* :class:`PyramidBackbone`: argument checking (all of it when the model is built),
+  stochastic depth, the forward loop and ``init_weights``; ``arch``, ``out_indices``,
+  ``frozen_stages``, ``norm_eval``, ``with_cp`` and elastic core counts are the
+  contract every mmcirc backbone keeps (:mod:`.contract`).
 """
 
 import math
@@ -25,13 +23,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-from mmengine.model import ModuleList
-from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_init
+from mmdet.models.layers import nlc_to_nchw
+from mmengine.model import BaseModule, ModuleList
+from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_, trunc_normal_init
 
-from mmcirc.ops.core import CORE_PRESETS
-from ..blocks import CirculantBlock, CoreBlock, block_class, block_classes
-from .contract import BackboneContract, ElasticCores, check_circulant, check_rate, is_int
-from .pyramid_stage import PyramidStage
+from mmcirc.ops.core import CORE_PRESETS, select_cores
+from ..blocks import CirculantBlock, CoreBlock
+from .contract import BackboneContract, ElasticCores, call_block
+from .pyramid_build import PyramidBuild, stride_of
 
 __all__ = [
     'CORE_PRESETS',
@@ -39,19 +38,140 @@ __all__ = [
     'CoreBlock',
     'PyramidStage',
     'PyramidBackbone',
+    'grid_size',
     'registered_pyramids',
     'stride_of',
 ]
 
 
-def stride_of(module: Optional[nn.Module]) -> int:
-    """Downsampling factor of an mmcv ``PatchEmbed`` (conv ``projection``) or
-    ``PatchMerging`` (``sampler`` unfold); 1 for None."""
-    if module is None:
-        return 1
-    inner = getattr(module, 'projection', None) or getattr(module, 'sampler', None)
-    stride = getattr(inner, 'stride', 1)
-    return int(stride[0] if isinstance(stride, (tuple, list)) else stride)
+def grid_size(hw_shape) -> tuple:
+    """(H, W) of ``hw_shape`` as ints, except symbolic sizes (``torch.export`` with
+    dynamic shapes), which stay symbolic so that one exported graph serves every input
+    size (a ``torch.fx`` leaf function in mmcirc.timm: a traced graph makes them ints
+    when it runs). Indexed, not iterated: a ``torch.fx`` proxy of a pair takes an index."""
+    h, w = hw_shape[0], hw_shape[1]
+    return (
+        h if isinstance(h, torch.SymInt) else int(h),
+        w if isinstance(w, torch.SymInt) else int(w),
+    )
+
+
+class PyramidStage(BaseModule):
+    """One pyramid stage: ``[patch_embed] -> [pos_embed] -> blocks -> [norm] -> [downsample]``.
+
+    PVT embeds its patches at the start of each stage (``patch_embed``, ``pos_embed``,
+    ``norm``); Swin merges patches at the end (``downsample``). Absent parts are None.
+    A ``'core'`` stage owns a learnable bank ``cores`` (``num_cores_max`` x C, init std
+    0.02) of which the first ``num_cores`` enter the first block; each block returns
+    updated cores for the next one.
+
+    Args:
+        attention (str): the attention kind of the blocks (public: ``stage.attention``).
+        blocks (list[nn.Module]): blocks called as ``blk(x, hw_shape)`` or, when they
+            carry cores, ``blk(x, hw_shape, cores) -> (x, cores)``.
+        embed_dims (int): channels of the blocks.
+        patch_embed, pos_embed, norm, downsample (nn.Module, optional): see above.
+        num_cores_max (int): bank size (core-carrying blocks only). num_cores (int): active C'.
+        with_cp (bool): torch.utils.checkpoint each block (saves memory in training).
+        carries_cores (bool, optional): whether the stage owns a core bank; None: when
+            its blocks declare ``carries_cores``.
+
+    ``forward(x, hw_shape, out_norm=None, with_out=True) -> (x_next, hw_next, out)``:
+    the input of the next stage (tokens (B, N, C) and their grid) and this stage's
+    output (before ``downsample``, through ``out_norm`` when given) as a contiguous map
+    (B, C, H, W), computed last (None without ``with_out``).
+    """
+
+    def __init__(
+        self,
+        attention: str,
+        blocks: List[nn.Module],
+        embed_dims: int,
+        patch_embed: Optional[nn.Module] = None,
+        pos_embed: Optional[nn.Module] = None,
+        norm: Optional[nn.Module] = None,
+        downsample: Optional[nn.Module] = None,
+        num_cores_max: int = 64,
+        num_cores: int = 64,
+        with_cp: bool = False,
+        carries_cores: Optional[bool] = None,
+        init_cfg=None,
+    ):
+        super().__init__(init_cfg=init_cfg)
+        self.attention = attention
+        self.embed_dims = embed_dims
+        self.with_cp = with_cp
+        self.patch_embed = patch_embed
+        self.pos_embed = pos_embed
+        self.blocks = ModuleList(blocks)
+        self.norm = norm
+        self.downsample = downsample
+        if carries_cores is None:
+            carries_cores = any(getattr(b, 'carries_cores', False) for b in blocks)
+        if carries_cores:
+            self.cores = nn.Parameter(torch.zeros(num_cores_max, embed_dims))
+            self.num_cores = num_cores
+        else:
+            self.cores = None
+            self.num_cores = None
+
+    def extra_repr(self) -> str:
+        s = f'attention={self.attention!r}'
+        if self.cores is not None:
+            s += f', num_cores={self.num_cores}/{self.cores.shape[0]}'
+        return s
+
+    def init_weights(self):
+        """Core bank ~ trunc normal, std 0.02 (a large init collapses the gather)."""
+        if self.cores is not None and not self.is_init:
+            trunc_normal_(self.cores, std=0.02)
+        super().init_weights()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        hw_shape: Optional[Sequence[int]],
+        out_norm=None,
+        with_out: bool = True,
+    ):
+        """x: tokens (B, N, C) with ``hw_shape``, or an image/map (B, C, H, W) with
+        ``hw_shape`` None when the stage starts with ``patch_embed``. Returns
+        (x_next, hw_next, out), ``out`` the map (B, C, H, W) of the stage's output."""
+        if self.patch_embed is not None:
+            if hw_shape is not None:  # (B, N, C) -> (B, C, H, W) channels-last view, no copy
+                x = x.reshape(x.shape[0], hw_shape[0], hw_shape[1], -1).permute(0, 3, 1, 2)
+            x, hw_shape = self.patch_embed(x)
+        hw_shape = grid_size(hw_shape)
+        if self.pos_embed is not None:
+            x = self.pos_embed(x, hw_shape)
+        if self.cores is None:
+            for block in self.blocks:
+                x = (
+                    call_block(block, x, hw_shape, with_cp=True)
+                    if self.with_cp
+                    else block(x, hw_shape)
+                )
+        else:
+            cores = (
+                select_cores(self.cores, self.num_cores)
+                .unsqueeze(0)
+                .expand(x.shape[0], -1, -1)
+                .to(x.dtype)
+            )  # (B, C', C); B may be symbolic (export)
+            for block in self.blocks:
+                args = (x, hw_shape, cores)
+                x, cores = call_block(block, *args, with_cp=True) if self.with_cp else block(*args)
+        if self.norm is not None:
+            x = self.norm(x)
+        out, out_hw = x, hw_shape
+        if self.downsample is not None:
+            x, hw_shape = self.downsample(x, hw_shape)
+            hw_shape = grid_size(hw_shape)
+        if not with_out:
+            return x, hw_shape, None
+        if out_norm is not None:
+            out = out_norm(out)
+        return x, hw_shape, nlc_to_nchw(out, out_hw).contiguous()
 
 
 # --------------------------------------------------------------------------- backbone
@@ -69,16 +189,16 @@ def registered_pyramids() -> Dict[str, List[type]]:
     return out
 
 
-class PyramidBackbone(ElasticCores, BackboneContract):
+class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     """Family-independent part of the CA/Core pyramids (abstract; see CAPVT, CASwin).
 
-    Subclasses set the class attributes below and build, in their ``__init__``, the
-    stage list named ``stages_attr`` (and any stem) from what :meth:`_setup` parsed,
-    each stage's blocks with :meth:`_build_blocks`. The stages are public as
-    :attr:`stages` (whatever attribute holds them), each with its ``attention`` kind.
+    A family's ``__init__`` calls :meth:`_setup`, builds its stem and the stage list
+    named ``stages_attr``, each stage's blocks with :meth:`_build_blocks`, and ends with
+    :meth:`_finish`. The stages are public as :attr:`stages`, each with its ``attention``.
 
     Class attributes:
-        family (str): the family name the blocks declare they fit (``'pvt'``, ``'swin'``).
+        family (str): the family name (``'pvt'``, ``'swin'``).
+        attention_blocks (dict): ``{kind: block class}`` of the kinds the family takes.
         arch_zoo (dict): named variants, each a dict of ``embed_dims``, ``depths`` and
             ``num_heads``.
         original_attention (str): the kind of the family's own block (``'sra'``/``'window'``).
@@ -87,242 +207,23 @@ class PyramidBackbone(ElasticCores, BackboneContract):
         conv_init (str | None): ``'fan_out'`` to init convs as mmdet's PVT does.
 
     Per-stage blocks: ``block_cfgs`` (a dict for every stage, or one dict / None per
-    stage, as mmcv's ``attn_cfgs``) names a registered block with ``type`` and adds or
-    overrides its arguments, e.g. ``[dict(type='CirculantBlock', boundary='zero'),
-    None, None, None]``; without ``type``, the block of the stage's kind from
-    ``attention`` / ``stage_attentions`` (the short form) gets the options.
+    stage, as mmcv's ``attn_cfgs``) adds or overrides the block's arguments and may name
+    a registered block with ``type`` (built by ``MODELS.build``; it gets the arguments of
+    its ``kind``), e.g. ``[dict(type='CirculantBlock', boundary='zero'), None, None,
+    None]``; without ``type``, the block of the stage's kind from ``attention`` /
+    ``stage_attentions`` (the short form) gets the options.
     """
 
-    family: str = ''
     arch_zoo: Dict[str, dict] = {}
     arch_keys = ('embed_dims', 'depths', 'num_heads')
-    original_attention: str = ''
-    default_attention: str = 'circulant'
     stages_attr: str = 'stages'
     conv_init: Optional[str] = None
-    #: Stages that take circulant/core attention in the paper's layout.
-    num_replaced_stages: int = 2
-
-    # ------------------------------------------------------------------ parsing
-    @classmethod
-    def attention_choices(cls) -> Tuple[str, ...]:
-        """The attention kinds this family takes: the registered blocks that fit it."""
-        return tuple(block_classes(cls.family))
-
-    @classmethod
-    def _check_arch(cls, arch: dict) -> dict:
-        depths, num_heads = tuple(arch['depths']), tuple(arch['num_heads'])
-        embed_dims = cls._stage_widths(arch['embed_dims'], len(depths))
-        for name, seq in (('depths', depths), ('num_heads', num_heads), ('embed_dims', embed_dims)):
-            if not seq or not all(is_int(v) and v >= 1 for v in seq):
-                raise ValueError(f'{cls.__name__}: arch {name} must be positive ints, got {seq!r}')
-        if not len(depths) == len(num_heads) == len(embed_dims):
-            raise ValueError(
-                f'{cls.__name__}: arch depths, num_heads and embed_dims must have one entry '
-                f'per stage, got lengths {len(depths)}, {len(num_heads)}, {len(embed_dims)}'
-            )
-        return dict(
-            embed_dims=tuple(int(v) for v in embed_dims),
-            depths=tuple(int(v) for v in depths),
-            num_heads=tuple(int(v) for v in num_heads),
-        )
-
-    @classmethod
-    def _stage_widths(cls, embed_dims, num_stages: int) -> tuple:
-        """Channels per stage from the arch's ``embed_dims`` (a sequence here)."""
-        if is_int(embed_dims):
-            raise ValueError(
-                f'{cls.__name__}: arch embed_dims must list one width per stage, got {embed_dims!r}'
-            )
-        return tuple(embed_dims)
-
-    @staticmethod
-    def _per_stage(name: str, value, num_stages: int, check=None) -> tuple:
-        """Broadcast a scalar to all stages, or check a sequence has one per stage."""
-        if isinstance(value, (list, tuple)):
-            if len(value) != num_stages:
-                raise ValueError(
-                    f'{name} must have {num_stages} entries (one per stage), '
-                    f'got {len(value)}: {tuple(value)!r}'
-                )
-            values = tuple(value)
-        else:
-            values = (value,) * num_stages
-        if check is not None:
-            for i, v in enumerate(values):
-                if not check(v):
-                    raise ValueError(f'{name}[{i}] is invalid: {v!r}')
-        return values
-
-    @classmethod
-    def configured_stage_attentions(
-        cls, attention=None, stage_attentions=None, block_cfgs=None, arch='tiny'
-    ) -> Tuple[str, ...]:
-        """The per-stage attention kinds a backbone built with these arguments has
-        (checked as the constructor checks them), without building it."""
-        num_stages = len(cls._parse_arch(arch)['depths'])
-        return tuple(
-            b.kind
-            for b, _ in cls._parse_blocks(attention, stage_attentions, block_cfgs, num_stages)
-        )
-
-    @classmethod
-    def _stage_kinds(cls, attention, stage_attentions, num_stages: int) -> Tuple[str, ...]:
-        """The short form: one attention kind per stage."""
-        name, choices = cls.__name__, cls.attention_choices()
-        attention = cls.default_attention if attention is None else attention
-        if attention not in choices:
-            raise ValueError(f'{name}: attention must be one of {choices}, got {attention!r}')
-        if stage_attentions is None:
-            k = cls.num_replaced_stages
-            return (attention,) * min(k, num_stages) + (cls.original_attention,) * max(
-                num_stages - k, 0
-            )
-        if isinstance(stage_attentions, str):
-            stage_attentions = (stage_attentions,) * num_stages
-        kinds = tuple(stage_attentions)
-        if len(kinds) != num_stages:
-            raise ValueError(
-                f'{name}: stage_attentions must have {num_stages} entries '
-                f'(one per stage), got {len(kinds)}: {kinds!r}'
-            )
-        for i, kind in enumerate(kinds):
-            if kind not in choices:
-                raise ValueError(
-                    f'{name}: stage_attentions[{i}] must be one of {choices}, got {kind!r}'
-                )
-        return kinds
-
-    @classmethod
-    def _parse_blocks(cls, attention, stage_attentions, block_cfgs, num_stages: int) -> list:
-        """[(block class, block options)] per stage from the short form and ``block_cfgs``."""
-        name, kinds_of = cls.__name__, block_classes(cls.family)
-        kinds = cls._stage_kinds(attention, stage_attentions, num_stages)
-        if block_cfgs is None or isinstance(block_cfgs, dict):
-            cfgs = (block_cfgs,) * num_stages
-        elif isinstance(block_cfgs, (list, tuple)) and len(block_cfgs) == num_stages:
-            cfgs = tuple(block_cfgs)
-        else:
-            raise ValueError(
-                f'{name}: block_cfgs must be a dict or a list of {num_stages} dicts / None '
-                f'(one per stage), got {block_cfgs!r}'
-            )
-        out = []
-        for i, (kind, cfg) in enumerate(zip(kinds, cfgs)):
-            if cfg is not None and not isinstance(cfg, dict):
-                raise ValueError(f'{name}: block_cfgs[{i}] must be a dict or None, got {cfg!r}')
-            options = dict(cfg or {})
-            btype = options.pop('type', None)
-            if btype is None:
-                block = kinds_of[kind]
-            else:
-                try:
-                    block = block_class(btype, cls.family)
-                except ValueError as err:
-                    raise ValueError(f'{name}: block_cfgs[{i}]: {err}') from None
-                if stage_attentions is not None and block.kind != kind:
-                    raise ValueError(
-                        f'{name}: block_cfgs[{i}] type {btype!r} is {block.kind!r} attention '
-                        f'but stage_attentions[{i}] is {kind!r}'
-                    )
-            out.append((block, options))
-        return out
-
-    def _setup(
-        self,
-        *,
-        arch,
-        attention,
-        stage_attentions,
-        block_cfgs,
-        out_indices,
-        drop_path_rate,
-        circulant_heads,
-        boundary,
-        scale,
-        num_cores,
-        num_cores_max,
-        frozen_stages,
-        norm_eval,
-        with_cp,
-    ):
-        """Parse and check the arguments every pyramid takes (keyword only, as the
-        family's constructor got them; ValueError names the parameter)."""
-        cls_name = type(self).__name__
-        self.arch_settings = self._parse_arch(arch)
-        self.embed_dims = self.arch_settings['embed_dims']
-        self.depths = self.arch_settings['depths']
-        self.num_heads = self.arch_settings['num_heads']
-        self.num_features = list(self.embed_dims)
-        n = len(self.depths)
-        blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, n)
-        self.block_types = tuple(b for b, _ in blocks)
-        self.block_options = tuple(o for _, o in blocks)
-        self.stage_attentions = tuple(b.kind for b in self.block_types)
-        self._setup_contract(
-            num_stages=n,
-            out_indices=out_indices,
-            frozen_stages=frozen_stages,
-            norm_eval=norm_eval,
-            with_cp=with_cp,
-        )
-        check_circulant(cls_name, boundary, scale)
-        self.boundary, self.scale = boundary, scale
-        self.circulant_heads = self._per_stage(
-            'circulant_heads', circulant_heads, n, lambda v: v is None or (is_int(v) and v >= 1)
-        )
-        for i, block in enumerate(self.block_types):
-            ctx = dict(
-                embed_dims=self.embed_dims[i],
-                num_heads=self.num_heads[i],
-                circulant_heads=self.circulant_heads[i],
-            )
-            block.check_stage(cls_name, i, ctx)
-        self._setup_cores(num_cores, num_cores_max)
-        check_rate(cls_name, 'drop_path_rate', drop_path_rate)
-        total = sum(self.depths)
-        dpr = [drop_path_rate * k / max(total - 1, 1) for k in range(total)]  # linear, all blocks
-        self.drop_path_rates = [
-            dpr[sum(self.depths[:i]) : sum(self.depths[: i + 1])] for i in range(n)
-        ]
-
-    # ------------------------------------------------------------------ building
-    def _build_blocks(self, i: int, **family_ctx) -> List[nn.Module]:
-        """The blocks of stage ``i``: its block class built with the arguments it takes
-        from the context (``family_ctx``, e.g. ``feedforward_channels``, ``ffn_type``,
-        ``sr_ratio``, plus the stage's widths, heads, drop path, circulant options),
-        then its block config's options on top."""
-        block, options = self.block_types[i], self.block_options[i]
-        blocks = []
-        for j in range(self.depths[i]):
-            ctx = dict(
-                family_ctx,
-                embed_dims=self.embed_dims[i],
-                num_heads=self.num_heads[i],
-                drop_path_rate=self.drop_path_rates[i][j],
-                block_index=j,
-                circulant_heads=self.circulant_heads[i],
-                boundary=self.boundary,
-                scale=self.scale,
-            )
-            kwargs = dict(block.stage_kwargs(ctx), **options)
-            try:
-                blocks.append(block(**kwargs))
-            except TypeError as err:
-                raise TypeError(
-                    f'{type(self).__name__}: stage {i} block {block.__name__}: {err}'
-                ) from None
-        return blocks
 
     @property
     def stages(self) -> ModuleList:
         """The stages (:class:`PyramidStage`, each with its ``attention`` kind), held
         under ``stages_attr`` (``layers`` in PVT, ``stages`` in Swin: mmdet's keys)."""
         return self._modules[self.stages_attr]
-
-    def _stem(self, x: torch.Tensor):
-        """Before the first stage: (x, hw_shape). Default: nothing (PVT)."""
-        return x, None
 
     def _stem_modules(self) -> List[nn.Module]:
         """Modules frozen by ``frozen_stages >= 0`` (the first patch embedding)."""
@@ -363,71 +264,22 @@ class PyramidBackbone(ElasticCores, BackboneContract):
                     normal_init(m, mean=0, std=math.sqrt(2.0 / fan_out), bias=0.0)
         super().init_weights()
 
-    def stage_grids(self, hw: Sequence[int]) -> List[Tuple[int, int]]:
-        """The token grid (h, w) each stage's blocks see for an H x W input, stage order.
-
-        Patch embeddings and merges pad the bottom/right, so a stage at total stride s
-        (the stem's, its own patch embedding's and every earlier merge's, multiplied)
-        sees a ceil(H / s) x ceil(W / s) map (nested ceilings of integer strides are
-        the ceiling of their product).
-        """
-        h, w = (int(v) for v in hw)
-        return [(-(-h // s), -(-w // s)) for s in self._stage_strides()]
-
-    def _stage_strides(self) -> List[int]:
-        """Total stride of the map each stage's blocks see."""
-        stride, strides = stride_of(getattr(self, 'patch_embed', None)), []
-        for stage in self.stages:
-            stride *= stride_of(stage.patch_embed)
-            strides.append(stride)
-            stride *= stride_of(stage.downsample)
-        return strides
-
-    @property
-    def min_input_size(self) -> int:
-        """The smallest H (and W) this backbone accepts.
-
-        Circulant, core and window attention take any map, down to 1 x 1. PVT's
-        spatial-reduction attention does not: its keys come from a stride-r, kernel-r
-        convolution (``attn.sr_ratio`` = r), which needs an r x r map; a stage at total
-        stride s sees ceil(H / s) rows (:meth:`stage_grids`), so H >= s * (r - 1) + 1.
-        """
-        size = 1
-        for stage, stride in zip(self.stages, self._stage_strides()):
-            ratio = max(
-                (getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks), default=1
-            )
-            size = max(size, stride * (ratio - 1) + 1)
-        return size
-
-    def _check_input_size(self, x: torch.Tensor) -> None:
-        if (
-            torch.jit.is_tracing()
-            or torch.compiler.is_compiling()
-            or torch.onnx.is_in_onnx_export()
-            or isinstance(x, torch.fx.Proxy)
-        ):
-            return  # symbolic shapes: the check would specialise the graph
-        h, w = int(x.shape[-2]), int(x.shape[-1])
-        checked = self.__dict__.setdefault('_checked_sizes', set())  # sizes accepted
-        if (h, w) in checked:
-            return
-        minimum = self.min_input_size
-        if min(h, w) < minimum:
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """x (B, in_channels, H, W), H and W >= ``min_input_size``; returns one
+        (B, C_i, H_i, W_i) map per index in ``out_indices`` (stage order)."""
+        h, w = x.shape[-2], x.shape[-1]  # symbolic in a captured graph: not checked there
+        if type(h) is int and type(w) is int and min(h, w) < self.min_input_size:
             raise ValueError(
                 f'{type(self).__name__}: input size {h}x{w} is below the minimum '
-                f'{minimum}x{minimum} (spatial-reduction attention needs a map of '
-                'at least sr_ratio x sr_ratio in its stage)'
+                f'{self.min_input_size}x{self.min_input_size} (spatial-reduction attention '
+                'needs a map of at least sr_ratio x sr_ratio in its stage)'
             )
-        checked.add((h, w))
-
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """x (B, in_channels, H, W), H and W >= :attr:`min_input_size`; returns one
-        (B, C_i, H_i, W_i) map per index in ``out_indices`` (stage order)."""
-        self._check_input_size(x)
-        x, hw_shape = self._stem(x)
+        hw_shape = None
+        if 'patch_embed' in self._modules:  # Swin's stem (PVT embeds in every stage)
+            x, hw_shape = self.patch_embed(x)
+            x = self.drop_after_pos(x)
         outs = []
-        for i, stage in enumerate(self.stages):
+        for i, stage in enumerate(self._modules[self.stages_attr]):
             taken = i in self.out_indices
             norm = getattr(self, f'norm{i}', None) if taken else None
             x, hw_shape, out = stage(x, hw_shape, norm, taken)  # out: its map, made last

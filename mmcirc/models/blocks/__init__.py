@@ -1,31 +1,33 @@
-"""Pyramid blocks, one registered module per attention kind (see :mod:`.base`).
+"""Pyramid blocks, one registered module per attention kind (see :mod:`.pyramid_blocks`).
 
-A new attention = an operator (``mmcirc/ops``) + a block file here, registered with
-:func:`mmcirc.registry.register_model` and declaring its ``kind``; the pyramids, the
-high-res overrides, the converters and the tools find it in the registry, and the
-analysis (attention capture, FLOPs) asks its ``attention_probes`` (:mod:`.probe`);
-the dense attention of other libraries is seen through :mod:`.dense_probes`.
+The blocks mmcirc adds (``CirculantBlock``, ``CoreBlock``) and the parts they share are
+in :mod:`.pyramid_blocks`; mmdet's own blocks of the two families, with the block
+declarations, in :mod:`.sra` (PVT) and :mod:`.window` (Swin). A new attention = an
+operator (``mmcirc/ops``) declaring its attention (``attention_kind``, :mod:`.probe`) + a
+block declaring its ``kind`` + an entry in a family's ``attention_blocks`` (a registered
+subclass of :class:`~mmcirc.models.backbones.CAPVT` / ``CASwin``); the dense attention of
+other libraries is seen through :mod:`.dense_probes`.
 """
 
-from .base import PyramidBlock, attention_kinds, block_class, block_classes
-from .circulant import CirculantBlock
-from .core import CoreBlock
 from .dense_probes import MHAProbe, ViTProbe
 from .probe import AttentionProbe, attention_probes, probe_of, register_attention_probe
+from .pyramid_blocks import CirculantBlock, CoreBlock, PyramidBlock
 from .sra import SRABlock
 from .window import WindowBlock
+
+#: The blocks of mmcirc's pyramid families (their probes, their fx leaves, the kinds the
+#: high-res overrides offer); a family says which of them it takes.
+PYRAMID_BLOCKS = (CirculantBlock, CoreBlock, SRABlock, WindowBlock)
 
 __all__ = [
     'AttentionProbe',
     'MHAProbe',
     'ViTProbe',
+    'PYRAMID_BLOCKS',
     'attention_probes',
     'probe_of',
     'register_attention_probe',
     'PyramidBlock',
-    'attention_kinds',
-    'block_class',
-    'block_classes',
     'CirculantBlock',
     'CoreBlock',
     'SRABlock',

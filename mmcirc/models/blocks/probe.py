@@ -20,10 +20,10 @@ declares its attention in one of two ways.
 
 **By a probe** (:class:`AttentionProbe`), for operator classes one cannot edit (mmdet's
 spatial-reduction attention, Swin's window attention, a ViT's self-attention) and for
-mmcirc's own operators, whose capture lives with their block: a registered block
-lists its probes in ``attention_probes`` (:class:`~mmcirc.models.blocks.PyramidBlock`);
-a probe for a layer that no pyramid block uses is added with
-:func:`register_attention_probe`. :func:`attention_probes` lists them all.
+mmcirc's own operators: a block of :data:`~mmcirc.models.blocks.PYRAMID_BLOCKS` lists
+its probes in ``attention_probes`` (:class:`~mmcirc.models.blocks.PyramidBlock`); any
+other probe is added with :func:`register_attention_probe`. :func:`attention_probes`
+lists them all.
 
 Forms of the weights (the ``weights`` entry, detached, any leading batch dims B'):
 
@@ -42,11 +42,17 @@ import importlib
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import torch
 from torch import nn
+
+from mmcirc.ops.circulant import CirculantAttention, attention_kernel
+from mmcirc.ops.core import CoreAttention
 
 __all__ = [
     'FORMS',
     'AttentionProbe',
+    'CirculantProbe',
+    'CoreProbe',
     'attention_probes',
     'register_attention_probe',
     'probe_of',
@@ -142,13 +148,14 @@ def register_attention_probe(probe: AttentionProbe) -> AttentionProbe:
 
 
 def attention_probes() -> List[AttentionProbe]:
-    """The ``attention_probes`` of the registered blocks (registration order), then
-    those added with :func:`register_attention_probe` (the package registers those of
-    other libraries' dense attention, :mod:`.dense_probes`, when it is imported)."""
-    from .base import block_classes
+    """The ``attention_probes`` of the pyramid blocks (:data:`mmcirc.models.blocks.
+    PYRAMID_BLOCKS`), then those added with :func:`register_attention_probe` (the package
+    registers those of other libraries' dense attention, :mod:`.dense_probes`, when it is
+    imported)."""
+    from . import PYRAMID_BLOCKS  # the package imports this module first
 
     out = []
-    for cls in block_classes().values():
+    for cls in PYRAMID_BLOCKS:
         out += [p for p in getattr(cls, 'attention_probes', ()) if p not in out]
     return out + [p for p in _EXTRA if p not in out]
 
@@ -170,3 +177,41 @@ def probe_of(
         if probe.matches(module):
             return probe
     return None
+
+
+class CirculantProbe(AttentionProbe):
+    """:class:`~mmcirc.ops.circulant.CirculantAttention` (any block): the per-head kernel
+    ``p = softmax(a)`` over the offsets, ``a[m] = s sum_i q_i . k_{i (+) m}``, form
+    ``'kernel'`` (B, heads, H, W) by wrapped offset (``'zero'``: (B, heads, 2H-1, 2W-1)
+    ordered by offset, ``m + (H-1, W-1)``), with its ``boundary``."""
+
+    kind = 'circulant'
+    form = 'kernel'
+
+    def matches(self, module):
+        return isinstance(module, CirculantAttention)
+
+    def weights(self, mod, args, kwargs, ctx):
+        x, hw = call_arg(args, kwargs, 0, 'x'), call_arg(args, kwargs, 1, 'hw_shape')
+        h, w = (int(v) for v in hw)
+        p = attention_kernel(mod, x, (h, w))  # (B, heads, *grid), the operator's own body
+        return dict(weights=p, q_grid=(h, w), k_grid=(h, w), boundary=mod.boundary)
+
+
+class CoreProbe(AttentionProbe):
+    """:class:`~mmcirc.ops.core.CoreAttention`: the gather weights of each core over the
+    patches ``softmax((c W_qc)_h (x W_kp)_h^T / sqrt(d))``, form ``'gather'``
+    (B, heads, C', N); the patch grid is the enclosing block's ``hw_shape``."""
+
+    kind = 'core'
+    form = 'gather'
+
+    def matches(self, module):
+        return isinstance(module, CoreAttention)
+
+    def weights(self, mod, args, kwargs, ctx):
+        x, cores = call_arg(args, kwargs, 0, 'x'), call_arg(args, kwargs, 1, 'cores')
+        q = mod.split_heads(mod.q_core(cores)) * mod.scale  # (B, h, C', d)
+        k = mod.split_heads(mod.k_patch(x))  # (B, h, N, d)
+        gather = torch.softmax(q @ k.transpose(-1, -2), dim=-1)  # (B, h, C', N)
+        return dict(weights=gather, q_grid=None, k_grid=None)

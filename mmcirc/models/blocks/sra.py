@@ -10,8 +10,8 @@ from mmdet.models.backbones.pvt import PVTEncoderLayer, SpatialReductionAttentio
 from torch import nn
 
 from mmcirc.registry import register_model
-from .base import PyramidBlock
 from .probe import AttentionProbe, call_arg
+from .pyramid_blocks import PyramidBlock
 
 __all__ = ['SRABlock', 'SRAProbe', 'mha_weights']
 
@@ -79,29 +79,12 @@ class SRABlock(PyramidBlock, PVTEncoderLayer):
     kind = 'sra'
     attention_probes = (SRAProbe(),)
     fx_leaves = (SpatialReductionAttention,)
-    families = ('pvt',)
     options = ('sr_ratios',)
     quadratic = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.attn.attn.register_forward_pre_hook(_per_head_weights, with_kwargs=True)
-
-    @classmethod
-    def stage_kwargs(cls, ctx: dict) -> dict:
-        keys = (
-            'embed_dims',
-            'num_heads',
-            'feedforward_channels',
-            'drop_rate',
-            'attn_drop_rate',
-            'drop_path_rate',
-            'qkv_bias',
-            'act_cfg',
-            'norm_cfg',
-            'sr_ratio',
-        )
-        return {k: ctx[k] for k in keys}
 
     def attention_matrix(self, hw: Sequence[int]) -> dict:
         """``nn.MultiheadAttention`` with ``need_weights``: every token queries the

@@ -7,8 +7,8 @@ import torch
 from mmdet.models.backbones.swin import ShiftWindowMSA, SwinBlock, WindowMSA
 
 from mmcirc.registry import register_model
-from .base import PyramidBlock
 from .probe import AttentionProbe, call_arg, lazy_classes
+from .pyramid_blocks import PyramidBlock
 
 __all__ = ['WindowBlock', 'WindowProbe']
 
@@ -46,7 +46,7 @@ class WindowProbe(AttentionProbe):
 def _mask_in_input_dtype(module, args, kwargs):
     """mmdet builds the shift mask in float32: in the windows' dtype, a bfloat16 /
     float16 model runs without autocast (the sum with the logits would otherwise make
-    them float32, which ``attn @ v`` refuses). A no-op in float32."""
+    them float32, which ``attn @ v`` refuses)."""
     mask = kwargs.get('mask')
     if mask is not None and mask.dtype != args[0].dtype:
         kwargs = dict(kwargs, mask=mask.to(args[0].dtype))
@@ -58,34 +58,35 @@ class WindowBlock(PyramidBlock, SwinBlock):
     """mmdet's ``SwinBlock`` (Swin's own block: the original of the ``'swin'``
     family), with the block declarations; same arguments, parameters and forward.
     In a backbone, ``window_size`` and ``qk_scale`` apply; every second block of a
-    stage is shifted."""
+    stage is shifted. With float16 / bfloat16 weights (set when they are cast) the shift
+    mask is cast to the windows' dtype (:func:`_mask_in_input_dtype`)."""
 
     kind = 'window'
     attention_probes = (WindowProbe(),)
     fx_leaves = (ShiftWindowMSA,)  # pads and shifts by the map's size
-    families = ('swin',)
     options = ('window_size', 'qk_scale')
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.attn.w_msa.register_forward_pre_hook(_mask_in_input_dtype, with_kwargs=True)
+        self._mask_hook = None
+        self._cast_mask()
 
-    @classmethod
-    def stage_kwargs(cls, ctx: dict) -> dict:
-        keys = (
-            'embed_dims',
-            'num_heads',
-            'feedforward_channels',
-            'window_size',
-            'qkv_bias',
-            'qk_scale',
-            'drop_rate',
-            'attn_drop_rate',
-            'drop_path_rate',
-            'act_cfg',
-            'norm_cfg',
-        )
-        return dict({k: ctx[k] for k in keys}, shift=ctx['block_index'] % 2 == 1, with_cp=False)
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        self._cast_mask()
+        return out
+
+    def _cast_mask(self) -> None:
+        """Hook :func:`_mask_in_input_dtype` on the window attention while the weights
+        are float16 / bfloat16; none in float32 / float64 (the mask's dtype adds up)."""
+        low = self.norm1.weight.dtype in (torch.float16, torch.bfloat16)
+        if low and self._mask_hook is None:
+            self._mask_hook = self.attn.w_msa.register_forward_pre_hook(
+                _mask_in_input_dtype, with_kwargs=True
+            )
+        elif not low and self._mask_hook is not None:
+            self._mask_hook.remove()
+            self._mask_hook = None
 
     def attention_matrix(self, hw: Sequence[int]) -> dict:
         """Each query of the padded map attends to the window**2 keys of its window."""

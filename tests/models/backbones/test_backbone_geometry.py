@@ -29,9 +29,7 @@ def test_min_input_size_is_tight(cls, kwargs, expected):
     model = cls(**kwargs).eval()
     with torch.no_grad():
         model(torch.zeros(1, 3, expected, expected + 3))  # runs at the minimum
-        model._check_input_size = lambda x: (
-            None
-        )  # without the check, one row less fails deep inside
+        model.min_input_size = 1  # without the check, one row less fails deep inside
         with pytest.raises(RuntimeError):
             model(torch.zeros(1, 3, expected - 1, expected + 3))
 

@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from helpers import REPO
-from mmcirc.models.backbones.veca_convert import convert_veca_official, veca_settings_of
+from mmcirc.models.backbones.veca_convert import (
+    convert_veca_official,
+    settings_differ,
+    veca_settings_of,
+)
 from mmcirc.models.convert import CheckpointKindError, ConversionError
 
 FIXTURES = osp.join(REPO, 'tests', 'fixtures', 'official')
@@ -113,3 +117,10 @@ def test_veca_output_loads_through_init_cfg(tmp_path):
     torch.testing.assert_close(
         token, fix['global_16'], rtol=1e-5, atol=1e-5 * float(fix['global_16'].abs().max())
     )
+
+
+def test_settings_differ_names_the_function_changing_arguments_only():
+    """The defaults where absent; input channels and dropout change no trained function."""
+    assert settings_differ({}, {'patch_size': 16, 'in_channels': 1, 'dropout': 0.5}) == {}
+    _, trained = veca_settings_of({'patch_size': 14, 'distill_output_dim': 40})
+    assert settings_differ(trained, {'patch_size': 14}) == {'out_channels': 40}

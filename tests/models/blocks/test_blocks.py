@@ -11,8 +11,6 @@ from mmcirc.models.blocks import (
     CoreBlock,
     SRABlock,
     WindowBlock,
-    attention_kinds,
-    block_classes,
 )
 from mmcirc.registry import model_registries
 
@@ -22,13 +20,13 @@ TINY = dict(embed_dims=[8, 16, 24, 32], depths=[1, 2, 1, 1], num_heads=[1, 2, 2,
 def test_blocks_are_registered_in_all_three_libraries():
     for cls in (CirculantBlock, CoreBlock, SRABlock, WindowBlock):
         assert all(r.get(cls.__name__) is cls for r in model_registries())
-    assert attention_kinds() == ('circulant', 'core', 'sra', 'window')
-    assert tuple(block_classes('pvt')) == ('circulant', 'core', 'sra') == CAPVT.attention_choices()
-    assert (
-        tuple(block_classes('swin'))
-        == ('circulant', 'core', 'window')
-        == CASwin.attention_choices()
-    )
+    assert CAPVT.attention_choices() == ('circulant', 'core', 'sra')
+    assert CASwin.attention_choices() == ('circulant', 'core', 'window')
+    assert [CAPVT.attention_blocks[k].kind for k in CAPVT.attention_choices()] == [
+        'circulant',
+        'core',
+        'sra',
+    ]
     assert [c.carries_cores for c in (CirculantBlock, CoreBlock, SRABlock, WindowBlock)] == [
         False,
         True,

@@ -1,18 +1,31 @@
-"""A new attention kind needs nothing but its own registered block.
+"""How a new attention kind is added: its block, and a family subclass that takes it.
 
-This file registers a fictitious block, kind ``'pooled'`` (every token attends to the
-patches with the same weights ``p = softmax_j(mean_c x_j)``, computed in O(N) through
-``logsumexp``, times one new parameter, a per-channel gain initialised to 1; then PVT's
-/ Swin's MLP), and shows that, with no edit anywhere else, CA-PVT and CA-Swin build and
-run with it (``stage_attentions`` short form and ``block_cfgs``), the high-res
-overrides accept it, the converters report its added key as new, the attention
-capture (``bccb_score`` / ``vis_*``) records its matrix and the FLOP counter
-(``get_flops``) counts it as attention, with the FLOP handle its probe declares for
-``logsumexp`` (an op mmengine does not price). The expectations are computed
-independently of the code under test: key sets from the source and target state
-dicts, calls counted with forward hooks, the layer's own output, the BCCB distance and
-the MACs by hand. The registration is removed after each test (the registries are
-global).
+This file adds a fictitious kind, ``'pooled'`` (every token attends to the patches with
+the same weights ``p = softmax_j(mean_c x_j)``, computed in O(N) through ``logsumexp``,
+times one new parameter, a per-channel gain initialised to 1; then PVT's / Swin's MLP),
+the way a user would, with no edit of mmcirc:
+
+* the operator, ``PooledAttention``, declares its attention itself (``attention_kind``,
+  ``attention_form``, ``attention_weights``, and ``flop_handles`` for ``logsumexp``, an
+  op mmengine does not price: :mod:`mmcirc.models.blocks.probe`), so the analysis sees
+  it in any model, with nothing registered;
+* the block, ``PooledBlock``, is a :class:`~mmcirc.models.blocks.PyramidBlock` with its
+  ``kind`` and ``added_keys`` (what a converted checkpoint leaves new);
+* a family subclass of CA-PVT / CA-Swin (``PooledPVT``, ``PooledSwin``) adds it to
+  ``attention_blocks`` (a kind the family's ``__init__`` does not know gets the
+  family's MLP arguments: ``embed_dims``, ``feedforward_channels``, ``drop_rate``,
+  ``act_cfg``, ``norm_cfg``, ``ffn_type``; ``block_cfgs`` options add more); registered with
+  :func:`mmcirc.registry.register_model` (with the block, for ``block_cfgs`` types),
+  configs, the high-res overrides and the converters find it.
+
+The tests show that the subclass builds and runs with it (``stage_attentions``
+short form and ``block_cfgs``) while the base families refuse it, the high-res overrides
+accept it, the converters report its added key as new, the attention capture
+(``bccb_score`` / ``vis_*``) records its matrix and the FLOP counter (``get_flops``)
+counts it as attention with the handle it declares. The expectations are computed
+independently of the code under test: key sets from the source and target state dicts,
+calls counted with forward hooks, the layer's own output, the BCCB distance and the MACs
+by hand. The registrations are removed after each test (the registries are global).
 """
 
 import contextlib
@@ -30,10 +43,10 @@ from mmengine.model import BaseModule
 from mmcirc import apis as hr
 from mmcirc.analysis.attention_memory import quadratic_attention_estimates
 from mmcirc.models.backbones import CAPVT, CASwin
-from mmcirc.models.blocks import AttentionProbe, PyramidBlock
-from mmcirc.models.blocks.base import apply_ffn, build_ffn
 from mmcirc.models.backbones.pyramid_convert import convert_pyramid
 from mmcirc.models.backbones.pyramid_target import build_backbone
+from mmcirc.models.blocks import PyramidBlock
+from mmcirc.models.blocks.pyramid_blocks import TokenFFN, TokenMixFFN, build_ffn
 from mmcirc.models.convert import format_summary
 from mmcirc.registry import model_registries, register_model
 
@@ -41,9 +54,21 @@ TINY = dict(embed_dims=[8, 16, 24, 32], depths=[1, 2, 1, 1], num_heads=[1, 2, 2,
 ORIGINAL = {CAPVT: 'sra', CASwin: 'window'}
 
 
+def _logsumexp_macs(inputs, outputs):
+    """mmengine op handle: one exponential per input element (as a softmax)."""
+    return Counter({'logsumexp': math.prod(inputs[0].type().sizes())})
+
+
 class PooledAttention(nn.Module):
     """y_i = gain * sum_j p_j x_j with p = softmax_j(mean_c x_j): A[i, j] = p_j for every
-    query i (rank one), computed in O(N); x (B, N, C) -> (B, N, C)."""
+    query i (rank one), computed in O(N); x (B, N, C) -> (B, N, C).
+
+    It declares its attention (the analysis asks the module): kind ``'pooled'``, its
+    matrix (B, 1, N, N) with rows p, and the FLOP handle of ``logsumexp``."""
+
+    attention_kind = 'pooled'
+    attention_form = 'matrix'
+    flop_handles = {'aten::logsumexp': _logsumexp_macs}
 
     def __init__(self, embed_dims):
         super().__init__()
@@ -54,24 +79,8 @@ class PooledAttention(nn.Module):
         p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True))  # (B, N)
         return (self.gain * (p.unsqueeze(1) @ x)).expand_as(x)  # (B, 1, C) -> (B, N, C)
 
-
-def _logsumexp_macs(inputs, outputs):
-    """mmengine op handle: one exponential per input element (as a softmax)."""
-    return Counter({'logsumexp': math.prod(inputs[0].type().sizes())})
-
-
-class PooledProbe(AttentionProbe):
-    """How the analysis sees PooledAttention: its matrix (B, 1, N, N), rows p."""
-
-    kind = 'pooled'
-    form = 'matrix'
-    flop_handles = {'aten::logsumexp': _logsumexp_macs}
-
-    def matches(self, module):
-        return isinstance(module, PooledAttention)
-
-    def weights(self, module, args, kwargs, ctx):
-        x, hw = args[0], tuple(args[1])
+    def attention_weights(self, args, kwargs, ctx):
+        x, hw = args[0], tuple(int(v) for v in args[1])
         p = torch.softmax(x.mean(-1), -1)  # (B, N)
         return dict(weights=p[:, None, None].expand(-1, 1, x.shape[1], -1), q_grid=hw, k_grid=hw)
 
@@ -80,13 +89,13 @@ class PooledBlock(PyramidBlock, BaseModule):
     """``x + attn(LN(x))``, then the family's MLP; ``attn.gain`` is what is new."""
 
     kind = 'pooled'
-    attention_probes = (PooledProbe(),)
     added_keys = ('attn.',)
 
     def __init__(
         self,
         embed_dims,
         feedforward_channels,
+        drop_rate=0.0,
         drop_path_rate=0.0,
         ffn_type='ffn',
         act_cfg=dict(type='GELU'),
@@ -98,125 +107,240 @@ class PooledBlock(PyramidBlock, BaseModule):
         self.attn = PooledAttention(embed_dims)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = build_ffn(
-            ffn_type, embed_dims, feedforward_channels, 0.0, drop_path_rate, act_cfg
+            ffn_type, embed_dims, feedforward_channels, drop_rate, drop_path_rate, act_cfg
         )
 
     def forward(self, x, hw_shape):
         x = x + self.attn(self.norm1(x), hw_shape)
-        return apply_ffn(self.ffn, self.norm2(x), hw_shape, identity=x)
+        return self.ffn(self.norm2(x), identity=x)
+
+
+class PooledPVT(CAPVT):
+    """CA-PVT that also takes ``'pooled'`` stages (by default in stages 1-2)."""
+
+    attention_blocks = dict(CAPVT.attention_blocks, pooled=PooledBlock)
+    default_attention = 'pooled'
+
+
+class PooledSwin(CASwin):
+    """CA-Swin that also takes ``'pooled'`` stages (by default in stages 1-2)."""
+
+    attention_blocks = dict(CASwin.attention_blocks, pooled=PooledBlock)
+    default_attention = 'pooled'
+
+
+SUBCLASS = {CAPVT: PooledPVT, CASwin: PooledSwin}
+REGISTERED = (PooledBlock, PooledPVT, PooledSwin)
 
 
 @contextlib.contextmanager
 def pooled_registered():
-    register_model(PooledBlock)
+    for cls in REGISTERED:
+        register_model(cls)
     try:
         yield
     finally:
         for registry in model_registries():
-            registry.module_dict.pop('PooledBlock', None)
+            for cls in REGISTERED:
+                registry.module_dict.pop(cls.__name__, None)
 
 
-def _layout(cls):
-    return ('pooled', 'pooled', ORIGINAL[cls], ORIGINAL[cls])
-
-
-@pytest.mark.parametrize('cls', [CAPVT, CASwin])
-def test_kind_is_offered_only_while_registered(cls):
+@pytest.fixture
+def registered():
     with pooled_registered():
-        assert 'pooled' in cls.attention_choices()
-    assert 'pooled' not in cls.attention_choices()
+        yield
+
+
+def _layout(base):
+    return ('pooled', 'pooled', ORIGINAL[base], ORIGINAL[base])
+
+
+# --------------------------------------------------------------------------- building
+@pytest.mark.parametrize('base', [CAPVT, CASwin])
+def test_subclass_offers_the_kind_after_the_family_kinds(base):
+    assert SUBCLASS[base].attention_choices() == base.attention_choices() + ('pooled',)
+
+
+@pytest.mark.parametrize('base', [CAPVT, CASwin])
+def test_base_family_refuses_the_kind(base, registered):
+    assert 'pooled' not in base.attention_choices()
     with pytest.raises(ValueError, match="stage_attentions\\[0\\] must be one of .* got 'pooled'"):
-        cls(arch=TINY, stage_attentions=_layout(cls))
+        base(arch=TINY, stage_attentions=_layout(base))
 
 
-@pytest.mark.parametrize('cls', [CAPVT, CASwin])
-def test_backbones_build_and_run_with_it(cls):
+@pytest.mark.parametrize('base', [CAPVT, CASwin])
+def test_base_family_refuses_the_block_type(base, registered):
+    cfgs = [dict(type='PooledBlock'), None, None, None]
+    with pytest.raises(ValueError, match="block_cfgs\\[0\\]: block type must be .* 'PooledBlock'"):
+        base(arch=TINY, block_cfgs=cfgs)
+
+
+def _check_runs(model, base):
+    """The first two stages hold PooledBlocks, each called once per forward, no stage
+    has a core bank, and the outputs have the pyramid's shapes."""
+    model.eval()
+    assert model.stage_attentions == _layout(base)
+    assert [s.attention for s in model.stages] == list(_layout(base))
+    calls = []
+    for stage in model.stages[:2]:
+        for block in stage.blocks:
+            assert type(block) is PooledBlock
+            block.register_forward_hook(lambda *a: calls.append(1))
+    assert all(s.cores is None for s in model.stages)
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 64, 64))
+    assert [tuple(o.shape) for o in outs] == [
+        (1, 8, 16, 16),
+        (1, 16, 8, 8),
+        (1, 24, 4, 4),
+        (1, 32, 2, 2),
+    ]
+    assert len(calls) == TINY['depths'][0] + TINY['depths'][1]
+
+
+SHORT_FORMS = dict(
+    default=lambda base: dict(),
+    attention=lambda base: dict(attention='pooled'),
+    stage_attentions=lambda base: dict(stage_attentions=_layout(base)),
+)
+
+
+@pytest.mark.parametrize('form', list(SHORT_FORMS))
+@pytest.mark.parametrize('base', [CAPVT, CASwin])
+def test_subclass_builds_and_runs_with_the_short_form(base, form):
+    """Unregistered too: the short form needs only the class."""
+    _check_runs(SUBCLASS[base](arch=TINY, **SHORT_FORMS[form](base)), base)
+
+
+@pytest.mark.parametrize('base', [CAPVT, CASwin])
+def test_subclass_builds_and_runs_with_block_cfgs_types(base, registered):
+    """A registered ``type`` decides the stage's kind (``attention`` says circulant)."""
+    cfgs = [dict(type='PooledBlock'), dict(type='PooledBlock'), None, None]
+    _check_runs(SUBCLASS[base](arch=TINY, attention='circulant', block_cfgs=cfgs), base)
+
+
+@pytest.mark.parametrize(
+    'base,ffn_type,ratio', [(CAPVT, TokenMixFFN, 8), (CASwin, TokenFFN, 4)], ids=['pvt', 'swin']
+)
+def test_subclass_arguments_reach_its_blocks(base, ffn_type, ratio):
+    """A new kind's blocks get the family's MLP (PVT: MixFFN, ratios 8-8-4-4; Swin:
+    FFN, ratio 4), as its circulant / core blocks."""
+    model = SUBCLASS[base](arch=TINY)
+    blocks = [b for s in model.stages[:2] for b in s.blocks]
+    assert [type(b.ffn) for b in blocks] == [ffn_type] * 3
+    assert [b.ffn.feedforward_channels for b in blocks] == [8 * ratio, 16 * ratio, 16 * ratio]
+
+
+@pytest.mark.parametrize('base', [CAPVT, CASwin])
+def test_gain_reaches_the_output(base):
+    torch.manual_seed(0)
+    model = SUBCLASS[base](arch=TINY).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        before = model(x)[0].clone()
+        model.stages[0].blocks[0].attn.gain.fill_(0.5)
+        after = model(x)[0]
+    assert not torch.allclose(before, after)
+
+
+# --------------------------------------------------------------------------- overrides
+def test_overrides_accept_the_kind_while_a_family_subclass_is_registered():
     with pooled_registered():
-        for kwargs in (
-            dict(stage_attentions=_layout(cls)),
-            dict(attention='pooled'),
-            dict(block_cfgs=[dict(type='PooledBlock'), dict(type='PooledBlock'), None, None]),
-        ):
-            model = cls(arch=TINY, num_cores_max=8, **kwargs).eval()
-            assert model.stage_attentions == _layout(cls)
-            assert [s.attention for s in model.stages] == list(_layout(cls))
-            calls = []
-            for stage in model.stages[:2]:
-                for block in stage.blocks:
-                    assert type(block) is PooledBlock
-                    block.register_forward_hook(lambda *a: calls.append(1))
-            assert all(s.cores is None for s in model.stages)
-            with torch.no_grad():
-                outs = model(torch.randn(1, 3, 64, 64))
-                assert [tuple(o.shape) for o in outs] == [
-                    (1, 8, 16, 16),
-                    (1, 16, 8, 8),
-                    (1, 24, 4, 4),
-                    (1, 32, 2, 2),
-                ]
-            assert len(calls) == TINY['depths'][0] + TINY['depths'][1]
-
-
-@pytest.mark.parametrize('cls', [CAPVT, CASwin])
-def test_gain_reaches_the_output(cls):
-    with pooled_registered():
-        torch.manual_seed(0)
-        model = cls(arch=TINY, stage_attentions=_layout(cls)).eval()
-        x = torch.randn(1, 3, 64, 64)
-        with torch.no_grad():
-            before = model(x)[0].clone()
-            model.stages[0].blocks[0].attn.gain.fill_(0.5)
-            after = model(x)[0]
-        assert not torch.allclose(before, after)
-
-
-@pytest.mark.parametrize('btype', ['CAPVT', 'CASwin'])
-def test_highres_overrides_accept_it(btype):
-    with pooled_registered():
-        overrides = hr.validate_overrides(stage_attentions='pooled', num_cores='mobile')
-        assert overrides['stage_attentions'] == 'pooled'
-        cfg = Config(dict(model=dict(backbone=dict(type=btype, arch=TINY))))
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter('always')
-            hr.apply_backbone_overrides(cfg, overrides)
-        assert cfg.model.backbone.stage_attentions == 'pooled'
-        assert any('num_cores has no effect' in str(w.message) for w in caught)  # no core stage
-        from mmseg.registry import MODELS
-
-        model = MODELS.build(cfg.model.backbone)
-        assert model.stage_attentions == ('pooled',) * 4
-        assert quadratic_attention_estimates(model, (97, 131)) == []
-        assert hr.backbone_summary(model) == dict(type=btype, stage_attentions=['pooled'] * 4)
+        overrides = hr.validate_overrides(stage_attentions='pooled')
+    assert overrides == dict(stage_attentions='pooled')
     with pytest.raises(ValueError, match='^stage_attentions must'):
         hr.validate_overrides(stage_attentions='pooled')
 
 
-@pytest.mark.parametrize('family,cls', [('pvt', CAPVT), ('swin', CASwin)])
-def test_converter_reports_its_added_keys_as_new(family, cls):
+def _apply(btype, **overrides):
+    """Apply validated ``overrides`` to a config of ``btype``; returns (cfg, warnings)."""
+    cfg = Config(dict(model=dict(backbone=dict(type=btype, arch=TINY))))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        hr.apply_backbone_overrides(cfg, hr.validate_overrides(**overrides))
+    return cfg, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize('btype', ['PooledPVT', 'PooledSwin'])
+def test_overrides_build_the_subclass_with_the_kind(btype, registered):
+    from mmseg.registry import MODELS
+
+    cfg, _ = _apply(btype, stage_attentions='pooled')
+    assert cfg.model.backbone.stage_attentions == 'pooled'
+    model = MODELS.build(cfg.model.backbone)
+    assert type(model).__name__ == btype and model.stage_attentions == ('pooled',) * 4
+    assert hr.backbone_summary(model) == dict(type=btype, stage_attentions=['pooled'] * 4)
+
+
+@pytest.mark.parametrize('btype', ['PooledPVT', 'PooledSwin'])
+def test_num_cores_override_has_no_effect_on_the_kind(btype, registered):
+    _, caught = _apply(btype, stage_attentions='pooled', num_cores='mobile')
+    assert any(m.startswith('num_cores has no effect: ') for m in caught)
+
+
+@pytest.mark.parametrize('base', [CAPVT, CASwin])
+def test_the_kind_has_no_quadratic_attention(base):
+    """No ``attention_matrix`` (PyramidBlock's default): no high-res memory estimate."""
+    model = SUBCLASS[base](arch=TINY, stage_attentions='pooled')
+    assert quadratic_attention_estimates(model, (97, 131)) == []
+
+
+@pytest.mark.parametrize('btype', ['CAPVT', 'CASwin'])
+def test_overrides_refuse_the_kind_on_a_base_family(btype, registered):
+    with pytest.raises(ValueError, match=f"^stage_attentions: {btype} takes .* got 'pooled'"):
+        _apply(btype, stage_attentions='pooled')
+
+
+# --------------------------------------------------------------------------- converter
+def _convert(family, base):
+    """(source, target model, result): plain PVT / Swin weights into the pooled layout."""
+    torch.manual_seed(0)
+    source = base(arch=TINY, stage_attentions=ORIGINAL[base]).state_dict()
     with pooled_registered():
-        torch.manual_seed(0)
-        source = cls(arch=TINY, stage_attentions=ORIGINAL[cls]).state_dict()  # plain PVT / Swin
-        model = build_backbone(family, arch=TINY, stage_attentions=list(_layout(cls)))
-        assert type(model) is cls and model.stage_attentions == _layout(cls)
+        model = build_backbone(family, arch=TINY, stage_attentions=list(_layout(base)))
         result = convert_pyramid(source, model)
-    target = model.state_dict()
-    params = {k for k, _ in model.named_parameters()}
-    expected_new = {k for k in params if k not in source}
+    return source, model, result
+
+
+FAMILIES = pytest.mark.parametrize('family,base', [('pvt', CAPVT), ('swin', CASwin)])
+
+
+@FAMILIES
+def test_converter_builds_the_registered_subclass(family, base):
+    _, model, _ = _convert(family, base)
+    assert type(model) is SUBCLASS[base] and model.stage_attentions == _layout(base)
+
+
+@FAMILIES
+def test_converter_reports_its_added_keys_as_new(family, base):
+    source, model, result = _convert(family, base)
+    expected_new = {k for k, _ in model.named_parameters() if k not in source}
     assert expected_new and all(k.endswith('.attn.gain') for k in expected_new)
     assert set(result.new_attention) == expected_new and result.new_other == []
+
+
+@FAMILIES
+def test_converter_loads_the_rest_and_leaves_the_replaced_attention(family, base):
+    source, model, result = _convert(family, base)
+    target, attr = model.state_dict(), base.stages_attr
     assert set(result.loaded) == {k for k in target if k in source}
-    attr = cls.stages_attr
     assert set(result.unused) == {k for k in source if k not in target}
     assert all(k.startswith((f'{attr}.0.', f'{attr}.1.')) and '.attn.' in k for k in result.unused)
+
+
+@FAMILIES
+def test_converter_summary_names_the_new_keys(family, base):
+    _, _, result = _convert(family, base)
     text = format_summary(result, 'pooled')
     assert 'new: replaced attention, left to the model init: 3 tensors' in text
-    assert f'{attr}.*.blocks.*.attn.gain (x3)' in text
+    assert f'{base.stages_attr}.*.blocks.*.attn.gain (x3)' in text
 
 
 # --------------------------------------------------------------------------- analysis
 def _pooled_pvt(seed=0):
+    """A PooledPVT (not registered: the analysis asks the modules), non-uniform p."""
     torch.manual_seed(seed)
-    model = CAPVT(arch=TINY, stage_attentions=_layout(CAPVT)).eval()
+    model = PooledPVT(arch=TINY).eval()
     for stage in model.stages[:2]:  # a non-uniform p: scale the tokens apart
         for block in stage.blocks:
             nn.init.normal_(block.norm1.weight, std=3.0)
@@ -234,20 +358,27 @@ def _attn_calls(model):
     return seen
 
 
-def test_capture_records_the_matrix_the_layer_uses():
-    """Every PooledAttention call is captured (and nothing while unregistered); the
-    captured A reproduces the layer's output, gain * (A x), on the block's grid."""
-    from mmcirc.analysis.attention_maps import AttentionCapture, find_attention_layers
+def test_capture_finds_its_layers_as_matrix_attention():
+    from mmcirc.analysis.attention_maps import find_attention_layers
 
-    with pooled_registered():
-        model = _pooled_pvt()
-        calls = _attn_calls(model)
-        with AttentionCapture(model, forms=('matrix',)) as cap, torch.no_grad():
-            model(torch.randn(1, 3, 64, 64))
-        assert [n for n, k, _ in find_attention_layers(model, forms=('kernel', 'gather'))] == []
-    assert find_attention_layers(model, kinds=None, forms=('matrix',)) == [
-        (n, 'sra', m) for n, k, m in find_attention_layers(model) if k == 'sra'
-    ]
+    model = _pooled_pvt()
+    pooled = [n for n, m in model.named_modules() if isinstance(m, PooledAttention)]
+    assert len(pooled) == 3
+    assert [n for n, k, _ in find_attention_layers(model, kinds=('pooled',))] == pooled
+    matrix = find_attention_layers(model, forms=('matrix',))
+    assert [n for n, k, _ in matrix if k != 'sra'] == pooled
+    assert find_attention_layers(model, forms=('kernel', 'gather')) == []
+
+
+def test_capture_records_the_matrix_the_layer_uses():
+    """Every PooledAttention call is captured; the captured A reproduces the layer's
+    output, gain * (A x), on the block's grid."""
+    from mmcirc.analysis.attention_maps import AttentionCapture
+
+    model = _pooled_pvt()
+    calls = _attn_calls(model)
+    with AttentionCapture(model, forms=('matrix',)) as cap, torch.no_grad():
+        model(torch.randn(1, 3, 64, 64))
     pooled = [r for r in cap.records if r.kind == 'pooled']
     assert sorted(r.name for r in pooled) == sorted(calls) and len(calls) == 3
     for rec in pooled:
@@ -266,10 +397,9 @@ def test_bccb_score_scores_its_layers_with_the_closed_form():
     offset class holds each p_j once): ||A - P(A)|| / ||A|| = sqrt(1 - S^2 / (N sum p^2))."""
     from mmcirc.cli.bccb_score import score
 
-    with pooled_registered():
-        model = _pooled_pvt(1)
-        calls = _attn_calls(model)
-        entries = score(model, torch.randn(1, 3, 64, 64), shuffle=False)
+    model = _pooled_pvt(1)
+    calls = _attn_calls(model)
+    entries = score(model, torch.randn(1, 3, 64, 64), shuffle=False)
     kinds = [e['kind'] for e in entries.values()]
     assert kinds == ['pooled'] * 3 + ['sra'] * 2
     for name, (x, hw, _) in calls.items():
@@ -281,56 +411,82 @@ def test_bccb_score_scores_its_layers_with_the_closed_form():
         assert e['distance'] == [pytest.approx(expected, rel=1e-4)]
 
 
-def test_flops_count_it_as_attention_with_its_declared_handle():
-    """Per PooledAttention call (B = 1, N tokens, C channels): logsumexp N (the probe's
-    handle) + exp N + the (1, N) @ (N, C) product N C; mean, sub and the gain are free.
-    Unregistered, its logsumexp is not counted and it is no attention module."""
+IMG = (3, 64, 64)
+#: {PooledAttention: its MACs}, per call (B = 1, N tokens, C channels): logsumexp N (the
+#: declared handle) + exp N + the (1, N) @ (N, C) product N C; mean, sub, gain are free.
+EXPECTED_MACS = {
+    f'layers.{i}.blocks.{j}.attn': 2 * h * w + h * w * c
+    for i, ((h, w), c) in enumerate((((16, 16), 8), ((8, 8), 16)))
+    for j in range(TINY['depths'][i])
+}
+
+
+def test_flops_count_it_as_attention():
     from mmcirc.analysis import attention_modules, get_complexity
 
-    img = (3, 64, 64)
-    with pooled_registered():
-        model = _pooled_pvt()
-        res = get_complexity(model, img)
-        names = attention_modules(model)
-    expected = {}
-    for i, (hw, c) in enumerate((((16, 16), 8), ((8, 8), 16))):
-        for j in range(TINY['depths'][i]):
-            n = hw[0] * hw[1]
-            expected[f'layers.{i}.blocks.{j}.attn'] = 2 * n + n * c
-    assert [n for n in names if n in expected] == list(expected)
-    for name, macs in expected.items():
+    model = _pooled_pvt()
+    res = get_complexity(model, IMG)
+    names = attention_modules(model)
+    assert [n for n in names if n in EXPECTED_MACS] == list(EXPECTED_MACS)
+    for name, macs in EXPECTED_MACS.items():
         assert res['by_module'][name] == macs, name
-    assert res['by_operator']['logsumexp'] == sum(
-        hw[0] * hw[1] * d for hw, d in (((16, 16), 1), ((8, 8), 2))
-    )
-    others = [n for n in names if n not in expected]
-    assert others and res['attention_flops'] == sum(expected.values()) + sum(
+    others = [n for n in names if n not in EXPECTED_MACS]  # the SRA stages
+    assert others and res['attention_flops'] == sum(EXPECTED_MACS.values()) + sum(
         res['by_module'][n] for n in others
     )
-    plain = get_complexity(model, img)
-    assert not set(attention_modules(model)) & set(expected)
+
+
+def test_flops_price_logsumexp_with_its_declared_handle():
+    from mmcirc.analysis import get_complexity
+
+    res = get_complexity(_pooled_pvt(), IMG)
+    assert res['by_operator']['logsumexp'] == 16 * 16 * 1 + 8 * 8 * 2
+
+
+class _Undeclared(PooledAttention):
+    """The same operator without its declaration (not attention, no handle)."""
+
+    attention_kind = None
+    flop_handles = {}
+
+
+def test_without_its_declaration_it_is_no_attention_and_logsumexp_is_free():
+    from mmcirc.analysis import attention_modules, get_complexity
+
+    model = _pooled_pvt()
+    declared = get_complexity(model, IMG)
+    for m in model.modules():
+        if type(m) is PooledAttention:
+            m.__class__ = _Undeclared
+    plain = get_complexity(model, IMG)
+    assert not set(attention_modules(model)) & set(EXPECTED_MACS)
     assert 'logsumexp' not in plain['by_operator']
-    assert plain['flops'] == res['flops'] - res['by_operator']['logsumexp']
+    assert plain['flops'] == declared['flops'] - declared['by_operator']['logsumexp']
 
 
-def test_attention_tools_see_it(tmp_path, capsys):
-    """bccb_score's command scores the pooled stages of a config (with no edit of the
-    tool), next to the SRA ones; vis_cores names the kind among those the model has."""
-    import json
+# --------------------------------------------------------------------------- tools
+def _tool_argv():
     import os.path as osp
 
     from helpers import FIXTURE_CONFIGS
 
-    from mmcirc.cli import bccb_score, vis_cores
-
     cfg = osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py')
-    layout = "model.backbone.stage_attentions=('pooled','pooled','sra','sra')"
-    argv = [cfg, '--demo', 'astronaut', '--size', '64x96', '--cfg-options', layout]
-    with pooled_registered():
-        assert bccb_score.main(argv + ['--out-dir', str(tmp_path / 'bccb')]) == 0
-        with pytest.raises(SystemExit):
-            vis_cores.main(argv + ['--out-dir', str(tmp_path / 'cores')])
-    (out,) = (tmp_path / 'bccb').iterdir()
+    options = [
+        'model.backbone.type=PooledPVT',
+        "model.backbone.stage_attentions=('pooled','pooled','sra','sra')",
+    ]
+    return [cfg, '--demo', 'astronaut', '--size', '64x96', '--cfg-options', *options]
+
+
+def test_bccb_score_tool_scores_the_pooled_stages(tmp_path, registered):
+    """The command scores the pooled stages of a config (with no edit of the tool),
+    next to the SRA ones."""
+    import json
+
+    from mmcirc.cli import bccb_score
+
+    assert bccb_score.main(_tool_argv() + ['--out-dir', str(tmp_path)]) == 0
+    (out,) = tmp_path.iterdir()
     layers = json.loads((out / 'bccb_score.json').read_text())['layers']
     # 64x96 -> stage grids 16x24 and 8x12 (pooled: 1 head, keys = queries), then SRA
     assert [(e['kind'], e['q_grid'], e['k_grid'], e['heads']) for e in layers[:2]] == [
@@ -339,6 +495,13 @@ def test_attention_tools_see_it(tmp_path, capsys):
     ]
     assert [e['kind'] for e in layers[2:]] == ['sra', 'sra']
     assert all(0 < e['distance'][0] < 1 and e['shuffled'][0] > 0 for e in layers[:2])
+
+
+def test_vis_cores_tool_names_the_kind_among_those_the_model_has(tmp_path, capsys, registered):
+    from mmcirc.cli import vis_cores
+
+    with pytest.raises(SystemExit):
+        vis_cores.main(_tool_argv() + ['--out-dir', str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith('error: ') and 'no core attention layer' in err
     assert '(it has pooled, sra attention)' in err

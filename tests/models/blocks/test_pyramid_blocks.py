@@ -1,12 +1,14 @@
-"""The blocks' shared helpers (:mod:`mmcirc.models.blocks.base`) against the modules they
-stand for: mmdet's ``MixFFN`` forward and the CPE conv on an NCHW copy of the tokens."""
+"""The blocks' shared parts (:mod:`mmcirc.models.blocks.pyramid_blocks`,
+:mod:`mmcirc.models.blocks.mlp_chunks`) against the modules they stand for: mmdet's
+``MixFFN`` forward, mmcv's ``FFN`` and the CPE conv on an NCHW copy of the tokens."""
 
 import pytest
 import torch
 from mmdet.models.backbones.pvt import MixFFN
 from mmdet.models.layers import nlc_to_nchw
 
-from mmcirc.models.blocks.base import apply_ffn, build_ffn, cpe, map_as_tokens, tokens_as_map
+from mmcirc.models.blocks import mlp_chunks
+from mmcirc.models.blocks.pyramid_blocks import TokenCPE, TokenMixFFN, build_ffn
 
 HW = (5, 7)
 
@@ -28,23 +30,22 @@ def test_mixffn_on_tokens_equals_mmdets_mixffn():
     ffn = _randomize(build_ffn('mixffn', 8, 24, 0.0, 0.0, dict(type='GELU')))
     x, identity = _tokens(8), _tokens(8, seed=2)
     ref = MixFFN.forward(ffn, x, HW, identity=identity)  # 1x1 convs on (B, C, H, W)
-    torch.testing.assert_close(apply_ffn(ffn, x, HW, identity), ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ffn(x, identity), ref, rtol=1e-12, atol=1e-12)
 
 
 def test_mixffn_on_tokens_runs_no_convolution():
     ffn = build_ffn('mixffn', 8, 24, 0.0, 0.0, dict(type='GELU')).eval()
     x = _tokens(8).float()
     with torch.profiler.profile() as prof:
-        apply_ffn(ffn, x, HW, x)
+        ffn(x, x)
     names = {e.key for e in prof.key_averages()}
     assert 'aten::linear' in names and not any('conv' in n for n in names)
 
 
-def test_mixffn_with_its_depthwise_conv_is_mmdets_forward():
-    ffn = _randomize(MixFFN(8, 24, use_conv=True))
-    x, identity = _tokens(8), _tokens(8, seed=2)
-    ref = MixFFN.forward(ffn, x, HW, identity=identity)
-    torch.testing.assert_close(apply_ffn(ffn, x, HW, identity), ref, rtol=0, atol=0)
+def test_build_ffn_keeps_the_families_keys():
+    mix = build_ffn('mixffn', 8, 24, 0.0, 0.0, dict(type='GELU'))
+    assert isinstance(mix, TokenMixFFN)
+    assert list(mix.state_dict()) == list(MixFFN(8, 24, use_conv=False).state_dict())
 
 
 @pytest.mark.parametrize('act', ['GELU', 'ReLU'])
@@ -54,9 +55,7 @@ def test_inference_mlp_over_token_chunks_equals_the_modules_forward(monkeypatch,
     and a remainder of 3), equal to mmdet's MixFFN / mmcv's FFN forward on all tokens."""
     from mmcv.cnn.bricks.transformer import FFN
 
-    from mmcirc.models.blocks import base
-
-    monkeypatch.setattr(base, 'FFN_CHUNK_TOKENS', 8)
+    monkeypatch.setattr(mlp_chunks, 'FFN_CHUNK_TOKENS', 8)
     ffn = _randomize(build_ffn(ffn_type, 8, 24, 0.0, 0.0, dict(type=act)))
     x, identity = _tokens(8), _tokens(8, seed=2)
     with torch.no_grad():
@@ -65,7 +64,7 @@ def test_inference_mlp_over_token_chunks_equals_the_modules_forward(monkeypatch,
         else:
             ref = FFN.forward(ffn, x, identity=identity)
         with torch.profiler.profile() as prof:
-            out = apply_ffn(ffn, x, HW, identity)
+            out = ffn(x, identity)
     calls = {e.key: e.count for e in prof.key_averages()}
     assert calls['aten::addmm'] == 2 * 2 * 5  # two GEMMs per chunk, per batch element
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
@@ -76,9 +75,7 @@ def test_inference_mlp_chunks_reuse_one_hidden_buffer(monkeypatch, ffn_type):
     """Every chunk's hidden layer is written into the same buffer (no fresh
     (chunk, C_hidden) tensor per chunk): the GELU runs in place on the storage of the
     first GEMM's output in every chunk."""
-    from mmcirc.models.blocks import base
-
-    monkeypatch.setattr(base, 'FFN_CHUNK_TOKENS', 8)
+    monkeypatch.setattr(mlp_chunks, 'FFN_CHUNK_TOKENS', 8)
     ffn = _randomize(build_ffn(ffn_type, 8, 24, 0.0, 0.0, dict(type='GELU'))).float()
     x = _tokens(8).float()
     ptrs = []
@@ -90,36 +87,35 @@ def test_inference_mlp_chunks_reuse_one_hidden_buffer(monkeypatch, ffn_type):
 
     monkeypatch.setattr(torch.ops.aten, 'gelu_', gelu_)
     with torch.no_grad():
-        apply_ffn(ffn, x, HW, x)
+        ffn(x, x)
     assert len(ptrs) == 2 * 5 and len(set(ptrs)) == 1
 
 
 def test_inference_mlp_under_autocast_follows_autocast(monkeypatch):
     """Under autocast the chunks keep the modules' ops, so their GEMMs run in bf16."""
-    from mmcirc.models.blocks import base
-
-    monkeypatch.setattr(base, 'FFN_CHUNK_TOKENS', 8)
+    monkeypatch.setattr(mlp_chunks, 'FFN_CHUNK_TOKENS', 8)
     ffn = _randomize(build_ffn('mixffn', 8, 24, 0.0, 0.0, dict(type='GELU'))).float()
     x = _tokens(8).float()
     with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
         ref = MixFFN.forward(ffn, x, HW, identity=x)
-        out = apply_ffn(ffn, x, HW, x)
+        out = ffn(x, x)
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
 def test_cpe_equals_conv_of_the_nchw_map(dtype):
-    conv = _randomize(torch.nn.Conv2d(6, 6, 3, padding=1, groups=6)).to(dtype)
+    cpe = _randomize(TokenCPE(6)).to(dtype)
+    conv = torch.nn.Conv2d(6, 6, 3, padding=1, groups=6).to(dtype)
+    conv.load_state_dict(cpe.state_dict())
     x = _tokens(6).to(dtype)
     ref = conv(nlc_to_nchw(x, HW)).flatten(2).transpose(1, 2)  # (B, N, C)
     tol = 1e-12 if dtype == torch.float64 else 1e-5
-    torch.testing.assert_close(cpe(conv, x, HW), ref, rtol=tol, atol=tol)
+    torch.testing.assert_close(cpe(x, HW), ref, rtol=tol, atol=tol)
 
 
-def test_token_map_round_trip_is_a_view():
-    x = _tokens(6).float()
-    m = tokens_as_map(x, HW)  # (B, C, H, W) in channels-last memory
-    assert m.shape == (2, 6, *HW) and m.is_contiguous(memory_format=torch.channels_last)
-    torch.testing.assert_close(m, nlc_to_nchw(x, HW), rtol=0, atol=0)
-    back = map_as_tokens(m)
-    assert back.data_ptr() == x.data_ptr() and torch.equal(back, x)
+def test_cpe_makes_no_layout_copy():
+    cpe, x = TokenCPE(6).eval(), _tokens(6).float()
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        cpe(x, HW)
+    names = {e.key for e in prof.key_averages()}
+    assert not names & {'aten::contiguous', 'aten::clone', 'aten::copy_'}

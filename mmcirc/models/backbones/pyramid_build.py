@@ -1,0 +1,301 @@
+"""What a pyramid checks and builds (:class:`PyramidBuild`, a mixin of
+:class:`~.pyramid.PyramidBackbone`): the arguments every pyramid takes, the blocks of
+each stage from the family's ``attention_blocks`` and explicit keyword arguments, and the
+geometry the forward relies on (the grids the stages see, the smallest input), all
+decided when the model is built, so that a forward runs only the modules' own calls.
+"""
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch.nn as nn
+
+from mmcirc.registry import model_registries
+from ..blocks import PyramidBlock
+from .contract import check_circulant, check_rate, is_int
+
+__all__ = ['PyramidBuild', 'stride_of']
+
+
+def stride_of(module: Optional[nn.Module]) -> int:
+    """Downsampling factor of an mmcv ``PatchEmbed`` (conv ``projection``) or
+    ``PatchMerging`` (``sampler`` unfold); 1 for None."""
+    if module is None:
+        return 1
+    inner = getattr(module, 'projection', None) or getattr(module, 'sampler', None)
+    stride = getattr(inner, 'stride', 1)
+    return int(stride[0] if isinstance(stride, (tuple, list)) else stride)
+
+
+class PyramidBuild:
+    """Parsing, checking and building of a pyramid (see the module docstring); the class
+    attributes it reads are :class:`~.pyramid.PyramidBackbone`'s."""
+
+    family: str = ''
+    attention_blocks: Dict[str, type] = {}
+    original_attention: str = ''
+    default_attention: str = 'circulant'
+    #: Stages that take circulant/core attention in the paper's layout.
+    num_replaced_stages: int = 2
+
+    @classmethod
+    def attention_choices(cls) -> Tuple[str, ...]:
+        """The attention kinds this family takes (its ``attention_blocks``)."""
+        return tuple(cls.attention_blocks)
+
+    @classmethod
+    def _check_arch(cls, arch: dict) -> dict:
+        depths, num_heads = tuple(arch['depths']), tuple(arch['num_heads'])
+        embed_dims = cls._stage_widths(arch['embed_dims'], len(depths))
+        for name, seq in (('depths', depths), ('num_heads', num_heads), ('embed_dims', embed_dims)):
+            if not seq or not all(is_int(v) and v >= 1 for v in seq):
+                raise ValueError(f'{cls.__name__}: arch {name} must be positive ints, got {seq!r}')
+        if not len(depths) == len(num_heads) == len(embed_dims):
+            raise ValueError(
+                f'{cls.__name__}: arch depths, num_heads and embed_dims must have one entry '
+                f'per stage, got lengths {len(depths)}, {len(num_heads)}, {len(embed_dims)}'
+            )
+        return dict(
+            embed_dims=tuple(int(v) for v in embed_dims),
+            depths=tuple(int(v) for v in depths),
+            num_heads=tuple(int(v) for v in num_heads),
+        )
+
+    @classmethod
+    def _stage_widths(cls, embed_dims, num_stages: int) -> tuple:
+        """Channels per stage from the arch's ``embed_dims`` (a sequence here)."""
+        if is_int(embed_dims):
+            raise ValueError(
+                f'{cls.__name__}: arch embed_dims must list one width per stage, got {embed_dims!r}'
+            )
+        return tuple(embed_dims)
+
+    @staticmethod
+    def _per_stage(name: str, value, num_stages: int, check=None) -> tuple:
+        """Broadcast a scalar to all stages, or check a sequence has one per stage."""
+        if isinstance(value, (list, tuple)):
+            if len(value) != num_stages:
+                raise ValueError(
+                    f'{name} must have {num_stages} entries (one per stage), '
+                    f'got {len(value)}: {tuple(value)!r}'
+                )
+            values = tuple(value)
+        else:
+            values = (value,) * num_stages
+        if check is not None:
+            for i, v in enumerate(values):
+                if not check(v):
+                    raise ValueError(f'{name}[{i}] is invalid: {v!r}')
+        return values
+
+    @classmethod
+    def configured_stage_attentions(
+        cls, attention=None, stage_attentions=None, block_cfgs=None, arch='tiny'
+    ) -> Tuple[str, ...]:
+        """The per-stage attention kinds a backbone built with these arguments has
+        (checked as the constructor checks them), without building it."""
+        num_stages = len(cls._parse_arch(arch)['depths'])
+        return tuple(
+            b.kind
+            for b, _, _ in cls._parse_blocks(attention, stage_attentions, block_cfgs, num_stages)
+        )
+
+    @classmethod
+    def _stage_kinds(cls, attention, stage_attentions, num_stages: int) -> Tuple[str, ...]:
+        """The short form: one attention kind per stage."""
+        name, choices = cls.__name__, cls.attention_choices()
+        attention = cls.default_attention if attention is None else attention
+        if attention not in choices:
+            raise ValueError(f'{name}: attention must be one of {choices}, got {attention!r}')
+        if stage_attentions is None:
+            k = cls.num_replaced_stages
+            return (attention,) * min(k, num_stages) + (cls.original_attention,) * max(
+                num_stages - k, 0
+            )
+        if isinstance(stage_attentions, str):
+            stage_attentions = (stage_attentions,) * num_stages
+        kinds = tuple(stage_attentions)
+        if len(kinds) != num_stages:
+            raise ValueError(
+                f'{name}: stage_attentions must have {num_stages} entries '
+                f'(one per stage), got {len(kinds)}: {kinds!r}'
+            )
+        for i, kind in enumerate(kinds):
+            if kind not in choices:
+                raise ValueError(
+                    f'{name}: stage_attentions[{i}] must be one of {choices}, got {kind!r}'
+                )
+        return kinds
+
+    @classmethod
+    def _parse_blocks(cls, attention, stage_attentions, block_cfgs, num_stages: int) -> list:
+        """[(block class, type name or None, block options)] per stage from the short
+        form and ``block_cfgs``; a ``type`` is looked up by name in mmdet's MODELS."""
+        name, kinds = cls.__name__, cls._stage_kinds(attention, stage_attentions, num_stages)
+        if block_cfgs is None or isinstance(block_cfgs, dict):
+            cfgs = (block_cfgs,) * num_stages
+        elif isinstance(block_cfgs, (list, tuple)) and len(block_cfgs) == num_stages:
+            cfgs = tuple(block_cfgs)
+        else:
+            raise ValueError(
+                f'{name}: block_cfgs must be a dict or a list of {num_stages} dicts / None '
+                f'(one per stage), got {block_cfgs!r}'
+            )
+        out = []
+        for i, (kind, cfg) in enumerate(zip(kinds, cfgs)):
+            if cfg is not None and not isinstance(cfg, dict):
+                raise ValueError(f'{name}: block_cfgs[{i}] must be a dict or None, got {cfg!r}')
+            options = dict(cfg or {})
+            btype = options.pop('type', None)
+            block = cls.attention_blocks[kind]
+            if btype is not None:
+                found = model_registries()[0].get(btype) if isinstance(btype, str) else btype
+                if not (
+                    isinstance(found, type)
+                    and issubclass(found, PyramidBlock)
+                    and found.kind in cls.attention_blocks
+                ):
+                    kinds_of = {k: b.__name__ for k, b in cls.attention_blocks.items()}
+                    raise ValueError(
+                        f'{name}: block_cfgs[{i}]: block type must be a registered block of '
+                        f'a kind of {kinds_of}, got {btype!r}'
+                    )
+                if stage_attentions is not None and found.kind != kind:
+                    raise ValueError(
+                        f'{name}: block_cfgs[{i}] type {btype!r} is {found.kind!r} attention '
+                        f'but stage_attentions[{i}] is {kind!r}'
+                    )
+                block = found
+            out.append((block, btype, options))
+        return out
+
+    def _setup(
+        self,
+        *,
+        arch,
+        attention,
+        stage_attentions,
+        block_cfgs,
+        out_indices,
+        drop_path_rate,
+        circulant_heads,
+        boundary,
+        scale,
+        num_cores,
+        num_cores_max,
+        frozen_stages,
+        norm_eval,
+        with_cp,
+    ):
+        """Parse and check the arguments every pyramid takes (keyword only, as the
+        family's constructor got them; ValueError names the parameter)."""
+        cls_name = type(self).__name__
+        self.arch_settings = self._parse_arch(arch)
+        self.embed_dims = self.arch_settings['embed_dims']
+        self.depths = self.arch_settings['depths']
+        self.num_heads = self.arch_settings['num_heads']
+        self.num_features = list(self.embed_dims)
+        n = len(self.depths)
+        blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, n)
+        self.block_types = tuple(b for b, _, _ in blocks)
+        self.block_cfg_types = tuple(t for _, t, _ in blocks)
+        self.block_options = tuple(o for _, _, o in blocks)
+        self.stage_attentions = tuple(b.kind for b in self.block_types)
+        self._setup_contract(
+            num_stages=n,
+            out_indices=out_indices,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            with_cp=with_cp,
+        )
+        check_circulant(cls_name, boundary, scale)
+        self.boundary, self.scale = boundary, scale
+        self.circulant_heads = self._per_stage(
+            'circulant_heads', circulant_heads, n, lambda v: v is None or (is_int(v) and v >= 1)
+        )
+        for i, kind in enumerate(self.stage_attentions):
+            dims, heads = self.embed_dims[i], self.num_heads[i]
+            if kind == 'circulant':  # its own heads (None: d = 1)
+                heads = self.circulant_heads[i]
+                if heads is not None and dims % heads:
+                    raise ValueError(
+                        f'{cls_name}: circulant_heads[{i}]={heads} must divide '
+                        f'embed_dims[{i}]={dims}'
+                    )
+            elif dims % heads:
+                raise ValueError(
+                    f'{cls_name}: num_heads[{i}]={heads} must divide embed_dims[{i}]={dims} '
+                    f'(stage {i} uses {kind!r} attention)'
+                )
+        self._setup_cores(num_cores, num_cores_max)
+        check_rate(cls_name, 'drop_path_rate', drop_path_rate)
+        total = sum(self.depths)
+        dpr = [drop_path_rate * k / max(total - 1, 1) for k in range(total)]  # linear, all blocks
+        self.drop_path_rates = [
+            dpr[sum(self.depths[:i]) : sum(self.depths[: i + 1])] for i in range(n)
+        ]
+
+    def _build_blocks(self, i: int, args: dict, shifted: bool = False) -> List[nn.Module]:
+        """The blocks of stage ``i``: its block class (or its block config's ``type``,
+        through ``MODELS.build``) with the explicit arguments ``args`` of its kind, each
+        block's drop path rate (and with ``shifted``, ``shift`` on every second block:
+        Swin's windows), then its block config's options on top."""
+        block, btype, options = self.block_types[i], self.block_cfg_types[i], self.block_options[i]
+        blocks = []
+        for j in range(self.depths[i]):
+            kwargs = dict(args, drop_path_rate=self.drop_path_rates[i][j])
+            if shifted:
+                kwargs['shift'] = j % 2 == 1
+            kwargs.update(options)
+            try:
+                blocks.append(
+                    block(**kwargs)
+                    if btype is None
+                    else model_registries()[0].build(dict(type=btype, **kwargs))
+                )
+            except TypeError as err:
+                raise TypeError(
+                    f'{type(self).__name__}: stage {i} block {block.__name__}: {err}'
+                ) from None
+        return blocks
+
+    def _finish(self) -> None:
+        """The end of a family's ``__init__``: the smallest input it accepts
+        (:meth:`_min_input_size`, checked by the forward) and the frozen stages."""
+        self.min_input_size = self._min_input_size()
+        self._freeze_stages()
+
+    def stage_grids(self, hw: Sequence[int]) -> List[Tuple[int, int]]:
+        """The token grid (h, w) each stage's blocks see for an H x W input, stage order.
+
+        Patch embeddings and merges pad the bottom/right, so a stage at total stride s
+        (the stem's, its own patch embedding's and every earlier merge's, multiplied)
+        sees a ceil(H / s) x ceil(W / s) map (nested ceilings of integer strides are
+        the ceiling of their product).
+        """
+        h, w = (int(v) for v in hw)
+        return [(-(-h // s), -(-w // s)) for s in self._stage_strides()]
+
+    def _stage_strides(self) -> List[int]:
+        """Total stride of the map each stage's blocks see."""
+        stride, strides = stride_of(getattr(self, 'patch_embed', None)), []
+        for stage in self.stages:
+            stride *= stride_of(stage.patch_embed)
+            strides.append(stride)
+            stride *= stride_of(stage.downsample)
+        return strides
+
+    def _min_input_size(self) -> int:
+        """The smallest H (and W) this backbone accepts (``min_input_size``).
+
+        Circulant, core and window attention take any map, down to 1 x 1. PVT's
+        spatial-reduction attention does not: its keys come from a stride-r, kernel-r
+        convolution (``attn.sr_ratio`` = r), which needs an r x r map; a stage at total
+        stride s sees ceil(H / s) rows (:meth:`stage_grids`), so H >= s * (r - 1) + 1.
+        """
+        size = 1
+        for stage, stride in zip(self.stages, self._stage_strides()):
+            ratio = max(
+                (getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks), default=1
+            )
+            size = max(size, stride * (ratio - 1) + 1)
+        return size
