@@ -18,7 +18,7 @@ themselves). Their arrows point down, in this order (a package imports only thos
 below it or beside it without a cycle):
 
     mmcirc.cli
-    mmcirc.apis / analysis / benchmark / deployment / parallel / timm / datasets
+    mmcirc.apis / analysis / benchmark / deployment / distributed / timm / datasets
     mmcirc (the root: registration on ``import mmcirc``)
     mmcirc.models
     mmcirc.engine, mmcirc.ops, mmcirc.registry

@@ -51,7 +51,7 @@ def parse_args(argv=None):
         action='store_true',
         help='spatially sharded training (mmseg EncoderDecoder): every rank of the '
         'torchrun world computes one band of rows of every sample; the loss, gradients '
-        "and updates are one process's (mmcirc.parallel.train.SpatialParallel)",
+        "and updates are one process's (mmcirc.distributed.segmentor.train.SpatialParallel)",
     )
     apply_common_args(parser)
     args = parser.parse_args(argv)

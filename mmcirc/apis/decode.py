@@ -123,7 +123,7 @@ def encode_logits(model, inputs, metas: List[dict]) -> Tuple[object, bool]:
     ``predict_by_feat`` would resize to the input size (1, K, h, w) and False, or, for a
     head whose ``predict`` does not hand them to mmseg's ``predict_by_feat``, its logits
     at the input size and True. ``inputs`` may be any tensor the model's forwards take
-    (a row-banded map: :mod:`mmcirc.parallel`)."""
+    (a row-banded map: :mod:`mmcirc.distributed.segmentor`)."""
     head = predict_head(model)
     with _logits_before_resize(head) as seen:
         out = model.encode_decode(inputs, metas)

@@ -51,9 +51,10 @@ def sharded_config(cfg) -> bool:
 
 def shard(cfg, args):
     """``--shard``: the config made spatially sharded
-    (:func:`mmcirc.parallel.train.shard_config`); a distributed launch is required."""
+    (:func:`mmcirc.distributed.segmentor.train.shard_config`); a distributed launch is
+    required."""
     from mmcirc.cli.common import CLIError
-    from mmcirc.parallel.train import shard_config
+    from mmcirc.distributed.segmentor.train import shard_config
 
     if cfg.launcher == 'none':
         raise CLIError(

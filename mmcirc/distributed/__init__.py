@@ -1,16 +1,14 @@
-"""Row-banded maps over torch.distributed (gloo on CPU, NCCL on GPU), torch only: the
-layer below the operators' sharded handlers (:mod:`mmcirc.ops.circulant_sharded`,
-:mod:`mmcirc.ops.core_sharded`) and the sharded segmentor (:mod:`mmcirc.parallel`).
+"""Spatial parallelism: one whole image computed by P processes (gloo on CPU, NCCL on
+GPU), each holding one horizontal band of rows of every feature map, the models' own
+forwards run unchanged on row-banded maps.
 
-One whole image is computed by P processes that each hold one horizontal band of rows
-of every feature map. The split is :func:`band_bounds`; :func:`run_parallel` runs a
-function on P local ranks (tests, ``--nproc``), ``torchrun`` launches real runs.
-
-Modules: :mod:`.bands` (the band rule), :mod:`.comm` (the row exchange of banded maps),
+Torch only, here: :mod:`.bands` (the band rule), :mod:`.comm` (the row exchange),
 :mod:`.layers` (the row exchanges of convolutions, interpolation, pooling, GroupNorm),
-:mod:`.fft` (the distributed FFT of the circulant operator), :mod:`.banded` /
-:mod:`.handlers` (the row-banded map :class:`BandedMap` and its per-op handlers),
-:mod:`.launch` (local ranks, first-cause errors)."""
+:mod:`.fft` (the distributed FFT), :mod:`.banded` (:class:`BandedMap` and its handler
+registry), :mod:`.launch` (:func:`run_parallel`: P local ranks, first-cause errors).
+Built on them: :mod:`.handlers` (every per-op handler and the sharded operators; the
+torch functions' register on import of this package, each operator's on import of its
+module) and :mod:`.segmentor` (mmseg segmentors sharded: inference and training)."""
 
 from .comm import Layout, exchange_rows, gather_rows
 
@@ -18,7 +16,7 @@ from .bands import band_bounds, check_world_size
 from .launch import free_port, init_from_env, leaving_group, run_parallel
 from .fft import sharded_irfft2, sharded_rfft2
 from .banded import BandedMap
-from . import handlers  # noqa: F401  (registers the BandedMap handlers)
+from .handlers import torch_functions  # noqa: F401  (registers the BandedMap handlers)
 
 __all__ = [
     'BandedMap',

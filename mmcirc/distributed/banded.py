@@ -41,6 +41,7 @@ the loss gives that rank's part of every gradient (see :mod:`.comm`).
 This file depends on torch only.
 """
 
+import weakref
 from typing import Callable, Dict, Optional
 
 import torch
@@ -50,15 +51,16 @@ from .bands import band_bounds
 from .comm import Layout, exchange_rows, group_rank_size
 
 __all__ = [
-    'BandedMap', 'HANDLERS', 'LOCAL_FUNCTIONS', 'OPERATORS', 'func_name', 'register',
-    'register_operator', 'shard_operators',
+    'BandedMap', 'HANDLERS', 'LOCAL_FUNCTIONS', 'OPERATORS', 'func_name', 'functions_of',
+    'operator_twin', 'refuse', 'register', 'register_operator', 'shard_operators',
+    'tensors_in',
 ]  # fmt: skip
 
 #: torch function -> handler(*args, **kwargs) for ops that need neighbours or a global view.
 HANDLERS: Dict[Callable, Callable] = {}
 #: module class -> handler(module, *args, **kwargs): the attention operators, whose
-#: forward is a Python method (no torch function to key by), registered beside their
-#: ops files (mmcirc.ops.circulant_sharded, mmcirc.ops.core_sharded).
+#: forward is a Python method (no torch function to key by), registered by their
+#: modules in :mod:`mmcirc.distributed.handlers`.
 OPERATORS: Dict[type, Callable] = {}
 
 
@@ -96,7 +98,7 @@ def register_operator(cls: type, prefix: bool = False):
 def _check_prefix(handler, func, values) -> None:
     """Refuse a map with a replicated prefix in a handler that does not take one."""
     if handler not in _TAKE_PREFIX and any(m.prefix for m in _bands_in(values)):
-        raise _refuse(func, 'has no handler for a map with a replicated prefix')
+        raise refuse(func, 'has no handler for a map with a replicated prefix')
 
 
 class _OperatorForward:
@@ -127,6 +129,18 @@ def shard_operators(model) -> int:
     return n
 
 
+_TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+
+def operator_twin(module, cls: type, group):
+    """``cls.from_module(module, group)``, the sharded twin of an operator ``module``
+    sharing its weights: made once per module and process group, then reused."""
+    twin = _TWINS.get(module)
+    if twin is None or twin.group is not group:
+        twin = _TWINS[module] = cls.from_module(module, group)
+    return twin
+
+
 def func_name(func) -> str:
     """``torch.conv2d`` / ``Tensor.flatten`` / ``F.interpolate``: how errors name ``func``."""
     name = getattr(func, '__name__', repr(func))
@@ -141,7 +155,8 @@ def _tensor_methods(*names):
     return [getattr(torch.Tensor, n) for n in names if hasattr(torch.Tensor, n)]
 
 
-def _functions(module, *names):
+def functions_of(module, *names):
+    """The functions ``module.<name>`` of ``names`` that this torch has."""
     return [getattr(module, n) for n in names if hasattr(module, n)]
 
 
@@ -154,11 +169,11 @@ _ELEMENTWISE = set(
         '__pow__', 'to', 'type_as', 'float', 'double', 'half', 'contiguous', 'clone',
         'detach', 'masked_fill', 'lerp', 'addcmul', 'sign',
     )
-    + _functions(
+    + functions_of(
         torch, 'add', 'sub', 'mul', 'div', 'neg', 'exp', 'sqrt', 'rsqrt', 'sigmoid', 'tanh',
         'relu', 'relu_', 'clamp', 'abs', 'pow', 'where', 'clone', 'lerp', 'addcmul',
     )
-    + _functions(
+    + functions_of(
         F, 'relu', 'relu_', 'relu6', 'hardtanh', 'gelu', 'silu', 'hardswish', 'hardsigmoid',
         'leaky_relu', 'elu', 'mish', 'sigmoid', 'tanh', 'dropout', 'dropout2d', 'dropout1d',
         'alpha_dropout',
@@ -177,8 +192,10 @@ _METADATA = frozenset(
 )  # fmt: skip
 
 
-def _refuse(func, why: str = 'has no handler for a row-banded map') -> ValueError:
-    return ValueError(f'sharded inference: {func_name(func)} {why}')
+def refuse(func, why: str = 'has no handler for a row-banded map') -> ValueError:
+    """The one-line error of a handler: ``func`` (a function, or its name) ``why``."""
+    name = func if isinstance(func, str) else func_name(func)
+    return ValueError(f'sharded inference: {name} {why}')
 
 
 class BandedMap(torch.Tensor):
@@ -295,7 +312,7 @@ class BandedMap(torch.Tensor):
             return handler(*args, **kwargs)
         if func in LOCAL_FUNCTIONS:
             return _run_local(func, args, kwargs)
-        raise _refuse(func)
+        raise refuse(func)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -304,14 +321,19 @@ class BandedMap(torch.Tensor):
         )
 
 
-def _bands_in(values):
+def tensors_in(values) -> list:
+    """The tensors among ``values`` and in their (nested) lists and tuples."""
     out = []
     for v in values:
-        if isinstance(v, BandedMap):
+        if isinstance(v, torch.Tensor):
             out.append(v)
         elif isinstance(v, (list, tuple)):
-            out += _bands_in(v)
+            out += tensors_in(v)
     return out
+
+
+def _bands_in(values) -> list:
+    return [t for t in tensors_in(values) if isinstance(t, BandedMap)]
 
 
 def _run_local(func, args, kwargs):
@@ -320,17 +342,17 @@ def _run_local(func, args, kwargs):
     ref = bands[0]
     for m in bands[1:]:
         if not m.same_layout(ref):
-            raise _refuse(func, 'got row-banded maps of different layouts')
+            raise refuse(func, 'got row-banded maps of different layouts')
     nd, bd = ref.dim(), ref.band_dim
     trailing = func in _TRAILING
     if func is F.layer_norm:
         shape = kwargs.get('normalized_shape', args[1] if len(args) > 1 else None)
         if bd >= nd - len(tuple(shape)):
-            raise _refuse(func, 'over the banded axis has no handler')
+            raise refuse(func, 'over the banded axis has no handler')
     if func is F.linear and bd >= nd - 1:
-        raise _refuse(func, 'over the banded axis has no handler')
+        raise refuse(func, 'over the banded axis has no handler')
     if func is F.normalize and kwargs.get('dim', args[2] if len(args) > 2 else 1) % nd == bd:
-        raise _refuse(func, 'over the banded axis has no handler')
+        raise refuse(func, 'over the banded axis has no handler')
 
     args = [_unwrap(a, ref, trailing, func) for a in args]
     kwargs = {k: _unwrap(v, ref, trailing, func) for k, v in kwargs.items()}
@@ -349,7 +371,7 @@ def _unwrap(v, ref: BandedMap, trailing: bool, func):
         k = bd - (nd - v.dim())  # the banded axis of v, broadcast from the right
         if 0 <= k < v.dim() and v.shape[k] != 1:
             if v.shape[k] != ref.shape[bd]:
-                raise _refuse(func, f'got a plain operand of shape {tuple(v.shape)}')
+                raise refuse(func, f'got a plain operand of shape {tuple(v.shape)}')
             return ref.cut(v, k)
     if isinstance(v, (list, tuple)):
         return type(v)(_unwrap(e, ref, trailing, func) for e in v)
@@ -363,5 +385,5 @@ def _wrap_like(ref: BandedMap, out, func):
         return out
     a, b = ref.row_range
     if out.dim() != ref.dim() or out.shape[ref.band_dim] != ref.prefix + (b - a) * ref.unit:
-        raise _refuse(func, f'changed the banded axis (local output {tuple(out.shape)})')
+        raise refuse(func, f'changed the banded axis (local output {tuple(out.shape)})')
     return ref.like(out)

@@ -30,6 +30,8 @@ rows, which the models' row checks exclude: it counts as zero). A replicated out
 (a pooled map, VECA's cores) must enter every rank's L_r (as its share, e.g. 1/P of
 its term): a rank that leaves it out would not run the adjoint its peers wait for.
 
+:func:`count_bytes` counts what this rank hands to torch.distributed.
+
 This file depends on torch only.
 """
 
@@ -46,6 +48,7 @@ __all__ = [
     'all_reduce_sum',
     'all_to_all',
     'comm_device',
+    'count_bytes',
     'empty_band',
     'exchange_rows',
     'gather_rows',
@@ -55,7 +58,7 @@ __all__ = [
 
 def group_rank_size(group=None) -> Tuple[int, int]:
     """``(rank, world_size)`` in ``group`` (None: the default group); ``(0, 1)``
-    without a process group. The one rank / size helper of :mod:`mmcirc.parallel`."""
+    without a process group. The one rank / size helper of :mod:`mmcirc.distributed`."""
     if not (dist.is_available() and dist.is_initialized()):
         return 0, 1
     return dist.get_rank(group), dist.get_world_size(group)
@@ -295,3 +298,39 @@ def gather_rows(
     with torch.no_grad() if dst is not None else contextlib.nullcontext():
         out = exchange_rows(x, layout, wants, dim=dim, group=group)
     return out if dst is None or layout.rank == dst else None
+
+
+@contextlib.contextmanager
+def count_bytes():
+    """Yields ``{'p2p': ..., 'all_to_all': ..., 'all_reduce': ..., 'all_gather': ...}``:
+    the bytes this rank hands to torch.distributed while the context is active
+    (point-to-point sends, ``all_to_all_single`` to the other ranks, the payloads of
+    ``all_reduce`` / ``all_gather``)."""
+    counts = dict(p2p=0, all_to_all=0, all_reduce=0, all_gather=0)
+    orig = {n: getattr(dist, n) for n in ('isend', 'all_to_all_single', 'all_reduce', 'all_gather')}
+
+    def size(t):
+        return t.numel() * t.element_size()
+
+    def counted(name, key, sent):
+        def call(*a, **k):
+            counts[key] += sent(*a, **k)
+            return orig[name](*a, **k)
+
+        return call
+
+    def to_others(out, inp, out_split=None, in_split=None, group=None, **k):
+        if in_split is None:
+            return size(inp)
+        rows = sum(in_split) - in_split[group_rank_size(group)[0]]
+        return rows * (inp.numel() // max(inp.shape[0], 1)) * inp.element_size()
+
+    dist.isend = counted('isend', 'p2p', lambda t, *a, **k: size(t))
+    dist.all_to_all_single = counted('all_to_all_single', 'all_to_all', to_others)
+    dist.all_reduce = counted('all_reduce', 'all_reduce', lambda t, *a, **k: size(t))
+    dist.all_gather = counted('all_gather', 'all_gather', lambda o, t, *a, **k: size(t))
+    try:
+        yield counts
+    finally:
+        for name, fn in orig.items():
+            setattr(dist, name, fn)

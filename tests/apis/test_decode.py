@@ -5,9 +5,9 @@ mmcirc.apis.decode, on one image whose sides are odd and not multiples of any st
 * one process (:func:`mmcirc.apis.highres.predict_labels`, the library of
   ``tools/infer_highres.py``): the labels equal mmseg's own ``inference_model`` on the
   same model and image file, or, where mmseg predicts no labels, a one-line ValueError;
-* sharded at P = 2 and 3 (:mod:`mmcirc.parallel`, every head in one launch per P): the
-  same labels, or a one-line ValueError from ``shard_model`` (before any image) that
-  names the module and the op.
+* sharded at P = 2 and 3 (:mod:`mmcirc.distributed.segmentor`, every head in one launch
+  per P): the same labels, or a one-line ValueError from ``shard_model`` (before any
+  image) that names the module and the op.
 
 The decode-head table of docs/sharded.md is what this test observes."""
 
@@ -122,7 +122,7 @@ def test_tuples_cascades_and_mask_heads_take_the_banded_resize(one_process, case
 
 def _shard_all(runs):
     """Every case on this rank: shard_model (refusals recorded) then predict_sharded."""
-    from mmcirc.parallel.model import predict_sharded, shard_model
+    from mmcirc.distributed.segmentor.model import predict_sharded, shard_model
 
     out = {}
     for case, run in runs.items():

@@ -1,7 +1,7 @@
 """``tools/train.py --shard``'s config (mmcirc.cli.runner.shard,
-mmcirc.parallel.train.shard_config): the wrapper, the data-parallel rank's sampler and
-data workers set; a config whose ranks would not draw the same samples, or a launch
-without a process group, refused in one line before anything is built."""
+mmcirc.distributed.segmentor.train.shard_config): the wrapper, the data-parallel rank's
+sampler and data workers set; a config whose ranks would not draw the same samples, or a
+launch without a process group, refused in one line before anything is built."""
 
 import argparse
 
@@ -45,7 +45,7 @@ def test_sampler_draws_what_one_process_draws():
     from mmengine.dataset import DefaultSampler
     from mmengine.registry import DATA_SAMPLERS
 
-    import mmcirc.parallel.train  # noqa: F401  (registers the sampler)
+    import mmcirc.distributed.segmentor.train  # noqa: F401  (registers the sampler)
 
     inner = dict(type='DefaultSampler', shuffle=True)
     ours = DATA_SAMPLERS.build(

@@ -1,6 +1,6 @@
 """mmcirc.distributed.banded (the row-banded map) with the handlers of
-mmcirc.distributed.handlers on 2 and 3 gloo ranks, against the single-process torch ops
-and mmseg's own heads and necks run unchanged (float64).
+mmcirc.distributed.handlers.torch_functions on 2 and 3 gloo ranks, against the
+single-process torch ops and mmseg's own heads and necks run unchanged (float64).
 
 One run_parallel call per world size computes every case on BandedMap.scatter bands;
 each rank returns its ``full_tensor()`` (the whole map, all-gathered) and the tests

@@ -8,7 +8,7 @@ import torch
 
 from mmcirc.ops.circulant import fft_grid
 from mmcirc.distributed import band_bounds, run_parallel
-from mmcirc.distributed.comm import group_rank_size
+from mmcirc.distributed.comm import count_bytes, group_rank_size
 from mmcirc.distributed.fft import (
     sharded_irfft2,
     sharded_rfft2,
@@ -16,7 +16,6 @@ from mmcirc.distributed.fft import (
     transpose_bytes,
 )
 
-from comm_counter import count_comm
 
 # name: (leading dims, rows, W, FFT grid); rows 7 and 10 do not divide by 3 (nor 7 by 2)
 CASES = {
@@ -45,7 +44,7 @@ def _worker():
         x, z = _inputs(name)
         r0, r1 = band_bounds(rows, size)[rank]
         c0, c1 = spectrum_columns(grid, size)[rank]
-        with count_comm() as sent:
+        with count_bytes() as sent:
             fx = sharded_rfft2(x[..., r0:r1, :], rows, grid)  # (lead, Ph, u_r)
             iz = sharded_irfft2(z[..., c0:c1], rows, grid, w)  # (lead, h_r, W)
         back = sharded_irfft2(fx, rows, grid, w)  # (lead, h_r, W)

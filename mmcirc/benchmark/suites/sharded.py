@@ -1,5 +1,5 @@
 """Suite ``sharded``: per-rank memory and time of sharded whole-image inference
-(:mod:`mmcirc.parallel`) against one process, side by side in one run; with
+(:mod:`mmcirc.distributed.segmentor`) against one process, side by side in one run; with
 ``--train``, of one training step instead.
 
     python tools/analysis/benchmark_sharded.py CONFIG [CONFIG ...] [--size 2048]
@@ -12,14 +12,14 @@ demo image bicubic-resized to S x S. Each rank measures with the harness's
 the high-water mark reset first) and the wall time: the backbone alone (preprocessed
 band in, its bands of the stage maps out) and the whole prediction (image on rank 0 ->
 labels on rank 0), plus the bytes each rank hands to torch.distributed during the
-prediction (:func:`mmcirc.parallel.infer.count_bytes`). ``--threads``: torch threads of
+prediction (:func:`mmcirc.distributed.comm.count_bytes`). ``--threads``: torch threads of
 the single process; each of P ranks gets ``max(1, threads // P)``.
 
 ``--train``: one SGD step of the segmentor in train mode on a batch of that image with
 random labels (seed 0): mmengine's ``train_step`` in one process (P = 1), the
-:class:`~mmcirc.parallel.train.SpatialParallel` wrapper's on P ranks (the check before
-the first step outside the measurement); each rank's peak RSS increase and wall time of
-the step (forward, backward, gradient sum, update).
+:class:`~mmcirc.distributed.segmentor.train.SpatialParallel` wrapper's on P ranks (the
+check before the first step outside the measurement); each rank's peak RSS increase and
+wall time of the step (forward, backward, gradient sum, update).
 
 Writes ``DIR/results.json`` (merged across runs of the same settings) and
 ``DIR/table.md`` (ratios against P = 1 of the same config and size) after every P.
@@ -51,9 +51,9 @@ def _worker(cfg, size, sharded):
 
     from mmcirc.apis import highres as hr
     from mmcirc.apis.builder import build_model
-    from mmcirc.distributed.comm import group_rank_size
-    from mmcirc.parallel.infer import count_bytes, sync_weights
-    from mmcirc.parallel.model import predict_sharded, scatter_image, shard_model
+    from mmcirc.distributed.comm import count_bytes, group_rank_size
+    from mmcirc.distributed.segmentor.infer import sync_weights
+    from mmcirc.distributed.segmentor.model import predict_sharded, scatter_image, shard_model
     from mmcirc.utils import image_io as imio
 
     rank = group_rank_size()[0]
@@ -95,8 +95,8 @@ def _train_worker(cfg, size, sharded):
     from mmcirc.apis import highres as hr
     from mmcirc.apis.builder import build_model
     from mmcirc.distributed.comm import group_rank_size
-    from mmcirc.parallel.infer import sync_weights
-    from mmcirc.parallel.train import SpatialParallel
+    from mmcirc.distributed.segmentor.infer import sync_weights
+    from mmcirc.distributed.segmentor.train import SpatialParallel
     from mmcirc.utils import image_io as imio
 
     rank = group_rank_size()[0]

@@ -6,8 +6,7 @@ neck and the decode head run on :class:`~mmcirc.distributed.banded.BandedMap` ba
 the way mmseg's ``encode_decode`` runs them (the decode head's own ``predict``; a
 cascade's heads in turn), the logits taken where ``predict_by_feat`` would resize them
 (:func:`mmcirc.apis.decode.encode_logits`): every op they reach has a handler
-(:mod:`mmcirc.distributed.handlers`, the attention operators' beside their ops or
-model files) or is local.
+(:mod:`mmcirc.distributed.handlers`) or is local.
 
 :func:`check_shardable` names the first module and op sharding does not support,
 found by tracing the band-wise forward once on a small image (every rank together, or
@@ -27,12 +26,13 @@ import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..utils.labels import banded_argmax
 from mmcirc.apis.decode import check_label_segmentor, encode_logits, predict_head, test_padding
-from mmcirc.distributed.banded import BandedMap, shard_operators
-from mmcirc.distributed.bands import band_bounds, check_world_size
-from mmcirc.distributed.comm import Layout, exchange_rows, gather_rows, group_rank_size
-from mmcirc.distributed.layers import interpolate
+from mmcirc.utils.labels import banded_argmax
+
+from ..banded import BandedMap, shard_operators
+from ..bands import band_bounds, check_world_size
+from ..comm import Layout, exchange_rows, gather_rows, group_rank_size
+from ..layers import interpolate
 
 __all__ = [
     'check_shardable',
@@ -53,10 +53,8 @@ def _err(where: str, what: str) -> ValueError:
 
 
 def load_operators() -> None:
-    """Register the attention operators' BandedMap handlers (beside their files)."""
-    import mmcirc.models.backbones.veca_sharded  # noqa: F401
-    import mmcirc.ops.circulant_sharded  # noqa: F401
-    import mmcirc.ops.core_sharded  # noqa: F401
+    """Register the attention operators' BandedMap handlers (their modules' imports)."""
+    from ..handlers import circulant, core, veca  # noqa: F401
 
 
 # --------------------------------------------------------------------------- checks
@@ -96,16 +94,6 @@ def trace_size(model, world_size: int) -> Tuple[int, int]:
             s += 16
 
 
-def _trace(model, group) -> None:
-    """The band-wise forward once on a small random image (:func:`trace`, no gradients)."""
-
-    def run(model, x):
-        with torch.no_grad():
-            _forward(model, x)
-
-    trace(model, group, run, 'predict', 'sharded inference')
-
-
 def trace(model, group, run, outside: str, label: str) -> None:
     """``run(model, x)`` once on a small random banded image ``x`` (:func:`trace_size`);
     an error raised inside is re-raised as a one-line ValueError naming the innermost
@@ -123,7 +111,7 @@ def trace(model, group, run, outside: str, label: str) -> None:
     try:
         run(model, x)
     except Exception as err:
-        where = stack[-1] if stack else f'{_path_of(model, predict_head(model))}.{outside}'
+        where = stack[-1] if stack else f'{path_of(model, predict_head(model))}.{outside}'
         what = str(err).strip().splitlines()[0] if str(err).strip() else ''
         if not isinstance(err, ValueError) or not what.startswith('sharded '):
             what = f'{label}: {type(err).__name__}: {what}'.rstrip(': ')
@@ -133,7 +121,8 @@ def trace(model, group, run, outside: str, label: str) -> None:
             hk.remove()
 
 
-def _path_of(model, module) -> str:
+def path_of(model, module) -> str:
+    """The dotted path of ``module`` in ``model``."""
     return next(p for p, m in model.named_modules() if m is module)
 
 
@@ -161,7 +150,12 @@ def check_shardable(model, group=None) -> None:
         raise _err('data_preprocessor', 'test-time padding (test_cfg size / size_divisor)')
     load_operators()
     shard_operators(model)  # plain inputs still take the modules' own forwards
-    _trace(model, group)
+
+    def run(model, x):  # the band-wise forward, no gradients
+        with torch.no_grad():
+            _forward(model, x)
+
+    trace(model, group, run, 'predict', 'sharded inference')
 
 
 def map_heights(model, hw: Sequence[int]) -> List[int]:

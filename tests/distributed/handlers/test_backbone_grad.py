@@ -18,7 +18,7 @@ import torch
 from helpers import REPO
 from mmcirc.distributed import BandedMap, run_parallel
 from mmcirc.distributed.banded import shard_operators
-from mmcirc.ops import circulant_sharded, core_sharded  # noqa: F401  (register the handlers)
+from mmcirc.distributed.handlers import circulant, core  # noqa: F401  (register the handlers)
 
 CONFIGS = {
     'ca_pvt_t_allcirc': 'ca_pvt_t-allcirc_fpn_80k_ade20k.py',

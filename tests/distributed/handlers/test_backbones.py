@@ -2,7 +2,7 @@
 the own forwards of mmcv's PatchEmbed (corner and same adaptive padding), CA-DeiT's
 padded patch embedding, mmdet PVT's absolute position embedding and spatial-reduction
 attention (r = 1, 2, 4, an empty reduced band at P = 3) on BandedMap bands, and VECA:
-its core-periphery attention by the handler of mmcirc.models.backbones.veca_sharded
+its core-periphery attention by the handler of mmcirc.distributed.handlers.veca
 (the cores a replicated prefix of the banded tokens, their softmax over all patches)
 and the whole VECAViT forward, unchanged, on a banded image (7 patch rows)."""
 
@@ -15,7 +15,7 @@ from mmcirc.models.backbones.ca_deit import PatchEmbed as DeiTPatchEmbed
 from mmcirc.models.backbones.veca import CorePeripheryAttention, VECAViT
 from mmcirc.distributed import BandedMap, run_parallel
 from mmcirc.distributed.banded import shard_operators
-from mmcirc.models.backbones import veca_sharded  # noqa: F401  (registers the handler)
+from mmcirc.distributed.handlers import veca  # noqa: F401  (registers the handler)
 
 TOL = dict(rtol=1e-11, atol=1e-11)
 EMBEDS = {'corner_4': ('corner', 4, (13, 10)), 'same_3': ('same', 3, (13, 8))}

@@ -21,24 +21,23 @@ loss's (:mod:`mmcirc.distributed.comm`).
 Communication per layer (s bytes per element): s B heads C' (MAX) and
 s B heads C' (1 + head_dim) (SUM), independent of the image size.
 
-Importing this module registers the handler (:func:`mmcirc.parallel.model.shard_model`
-does). Depends on torch and :mod:`mmcirc.distributed` only.
+Importing this module registers the handler
+(:func:`mmcirc.distributed.segmentor.model.load_operators` does). Depends on torch and
+VECA's own module only.
 """
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from mmcirc.distributed.banded import BandedMap, register_operator
-from mmcirc.distributed.comm import all_reduce_sum, group_rank_size
+from mmcirc.models.backbones.veca import CorePeripheryAttention
 
-from .veca import CorePeripheryAttention
+from ..banded import BandedMap, refuse, register_operator
+from ..comm import all_reduce_sum, group_rank_size
 
 __all__ = ['core_periphery_banded']
 
-
-def _refuse(why: str) -> ValueError:
-    return ValueError(f'sharded inference: CorePeripheryAttention {why}')
+_NAME = 'CorePeripheryAttention'
 
 
 @register_operator(CorePeripheryAttention, prefix=True)
@@ -46,13 +45,15 @@ def core_periphery_banded(module: CorePeripheryAttention, x, cos, sin, num_cores
     """x: BandedMap (B, C' + N, D), the C' cores its replicated prefix; cos / sin plain
     (B, C' + N, head_dim) -> this rank's band of the module's output, same layout."""
     if not isinstance(x, BandedMap) or x.band_dim != 1 or x.prefix != num_cores:
-        raise _refuse(f'takes tokens banded along dim 1 after the {num_cores} cores as prefix')
+        raise refuse(
+            _NAME, f'takes tokens banded along dim 1 after the {num_cores} cores as prefix'
+        )
     if isinstance(cos, BandedMap) or isinstance(sin, BandedMap):
-        raise _refuse('takes plain cos / sin over every token')
+        raise refuse(_NAME, 'takes plain cos / sin over every token')
     if cos.shape[1] != x.shape[1] or sin.shape[1] != x.shape[1]:
-        raise _refuse(f'takes cos / sin of {x.shape[1]} tokens, got {cos.shape[1]}')
+        raise refuse(_NAME, f'takes cos / sin of {x.shape[1]} tokens, got {cos.shape[1]}')
     if module.training and module.dropout > 0:
-        raise _refuse('takes no attention dropout (call model.eval())')
+        raise refuse(_NAME, 'takes no attention dropout (call model.eval())')
     b, t, d = x.local.shape  # t = C' + n_r
     c = num_cores
     q, k, v = module.project(x.local, x.cut(cos, 1), x.cut(sin, 1))  # (B, h, C'+n_r, dh)

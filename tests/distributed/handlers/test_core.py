@@ -9,10 +9,11 @@ import torch
 
 from mmcirc.ops.core import CoreAttention, select_cores
 from mmcirc.distributed import band_bounds, run_parallel
-from mmcirc.ops.core_sharded import ShardedCoreAttention, core_comm_bytes
-from mmcirc.distributed.comm import group_rank_size
+from mmcirc.distributed.handlers.core import ShardedCoreAttention, core_comm_bytes
+from mmcirc.distributed.comm import count_bytes, group_rank_size
 
-from comm_counter import count_comm
+
+pytestmark = pytest.mark.usefixtures('one_torch_thread')  # tiny tensors
 
 BANK = 8  # cores in the bank; C' is a prefix
 # name: (B, C, heads, (H, W), C', layer kwargs); H = 7 does not divide by 2 or 3
@@ -57,7 +58,7 @@ def _worker():
         layer, x, cores = _case(name)
         t0, t1 = _token_bounds(name, size)[rank]
         sharded = ShardedCoreAttention.from_module(layer)
-        with torch.no_grad(), count_comm() as sent:
+        with torch.no_grad(), count_bytes() as sent:
             y, new_cores = sharded(x[:, t0:t1], cores)  # (B, n_r, C), (B, C', C)
         out[name] = dict(y=y, cores=new_cores, sent=sent['all_reduce'])
     return out

@@ -1,5 +1,5 @@
-"""Spatially sharded training (mmcirc.parallel.train) on 2 and 3 gloo ranks against
-mmengine's own one-process ``train_step`` on the whole batch: tiny CA-PVT (all
+"""Spatially sharded training (mmcirc.distributed.segmentor.train) on 2 and 3 gloo ranks
+against mmengine's own one-process ``train_step`` on the whole batch: tiny CA-PVT (all
 circulant) and Core-PVT (all core) with Semantic FPN (BatchNorm heads, an auxiliary
 head, pixels ignored, the rate-0.1 stochastic depth and channel dropout drawn), float64,
 a batch of two images whose rows divide by neither 2 nor 3. The logged losses and
@@ -73,7 +73,7 @@ def models(tmp_path_factory):
 
 
 def _worker(models):
-    from mmcirc.parallel.train import SpatialParallel
+    from mmcirc.distributed.segmentor.train import SpatialParallel
 
     out = {}
     for name, (model, _) in models.items():
@@ -109,7 +109,7 @@ def test_loss_gradients_and_statistics_equal_one_process(models, sharded, name):
 
 
 def _refused(model, match):
-    from mmcirc.parallel.train import SpatialParallel
+    from mmcirc.distributed.segmentor.train import SpatialParallel
 
     with pytest.raises(ValueError, match=match) as err:
         SpatialParallel(model)
@@ -154,7 +154,7 @@ def test_elementwise_dropout_refused_naming_module_and_op(tmp_path):
 
 
 def test_check_leaves_model_and_random_state_as_they_were(tmp_path):
-    from mmcirc.parallel.train import check_trainable
+    from mmcirc.distributed.segmentor.train import check_trainable
 
     model = _build(tmp_path, 'core_pvt_allcore_fpn_aux')
     before = copy.deepcopy(model.state_dict())

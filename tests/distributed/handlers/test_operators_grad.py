@@ -18,12 +18,14 @@ import mmcirc.ops.circulant as circ_ops
 from mmcirc.distributed import BandedMap, band_bounds, run_parallel
 from mmcirc.distributed.banded import shard_operators
 from mmcirc.distributed.comm import group_rank_size
-from mmcirc.models.backbones import veca_sharded  # noqa: F401  (registers the handler)
+from mmcirc.distributed.handlers import veca  # noqa: F401  (registers the handler)
 from mmcirc.models.backbones.veca import CorePeripheryAttention
 from mmcirc.ops.circulant import CirculantAttention
-from mmcirc.ops.circulant_sharded import ShardedCirculantAttention
+from mmcirc.distributed.handlers.circulant import ShardedCirculantAttention
 from mmcirc.ops.core import CoreAttention, select_cores
-from mmcirc.ops.core_sharded import ShardedCoreAttention
+from mmcirc.distributed.handlers.core import ShardedCoreAttention
+
+pytestmark = pytest.mark.usefixtures('one_torch_thread')  # tiny tensors
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 # name: (B, C, (H, W), num_heads, boundary, one head per block); H = 7, 10 odd splits

@@ -10,10 +10,11 @@ import torch
 import mmcirc.ops.circulant as circ_ops
 from mmcirc.ops.circulant import CirculantAttention
 from mmcirc.distributed import band_bounds, run_parallel
-from mmcirc.ops.circulant_sharded import ShardedCirculantAttention, circulant_comm_bytes
-from mmcirc.distributed.comm import group_rank_size
+from mmcirc.distributed.handlers.circulant import ShardedCirculantAttention, circulant_comm_bytes
+from mmcirc.distributed.comm import count_bytes, group_rank_size
 
-from comm_counter import count_comm
+
+pytestmark = pytest.mark.usefixtures('one_torch_thread')  # tiny tensors
 
 # name: (B, C, (H, W), num_heads, boundary, scale, one head per block[, dtype]); H = 7 and
 # 10 do not divide by 3 (7 not by 2)
@@ -52,7 +53,7 @@ def _worker():
         budget = circ_ops.BLOCK_BYTES
         circ_ops.BLOCK_BYTES = 1 if tiny_blocks else budget  # one head per block
         try:
-            with torch.no_grad(), count_comm() as sent:
+            with torch.no_grad(), count_bytes() as sent:
                 y = sharded(x[:, r0 * w : r1 * w], (h, w))  # (B, h_r W, C)
         finally:
             circ_ops.BLOCK_BYTES = budget

@@ -25,7 +25,8 @@ Every handler is differentiable: local torch ops around the differentiable excha
 and sums of :mod:`~mmcirc.distributed.comm` (a rank's gradients are those of its
 part of the loss; see there).
 
-Importing this module registers them. This file depends on torch only.
+Importing this module (:mod:`mmcirc.distributed` does) registers them. This file
+depends on torch only.
 """
 
 import math
@@ -33,24 +34,20 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .banded import BandedMap, HANDLERS, register
-from .bands import band_bounds
-from .comm import exchange_rows
-from .layers import (
+from ..banded import BandedMap, HANDLERS, refuse, register
+from ..bands import band_bounds
+from ..comm import exchange_rows
+from ..layers import (
     adaptive_avg_pool, batch_norm_rows, conv2d_rows, conv_out_size, group_norm_rows, interpolate,
 )  # fmt: skip
 
 __all__ = ['HANDLERS']
 
 
-def _refuse(name: str, why: str) -> ValueError:
-    return ValueError(f'sharded inference: {name} {why}')
-
-
 def _map(x, name: str) -> BandedMap:
     """x must be a banded (B, C, H, W) map whose rows are axis 2."""
     if not isinstance(x, BandedMap) or x.dim() != 4 or x.band_dim != 2 or x.unit != 1:
-        raise _refuse(name, 'takes a (B, C, H, W) map banded along H')
+        raise refuse(name, 'takes a (B, C, H, W) map banded along H')
     return x
 
 
@@ -58,7 +55,7 @@ def _map(x, name: str) -> BandedMap:
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x = _map(input, 'F.conv2d')
     if isinstance(padding, str) or isinstance(weight, BandedMap):
-        raise _refuse('F.conv2d', f'takes int padding and a plain weight, got padding={padding!r}')
+        raise refuse('F.conv2d', f'takes int padding and a plain weight, got padding={padding!r}')
     k, s = weight.shape[-2], stride[0] if isinstance(stride, (tuple, list)) else stride
     p = padding[0] if isinstance(padding, (tuple, list)) else padding
     if k == 1 and s == 1 and p == 0 and x.local.shape[-2]:  # rows map to rows
@@ -75,7 +72,7 @@ def pad(input, pad, mode='constant', value=None):
     pad = [int(v) for v in pad]
     top, bottom = (pad[2], pad[3]) if len(pad) >= 4 else (0, 0)
     if len(pad) > 4 or min(pad) < 0 or ((top or bottom) and (mode != 'constant' or value)):
-        raise _refuse('F.pad', f"pads rows with zeros only (mode='constant'), got {pad} {mode!r}")
+        raise refuse('F.pad', f"pads rows with zeros only (mode='constant'), got {pad} {mode!r}")
     y = F.pad(x.local, pad[:2], mode, value) if pad[:2] != [0, 0] else x.local  # columns
     if not (top or bottom):
         return x.like(y)
@@ -91,7 +88,7 @@ def interpolate_(input, size=None, scale_factor=None, mode='nearest', align_corn
                  recompute_scale_factor=None, antialias=False):  # fmt: skip
     x = _map(input, 'F.interpolate')
     if recompute_scale_factor or antialias:
-        raise _refuse('F.interpolate', 'takes recompute_scale_factor=None, antialias=False')
+        raise refuse('F.interpolate', 'takes recompute_scale_factor=None, antialias=False')
     if size is not None and not isinstance(size, (tuple, list, torch.Size)):
         size = (int(size), int(size))
     out = interpolate(x.local, size, scale_factor, mode, align_corners, group=x.group,
@@ -109,7 +106,7 @@ def adaptive_avg_pool2d(input, output_size):
     x = _map(input, 'F.adaptive_avg_pool2d')
     osize = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
     if osize[0] is None:
-        raise _refuse('F.adaptive_avg_pool2d', 'takes an int output height')
+        raise refuse('F.adaptive_avg_pool2d', 'takes an int output height')
     return adaptive_avg_pool(x.local, output_size, x.layout, x.group)  # whole
 
 
@@ -126,14 +123,14 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     the spatial group), the running statistics updated alike on every rank."""
     params = (running_mean, running_var, weight, bias)
     if not isinstance(input, BandedMap) or any(isinstance(t, BandedMap) for t in params):
-        raise _refuse('F.batch_norm', 'takes a row-banded input and plain statistics')
+        raise refuse('F.batch_norm', 'takes a row-banded input and plain statistics')
     x = input
     if x.dim() < 2 or x.band_dim == 1:
-        raise _refuse('F.batch_norm', 'over the banded axis has no handler')
+        raise refuse('F.batch_norm', 'over the banded axis has no handler')
     if not training:
         return x.like(F.batch_norm(x.local, *params, False, momentum, eps))
     if x.numel() // x.shape[1] < 2:
-        raise _refuse(
+        raise refuse(
             'F.batch_norm',
             f'in training needs more than one value per channel, got {tuple(x.shape)}',
         )
@@ -151,7 +148,7 @@ def _new_band(x: BandedMap, new_shape, name: str):
         prod *= n
         if prod > lead:
             break
-    raise _refuse(name, f'of {tuple(x.shape)} to {tuple(new_shape)} splits the rows')
+    raise refuse(name, f'of {tuple(x.shape)} to {tuple(new_shape)} splits the rows')
 
 
 def _reshape_like(name, method):
@@ -179,15 +176,6 @@ def reshape_as(self, other):
     return HANDLERS[torch.Tensor.reshape](self, other.shape)
 
 
-@register(torch.Tensor.transpose, torch.transpose)
-def transpose(self, dim0, dim1):
-    order = list(range(self.dim()))
-    d0, d1 = dim0 % self.dim(), dim1 % self.dim()
-    order[d0], order[d1] = order[d1], order[d0]
-    k = order.index(self.band_dim)
-    return BandedMap.from_local(self.local.transpose(d0, d1), self.height, k, self.unit, self.group)
-
-
 @register(torch.Tensor.permute, torch.permute)
 def permute(self, *dims):
     dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
@@ -196,11 +184,19 @@ def permute(self, *dims):
     return BandedMap.from_local(self.local.permute(order), self.height, k, self.unit, self.group)
 
 
+@register(torch.Tensor.transpose, torch.transpose)
+def transpose(self, dim0, dim1):
+    order = list(range(self.dim()))
+    d0, d1 = dim0 % self.dim(), dim1 % self.dim()
+    order[d0], order[d1] = order[d1], order[d0]
+    return permute(self, order)
+
+
 @register(torch.Tensor.__getitem__, prefix=True)
 def getitem(self, index):
     idx = index if isinstance(index, tuple) else (index,)
     if any(not isinstance(i, slice) and i is not Ellipsis for i in idx):
-        raise _refuse('Tensor.__getitem__', 'of a row-banded map takes slices only')
+        raise refuse('Tensor.__getitem__', 'of a row-banded map takes slices only')
     if Ellipsis in idx:
         e = idx.index(Ellipsis)
         idx = idx[:e] + (slice(None),) * (self.dim() - len(idx) + 1) + idx[e + 1 :]
@@ -212,13 +208,13 @@ def getitem(self, index):
         return self.local[idx]
     if k and rows == slice(k, None):  # the map without its prefix
         return BandedMap.from_local(self.local[idx], self.height, bd, self.unit, self.group)
-    raise _refuse('Tensor.__getitem__', 'of a row-banded map keeps every row (or cuts the prefix)')
+    raise refuse('Tensor.__getitem__', 'of a row-banded map keeps every row (or cuts the prefix)')
 
 
 def _split_like(name, method):
     def handler(self, size, dim=0):
         if dim % self.dim() == self.band_dim:
-            raise _refuse(name, 'of a row-banded map splits along another axis than the rows')
+            raise refuse(name, 'of a row-banded map splits along another axis than the rows')
         return tuple(self.like(t) for t in method(self.local, size, dim))
 
     return handler
@@ -234,7 +230,7 @@ def _prefixed(tensors, dim: int) -> BandedMap:
     """``torch.cat([plain (B, k, C), tokens (B, N, C)], dim)`` along the tokens' rows:
     the map with a replicated prefix of k tokens (local (B, k + n_r, C))."""
     if len(tensors) != 2 or isinstance(tensors[0], BandedMap) or tensors[1].prefix:
-        raise _refuse('torch.cat', 'of row-banded maps joins along another axis than the rows '
+        raise refuse('torch.cat', 'of row-banded maps joins along another axis than the rows '
                       '(or puts one plain prefix before a map without one)')  # fmt: skip
     head, x = tensors
     k = head.shape[dim]
@@ -250,17 +246,17 @@ def cat(tensors, dim=0, *, out=None):
     if out is None and dim == ref.band_dim:
         return _prefixed(list(tensors), dim)
     if out is not None:
-        raise _refuse('torch.cat', 'takes no out= on row-banded maps')
+        raise refuse('torch.cat', 'takes no out= on row-banded maps')
     parts = []
     for t in tensors:
         if isinstance(t, BandedMap):
             if not t.same_layout(ref):
-                raise _refuse('torch.cat', 'got row-banded maps of different layouts')
+                raise refuse('torch.cat', 'got row-banded maps of different layouts')
             parts.append(t.local)
         elif t.shape[ref.band_dim] == ref.shape[ref.band_dim]:
             parts.append(ref.cut(t, ref.band_dim))  # a plain map of every row
         else:
-            raise _refuse('torch.cat', f'got a plain operand of shape {tuple(t.shape)}')
+            raise refuse('torch.cat', f'got a plain operand of shape {tuple(t.shape)}')
     return ref.like(torch.cat(parts, dim))
 
 
@@ -270,9 +266,9 @@ def multi_head_attention_forward(query, key, value, *args, **kwargs):
     is gathered once (the reduced map of SRA is small). Output (and weights, averaged
     (B, L_r, S) or per head (B, heads, L_r, S)) banded."""
     if not isinstance(query, BandedMap) or query.band_dim != 0:
-        raise _refuse('F.multi_head_attention_forward', 'takes banded queries (L, B, E)')
+        raise refuse('F.multi_head_attention_forward', 'takes banded queries (L, B, E)')
     if kwargs.get('key_padding_mask') is not None or kwargs.get('attn_mask') is not None:
-        raise _refuse('F.multi_head_attention_forward', 'takes no masks')
+        raise refuse('F.multi_head_attention_forward', 'takes no masks')
     whole = {}
 
     def full(t):

@@ -29,18 +29,17 @@ rank in the two ``all_reduce`` calls::
 of the image size: elastic C' scales it linearly. A ring all-reduce moves about
 2 (P - 1) / P times the payload per rank. :func:`core_comm_bytes` gives the figure.
 
-This file depends on torch only.
+Importing this module registers the handler of CoreAttention. This file depends on
+torch only.
 """
-
-import weakref
 
 import torch
 import torch.distributed as dist
 
 from mmcirc.ops.core import CoreAttention
 
-from mmcirc.distributed.banded import BandedMap, register_operator
-from mmcirc.distributed.comm import all_reduce_sum, group_rank_size
+from ..banded import BandedMap, operator_twin, refuse, register_operator
+from ..comm import all_reduce_sum, group_rank_size
 
 __all__ = ['ShardedCoreAttention', 'core_banded', 'core_comm_bytes']
 
@@ -126,9 +125,6 @@ class ShardedCoreAttention(CoreAttention):
         return super().forward(x, cores)
 
 
-_TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
-
-
 @register_operator(CoreAttention)
 def core_banded(module: CoreAttention, x, cores):
     """The :class:`~mmcirc.distributed.banded.BandedMap` handler of a CoreAttention: the
@@ -136,12 +132,7 @@ def core_banded(module: CoreAttention, x, cores):
     (the band of y, new cores on every rank), by a :class:`ShardedCoreAttention`
     sharing the module's weights."""
     if not isinstance(x, BandedMap) or x.band_dim != 1 or isinstance(cores, BandedMap):
-        raise ValueError(
-            'sharded inference: CoreAttention takes patches (B, N, C) banded along N and '
-            'plain cores'
-        )
-    twin = _TWINS.get(module)
-    if twin is None or twin.group is not x.group:
-        twin = _TWINS[module] = ShardedCoreAttention.from_module(module, x.group)
+        raise refuse('CoreAttention', 'takes patches (B, N, C) banded along N and plain cores')
+    twin = operator_twin(module, ShardedCoreAttention, x.group)
     y, new_cores = twin(x.local, cores)  # (B, n_r, C), (B, C', C)
     return x.like(y), new_cores

@@ -117,7 +117,7 @@ def test_too_many_ranks_is_one_error_line_naming_the_largest_p(setup):
 
 FAILING = """import sys
 import torch.distributed as dist
-import mmcirc.parallel.model as pm
+import mmcirc.distributed.segmentor.model as pm
 orig = pm.band_labels
 def band_labels(*a, **k):
     if dist.get_rank() == 1:

@@ -3,7 +3,7 @@
 :class:`ShardedCirculantAttention` is :class:`~mmcirc.ops.circulant.CirculantAttention`
 (same parameters, same state dict; :meth:`~ShardedCirculantAttention.from_module` wraps an
 existing layer and shares its weights) whose input and output are the local band of
-tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map. Per block of heads:
+tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map.
 
 The equations are the single-process layer's own body, :func:`~mmcirc.ops.circulant.
 attend`, run on the transforms of :class:`ShardedFFT`. Per block of heads:
@@ -35,10 +35,9 @@ with R = H, z = 0 (``'circular'``) or R = Ph, z = 1 (``'zero'``). For d = 1
 times the layer's input; zero (Ph ~ 2H, U ~ W) about 14 s B C H W (1 - 1/P).
 Per rank: divide by P. :func:`circulant_comm_bytes` gives the exact figure.
 
-This file depends on torch only.
+Importing this module registers the handler of CirculantAttention. This file depends
+on torch only.
 """
-
-import weakref
 
 import torch
 import torch.distributed as dist
@@ -56,10 +55,10 @@ from mmcirc.ops.circulant import (
 from mmcirc.ops.circulant_transforms import TorchFFT
 from mmcirc.ops.layout import cpu_layout
 
-from mmcirc.distributed.banded import BandedMap, register_operator
-from mmcirc.distributed.bands import band_bounds
-from mmcirc.distributed.comm import all_reduce_sum, empty_band, group_rank_size
-from mmcirc.distributed.fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
+from ..banded import BandedMap, operator_twin, refuse, register_operator
+from ..bands import band_bounds
+from ..comm import all_reduce_sum, empty_band, group_rank_size
+from ..fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
 
 __all__ = ['ShardedCirculantAttention', 'circulant_banded', 'circulant_comm_bytes']
 
@@ -178,12 +177,8 @@ class ShardedCirculantAttention(CirculantAttention):
             proj_drop=module.proj_drop.p,
             group=group,
         )
-        new.gate, new.qkv, new.proj, new.proj_drop = (
-            module.gate,
-            module.qkv,
-            module.proj,
-            module.proj_drop,
-        )  # shared, not copied
+        for name in ('gate', 'qkv', 'proj', 'proj_drop'):  # shared, not copied
+            setattr(new, name, getattr(module, name))
         new.train(module.training)
         return new
 
@@ -229,9 +224,6 @@ class ShardedCirculantAttention(CirculantAttention):
         return self.proj_drop(linear_cf(self.proj, y, channels_last=True))
 
 
-_TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
-
-
 @register_operator(CirculantAttention)
 def circulant_banded(module: CirculantAttention, x, hw_shape):
     """The :class:`~mmcirc.distributed.banded.BandedMap` handler of a CirculantAttention:
@@ -239,11 +231,9 @@ def circulant_banded(module: CirculantAttention, x, hw_shape):
     its output, by a :class:`ShardedCirculantAttention` sharing the module's weights."""
     h, w = (int(v) for v in hw_shape)
     if not isinstance(x, BandedMap) or (x.band_dim, x.unit, x.height) != (1, w, h):
-        raise ValueError(
-            'sharded inference: CirculantAttention takes tokens (B, N, C) banded by the rows '
-            f'of hw_shape={tuple(hw_shape)}'
+        raise refuse(
+            'CirculantAttention',
+            f'takes tokens (B, N, C) banded by the rows of hw_shape={tuple(hw_shape)}',
         )
-    twin = _TWINS.get(module)
-    if twin is None or twin.group is not x.group:
-        twin = _TWINS[module] = ShardedCirculantAttention.from_module(module, x.group)
+    twin = operator_twin(module, ShardedCirculantAttention, x.group)
     return x.like(twin(x.local, (h, w)))  # (B, n_r, C)

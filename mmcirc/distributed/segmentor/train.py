@@ -2,7 +2,8 @@
 reads the same samples (augmented once, identically: the same seeds, the data-parallel
 rank in place of the process rank), keeps its band of rows of the image, runs mmseg's
 own ``EncoderDecoder.loss`` on the bands (the backbone, neck, decode and auxiliary
-heads on :class:`~mmcirc.distributed.banded.BandedMap` bands) and backpropagates its
+heads on :class:`~mmcirc.distributed.banded.BandedMap` bands, the losses by
+:func:`~.loss.band_losses`) and backpropagates its
 part of the whole-image loss; every parameter's gradient is then summed over the group
 before the optimizer step, so that the loss and the update are one process's on the
 whole image.
@@ -11,8 +12,6 @@ whole image.
   ``train_step`` / ``val_step`` / ``test_step`` as ``MMDistributedDataParallel``
   (validation and test run whole images, spread over the ranks as data parallel);
 * :func:`check_trainable`: the one-line refusals before the first step;
-* :func:`band_losses`: the heads' ``loss_by_feat`` on banded logits (mmseg's own loss
-  modules, per pixel, normalised by the whole image's count);
 * :func:`sum_gradients`: the parameters' gradients summed over the group;
 * :func:`shard_config`: the config edits of ``tools/train.py --shard`` (the wrapper,
   the samplers and the data workers' seeds of the data-parallel rank).
@@ -20,22 +19,23 @@ whole image.
 The data-parallel x spatial mesh is not built: the spatial group is the whole world.
 """
 
-import contextlib
 from typing import Dict, List
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.nn.functional as F
 
 from mmcirc.apis.decode import check_label_segmentor, predict_head
-from mmcirc.distributed.banded import BandedMap, func_name, shard_operators
-from mmcirc.distributed.comm import group_rank_size
-from mmcirc.parallel.infer import sync_weights
-from mmcirc.parallel.model import check_backbone, load_operators, trace
+
+from ..banded import BandedMap, func_name, functions_of, shard_operators, tensors_in
+from ..comm import comm_device, group_rank_size
+from .infer import sync_weights
+from .loss import LABEL, all_sum, band_losses, check_losses, refusal
+from .model import check_backbone, load_operators, trace
 
 __all__ = [
     'SpatialParallel',
-    'band_losses',
     'check_trainable',
     'data_rank_sampler',
     'shard_config',
@@ -43,50 +43,6 @@ __all__ = [
 ]
 
 WRAPPER = 'SpatialParallel'
-_LABEL = 'sharded training'
-
-
-def _err(where: str, what: str) -> ValueError:
-    return ValueError(f'{where}: {_LABEL}: {what}')
-
-
-def _heads(model) -> List[nn.Module]:
-    """The heads whose ``loss`` mmseg's ``EncoderDecoder.loss`` calls (decode, auxiliary)."""
-    aux = getattr(model, 'auxiliary_head', None)
-    aux = list(aux) if isinstance(aux, nn.ModuleList) else [aux] if aux is not None else []
-    return [model.decode_head] + aux
-
-
-def _losses_of(head) -> List[nn.Module]:
-    loss = head.loss_decode
-    return list(loss) if isinstance(loss, nn.ModuleList) else [loss]
-
-
-# --------------------------------------------------------------------------- checks
-def _check_heads(model) -> None:
-    from mmseg.models.decode_heads.decode_head import BaseDecodeHead
-    from mmseg.models.losses import CrossEntropyLoss
-
-    for head in _heads(model):
-        path = next(p for p, m in model.named_modules() if m is head)
-        name = type(head).__name__
-        if not isinstance(head, BaseDecodeHead) or any(
-            getattr(type(head), k) is not getattr(BaseDecodeHead, k)
-            for k in ('loss', 'loss_by_feat')
-        ):
-            raise _err(f'{path} {name}', 'a loss of its own (not BaseDecodeHead.loss_by_feat)')
-        if head.sampler is not None:
-            raise _err(f'{path} {name}', 'a pixel sampler (sampler=...) ranks the whole image')
-        for loss in _losses_of(head):
-            per_pixel = isinstance(loss, CrossEntropyLoss) and not (
-                loss.use_sigmoid or loss.use_mask or loss.class_weight is not None
-            )
-            if not per_pixel or loss.reduction not in ('mean', 'sum'):
-                raise _err(
-                    f'{path}.loss_decode {type(loss).__name__}',
-                    'the whole-image loss is summed from per-pixel terms: '
-                    "CrossEntropyLoss (softmax, no class_weight), reduction 'mean' or 'sum'",
-                )
 
 
 class _NoBackward(torch.overrides.TorchFunctionMode):
@@ -96,29 +52,19 @@ class _NoBackward(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        tensors = _tensors(list(args) + list(kwargs.values()))
+        tensors = tensors_in(list(args) + list(kwargs.values()))
         bands = [t for t in tensors if isinstance(t, BandedMap)]
         if bands and func in _ELEMENTWISE_DROPOUT:
             p = kwargs.get('p', args[1] if len(args) > 1 else 0.5)
             if kwargs.get('training', args[2] if len(args) > 2 else True) and p > 0:
                 raise ValueError(
-                    f'{_LABEL}: {func_name(func)} (p={p}) draws its mask per band: '
+                    f'{LABEL}: {func_name(func)} (p={p}) draws its mask per band: '
                     'set the rate to 0 or use channel dropout (Dropout2d)'
                 )
         out = func(*args, **kwargs)
         if bands and func not in _DETACH and _loses_grad(tensors, out):
-            raise ValueError(f'{_LABEL}: {func_name(func)} has no backward on a row-banded map')
+            raise ValueError(f'{LABEL}: {func_name(func)} has no backward on a row-banded map')
         return out
-
-
-def _tensors(values) -> list:
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):
-            out += _tensors(v)
-    return out
 
 
 def _grad(t: torch.Tensor) -> bool:
@@ -129,24 +75,19 @@ def _loses_grad(inputs, out) -> bool:
     """Whether gradients enter (``inputs``) and a banded output carries none."""
     if not torch.is_grad_enabled() or not any(_grad(t) for t in inputs):
         return False
-    return any(isinstance(o, BandedMap) and not _grad(o) for o in _tensors([out]))
+    return any(isinstance(o, BandedMap) and not _grad(o) for o in tensors_in([out]))
 
 
 def _module_check(module, args, out) -> None:
     """Forward hook: a module (an attention operator's handler) that takes gradients in
     (its inputs or parameters) and returns a band without them has no backward."""
-    if _loses_grad(_tensors(list(args)) + list(module.parameters(recurse=False)), out):
-        raise ValueError(f'{_LABEL}: {type(module).__name__} has no backward on a row-banded map')
-
-
-def _functional(*names):
-    import torch.nn.functional as F
-
-    return {getattr(F, n) for n in names} | {getattr(torch, n) for n in names if hasattr(torch, n)}
+    if _loses_grad(tensors_in(list(args)) + list(module.parameters(recurse=False)), out):
+        raise ValueError(f'{LABEL}: {type(module).__name__} has no backward on a row-banded map')
 
 
 _DETACH = {torch.Tensor.detach, torch.Tensor.detach_, torch.detach}
-_ELEMENTWISE_DROPOUT = _functional('dropout', 'alpha_dropout', 'feature_alpha_dropout')
+_DROPOUT = ('dropout', 'alpha_dropout', 'feature_alpha_dropout')
+_ELEMENTWISE_DROPOUT = set(functions_of(F, *_DROPOUT) + functions_of(torch, *_DROPOUT))
 
 
 def check_trainable(model, group=None) -> None:
@@ -163,9 +104,9 @@ def check_trainable(model, group=None) -> None:
 
     check_label_segmentor(model)
     if type(model) is not EncoderDecoder:
-        raise _err(f'segmentor {type(model).__name__}', "mmseg's EncoderDecoder only")
+        raise refusal(f'segmentor {type(model).__name__}', "mmseg's EncoderDecoder only")
     check_backbone(model.backbone)
-    _check_heads(model)
+    check_losses(model)
     load_operators()
     shard_operators(model)
     saved = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
@@ -195,7 +136,7 @@ def check_trainable(model, group=None) -> None:
     try:
         dev = next(model.parameters()).device
         with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == 'cuda' else []):
-            trace(model, group, run, 'loss', _LABEL)
+            trace(model, group, run, 'loss', LABEL)
     finally:
         with torch.no_grad():
             for k, v in model.state_dict(keep_vars=True).items():
@@ -203,71 +144,6 @@ def check_trainable(model, group=None) -> None:
         for n, p in model.named_parameters():
             p.grad = grads[n]
         model.train(was_training)
-
-
-# --------------------------------------------------------------------------- losses
-def _all_sum(values: List[torch.Tensor], group) -> torch.Tensor:
-    """The elementwise sum over ``group`` of the scalars ``values`` (float64, detached)."""
-    t = torch.stack([v.detach().double().reshape(()) for v in values])
-    if group_rank_size(group)[1] > 1:
-        if dist.get_backend(group) == 'nccl' and t.device.type != 'cuda':
-            t = t.cuda()
-        dist.all_reduce(t, group=group)
-    return t.cpu()
-
-
-def _band_loss_by_feat(head, seg_logits, batch_data_samples) -> Dict[str, torch.Tensor]:
-    """``BaseDecodeHead.loss_by_feat`` on a band of the logits: each loss is this band's
-    part of the whole image's (mmseg's own loss module on the band, its mean taken over
-    the whole image's pixel count, or non-ignored count with ``avg_non_ignore``, as
-    ``avg_factor``), ``acc_seg`` the whole image's (counts summed over the group)."""
-    from mmseg.models.utils import resize
-
-    labels = torch.stack([s.gt_sem_seg.data for s in batch_data_samples])  # (B, 1, H, W)
-    logits = resize(seg_logits, size=labels.shape[2:], mode='bilinear',
-                    align_corners=head.align_corners)  # fmt: skip
-    if not isinstance(logits, BandedMap):
-        raise _err(type(head).__name__, 'the logits are not a row-banded map')
-    group, ignore = logits.group, head.ignore_index
-    local = logits.local  # (B, K, h_r, W)
-    band = logits.cut(labels[:, 0], 1)  # (B, h_r, W)
-    valid = band != ignore
-    n_all, n_valid, correct = _all_sum(
-        [torch.tensor(float(band.numel())), valid.sum(),
-         ((local.detach().argmax(1) == band) & valid).sum()],
-        group,
-    )  # fmt: skip
-    eps = torch.finfo(torch.float32).eps
-    losses = {}
-    for module in _losses_of(head):
-        # mmseg's mean is sum / (avg_factor + eps), avg_factor the label count (or the
-        # non-ignored count): the band's sum over the whole image's count is its part
-        kw = {}
-        if module.reduction == 'mean':
-            kw['avg_factor'] = float(n_valid if module.avg_non_ignore else n_all)
-        part = module(local, band, weight=None, ignore_index=ignore, **kw)
-        name = module.loss_name
-        losses[name] = losses[name] + part if name in losses else part
-    # mmseg's accuracy: float32 count plus eps, times 100 / (the count of non-ignored + eps)
-    acc = (correct.float() + eps) * (100.0 / (float(n_valid) + eps))
-    losses['acc_seg'] = acc.reshape(1).to(local.device)
-    return losses
-
-
-@contextlib.contextmanager
-def band_losses(model):
-    """While active, every head of ``model`` takes :func:`_band_loss_by_feat` as its
-    ``loss_by_feat`` (mmseg's ``BaseDecodeHead.loss`` calls it on its banded logits)."""
-    heads = _heads(model)
-    for head in heads:
-        head.loss_by_feat = lambda logits, samples, head=head: _band_loss_by_feat(
-            head, logits, samples
-        )
-    try:
-        yield
-    finally:
-        for head in heads:
-            del head.loss_by_feat
 
 
 def sum_gradients(params, group=None, bucket: int = 1 << 24) -> None:
@@ -315,23 +191,21 @@ def _fingerprint(inputs: torch.Tensor, data_samples) -> torch.Tensor:
         ramp_h = torch.arange(t.shape[-2], dtype=torch.float64, device=t.device)[:, None]
         ramp_w = torch.arange(t.shape[-1], dtype=torch.float64, device=t.device)
         out += [t.sum(), (t * ramp_h).sum(), (t * ramp_w).sum()]
-    state = torch.random.get_rng_state().double()
-    out.append((state * torch.arange(1, state.numel() + 1, dtype=torch.float64)).sum())
+    states = [torch.random.get_rng_state()]
     if inputs.device.type == 'cuda':
-        state = torch.cuda.get_rng_state(inputs.device).double()
-        out.append((state * torch.arange(1, state.numel() + 1, dtype=torch.float64)).sum())
+        states.append(torch.cuda.get_rng_state(inputs.device))
+    for state in states:
+        out.append((state.double() * torch.arange(1, state.numel() + 1).double()).sum())
     return torch.stack([o.cpu() for o in out])
 
 
 def _check_same(inputs, data_samples, group) -> None:
     f = _fingerprint(inputs, data_samples)
-    both = torch.cat([f, -f])
-    if dist.get_backend(group) == 'nccl':
-        both = both.to(inputs.device)
+    both = torch.cat([f, -f]).to(comm_device(group, inputs))
     dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
     if not torch.equal(both[: f.numel()].cpu(), -both[f.numel() :].cpu()):
         raise RuntimeError(
-            f'{_LABEL}: the ranks of the spatial group hold different samples or random '
+            f'{LABEL}: the ranks of the spatial group hold different samples or random '
             'states (every rank must read the same samples: tools/train.py --shard sets '
             'the sampler and the data workers; randomness.diff_rank_seed must be False)'
         )
@@ -379,7 +253,7 @@ class SpatialParallel(nn.Module):
                 losses = self.module(x, samples, mode='loss')
         parsed, _ = self.module.parse_losses(losses)  # this rank's part
         names = [k for k in losses if 'loss' in k]
-        whole = _all_sum([losses[k].mean() for k in names], self.group)
+        whole = all_sum([losses[k].mean() for k in names], self.group)
         logged = dict(losses, **{k: v.to(parsed.dtype) for k, v in zip(names, whole)})
         _, log_vars = self.module.parse_losses(logged)
         optim_wrapper.backward(optim_wrapper.scale_loss(parsed))

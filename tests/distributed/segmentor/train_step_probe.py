@@ -7,7 +7,7 @@ gradient, float64 sharded against float64 one process, and float32 (one process 
 sharded) against float64 one process. Prints one line per comparison.
 Not a test: the record behind docs/benchmarks.md (sharded training).
 
-    PYTHONPATH=tests python tests/parallel/train_step_probe.py --size 1024
+    PYTHONPATH=tests python tests/distributed/segmentor/train_step_probe.py --size 1024
 """
 
 import argparse
@@ -44,7 +44,7 @@ def step(model, train_step, size):
 
 
 def sharded_step(config, size, dtype):
-    from mmcirc.parallel.train import SpatialParallel
+    from mmcirc.distributed.segmentor.train import SpatialParallel
 
     wrapped = SpatialParallel(build(config, size, dtype))
     return step(wrapped.module, wrapped.train_step, size)
