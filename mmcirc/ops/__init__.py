@@ -1,6 +1,7 @@
 """Attention operators of mmcirc (torch only, no mmengine/mmcv imports)."""
 
-from .circulant import CirculantAttention, circulant_attention, fft_grid, next_fast_len
+from .circulant import CirculantAttention, fft_grid, next_fast_len
+from .circulant_functional import circulant_attention
 from .core import CoreAttention, select_cores
 
 __all__ = [

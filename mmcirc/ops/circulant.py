@@ -31,7 +31,8 @@ under bf16.
 One body of the equations (:func:`scores`, :func:`attend`) for every transform
 backend (:mod:`mmcirc.ops.circulant_transforms`: torch.fft, or real matmul DFTs with
 symbolic sizes inside :func:`export_mode`; the row-band-sharded transforms of
-:mod:`mmcirc.ops.circulant_sharded`) and for the probe (:func:`attention_kernel`).
+:mod:`mmcirc.distributed.handlers.circulant`), for the functional form and the probe
+(:mod:`mmcirc.ops.circulant_functional`).
 
 This file depends on torch only.
 """
@@ -61,12 +62,11 @@ __all__ = [
     'BOUNDARIES',
     'FFT_IMPLS',
     'SCALES',
-    'attend',
-    'attention_kernel',
-    'autocast_dtype',
-    'check_scale',
     'CirculantAttention',
-    'circulant_attention',
+    'attend',
+    'autocast_dtype',
+    'check_num_heads',
+    'check_scale',
     'compute_dtypes',
     'export_mode',
     'fft_grid',
@@ -79,6 +79,8 @@ __all__ = [
     'scores',
     'set_fft_impl',
     'spectral_norms',
+    'transform_blocks',
+    'transpose_tokens',
 ]
 
 SCALES = ('sqrt_n', 'n')
@@ -89,8 +91,8 @@ _NO_CONTEXT = contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------- helpers
-def _num_heads(channels, num_heads):
-    """Validate ``num_heads`` (None = one head per channel); return it."""
+def check_num_heads(channels, num_heads):
+    """Validate ``num_heads`` of ``channels`` (None = one head per channel); return it."""
     if num_heads is None:
         return channels
     if (
@@ -212,7 +214,7 @@ def head_blocks(channels, num_heads, grid, batch=1, cpu=True):
     return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
 
 
-def _blocks(tf, channels, num_heads, batch, cpu):
+def transform_blocks(tf, channels, num_heads, batch, cpu):
     """:func:`head_blocks` on the grid of the transforms ``tf`` (``cpu``: the CPU layout);
     one block when its sizes are symbolic (export: no Python decision on them)."""
     if tf.symbolic:
@@ -283,86 +285,6 @@ def attend(tf, q, k, v, hw, d, boundary, norms):
     return o
 
 
-def attention_kernel(layer, x, hw_shape):
-    """The per-head kernel p = softmax(a) of a :class:`CirculantAttention` ``layer`` on
-    tokens x (B, N, C) of an ``hw_shape`` map, by :func:`scores` (the layer's own body),
-    in float32 (float64 for float64 x), indexed by offset m: (B, heads, H, W) by wrapped
-    offset (``'circular'``), (B, heads, 2H-1, 2W-1) ordered by ``m + (H-1, W-1)``
-    (``'zero'``)."""
-    b, n, c = x.shape
-    h, w = (int(v) for v in hw_shape)
-    cdt, _ = compute_dtypes(x)
-    tf = transforms((h, w), layer.boundary, cdt, x.device)
-    norms = spectral_norms(tf, layer.scale, n, c // layer.num_heads)
-    xs = tf.operand(tf.rfft2(transpose_tokens(x, cdt, cpu_layout(x)).view(b, c, h, w), norms[0]))
-    wqk = layer.qkv.weight.to(cdt)[: 2 * c]  # W_q, W_k
-    q, k = tf.linear(wqk, xs, cdt).chunk(2, dim=1)  # (B, C, Ph, U) each
-    p = scores(tf, q, k, (h, w), c // layer.num_heads, norms)  # p[-m] (B, heads, Ph, Pw)
-    p = torch.roll(torch.flip(p, (-2, -1)), (1, 1), (-2, -1))  # p[m], index m mod P
-    if layer.boundary == 'circular':
-        return p
-    p = torch.roll(p, (h - 1, w - 1), (-2, -1))  # ordered by m + (H-1, W-1)
-    return p[..., : 2 * h - 1, : 2 * w - 1]  # the true offsets (a rounded-up grid: more)
-
-
-# ----------------------------------------------------------------- functional
-def _check_maps(q, k, v):
-    for name, t in (('q', q), ('k', k), ('v', v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(
-                f'{name} must be a 4-D tensor (B, H, W, C), got {getattr(t, "shape", type(t))}'
-            )
-        if not t.is_floating_point():
-            raise ValueError(f'{name} must be floating point, got {t.dtype}')
-    if not q.shape == k.shape == v.shape:
-        raise ValueError(
-            f'q, k, v must have the same shape (B, H, W, C), '
-            f'got {tuple(q.shape)}, {tuple(k.shape)}, '
-            f'{tuple(v.shape)}'
-        )
-    if min(q.shape[1:]) < 1:
-        raise ValueError(f'q, k, v need H, W, C >= 1, got {tuple(q.shape)}')
-
-
-def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='sqrt_n'):
-    """Circulant attention (Eqs. 15-16) of feature maps.
-
-    Args:
-        q, k, v (Tensor): (B, H, W, C), any H and W.
-        boundary (str): ``'circular'`` (wrap-around, the paper) or ``'zero'``
-            (no wrap-around, rows renormalised over in-map tokens).
-        num_heads (int, optional): heads; the C/num_heads channels of a head
-            share one score map and softmax. None: one head per channel (d=1).
-        scale (str | float): ``'sqrt_n'`` (default, official code):
-            s = 1/sqrt(N*d); ``'n'`` (paper Eq. 15, resolution invariant):
-            s = 1/(N*sqrt(d)); or a positive float. N = H*W.
-
-    Returns:
-        Tensor: (B, H, W, C) in the input dtype (the autocast dtype under
-        autocast); computed in float32 (float64 for float64 inputs).
-    """
-    _check_maps(q, k, v)
-    check_choice('boundary', boundary, BOUNDARIES)
-    b, h, w, c = q.shape
-    heads = _num_heads(c, num_heads)
-    d = c // heads
-    cdt, odt = compute_dtypes(q)
-    cpu = cpu_layout(q)
-    with fp32_region(q):
-        tf = transforms((h, w), boundary, cdt, q.device, cpu)
-        norms = spectral_norms(tf, scale, h * w, d)
-        # (B, H, W, C) -> (B, C, H, W) contiguous: FFTs over contiguous last axes
-        q, k, v = (
-            transpose_tokens(t.reshape(b, h * w, c), cdt, cpu).view(b, c, h, w) for t in (q, k, v)
-        )
-        o = []
-        for sl in _blocks(tf, c, heads, b, cpu):  # whole heads
-            qb, kb, vb = (tf.rfft2(t[:, sl], norms[0]) for t in (q, k, v))  # (B, Cb, Ph, U)
-            o.append(attend(tf, qb, kb, vb, (h, w), d, boundary, norms))  # (B, Cb, H, W)
-        o = o[0] if len(o) == 1 else torch.cat(o, dim=1)  # (B, C, H, W)
-    return transpose_tokens(o.reshape(b, c, h * w), odt, cpu).view(b, h, w, c)  # (B, H, W, C)
-
-
 # ----------------------------------------------------------------- module
 def linear_cf(layer, x, channels_last=False):
     """nn.Linear ``layer`` on channels-first x (B, C_in, N), without copies.
@@ -406,7 +328,7 @@ class CirculantAttention(nn.Module):
         check_choice('boundary', boundary, BOUNDARIES)
         check_scale(scale)
         self.dim = dim
-        self.num_heads = _num_heads(dim, num_heads)
+        self.num_heads = check_num_heads(dim, num_heads)
         self.boundary = boundary
         self.scale = scale
         self.gate = nn.Sequential(nn.Linear(dim, dim), nn.SiLU())  # Eq. 20
@@ -453,7 +375,7 @@ class CirculantAttention(nn.Module):
         ldt = torch.bfloat16 if odt == torch.bfloat16 and cpu else None
         tf = transforms((h, w), self.boundary, cdt, x.device, cpu)
         norms = spectral_norms(tf, self.scale, n, c // self.num_heads)
-        blocks = _blocks(tf, c, self.num_heads, b, cpu)
+        blocks = transform_blocks(tf, c, self.num_heads, b, cpu)
         return tf, norms, blocks, cdt, odt, ldt, autocast_dtype(x.device.type) is not None, cpu
 
     def _plan(self, x, hw_shape):

@@ -103,7 +103,7 @@ def export_mode(enabled=True):
 
     ``torch.onnx.export`` (both exporters) and other tracers without complex tensors fail
     on ``torch.fft``. Inside this context every DFT of
-    :func:`~mmcirc.ops.circulant.circulant_attention` and
+    :func:`~mmcirc.ops.circulant_functional.circulant_attention` and
     :class:`~mmcirc.ops.circulant.CirculantAttention` is two real matrix products with
     cos/sin matrices built in the forward from the runtime H and W, on (real, imag) pairs
     of the half spectrum; the operator body is the same. Equal to the default path up to

@@ -10,13 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dense_reference import circulant_attention_dense, circulant_module_dense
 from mmcirc.ops import circulant
-from mmcirc.ops.circulant import (
-    CirculantAttention,
-    circulant_attention,
-    export_mode,
-    get_fft_impl,
-    set_fft_impl,
-)
+from mmcirc.ops.circulant import CirculantAttention, export_mode, get_fft_impl, set_fft_impl
+from mmcirc.ops.circulant_functional import circulant_attention
 
 BOUNDARIES = ['circular', 'zero']
 # square, non-square, odd, prime, single row/column, single token

@@ -45,7 +45,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from mmcirc.ops.circulant import CirculantAttention, attention_kernel
+from mmcirc.ops.circulant import CirculantAttention
+from mmcirc.ops.circulant_functional import attention_kernel
 from mmcirc.ops.core import CoreAttention
 
 __all__ = [

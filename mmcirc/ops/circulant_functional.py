@@ -1,0 +1,103 @@
+"""Circulant attention of feature maps (:func:`circulant_attention`) and the attention
+kernel a :class:`~mmcirc.ops.circulant.CirculantAttention` layer computes
+(:func:`attention_kernel`, what the analysis captures): the one body of Eqs. 15-16 of
+:mod:`mmcirc.ops.circulant` on q, k, v given as maps.
+
+This file depends on torch only.
+"""
+
+import torch
+
+from .circulant import (
+    attend,
+    check_num_heads,
+    compute_dtypes,
+    fp32_region,
+    scores,
+    spectral_norms,
+    transform_blocks,
+    transpose_tokens,
+)
+from .circulant_transforms import BOUNDARIES, check_choice, transforms
+from .layout import cpu_layout
+
+__all__ = ['attention_kernel', 'circulant_attention']
+
+
+def attention_kernel(layer, x, hw_shape):
+    """The per-head kernel p = softmax(a) of a :class:`CirculantAttention` ``layer`` on
+    tokens x (B, N, C) of an ``hw_shape`` map, by :func:`scores` (the layer's own body),
+    in float32 (float64 for float64 x), indexed by offset m: (B, heads, H, W) by wrapped
+    offset (``'circular'``), (B, heads, 2H-1, 2W-1) ordered by ``m + (H-1, W-1)``
+    (``'zero'``)."""
+    b, n, c = x.shape
+    h, w = (int(v) for v in hw_shape)
+    cdt, _ = compute_dtypes(x)
+    tf = transforms((h, w), layer.boundary, cdt, x.device)
+    norms = spectral_norms(tf, layer.scale, n, c // layer.num_heads)
+    xs = tf.operand(tf.rfft2(transpose_tokens(x, cdt, cpu_layout(x)).view(b, c, h, w), norms[0]))
+    wqk = layer.qkv.weight.to(cdt)[: 2 * c]  # W_q, W_k
+    q, k = tf.linear(wqk, xs, cdt).chunk(2, dim=1)  # (B, C, Ph, U) each
+    p = scores(tf, q, k, (h, w), c // layer.num_heads, norms)  # p[-m] (B, heads, Ph, Pw)
+    p = torch.roll(torch.flip(p, (-2, -1)), (1, 1), (-2, -1))  # p[m], index m mod P
+    if layer.boundary == 'circular':
+        return p
+    p = torch.roll(p, (h - 1, w - 1), (-2, -1))  # ordered by m + (H-1, W-1)
+    return p[..., : 2 * h - 1, : 2 * w - 1]  # the true offsets (a rounded-up grid: more)
+
+
+def _check_maps(q, k, v):
+    for name, t in (('q', q), ('k', k), ('v', v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(
+                f'{name} must be a 4-D tensor (B, H, W, C), got {getattr(t, "shape", type(t))}'
+            )
+        if not t.is_floating_point():
+            raise ValueError(f'{name} must be floating point, got {t.dtype}')
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(
+            f'q, k, v must have the same shape (B, H, W, C), '
+            f'got {tuple(q.shape)}, {tuple(k.shape)}, '
+            f'{tuple(v.shape)}'
+        )
+    if min(q.shape[1:]) < 1:
+        raise ValueError(f'q, k, v need H, W, C >= 1, got {tuple(q.shape)}')
+
+
+def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='sqrt_n'):
+    """Circulant attention (Eqs. 15-16) of feature maps.
+
+    Args:
+        q, k, v (Tensor): (B, H, W, C), any H and W.
+        boundary (str): ``'circular'`` (wrap-around, the paper) or ``'zero'``
+            (no wrap-around, rows renormalised over in-map tokens).
+        num_heads (int, optional): heads; the C/num_heads channels of a head
+            share one score map and softmax. None: one head per channel (d=1).
+        scale (str | float): ``'sqrt_n'`` (default, official code):
+            s = 1/sqrt(N*d); ``'n'`` (paper Eq. 15, resolution invariant):
+            s = 1/(N*sqrt(d)); or a positive float. N = H*W.
+
+    Returns:
+        Tensor: (B, H, W, C) in the input dtype (the autocast dtype under
+        autocast); computed in float32 (float64 for float64 inputs).
+    """
+    _check_maps(q, k, v)
+    check_choice('boundary', boundary, BOUNDARIES)
+    b, h, w, c = q.shape
+    heads = check_num_heads(c, num_heads)
+    d = c // heads
+    cdt, odt = compute_dtypes(q)
+    cpu = cpu_layout(q)
+    with fp32_region(q):
+        tf = transforms((h, w), boundary, cdt, q.device, cpu)
+        norms = spectral_norms(tf, scale, h * w, d)
+        # (B, H, W, C) -> (B, C, H, W) contiguous: FFTs over contiguous last axes
+        q, k, v = (
+            transpose_tokens(t.reshape(b, h * w, c), cdt, cpu).view(b, c, h, w) for t in (q, k, v)
+        )
+        o = []
+        for sl in transform_blocks(tf, c, heads, b, cpu):  # whole heads
+            qb, kb, vb = (tf.rfft2(t[:, sl], norms[0]) for t in (q, k, v))  # (B, Cb, Ph, U)
+            o.append(attend(tf, qb, kb, vb, (h, w), d, boundary, norms))  # (B, Cb, H, W)
+        o = o[0] if len(o) == 1 else torch.cat(o, dim=1)  # (B, C, H, W)
+    return transpose_tokens(o.reshape(b, c, h * w), odt, cpu).view(b, h, w, c)  # (B, H, W, C)
