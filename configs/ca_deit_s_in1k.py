@@ -13,6 +13,7 @@
 # CA repository trains with; drop path as its cfgs/ca_deit_s.yaml (0.1).
 _base_ = 'mmpretrain::deit/deit-small_4xb256_in1k.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     backbone=dict(

@@ -5,6 +5,7 @@
 # Weights: tools/model_converters/cadeit_to_mmcirc.py ca_deit_small.pth --family deit.
 _base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     backbone=dict(

@@ -5,6 +5,7 @@
 # --family deit (-> work_dirs/pretrained/ca_deit_s_official.pth).
 _base_ = 'mmseg::vit/vit_deit-s16_mln_upernet_8xb2-160k_ade20k-512x512.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     pretrained=None,

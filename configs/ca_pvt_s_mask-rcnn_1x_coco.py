@@ -2,6 +2,7 @@
 # wd 1e-4, 12 epochs, 8 GPUs x 2 images) on mmdet's Mask R-CNN base.
 _base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     backbone=dict(

@@ -3,6 +3,7 @@
 # Pretrained weights: tools/model_converters/pvt_to_mmcirc.py writes the file below.
 _base_ = 'mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     backbone=dict(

@@ -3,6 +3,7 @@
 # produces is what the detection/segmentation configs load (see README).
 _base_ = 'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     backbone=dict(_delete_=True, type='CASwin', arch='tiny', out_indices=(3,), drop_path_rate=0.2),

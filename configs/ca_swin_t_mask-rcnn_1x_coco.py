@@ -2,6 +2,7 @@
 # decay on norms), circulant attention in stages 1-2, shifted windows in stages 3-4.
 _base_ = 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     backbone=dict(

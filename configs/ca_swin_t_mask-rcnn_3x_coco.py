@@ -1,6 +1,7 @@
 # CA-Swin-T + Mask R-CNN 3x on COCO: mmdet's Swin-T multi-scale + crop 36-epoch recipe.
 _base_ = 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     backbone=dict(

@@ -2,6 +2,7 @@
 # (AdamW 6e-5, wd 0.01, poly, 8 GPUs x 2 images), circulant attention in stages 1-2.
 _base_ = 'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 model = dict(
     backbone=dict(

@@ -11,6 +11,7 @@ _base_ = [
     'mmseg::_base_/schedules/schedule_40k.py',
 ]
 custom_imports = dict(imports=['mmcirc'], allow_failed_imports=False)
+default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))
 
 crop_size = (512, 512)
 data_preprocessor = dict(

@@ -5,8 +5,8 @@ an mmseg segmentor, an mmpretrain classifier or a bare backbone) in eval mode.
 one way for all three: the library is the config's ``default_scope`` (set as mmengine's
 default scope), pretrained-weight downloads are switched off (:func:`strip_pretrained`),
 the backbone overrides (:mod:`mmcirc.apis.overrides`) are applied before building, a
-checkpoint is loaded through mmengine's ``load_checkpoint`` (which ``import mmcirc``
-routes through mmcirc's safe loader, :mod:`mmcirc.engine.checkpoint`), SyncBN becomes BN,
+checkpoint is loaded through mmengine's ``load_checkpoint`` after installing mmcirc's safe
+loader (:func:`mmcirc.engine.install_safe_loader`), SyncBN becomes BN,
 and ``model.dataset_meta`` holds the classes and a palette (from the checkpoint, else
 the config's dataset). Without a checkpoint the weights are ``init_weights()``'s
 (under ``seed`` when given): random, reproducible, nothing downloaded.
@@ -59,7 +59,7 @@ def load_model_config(cfg, cfg_options: Optional[dict] = None):
     or mmpretrain, ``TypeError`` for anything else."""
     from mmengine.config import Config
 
-    import mmcirc.models  # noqa: F401  (registration; the root __init__ installs the safe loader)
+    import mmcirc.models  # noqa: F401  (registration)
     from mmcirc.registry import LIBRARIES
 
     where = ''  # a file's errors start with its path
@@ -123,6 +123,7 @@ def build_model(
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
 
+    from mmcirc.engine import install_safe_loader
     from mmcirc.registry import registries_by_library
     from mmcirc.utils.quiet import quiet_logger
 
@@ -150,6 +151,7 @@ def build_model(
     meta = {}
     with quiet_logger() as logger:  # init_weights / load_checkpoint log every tensor
         if checkpoint is not None:
+            install_safe_loader()
             loaded = load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
             meta = (loaded.get('meta') or {}) if isinstance(loaded, dict) else {}
         elif init_weights:

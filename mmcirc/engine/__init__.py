@@ -1,8 +1,10 @@
-"""Runner-side pieces: safe checkpoint loading, atomic checkpoint saving, training hooks."""
+"""Runner-side pieces: safe checkpoint loading and atomic checkpoint saving (opt-in:
+:class:`SafeCheckpointIOHook` or the ``install_*`` calls), training hooks."""
 
 from .checkpoint import (
     MMENGINE_CHECKPOINT_GLOBALS,
     AtomicLocalBackend,
+    SafeCheckpointIOHook,
     UnsafeCheckpointError,
     find_resumable_checkpoint,
     install_atomic_saving,
@@ -16,6 +18,7 @@ __all__ = [
     'AtomicLocalBackend',
     'MMENGINE_CHECKPOINT_GLOBALS',
     'NestedCoreHook',
+    'SafeCheckpointIOHook',
     'UnsafeCheckpointError',
     'core_count_choices',
     'find_resumable_checkpoint',

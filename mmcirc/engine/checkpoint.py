@@ -1,20 +1,24 @@
-"""Safe checkpoint loading for mmengine on torch >= 2.6.
+"""Safe checkpoint loading for mmengine on torch >= 2.6, and atomic checkpoint saving.
 
 torch >= 2.6 unpickles with ``weights_only=True`` by default and mmengine 0.10 calls
 ``torch.load`` without saying which types its own checkpoints contain, so resuming a
 Runner checkpoint fails. Switching ``weights_only`` off would let any downloaded
-checkpoint run code. Instead mmcirc replaces mmengine's local-file loader with one that
-keeps torch's safe unpickler and allows exactly the extra types mmengine writes
-(:data:`MMENGINE_CHECKPOINT_GLOBALS`). A file outside that set is refused, unless the
-user marked that very file as trusted with :func:`trust_checkpoint`.
+checkpoint run code. Instead :func:`install_safe_loader` replaces mmengine's local-file
+loader with one that keeps torch's safe unpickler and allows exactly the extra types
+mmengine writes (:data:`MMENGINE_CHECKPOINT_GLOBALS`). A file outside that set is refused,
+unless the user marked that very file as trusted with :func:`trust_checkpoint`.
 
-Saving is made atomic the same way (:func:`install_atomic_saving`): mmengine writes
-``iter_N.pth`` in place and then ``last_checkpoint`` with a plain ``open``, so a kill or
-a full disk during either leaves a truncated file that ``--resume`` picks up. mmcirc
-makes mmengine's local file backend write through :func:`mmcirc.utils.fileio.atomic_open`
-(temporary file, fsync, rename) and routes the checkpoint hook's ``last_checkpoint``
-write through it too, so the pointer moves only after the checkpoint is complete.
-:func:`find_resumable_checkpoint` picks the newest checkpoint that actually loads.
+:func:`install_atomic_saving` makes saving atomic: mmengine writes ``iter_N.pth`` in place
+and then ``last_checkpoint`` with a plain ``open``, so a kill or a full disk during either
+leaves a truncated file that ``--resume`` picks up. It makes mmengine's local file backend
+write through :func:`mmcirc.utils.fileio.atomic_open` (temporary file, fsync, rename) and
+routes the checkpoint hook's ``last_checkpoint`` write through it too, so the pointer
+moves only after the checkpoint is complete.
+
+Importing mmcirc installs neither: a Runner's config opts in with
+:class:`SafeCheckpointIOHook` (every config mmcirc ships does), other code calls the two
+functions (idempotent). :func:`find_resumable_checkpoint` picks the newest checkpoint that
+actually loads.
 """
 
 import builtins
@@ -27,8 +31,10 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
-from mmengine.logging import HistoryBuffer
 from mmengine.fileio.backends import LocalBackend, register_backend
+from mmengine.hooks import Hook
+from mmengine.logging import HistoryBuffer
+from mmengine.registry import HOOKS
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from mmcirc.utils.fileio import atomic_open, atomic_write
@@ -172,6 +178,19 @@ def install_atomic_saving():
         if type(backend) is LocalBackend:  # cached before the swap
             del mmengine_io.backend_instances[key]
     checkpoint_hook.open = _open_for_checkpoint_hook
+
+
+@HOOKS.register_module()  # mmengine's root: mmdet/mmseg/mmpretrain HOOKS find it there
+class SafeCheckpointIOHook(Hook):
+    """Calls both install functions in ``before_run`` (a Runner's ``train``, ``val`` and
+    ``test`` call it before initialising weights, loading ``load_from`` or resuming).
+    In a config: ``default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))``."""
+
+    priority = 'VERY_HIGH'
+
+    def before_run(self, runner) -> None:
+        install_safe_loader()
+        install_atomic_saving()
 
 
 # --------------------------------------------------------------------------- resuming

@@ -51,9 +51,7 @@ def test_mmengine_types_load(tmp_path):
     assert torch.equal(ckpt['state_dict']['w'], torch.ones(2))
 
 
-def test_mmengine_uses_the_safe_loader(tmp_path):
-    import mmcirc  # noqa: F401  installs the loader
-
+def test_mmengine_uses_the_safe_loader(tmp_path, safe_io):
     assert CheckpointLoader._get_checkpoint_loader('/any/local.pth') is load_from_local
     path = tmp_path / 'ok.pth'
     torch.save(_runner_like_checkpoint(), path)
@@ -63,12 +61,10 @@ def test_mmengine_uses_the_safe_loader(tmp_path):
 @pytest.mark.parametrize(
     'filename', ['/any/local.pth', 'rel/x.pth', ' s3://x/y.pth', 'ss3://x/y.pth']
 )
-def test_local_loader_keeps_mmengine_name_and_signature(filename):
+def test_local_loader_keeps_mmengine_name_and_signature(filename, safe_io):
     """mmengine looks its loaders up by name (its own loader test does): the one that
-    serves local paths after ``import mmcirc`` is named and called like mmengine's
-    original ``load_from_local`` (still the module attribute, never re-bound)."""
-    import mmcirc  # noqa: F401  installs the loader
-
+    serves local paths once installed is named and called like mmengine's original
+    ``load_from_local`` (still the module attribute, never re-bound)."""
     original = mmengine_checkpoint.load_from_local
     loader = CheckpointLoader._get_checkpoint_loader(filename)
     assert loader is not original
@@ -76,9 +72,7 @@ def test_local_loader_keeps_mmengine_name_and_signature(filename):
     assert inspect.signature(loader) == inspect.signature(original)
 
 
-def test_local_loader_behaves_like_mmengine_on_a_plain_checkpoint(tmp_path):
-    import mmcirc  # noqa: F401  installs the loader
-
+def test_local_loader_behaves_like_mmengine_on_a_plain_checkpoint(tmp_path, safe_io):
     path = tmp_path / 'plain.pth'
     torch.save({'state_dict': collections.OrderedDict(w=torch.arange(6.0).view(2, 3))}, path)
     ours = CheckpointLoader.load_checkpoint(str(path), map_location='cpu')

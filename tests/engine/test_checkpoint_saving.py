@@ -8,8 +8,9 @@ from mmengine.fileio import get_file_backend
 from mmengine.hooks import checkpoint_hook
 from mmengine.runner.checkpoint import save_checkpoint
 
-import mmcirc  # noqa: F401  (installs atomic saving, as custom_imports does)
 from mmcirc.engine import AtomicLocalBackend, UnsafeCheckpointError, find_resumable_checkpoint
+
+pytestmark = pytest.mark.usefixtures('safe_io')  # installed as a user opts in
 
 
 def _save(path, step):
