@@ -87,7 +87,6 @@ SCALES = ('sqrt_n', 'n')
 #: per-shape plans a CirculantAttention keeps (emptied when full: detection and
 #: segmentation see a few input sizes, not thousands)
 PLAN_CACHE_SIZE = 32
-_NO_CONTEXT = contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------- helpers
@@ -346,7 +345,8 @@ class CirculantAttention(nn.Module):
     def _new_plan(self, x, hw_shape):
         """What a forward of this input decides once: the input checks, the dtypes, the
         layout, the transforms, the scale's normalisations and the blocks of heads (see
-        :meth:`forward`). Returns ``(tf, norms, blocks, cdt, odt, ldt, autocast, cpu)``."""
+        :meth:`forward`). Returns ``(tf, norms, blocks, cdt, odt, ldt, region, cpu)``,
+        ``region`` the :func:`fp32_region` of the input."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError(
                 f'x must be a 3-D tensor (B, N, C), got {getattr(x, "shape", type(x))}'
@@ -376,7 +376,7 @@ class CirculantAttention(nn.Module):
         tf = transforms((h, w), self.boundary, cdt, x.device, cpu)
         norms = spectral_norms(tf, self.scale, n, c // self.num_heads)
         blocks = transform_blocks(tf, c, self.num_heads, b, cpu)
-        return tf, norms, blocks, cdt, odt, ldt, autocast_dtype(x.device.type) is not None, cpu
+        return tf, norms, blocks, cdt, odt, ldt, fp32_region(x), cpu
 
     def _plan(self, x, hw_shape):
         """:meth:`_new_plan`, kept per input shape, dtype, device, autocast dtype, layout
@@ -405,13 +405,13 @@ class CirculantAttention(nn.Module):
         """x: (B, N, C) tokens of an H x W map (row-major), hw_shape = (H, W).
         Returns (B, N, C)."""
         plan = self._plan(x, hw_shape)
-        tf, norms, blocks, cdt, odt, ldt, autocast, cpu = plan
+        tf, norms, blocks, cdt, odt, ldt, region, cpu = plan
         b, n, c = x.shape
         h, w = hw_shape
         d = c // self.num_heads
         x = transpose_tokens(x, cpu=cpu)  # (B, C, N) contiguous: channels first from here on
         t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
-        with torch.autocast(x.device.type, enabled=False) if autocast else _NO_CONTEXT:
+        with region:  # autocast off around the FFTs (a no-op without autocast)
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
             # FFT(x W) = FFT(x) W: a real weight commutes with the FFT, and
             # with the zero padding of boundary='zero' (grid > H x W)

@@ -218,6 +218,8 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     stages_attr: str = 'stages'
     conv_init: Optional[str] = None
+    #: the smallest H (and W) a built backbone accepts (set by :meth:`_finish`)
+    min_input_size: int = 1
 
     @property
     def stages(self) -> ModuleList:
