@@ -20,10 +20,9 @@ declares its attention in one of two ways.
 
 **By a probe** (:class:`AttentionProbe`), for operator classes one cannot edit (mmdet's
 spatial-reduction attention, Swin's window attention, a ViT's self-attention) and for
-mmcirc's own operators: a block of :data:`~mmcirc.models.blocks.PYRAMID_BLOCKS` lists
-its probes in ``attention_probes`` (:class:`~mmcirc.models.blocks.PyramidBlock`); any
-other probe is added with :func:`register_attention_probe`. :func:`attention_probes`
-lists them all.
+mmcirc's own operators: each is added with :func:`register_attention_probe` where it is
+defined (:class:`CirculantProbe`, :class:`CoreProbe` here, mmdet's layers' beside their
+blocks); :func:`attention_probes` lists them all.
 
 Forms of the weights (the ``weights`` entry, detached, any leading batch dims B'):
 
@@ -135,11 +134,12 @@ class _Declared(AttentionProbe):
         return module.attention_weights(args, kwargs, ctx)
 
 
+#: every registered probe (:func:`register_attention_probe`)
 _EXTRA: List[AttentionProbe] = []
 
 
 def register_attention_probe(probe: AttentionProbe) -> AttentionProbe:
-    """Add a probe for layers that no registered block declares (returns it)."""
+    """Add a probe to :func:`attention_probes` (returns it)."""
     if not isinstance(probe, AttentionProbe) or not probe.kind:
         raise TypeError(f'probe must be an AttentionProbe with a kind, got {probe!r}')
     if probe.form is not None and probe.form not in FORMS:
@@ -149,16 +149,11 @@ def register_attention_probe(probe: AttentionProbe) -> AttentionProbe:
 
 
 def attention_probes() -> List[AttentionProbe]:
-    """The ``attention_probes`` of the pyramid blocks (:data:`mmcirc.models.blocks.
-    PYRAMID_BLOCKS`), then those added with :func:`register_attention_probe` (the package
-    registers those of other libraries' dense attention, :mod:`.dense_probes`, when it is
-    imported)."""
-    from . import PYRAMID_BLOCKS  # the package imports this module first
-
-    out = []
-    for cls in PYRAMID_BLOCKS:
-        out += [p for p in getattr(cls, 'attention_probes', ()) if p not in out]
-    return out + [p for p in _EXTRA if p not in out]
+    """The registered probes, in registration order: those of mmcirc's operators and of
+    mmdet's PVT and Swin attention (registered where they are defined), those of other
+    libraries' dense attention (:mod:`.dense_probes`) and any added with
+    :func:`register_attention_probe`."""
+    return list(_EXTRA)
 
 
 def declared_kind(module: nn.Module) -> Optional[str]:
@@ -216,3 +211,7 @@ class CoreProbe(AttentionProbe):
         k = mod.split_heads(mod.k_patch(x))  # (B, h, N, d)
         gather = torch.softmax(q @ k.transpose(-1, -2), dim=-1)  # (B, h, C', N)
         return dict(weights=gather, q_grid=None, k_grid=None)
+
+
+register_attention_probe(CirculantProbe())
+register_attention_probe(CoreProbe())

@@ -14,8 +14,6 @@ keyword arguments. Every block declares, as class attributes (:class:`PyramidBlo
 * ``options``: the backbone-level options it reads (e.g. ``boundary``), so a tool
   can tell whether an option has any effect;
 * ``quadratic``: its attention matrix grows with the square of the map area;
-* ``attention_probes``: how the analysis captures its attention and counts its FLOPs
-  (:class:`~mmcirc.models.blocks.probe.AttentionProbe`);
 * ``fx_leaves``: the module classes inside it whose forward branches on sizes or makes
   them ints, which ``torch.fx`` records whole instead of tracing (mmcirc.timm).
 
@@ -39,7 +37,6 @@ from mmcirc.ops.circulant import CirculantAttention
 from mmcirc.ops.core import CoreAttention
 from mmcirc.registry import register_model
 from . import mlp_chunks
-from .probe import CirculantProbe, CoreProbe
 
 __all__ = [
     'PyramidBlock',
@@ -63,7 +60,6 @@ class PyramidBlock:
     added_keys: Tuple[str, ...] = ()
     options: Tuple[str, ...] = ()
     quadratic: bool = False
-    attention_probes: tuple = ()
     fx_leaves: tuple = ()
 
     def added_state_keys(self) -> List[str]:
@@ -180,7 +176,6 @@ class CirculantBlock(PyramidBlock, BaseModule):
     """
 
     kind = 'circulant'
-    attention_probes = (CirculantProbe(),)
     fx_leaves = (CirculantAttention,)
     added_keys = ('cpe.', 'attn.')
     options = ('circulant_heads', 'boundary', 'scale')
@@ -245,7 +240,6 @@ class CoreBlock(PyramidBlock, BaseModule):
     """
 
     kind = 'core'
-    attention_probes = (CoreProbe(),)
     fx_leaves = (CoreAttention,)
     carries_cores = True
     added_keys = ('cpe.', 'attn.')

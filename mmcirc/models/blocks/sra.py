@@ -10,7 +10,7 @@ from mmdet.models.backbones.pvt import PVTEncoderLayer, SpatialReductionAttentio
 from torch import nn
 
 from mmcirc.registry import register_model
-from .probe import AttentionProbe, call_arg
+from .probe import AttentionProbe, call_arg, register_attention_probe
 from .pyramid_blocks import PyramidBlock
 
 __all__ = ['SRABlock', 'SRAProbe', 'mha_weights']
@@ -69,6 +69,9 @@ def _per_head_weights(mha: nn.MultiheadAttention, args, kwargs):
     return args, {**kwargs, 'average_attn_weights': False}
 
 
+register_attention_probe(SRAProbe())
+
+
 @register_model()
 class SRABlock(PyramidBlock, PVTEncoderLayer):
     """mmdet's ``PVTEncoderLayer`` (PVT's own block: the original of the ``'pvt'``
@@ -77,7 +80,6 @@ class SRABlock(PyramidBlock, PVTEncoderLayer):
     In a backbone, ``sr_ratios`` (per stage, as ``sr_ratio``) applies."""
 
     kind = 'sra'
-    attention_probes = (SRAProbe(),)
     fx_leaves = (SpatialReductionAttention,)
     options = ('sr_ratios',)
     quadratic = True

@@ -7,7 +7,7 @@ import torch
 from mmdet.models.backbones.swin import ShiftWindowMSA, SwinBlock, WindowMSA
 
 from mmcirc.registry import register_model
-from .probe import AttentionProbe, call_arg, lazy_classes
+from .probe import AttentionProbe, call_arg, lazy_classes, register_attention_probe
 from .pyramid_blocks import PyramidBlock
 
 __all__ = ['WindowBlock', 'WindowProbe']
@@ -53,6 +53,9 @@ def _mask_in_input_dtype(module, args, kwargs):
     return args, kwargs
 
 
+register_attention_probe(WindowProbe())
+
+
 @register_model()
 class WindowBlock(PyramidBlock, SwinBlock):
     """mmdet's ``SwinBlock`` (Swin's own block: the original of the ``'swin'``
@@ -62,7 +65,6 @@ class WindowBlock(PyramidBlock, SwinBlock):
     mask is cast to the windows' dtype (:func:`_mask_in_input_dtype`)."""
 
     kind = 'window'
-    attention_probes = (WindowProbe(),)
     fx_leaves = (ShiftWindowMSA,)  # pads and shifts by the map's size
     options = ('window_size', 'qk_scale')
 
