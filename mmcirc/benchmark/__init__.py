@@ -1,5 +1,8 @@
-"""The benchmark harness (torch only; mmdet / mmseg / timm imported by the cases that
-need them).
+"""Time and peak memory measured (the benchmark harness) and the documentation's tables
+of them; what a model computes (FLOPs, attention maps) is :mod:`mmcirc.analysis`'s. The
+commands: ``python -m mmcirc.benchmark SUITE`` and ``tools/analysis/benchmark_*.py``
+(entry points of :mod:`mmcirc.cli`). Torch only; mmdet / mmseg / timm imported by the
+cases that need them.
 
 * :mod:`~mmcirc.benchmark.runner`: the isolated child (timeout, ``RLIMIT_AS`` cap,
   out of memory as a result: ``run_isolated``);
@@ -10,9 +13,8 @@ need them).
 * :mod:`~mmcirc.benchmark.tasks`: measurements of cases in children (``measure``);
 * :mod:`~mmcirc.benchmark.report`: environment, the merging JSON store, markdown
   tables with ratios against a baseline;
-* :mod:`~mmcirc.benchmark.suites`: the suites (their command lines, ``python -m
-  mmcirc.benchmark SUITE ...`` and the tools ``tools/analysis/benchmark_*.py`` and
-  ``tools/deployment/benchmark_gpu.py``, are ``mmcirc.cli.benchmark_<suite>``);
+* :mod:`~mmcirc.benchmark.suites`: the suites (their command lines are
+  ``mmcirc.cli.benchmark_<suite>``; the GPU's tool is ``tools/deployment/benchmark_gpu.py``);
 * :mod:`~mmcirc.benchmark.docs`: the documentation's tables (which suite, which flags,
   how rendered) and their markers (``python -m mmcirc.benchmark docs``);
 * :mod:`~mmcirc.benchmark.dense_baseline`: ``tools/infer_highres.py --dense-baseline``.

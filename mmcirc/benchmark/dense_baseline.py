@@ -14,9 +14,9 @@ import tempfile
 import time
 from typing import Optional
 
-from .runner import GB, run_isolated
+from mmcirc.utils.memory import MB
 
-MB = 1024**2
+from .runner import GB, run_isolated
 
 __all__ = ['dense_attention', 'run_dense_baseline', 'short_error']
 

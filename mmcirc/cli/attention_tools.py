@@ -9,7 +9,6 @@ worded for the command line.
 
 import os.path as osp
 import re
-import sys
 import time
 import types
 import warnings
@@ -18,7 +17,7 @@ warnings.filterwarnings('ignore', message='.*pkg_resources.*')  # mmengine's imp
 from mmcirc.analysis import vis  # noqa: E402
 from mmcirc.apis.builder import build_model  # noqa: E402
 from mmcirc.utils import image_io as _image_io  # noqa: E402
-from mmcirc.cli.common import CLIError, add_cfg_options  # noqa: E402
+from mmcirc.cli.common import CLIError, add_cfg_options, one_line_warnings  # noqa: E402
 
 MIN_SIDE = vis.MIN_SIDE
 
@@ -47,18 +46,6 @@ def add_common_args(parser, tool):
     return parser
 
 
-def quiet_warnings():
-    """Warnings as one line, without the libraries' deprecation noise."""
-    warnings.filterwarnings('ignore', category=DeprecationWarning)
-    warnings.filterwarnings('ignore', category=UserWarning)
-    warnings.filterwarnings('ignore', message='.*pkg_resources.*')
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        print(f'WARNING: {message}', file=sys.stderr, flush=True)
-
-    warnings.showwarning = show
-
-
 def check_args(args):
     """Checks that need no library: files exist, size well formed, device known."""
     if not osp.isfile(args.config):
@@ -79,19 +66,6 @@ def check_args(args):
         if not torch.cuda.is_available():
             raise CLIError(f'--device {args.device}: CUDA is not available here')
     return size
-
-
-def load_image(args, size):
-    """(name, BGR uint8 image, source) of --img / --demo, resized to --size if given."""
-    if args.demo is not None:
-        img, name, src = _image_io.demo_image(args.demo), args.demo, f'skimage.data.{args.demo}()'
-    else:
-        img, name, src = (
-            _image_io.read_image(args.img),
-            osp.splitext(osp.basename(args.img))[0],
-            args.img,
-        )
-    return name, _image_io.resize_image(img, size), src
 
 
 def load_cfg(args):
@@ -116,9 +90,9 @@ def setup(args, forms, what):
     """
     from mmcirc.analysis.attention_maps import find_attention_layers
 
-    quiet_warnings()
+    one_line_warnings(category=UserWarning)
     size = check_args(args)
-    img_name, img, img_src = load_image(args, size)
+    [(img_name, img, _, img_src)] = _image_io.load_images([args.img], args.demo, size)
     cfg = load_cfg(args)
     t0 = time.time()
     model = build_model(cfg, args.checkpoint, args.device, seed=args.seed)

@@ -1,6 +1,7 @@
 """What mmcirc's commands share: the one ``error:`` line (:class:`CLIError`,
 :func:`main_guard`: exit 1, ``MMCIRC_DEBUG=1`` for the traceback), the size flags
-(:func:`parse_hw`) and ``--cfg-options`` (:func:`add_cfg_options`). The library raises
+(:func:`parse_hw`), ``--cfg-options`` (:func:`add_cfg_options`) and warnings as one line
+(:func:`one_line_warnings`). The library raises
 ``ValueError`` / ``TypeError`` (or its own exception types); the commands turn them into
 that one line.
 """
@@ -9,6 +10,7 @@ import functools
 import os
 import pickle
 import sys
+import warnings
 
 
 class CLIError(Exception):
@@ -87,3 +89,20 @@ def main_guard(func):
             sys.exit(1)
 
     return wrapper
+
+
+def one_line_warnings(*noise, category=None, wording=str):
+    """Print warnings as one line, ``WARNING: <wording(message)>`` on stderr, without the
+    libraries' deprecation noise, warnings of ``category`` and those whose message holds
+    any of ``noise``."""
+    warnings.filterwarnings('ignore', category=DeprecationWarning)
+    warnings.filterwarnings('ignore', message='.*pkg_resources.*')
+    if category is not None:
+        warnings.filterwarnings('ignore', category=category)
+    for text in noise:
+        warnings.filterwarnings('ignore', message=f'.*{text}.*')
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f'WARNING: {wording(str(message))}', file=sys.stderr, flush=True)
+
+    warnings.showwarning = show

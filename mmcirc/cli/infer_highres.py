@@ -1,20 +1,10 @@
 """Whole-image semantic segmentation at high resolution (e.g. 4096 x 4096) with an
 mmseg config, timing it and measuring its peak memory: the command behind
 ``tools/infer_highres.py`` (its entry point): its flags, their checks, warnings as one
-line, the progress bar, the one ``error:`` line and the exit codes.
-
-    python tools/infer_highres.py CONFIG [CHECKPOINT] (--img PATH [PATH ...] | --demo astronaut)
-        [--size S | --size HxW] [--num-cores N|mobile|edge|server] [--boundary circular|zero]
-        [--scale sqrt_n|n] [--stage-attentions KIND[,KIND...]] [--out-dir work_dirs/highres]
-        [--device cpu] [--opacity 0.5] [--upsample banded|mmseg] [--cfg-options k=v ...]
-        [--dense-baseline | --baseline-only] [--mem-cap-gb 20] [--baseline-timeout 1800]
-        [--progress | --no-progress] [--shard | --nproc P]
-
-The segmentor is built with :func:`mmcirc.apis.build_model` after the backbone overrides are
-written into the config, and runs mmseg's whole inference (``test_cfg=dict(mode='whole')``
-forced, never sliding windows) on the image at the given size; see
-:mod:`mmcirc.apis.highres` (the library this tool is the command line of). Without
-CHECKPOINT the weights are random: only the time and memory figures mean anything.
+line, the progress bar, the one ``error:`` line and the exit codes (the usage line is
+the entry point's). The library is :mod:`mmcirc.apis.highres` (mmseg's whole inference,
+never sliding windows). Without CHECKPOINT the weights are random: only the time and
+memory figures mean anything.
 
 Backbones: mmcirc's pyramids (CA-PVT, CA-Swin: every override) and isotropic models
 (CA-DeiT: ``--boundary`` / ``--scale``; VECA: ``--num-cores``, C' a multiple of its
@@ -34,13 +24,7 @@ Progress (mmengine's ``ProgressBar`` on stderr): one step per backbone stage (py
 block (isotropic models), the neck, the decode head and each band of classes of the
 upsampling. Shown when stderr is a terminal; ``--progress`` / ``--no-progress`` force it.
 
-Sharded (:mod:`mmcirc.parallel`): ``torchrun --nproc-per-node P
-tools/infer_highres.py ... --shard`` or ``--nproc P`` (this tool starts P local gloo ranks
-itself): every rank holds a band of rows of the image and of every feature map, rank 0
-writes the same files (JSON: the slowest rank's time, every rank's peak RSS and bytes
-sent, under ``per_rank``). CPU only; an unsupported layer is one error line before any
-image is read, a P above the rows of the smallest feature map one line before inference
-(naming the largest usable P); a failing rank stops all with one line and no file.
+Sharded (``--shard`` under torchrun, ``--nproc P``): :mod:`mmcirc.cli.infer_highres_sharded`.
 
 A config whose backbone keeps quadratic 'sra' stages (the paper layout) gets a WARNING
 when those would not fit at the requested size: use the all-circulant / all-core configs
@@ -48,46 +32,19 @@ when those would not fit at the requested size: use the all-circulant / all-core
 """
 
 import argparse
-import contextlib
 import json
 import os.path as osp
-import re
 import sys
-import warnings
 
 from mmcirc.benchmark import dense_baseline as db
-from mmcirc.cli.common import CLIError, main_guard
-from mmcirc.cli.override_flags import add_override_args, overrides_from_args
+from mmcirc.cli.common import CLIError, main_guard, one_line_warnings
+from mmcirc.cli.override_flags import (
+    add_override_args,
+    as_cli_errors,
+    flag_words,
+    overrides_from_args,
+)
 from mmcirc.utils import image_io as imio
-
-#: The library's parameter names and the flags that set them (error and warning texts).
-FLAGS = {
-    'num_cores': '--num-cores',
-    'boundary': '--boundary',
-    'scale': '--scale',
-    'stage_attentions': '--stage-attentions',
-    'upsample': '--upsample',
-}
-
-
-def flag_words(message: str) -> str:
-    """A library message that starts with a parameter name (``num_cores must ...``,
-    ``boundary has no effect ...``) -> the same with the flag (``--num-cores must ...``)."""
-    m = re.match(r'(\w+)\b', message)
-    if m and m.group(1) in FLAGS:
-        return FLAGS[m.group(1)] + message[m.end() :]
-    return message
-
-
-@contextlib.contextmanager
-def as_cli_errors():
-    """The library's ValueError / TypeError -> one-line :class:`CLIError` in flag words."""
-    try:
-        yield
-    except (ValueError, TypeError) as err:
-        raise CLIError(
-            flag_words(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
-        ) from None
 
 
 def parse_args(argv=None):
@@ -171,19 +128,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def _one_line_warnings():
-    """Print warnings as one line (``WARNING: message``, in flag words), without library noise."""
-    warnings.filterwarnings('ignore', category=DeprecationWarning)
-    warnings.filterwarnings('ignore', message='.*pkg_resources.*')
-    for noise in ('Checkpoint is not loaded', 'build_loss', 'avg_non_ignore'):
-        warnings.filterwarnings('ignore', message=f'.*{noise}.*')
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        print(f'WARNING: {flag_words(str(message))}', file=sys.stderr, flush=True)
-
-    warnings.showwarning = show
-
-
 class ProgressReporter:
     """``progress(what, done, total)`` for :func:`mmcirc.apis.highres.predict_labels`:
     one mmengine ``ProgressBar`` on stderr per image, ended with a newline."""
@@ -202,16 +146,6 @@ class ProgressReporter:
             self.file.write('\n')
             self.file.flush()
             self.bar = None
-
-
-def _load_images(args, size):
-    """[(name, image BGR uint8 at the target size, source (H, W), source)] ; every
-    image is read before anything runs, so a bad path fails with no output."""
-    if args.demo is not None:
-        src = [(args.demo, imio.demo_image(args.demo), f'skimage.data.{args.demo}()')]
-    else:
-        src = [(osp.splitext(osp.basename(p))[0], imio.read_image(p), p) for p in args.img]
-    return [(name, imio.resize_image(img, size), img.shape[:2], where) for name, img, where in src]
 
 
 def _dense_line(name, hw, d):
@@ -261,7 +195,9 @@ def _check_args(args):
 
 @main_guard
 def main(argv=None):
-    _one_line_warnings()
+    one_line_warnings(
+        'Checkpoint is not loaded', 'build_loss', 'avg_non_ignore', wording=flag_words
+    )
     args = parse_args(argv)
     from mmcirc import apis
     from mmcirc.analysis.attention_memory import quadratic_warning
@@ -271,8 +207,10 @@ def main(argv=None):
         overrides = overrides_from_args(args)
     size = _check_args(args)
     if args.shard or args.nproc is not None:
-        return _main_sharded(args, overrides, size)
-    images = _load_images(args, size)
+        from mmcirc.cli.infer_highres_sharded import main_sharded
+
+        return main_sharded(args, overrides, size)
+    images = imio.load_images(args.img, args.demo, size)
     with as_cli_errors():
         cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
         minimum = apis.min_input_size(cfg)
@@ -358,98 +296,4 @@ def main(argv=None):
             f'{rec.baseline_rss_mb / 1024:.2f} GB) | {base}_overlay.png',
             flush=True,
         )
-    return 0
-
-
-def _sharded_rank(args, overrides, size):
-    """One rank of ``--shard`` / ``--nproc``: build, shard (errors before any image),
-    predict each image band-wise; rank 0 writes the files and returns its lines."""
-    import torch.distributed as dist
-
-    from mmcirc import apis
-    from mmcirc.parallel import infer as pinf
-    from mmcirc.distributed.comm import group_rank_size
-    from mmcirc.parallel.model import check_size, shard_model
-
-    rank, world = group_rank_size()
-    with as_cli_errors():
-        cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
-        model = apis.build_model(cfg, args.checkpoint, device='cpu', warn_random=rank == 0)
-        backbone = apis.backbone_summary(apis.image_backbone(model))
-        sharded = shard_model(model)  # an unsupported layer: ValueError, nothing read yet
-    pinf.sync_weights(model)  # random weights: rank 0's everywhere
-    images = _load_images(args, size) if rank == 0 else None
-    meta = [[(n, i.shape[:2], s, w) for n, i, s, w in images] if rank == 0 else None]
-    dist.broadcast_object_list(meta, 0)
-    lines = []
-    for k, (name, hw, source_size, where) in enumerate(meta[0]):
-        with as_cli_errors():
-            check_size(model, hw, world)
-        img = images[k][1] if rank == 0 else None
-        labels, rec = pinf.run_image_sharded(sharded, img, hw)
-        if rank != 0:
-            continue
-        rec = apis.HighResResult(
-            image=where, input_size=list(hw), source_size=list(source_size), config=args.config,
-            checkpoint=args.checkpoint, random_weights=args.checkpoint is None,
-            overrides=dict(overrides), backbone=backbone, device='cpu', sharded=True, **rec,
-            num_classes=len(model.dataset_meta['classes']),
-            labels_present=int(len(set(labels.ravel().tolist()))),
-        )  # fmt: skip
-        base = apis.output_stem(args.out_dir, name, hw, args.config, overrides)
-        apis.write_result(
-            base, rec, images[k][1], labels, model.dataset_meta['palette'], args.opacity
-        )
-        lines.append(
-            f'{name} {hw[0]}x{hw[1]} | {backbone["type"]} sharded over {world} ranks | '
-            f'{rec.time_s:.2f} s | peak RSS per rank '
-            + ', '.join(f'{r["peak_rss_mb"] / 1024:.2f}' for r in rec.per_rank)
-            + f' GB | {rec.bytes_sent / MB_:.1f} MB sent | {base}_overlay.png'
-        )
-    return lines
-
-
-MB_ = 1024**2
-
-
-def _main_sharded(args, overrides, size):
-    """``--shard`` (this process is one torchrun rank) or ``--nproc P`` (start P ranks)."""
-    if args.dense_baseline or args.baseline_only or args.upsample != 'banded':
-        raise CLIError('--shard/--nproc: no --dense-baseline/--baseline-only/--upsample mmseg')
-    if args.device != 'cpu':
-        raise CLIError('--shard/--nproc run on the CPU (gloo) only')
-    if args.nproc is not None:
-        import torch
-
-        from mmcirc.distributed import run_parallel
-
-        if args.nproc < 1:
-            raise CLIError(f'--nproc must be a positive int, got {args.nproc}')
-        threads = max(1, torch.get_num_threads() // args.nproc)
-        try:
-            lines = run_parallel(
-                _sharded_rank, args.nproc, (args, overrides, size), threads=threads
-            )[0]
-        except RuntimeError as err:  # 'rank r failed: <its error>'
-            raise CLIError(str(err).strip().splitlines()[0]) from None
-    else:
-        from mmcirc.distributed.comm import group_rank_size
-        from mmcirc.distributed.launch import init_from_env, is_secondary_error, leaving_group
-
-        init_from_env('gloo')
-        rank = group_rank_size()[0]
-        try:
-            with leaving_group():  # without it a finished rank can abort in teardown
-                lines = _sharded_rank(args, overrides, size)
-        except (CLIError, ValueError, TypeError):
-            if rank != 0:  # the same error on every rank: rank 0 reports it
-                sys.exit(1)
-            raise
-        except Exception as err:  # one line from the failing rank; its peers' echoes quiet
-            msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-            if is_secondary_error(msg):
-                sys.exit(1)
-            raise CLIError(f'rank {rank} failed: {type(err).__name__}: {msg}') from None
-    for line in lines:
-        print(line, flush=True)
     return 0

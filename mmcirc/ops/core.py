@@ -8,53 +8,43 @@ x (B, N, C); patches never attend to each other. Sequential form::
     broadcast: x' = MHA(query = x W_qp, key = c' W_kc, value = c' W_vc) O(N C')
     output:    y  = W_o x' + b_o,  and c' goes on to the next layer
 
-Both MHAs are ordinary scaled dot-product attention, scale 1/sqrt(head
-width). The gather has its own output projection W_oc, and the cores are a
-residual stream (c' = c + ...), so a core keeps its identity across layers
-(the block decides about norms). Key projections carry no bias: a key bias adds
-q . b_k to every score of a query, which the softmax cancels, so it would be a
-parameter without gradient.
+Both MHAs are ordinary scaled dot-product attention, scale 1/sqrt(head width). The
+gather has its own output projection W_oc, and the cores are a residual stream
+(c' = c + ...), so a core keeps its identity across layers (the block decides about
+norms). Key projections carry no bias: a key bias adds q . b_k to every score of a
+query, which the softmax cancels, so it would be a parameter without gradient.
 
 Two exact evaluation orders (``fold_projections``):
 
-* unfolded: project the patches (``x W_kp``, ``x W_vp``, ``x W_qp``) and
-  attend, cost ~ N C^2 (projections) + N C' C (attention).
+* unfolded: project the patches (``x W_kp``, ``x W_vp``, ``x W_qp``) and attend, cost
+  ~ N C^2 (projections) + N C' C (attention).
 * folded: move the patch-side projections onto the C' cores, which are few:
   ``(c W_qc)_h . (W_kp x)_h = ((c W_qc)_h W_kp,h) . x`` and
-  ``sum_n p_n (W_vp x_n + b) = W_vp (sum_n p_n x_n) + b sum_n p_n`` in the
-  gather;
+  ``sum_n p_n (W_vp x_n + b) = W_vp (sum_n p_n x_n) + b sum_n p_n`` in the gather;
   ``(W_qp x + b)_h . k_h = x . (W_qp,h^T k_h) + b_h . k_h`` and
-  ``W_o concat_h(P_h v_h) = sum_h P_h (v_h W_o,h^T)`` in the broadcast.
-  The patches are then never projected: cost ~ N C' C * heads, all of it
-  proportional to C' (elastic inference really pays off).
+  ``W_o concat_h(P_h v_h) = sum_h P_h (v_h W_o,h^T)`` in the broadcast. The patches are
+  then never projected: cost ~ N C' C * heads, all of it proportional to C' (elastic
+  inference really pays off).
 
 Auto choice: fold when ``heads * C' < C + C'`` (fewer multiply-adds).
 
 With one head and no autograd the folded broadcast ``softmax(x k_t^T + beta) v_t`` is
 one fused ``scaled_dot_product_attention`` of the patches over the folded cores (``beta``
-its additive mask; on the CPU its keys padded to a multiple of ``SOFTMAX_WIDTH`` under
-a -inf mask, :func:`_pad_keys`): no (B, N, C') scores or weights are stored, so a call
-allocates little more than its output (a large transient would have the allocator hand pages back
+its additive mask): no (B, N, C') scores or weights are stored, so a call allocates
+little more than its output (a large transient would have the allocator hand pages back
 to the kernel and fault them in again on the next call). Otherwise (more heads; autograd,
 where the fused kernel's gradient of the mask falls back to a slower unfused form) it is
-two GEMMs around a softmax per head; under autograd the scores' key gradient is taken as
-``ds^T x`` (:class:`_Scores`), a GEMM that MKL runs well for any C'. Over
-C' < ``SOFTMAX_WIDTH`` cores that softmax runs over scores padded with -inf to one vector
-of floats of torch's CPU kernels (:func:`core_softmax`; the padded weights are exactly 0
-and are dropped before the value product, whose cost stays proportional to C'): a
-softmax over a last axis shorter than one vector costs several times more per element.
-Traced, compiled and exported graphs (the FLOP count, torch.compile, ONNX) keep the two
-GEMMs (plain ``baddbmm``) for any heads. Under bf16 / fp16 autocast the scores' softmax
-(also inside the fused call) and the online gather's running sums are float32; the
-projections and products follow autocast.
+two GEMMs around a softmax per head. How both run fast over few cores on the CPU, and
+that traced graphs keep the plain GEMMs: :mod:`.core_softmax`. Under bf16 / fp16
+autocast the scores' softmax (also inside the fused call) and the online gather's running
+sums are float32; the projections and products follow autocast.
 
-Unchunked, the gather is one fused ``scaled_dot_product_attention`` call
-(no (heads, C', N) score map is stored). Bounded memory: for
-N > ``chunk_threshold`` (or any N when ``chunk_size`` is set) the gather
-streams over chunks of patches with an online (log-sum-exp) softmax (running
-max, running denominator, running weighted sum), projecting each chunk's
-keys/values inside the loop, and the broadcast runs per chunk of queries.
-The result equals the unchunked one; with autograd on, each chunk is
+Unchunked, the gather is one fused ``scaled_dot_product_attention`` call (no (heads, C',
+N) score map is stored). Bounded memory: for N > ``chunk_threshold`` (or any N when
+``chunk_size`` is set) the gather streams over chunks of patches with an online
+(log-sum-exp) softmax (running max, running denominator, running weighted sum),
+projecting each chunk's keys/values inside the loop, and the broadcast runs per chunk of
+queries. The result equals the unchunked one; with autograd on, each chunk is
 checkpointed so that its scores are recomputed in backward, not stored.
 
 This file depends on torch only.
@@ -68,15 +58,13 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .capture import graph_capture
-from .layout import cpu_layout
 from .circulant import autocast_dtype
+from .core_softmax import Scores, core_softmax, pad_keys, wide
 
 __all__ = [
     'CORE_PRESETS',
-    'SOFTMAX_WIDTH',
     'CoreAttention',
     'check_positive',
-    'core_softmax',
     'parse_num_cores',
     'select_cores',
 ]
@@ -86,69 +74,6 @@ CORE_PRESETS = {'mobile': 8, 'edge': 32, 'server': 64}
 
 DEFAULT_CHUNK_THRESHOLD = 1 << 17  # 131072 tokens, e.g. 362 x 362
 DEFAULT_CHUNK_SIZE = 1 << 14  # patches per chunk once chunking is on
-#: the folded broadcast's softmax runs over at least this many scores per head: one vector
-#: of floats of torch's CPU kernels (16 with AVX-512, 8 with AVX2 and the others); fewer
-#: active cores are padded with -inf (weight 0)
-SOFTMAX_WIDTH = 16 if torch.backends.cpu.get_cpu_capability() == 'AVX512' else 8
-
-
-def _wide(t):
-    """``t`` in float32 when it is bf16 / fp16 (scores under autocast: softmax and its
-    sums run in float32, METHOD.md), else unchanged (float32 and float64 stay)."""
-    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
-
-
-def core_softmax(s):
-    """Softmax over the last axis of scores ``s`` (..., C') (the cores), in float32 at
-    least. In the CPU layout, for C' < ``SOFTMAX_WIDTH`` it runs over ``s`` padded with
-    -inf to that width (the padded weights are exactly 0 and are sliced off): over a last
-    axis shorter than
-    one vector of floats torch's CPU softmax costs several times more per element.
-    Traced graphs (the FLOP count, ONNX) keep the plain softmax over C': the padding is
-    a CPU kernel's speed, not part of the method, and is not counted.
-    Returns (..., C') (a strided view when padded)."""
-    nc = s.shape[-1]
-    s = _wide(s)
-    if nc >= SOFTMAX_WIDTH or torch.jit.is_tracing() or not cpu_layout(s):
-        return torch.softmax(s, dim=-1)
-    s = F.pad(s, (0, SOFTMAX_WIDTH - nc), value=float('-inf'))  # (..., SOFTMAX_WIDTH)
-    return torch.softmax(s, dim=-1)[..., :nc]  # (..., C')
-
-
-def _pad_keys(k, v, beta):
-    """The folded cores k, v (B, C', C) and their mask beta (B, 1, C') padded to a
-    multiple of ``SOFTMAX_WIDTH`` keys on the CPU for C' > 1: zero keys and values under
-    a -inf mask, whose weights are exactly 0 (torch's CPU flash attention is slower over
-    a key count that is not a multiple of one vector; one key is faster unpadded:
-    measured in docs/benchmarks.md)."""
-    pad = -k.shape[1] % SOFTMAX_WIDTH
-    if not cpu_layout(k) or k.shape[1] == 1 or not pad:
-        return k, v, beta
-    k, v = (F.pad(t, (0, 0, 0, pad)) for t in (k, v))  # (B, C' + pad, C)
-    return k, v, F.pad(beta, (0, pad), value=float('-inf'))  # (B, 1, C' + pad)
-
-
-class _Scores(torch.autograd.Function):
-    """``baddbmm(beta, x, k^T)``: scores (B, n, K) of x (B, n, C) against k (B, K, C) plus
-    beta (B, 1, K), whose backward takes the gradient of k as ``ds^T x`` (B, K, C).
-    Autograd's own ``(x^T ds)^T`` is a GEMM that MKL runs far slower for a few columns K
-    over a long n (the folded broadcast of one head over a few cores C')."""
-
-    @staticmethod
-    def forward(ctx, beta, x, k):
-        ctx.save_for_backward(x, k)
-        return torch.baddbmm(beta, x, k.transpose(1, 2))  # (B, n, K)
-
-    @staticmethod
-    def backward(ctx, ds):
-        x, k = ctx.saved_tensors  # as given: under autocast baddbmm cast them, not saved
-        x, k = x.to(ds.dtype), k.to(ds.dtype)  # autograd casts each gradient back
-        need = ctx.needs_input_grad
-        return (
-            ds.sum(1, keepdim=True) if need[0] else None,  # (B, 1, K)
-            ds @ k if need[1] else None,  # (B, n, C)
-            ds.transpose(1, 2) @ x if need[2] else None,  # (B, K, C)
-        )
 
 
 def check_positive(name, value, allow_none=False):
@@ -173,8 +98,7 @@ def parse_num_cores(value, maximum=None, step=1, name='num_cores'):
     if isinstance(n, str):
         n = CORE_PRESETS.get(n, int(n) if n.strip().isdigit() else None)
     ok = isinstance(n, Integral) and not isinstance(n, bool) and n >= step and n % step == 0
-    if ok and maximum is not None:
-        ok = n <= maximum
+    ok = ok and (maximum is None or n <= maximum)
     if not ok:
         upper = 'num_cores_max' if maximum is None else f'num_cores_max={maximum}'
         multiple = f' and a multiple of {step}' if step > 1 else ''
@@ -200,11 +124,8 @@ def select_cores(bank, num_cores, batch_size=None):
         raise ValueError(
             f'bank must be a 2-D tensor (C_max, C), got {getattr(bank, "shape", type(bank))}'
         )
-    if (
-        isinstance(num_cores, bool)
-        or not isinstance(num_cores, int)
-        or not 1 <= num_cores <= bank.shape[0]
-    ):
+    is_int = isinstance(num_cores, int) and not isinstance(num_cores, bool)
+    if not is_int or not 1 <= num_cores <= bank.shape[0]:
         raise ValueError(
             f'num_cores must be an int in [1, {bank.shape[0]}] (the bank size), got {num_cores!r}'
         )
@@ -221,18 +142,14 @@ class CoreAttention(nn.Module):
     Args:
         dim (int): channels C of patches and cores.
         num_heads (int): heads of both MHAs (head width C / num_heads).
-        qkv_bias (bool): bias of the query and value projections (keys have
-            none, see the module docstring).
+        qkv_bias (bool): bias of the query and value projections (keys have none).
         attn_drop (float): dropout on the attention probabilities.
         proj_drop (float): dropout after the patch output projection.
         chunk_size (int, optional): patches per chunk; set it to always chunk.
-        chunk_threshold (int): with ``chunk_size=None``, chunk only when N
-            exceeds this, in chunks of min(``DEFAULT_CHUNK_SIZE``, threshold).
-        fold_projections (bool, optional): evaluation order (both exact);
-            None picks the cheaper one for the given C'.
-
-    ``forward(x, cores)`` with x (B, N, C) and cores (B, C', C), any C' >= 1,
-    returns ``(y, new_cores)``: (B, N, C) and (B, C', C).
+        chunk_threshold (int): with ``chunk_size=None``, chunk only when N exceeds
+            this, in chunks of min(``DEFAULT_CHUNK_SIZE``, threshold).
+        fold_projections (bool, optional): evaluation order (both exact); None picks
+            the cheaper one for the given C'.
     """
 
     def __init__(
@@ -281,8 +198,7 @@ class CoreAttention(nn.Module):
 
     def extra_repr(self):
         return (
-            f'dim={self.dim}, num_heads={self.num_heads}, '
-            f'chunk_size={self.chunk_size}, '
+            f'dim={self.dim}, num_heads={self.num_heads}, chunk_size={self.chunk_size}, '
             f'chunk_threshold={self.chunk_threshold}'
         )
 
@@ -290,9 +206,7 @@ class CoreAttention(nn.Module):
     def _chunk_len(self, n):
         if self.chunk_size is not None:
             return min(self.chunk_size, n)
-        if n <= self.chunk_threshold:
-            return n
-        return min(DEFAULT_CHUNK_SIZE, self.chunk_threshold)
+        return n if n <= self.chunk_threshold else min(DEFAULT_CHUNK_SIZE, self.chunk_threshold)
 
     def _fold(self, num_cores):
         if self.fold_projections is not None:
@@ -300,9 +214,7 @@ class CoreAttention(nn.Module):
         return self.num_heads * num_cores < self.dim + num_cores
 
     def _drop(self, p):
-        if self.training and self.attn_drop > 0:
-            return F.dropout(p, self.attn_drop)
-        return p
+        return F.dropout(p, self.attn_drop) if self.training and self.attn_drop > 0 else p
 
     def split_heads(self, t):
         """(B, L, C) -> (B, heads, L, head_dim), a view: the layout of the heads that
@@ -311,8 +223,8 @@ class CoreAttention(nn.Module):
         return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
 
     def _run(self, fn, *args):
-        """fn(*args) on one chunk; checkpointed under autograd, so that the
-        chunk's scores are recomputed in backward instead of stored."""
+        """fn(*args) on one chunk; checkpointed under autograd, so that the chunk's
+        scores are recomputed in backward instead of stored."""
         if torch.is_grad_enabled() and any(
             isinstance(a, torch.Tensor) and a.requires_grad for a in args
         ):
@@ -330,24 +242,21 @@ class CoreAttention(nn.Module):
     def _gather_step(self, q, xc, fold, track_mass, m, den, acc, mass):
         """One chunk of the online softmax of ``q`` over the patches ``xc``.
 
-        q: (B, heads*C', C) folded or (B, heads, C', head_dim); xc (B, n, C).
-        State (None before the first chunk): running max m, denominator den,
-        weighted sum acc and, for the folded value bias under attention
-        dropout, the running sum of the dropped weights (mass).
+        q: (B, heads*C', C) folded or (B, heads, C', head_dim); xc (B, n, C). State
+        (None before the first chunk): running max m, denominator den, weighted sum acc
+        and, for the folded value bias under attention dropout, the running sum of the
+        dropped weights (mass).
         """
         k, v = self._patch_kv(xc, fold)
-        s = _wide(q @ k.transpose(-1, -2))  # (..., rows, n) scaled scores, >= float32
+        s = wide(q @ k.transpose(-1, -2))  # (..., rows, n) scaled scores, >= float32
         v = v.to(s.dtype)  # a no-op unless bf16 (autocast casts it back for the GEMM)
         m_new = s.detach().amax(-1, keepdim=True)  # (..., rows, 1)
         if m is not None:
             m_new = torch.maximum(m, m_new)
         e = torch.exp(s - m_new)  # (..., rows, n)
         de = self._drop(e)
-        new = [
-            e.sum(-1, keepdim=True),
-            de @ v,  # den, acc (..., rows, dv)
-            de.sum(-1, keepdim=True) if track_mass else None,
-        ]
+        # den, acc (..., rows, dv), mass
+        new = [e.sum(-1, keepdim=True), de @ v, de.sum(-1, keepdim=True) if track_mass else None]
         if m is not None:  # rescale the old state to the new max and add
             corr = torch.exp(m - m_new)
             new = [None if t is None else old * corr + t for old, t in zip((den, acc, mass), new)]
@@ -395,7 +304,7 @@ class CoreAttention(nn.Module):
         captured = graph_capture()  # those graphs keep the GEMMs
         if self.num_heads == 1 and not (torch.is_grad_enabled() or captured):
             # softmax(x k_t^T + beta) v_t as one fused SDPA, beta its additive mask
-            k_t, v_t, beta = _pad_keys(k_t, v_t, beta)
+            k_t, v_t, beta = pad_keys(k_t, v_t, beta)
             y = F.scaled_dot_product_attention(
                 xc.unsqueeze(1),  # (B, 1, n, C): queries
                 k_t.unsqueeze(1).to(xc.dtype),  # (B, 1, C', C): keys
@@ -408,7 +317,7 @@ class CoreAttention(nn.Module):
         if captured:
             s = torch.baddbmm(beta, xc, k_t.transpose(1, 2))  # (B, n, h*C')
         else:  # the same product, its key gradient a faster GEMM
-            s = _Scores.apply(beta, xc, k_t)  # (B, n, h*C')
+            s = Scores.apply(beta, xc, k_t)  # (B, n, h*C')
         p = core_softmax(s.view(b, n, self.num_heads, -1))  # (B, n, h, C'), >= float32
         p = self._drop(p).reshape(b, n, -1).to(s.dtype)  # (B, n, h*C')
         y = p @ v_t  # (B, n, C): the sum over heads is part of the product
@@ -437,9 +346,8 @@ class CoreAttention(nn.Module):
                 if self.q_patch.bias is not None
                 else k.new_zeros(b, 1, h * nc)
             )  # b_qp,h . k_h
-            v_t = (v @ self.proj.weight.view(c, h, dh).permute(1, 2, 0)).reshape(
-                b, h * nc, c
-            )  # v_h W_o,h^T
+            wo = self.proj.weight.view(c, h, dh).permute(1, 2, 0)  # (h, dh, C)
+            v_t = (v @ wo).reshape(b, h * nc, c)  # v_h W_o,h^T
             bias = self.proj.bias
             if bias is not None and not (self.training and self.attn_drop):
                 # each head's weights sum to 1: b_o = sum_h P_h (b_o / h)
@@ -457,18 +365,13 @@ class CoreAttention(nn.Module):
         return y
 
     def forward(self, x, cores):
-        """x (B, N, C) patches, cores (B, C', C) active cores (C' >= 1).
-
-        Returns (y (B, N, C), new_cores (B, C', C)).
-        """
-        if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            raise ValueError(
-                f'x must be a 3-D tensor (B, N, C), got {getattr(x, "shape", type(x))}'
-            )
-        if not isinstance(cores, torch.Tensor) or cores.dim() != 3:
-            raise ValueError(
-                f"cores must be a 3-D tensor (B, C', C), got {getattr(cores, 'shape', type(cores))}"
-            )
+        """x (B, N, C) patches, cores (B, C', C) active cores (C' >= 1) -> (y (B, N, C),
+        new_cores (B, C', C))."""
+        for name, t, axes in (('x', x, '(B, N, C)'), ('cores', cores, "(B, C', C)")):
+            if not isinstance(t, torch.Tensor) or t.dim() != 3:
+                raise ValueError(
+                    f'{name} must be a 3-D tensor {axes}, got {getattr(t, "shape", type(t))}'
+                )
         if x.shape[-1] != self.dim or cores.shape[-1] != self.dim:
             raise ValueError(
                 f'x and cores must have dim={self.dim} channels, '
@@ -476,9 +379,8 @@ class CoreAttention(nn.Module):
             )
         if cores.shape[0] != x.shape[0]:
             raise ValueError(
-                f'cores batch {cores.shape[0]} must equal x '
-                f'batch {x.shape[0]} (select_cores expands a '
-                f'bank)'
+                f'cores batch {cores.shape[0]} must equal x batch {x.shape[0]} '
+                '(select_cores expands a bank)'
             )
         if cores.shape[1] < 1 or x.shape[1] < 1:
             raise ValueError(

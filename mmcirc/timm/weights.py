@@ -21,7 +21,6 @@ types mmengine writes; nothing else is unpickled); on a torch-only install (no
 mmengine) with torch's own ``weights_only`` loader.
 """
 
-import inspect
 import logging
 from collections import OrderedDict
 
@@ -45,33 +44,11 @@ def load_checkpoint_file(path: str):
     return torch.load(path, map_location='cpu', weights_only=True)
 
 
-#: VECAViT arguments that change the model's function (or its training augmentation).
-_VECA_SETTINGS = (
-    'patch_size',
-    'patch_norm',
-    'out_channels',
-    'core_chunk',
-    'rope_p_zero_freqs',
-    'rope_zero_freqs_from',
-    'rope_shift_coords',
-    'rope_jitter_coords',
-    'rope_rescale_coords',
-)
-
-
 def _check_veca_settings(trained: dict, model) -> None:
-    """The settings a VECA checkpoint was trained with (``trained``: VECAViT arguments,
-    the defaults where absent) equal those the timm model was created with;
-    ValueError naming them."""
-    from mmcirc.models.backbones.veca import VECAViT
-
-    defaults = {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
-    have = model.backbone_kwargs
-    differ = {
-        k: trained.get(k, defaults[k])
-        for k in _VECA_SETTINGS
-        if trained.get(k, defaults[k]) != have.get(k, defaults[k])
-    }
+    """The settings a VECA checkpoint was trained with (``trained``: VECAViT arguments)
+    equal those the timm model was created with
+    (:func:`~mmcirc.models.backbones.veca_convert.settings_differ`); ValueError naming them."""
+    differ = veca_convert.settings_differ(trained, model.backbone_kwargs)
     if differ:
         args = ', '.join(f'{k}={v!r}' for k, v in differ.items())
         raise ValueError(

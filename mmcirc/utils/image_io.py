@@ -6,7 +6,8 @@ commands: its errors are one-line ``ValueError`` messages worded for the command
 (naming the flag), which the commands print as their ``error:`` line.
 """
 
-from typing import Dict, Optional, Tuple, Union
+import os.path as osp
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -18,6 +19,7 @@ __all__ = [
     'resize_image',
     'read_image',
     'demo_image',
+    'load_images',
     'colorize',
     'overlay',
     'encode_png',
@@ -95,6 +97,18 @@ def demo_image(name: str = 'astronaut') -> np.ndarray:
     if rgb.ndim == 2:
         rgb = np.stack([rgb] * 3, axis=-1)
     return np.ascontiguousarray(rgb[..., 2::-1])
+
+
+def load_images(paths: Optional[Sequence[str]], demo: Optional[str], size) -> List[tuple]:
+    """``[(name, image, source (H, W), source)]`` of the image files ``paths`` or, with
+    ``demo``, of that :func:`demo_image`: BGR uint8, resized to ``size``
+    (:func:`resize_image`). Every image is read before this returns, so that a bad path
+    fails before anything runs."""
+    if demo is not None:
+        src = [(demo, demo_image(demo), f'skimage.data.{demo}()')]
+    else:
+        src = [(osp.splitext(osp.basename(p))[0], read_image(p), p) for p in paths]
+    return [(name, resize_image(img, size), img.shape[:2], where) for name, img, where in src]
 
 
 def colorize(labels: np.ndarray, palette) -> np.ndarray:

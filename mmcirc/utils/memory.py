@@ -5,6 +5,7 @@ import os
 import resource
 
 __all__ = [
+    'MB',
     'address_space_bytes',
     'is_out_of_memory',
     'peak_rss_bytes',
@@ -12,6 +13,9 @@ __all__ = [
     'rss_baseline',
     'rss_bytes',
 ]
+
+#: Bytes per MiB, the unit of the records' ``*_mb`` figures.
+MB = 1024**2
 
 
 def _statm(field: int) -> int:

@@ -1,6 +1,7 @@
 """mmcirc.apis.highres (the library): the whole-image config, whole-image inference
 against mmseg's own inference_model (pyramid, CA-DeiT, VECA), the banded upsample,
-progress. The overrides are tested in tests/apis/test_overrides.py, the builder in
+progress. The record and files of one image are tested in
+tests/apis/test_highres_record.py, the overrides are tested in tests/apis/test_overrides.py, the builder in
 tests/apis/test_builder.py, the memory estimates in tests/analysis/test_attention_memory.py; the
 command line (flags, images, PNGs, the dense-baseline child) in
 tests/tools/test_infer_highres.py."""
@@ -62,6 +63,14 @@ def test_whole_mode_is_forced(tmp_path):
     )
     assert cfg.model.test_cfg == dict(mode='whole')
     assert cfg.highres_replaced_test_cfg['mode'] == 'slide'
+
+
+def test_min_input_size_is_the_built_pyramids(tmp_path):
+    """A pyramid with spatial-reduction stages states a minimum when it is built; other
+    backbones take any size."""
+    cfg = hr.load_highres_config(tiny_config(tmp_path, 'ca_pvt_t_fpn_80k_ade20k.py'))
+    assert hr.min_input_size(cfg) == build_model(cfg).backbone.min_input_size > 1
+    assert hr.min_input_size(hr.load_highres_config(isotropic_config(tmp_path, CADEIT))) == 1
 
 
 # --------------------------------------------------------------------------- inference
@@ -149,48 +158,3 @@ def test_progress_must_be_callable(tmp_path):
     model = build_model(hr.load_highres_config(tiny_config(tmp_path)))
     with pytest.raises(TypeError, match='^progress must be'):
         hr.predict_labels(model, _image(33, 45), progress='yes')
-
-
-def _record(**run):
-    common = dict(
-        image='a.png', input_size=[2, 3], source_size=[2, 3], config='c.py', checkpoint=None,
-        random_weights=True, overrides={}, backbone=dict(type='X'), device='cpu', time_s=1.0,
-        peak_rss_mb=2.0, peak_increase_mb=1.0, torch_threads=1, num_classes=3, labels_present=2,
-    )  # fmt: skip
-    return hr.HighResResult(**common, **run)
-
-
-SINGLE = {'forward_s', 'upsample', 'baseline_rss_mb', 'peak_is_per_image', 'test_cfg'}
-SINGLE |= {'upsample_s', 'cuda_max_allocated_mb', 'quadratic_warning', 'dense_baseline'}
-SHARDED = {'sharded', 'world_size', 'bytes_sent', 'per_rank'}
-
-
-def test_a_record_holds_the_common_fields_and_those_of_its_run():
-    single = _record(forward_s=0.5, upsample='banded').to_dict()
-    sharded = _record(sharded=True, world_size=2, bytes_sent=10, per_rank=[{}, {}]).to_dict()
-    assert SINGLE <= set(single) and not SHARDED & set(single)
-    assert SHARDED <= set(sharded) and not SINGLE & set(sharded)
-    assert set(single) - SINGLE == set(sharded) - SHARDED
-    assert single['test_cfg'] == dict(mode='whole') and sharded['per_rank'] == [{}, {}]
-
-
-def test_write_result_writes_the_pngs_and_the_record_naming_them(tmp_path):
-    import json
-
-    labels = np.array([[0, 1, 2], [2, 1, 0]])
-    palette = [[255, 0, 0], [0, 255, 0], [0, 0, 255]]  # RGB
-    img = np.zeros((2, 3, 3), np.uint8)
-    stem = hr.output_stem(str(tmp_path), 'a', (2, 3), 'configs/c.py', dict(num_cores=8))
-    hr.write_result(stem, _record(), img, labels, palette, opacity=1.0)
-    assert stem == str(tmp_path / 'a_2x3_c_nc8')
-    assert (cv2.imread(stem + '_labels.png', cv2.IMREAD_UNCHANGED) == labels).all()
-    mask_rgb = cv2.imread(stem + '_mask.png')[..., ::-1]
-    assert (mask_rgb == np.array(palette, np.uint8)[labels]).all()
-    rec = json.loads(open(stem + '.json').read())
-    assert rec['outputs'] == {
-        k: f'a_2x3_c_nc8{e}'
-        for k, e in dict(
-            labels='_labels.png', mask='_mask.png', overlay='_overlay.png', json='.json'
-        ).items()
-    }
-    assert rec['image'] == 'a.png' and 'sharded' not in rec

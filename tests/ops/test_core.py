@@ -7,7 +7,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dense_reference import core_attention_dense, mha_dense
 from mmcirc.ops import CoreAttention, select_cores
-from mmcirc.ops.core import SOFTMAX_WIDTH, core_softmax
+from mmcirc.ops.core_softmax import SOFTMAX_WIDTH
 
 FOLDS = [False, True]
 
@@ -193,14 +193,6 @@ def test_few_cores_match_dense(num_heads, num_cores, chunk_size):
     y_ref, cores_ref = core_attention_dense(m, x, cores)
     torch.testing.assert_close(new_cores, cores_ref, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
-
-
-@pytest.mark.parametrize('width', [1, 3, 8, 15, 16, 17])
-def test_core_softmax_is_the_softmax_over_the_cores(width):
-    s = torch.randn(3, 5, 2, width, dtype=torch.float64) * 10
-    p = core_softmax(s)
-    assert p.shape == s.shape
-    torch.testing.assert_close(p, torch.softmax(s, dim=-1), rtol=1e-14, atol=1e-15)
 
 
 class _SoftmaxInputs(TorchDispatchMode):

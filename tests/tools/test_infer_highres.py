@@ -1,11 +1,12 @@
 """tools/infer_highres.py: end to end on a tiny all-circulant CA-PVT + Semantic FPN and
-tiny CA-DeiT / VECA UperNets (overrides, progress, one-line errors), and its tools-side
-modules (mmcirc/utils/image_io.py: sizes, images, PNGs; the memory-capped dense-baseline
-child: tests/benchmark/test_dense_baseline.py)."""
+tiny CA-DeiT / VECA UperNets (overrides, progress, one-line errors). Its tools-side
+modules are tested beside them: images and PNGs in tests/utils/test_image_io.py, the
+override flags' messages in tests/cli/test_override_args.py, the memory-capped
+dense-baseline child in tests/benchmark/test_dense_baseline.py; sharded in
+tests/distributed/segmentor/test_tool.py."""
 
 import json
 import math
-import os
 import os.path as osp
 import warnings
 
@@ -20,8 +21,6 @@ from helpers import VECA_UPERNET as VECA
 from helpers import tiny_isotropic_config as _isotropic_config
 
 from mmcirc.cli import infer_highres
-from mmcirc.utils import image_io as imio
-from mmcirc.cli.common import CLIError
 
 
 def _checkpoint(cfg_path, tmp_path):
@@ -291,74 +290,6 @@ def test_dense_baseline_of_an_isotropic_model_is_one_line_error(tmp_path, capsys
         and "'CADeiT'" in lines[0]
     )
     assert not (tmp_path / 'out').exists()
-
-
-# --------------------------------------------------------------------------- tools-side modules
-@pytest.mark.parametrize(
-    'kwargs,text',
-    [
-        (dict(boundary='wrap'), "--boundary must be one of ('circular', 'zero'), got 'wrap'"),
-        (
-            dict(scale='log'),
-            "--scale must be one of ('sqrt_n', 'n') or a positive float, got 'log'",
-        ),
-        (
-            dict(num_cores='0'),
-            "--num-cores must be an int in [1, num_cores_max] or a preset in ('mobile', 'edge', "
-            "'server') {'mobile': 8, 'edge': 32, 'server': 64}, got '0'",
-        ),
-    ],
-)
-def test_library_errors_become_flag_errors(kwargs, text):
-    from mmcirc.apis import overrides as ov
-
-    with pytest.raises(CLIError) as err:
-        with infer_highres.as_cli_errors():
-            ov.validate_overrides(**kwargs)
-    assert str(err.value) == text
-
-
-def test_parse_size():
-    assert imio.parse_size(None) is None
-    assert imio.parse_size('4096') == 4096
-    assert imio.parse_size('97x131') == (97, 131)
-    for bad in ('0', 'x', '12x', '-3', 'big', '3x0'):
-        with pytest.raises(ValueError, match='--size'):
-            imio.parse_size(bad)
-    img = np.zeros((50, 100, 3), np.uint8)
-    assert imio.resize_image(img, 300).shape == (150, 300, 3)
-    assert imio.resize_image(img, (97, 131)).shape == (97, 131, 3)
-
-
-def test_read_image_errors(tmp_path):
-    bad = tmp_path / 'bad.png'
-    bad.write_bytes(b'not a png')
-    for path in (str(bad), str(tmp_path / 'missing.jpg'), str(tmp_path)):
-        with pytest.raises(ValueError) as err:
-            imio.read_image(path)
-        assert str(err.value) == f'cannot read image: {path}'
-
-
-def test_colorize_and_overlay():
-    palette = [[10, 20, 30], [200, 100, 0]]
-    color = imio.colorize(np.array([[0, 1]]), palette)
-    np.testing.assert_array_equal(color, np.array([[[10, 20, 30], [200, 100, 0]]], np.uint8))
-    img = np.full((1, 2, 3), 100, np.uint8)
-    # BGR image, RGB mask: 0.25 * 100 + 0.75 * mask[..., ::-1], rounded
-    np.testing.assert_array_equal(
-        imio.overlay(img, color, 0.75), np.array([[[48, 40, 33], [25, 100, 175]]], np.uint8)
-    )
-
-
-def test_write_atomic_leaves_nothing_on_failure(tmp_path):
-    out = tmp_path / 'out'
-    blocker = tmp_path / 'file'
-    blocker.write_text('x')
-    with pytest.raises(OSError):
-        imio.write_atomic({str(out / 'a.png'): b'1', str(blocker / 'b.json'): b'2'})
-    assert not list(out.iterdir())
-    imio.write_atomic({str(out / 'a.png'): b'1', str(out / 'a.json'): b'2'})
-    assert sorted(os.listdir(out)) == ['a.json', 'a.png']
 
 
 def test_compile_gives_the_labels_of_eager(tmp_path):

@@ -35,6 +35,7 @@ __all__ = [
     'VECA_FAMILIES',
     'convert_source',
     'convert_veca_official',
+    'settings_differ',
     'veca_settings_of',
 ]
 
@@ -64,6 +65,29 @@ _VECA_CONFIG_ARGS = {
     'distill_output_dim': 'out_channels',
     'dropout': 'dropout',
 }
+
+
+#: The VECAViT arguments of :data:`_VECA_CONFIG_ARGS` that change a trained model's function
+#: (not the input channels, which a loader may adapt, nor dropout, training only).
+_FUNCTION_ARGS = tuple(a for a in _VECA_CONFIG_ARGS.values() if a not in ('in_channels', 'dropout'))
+
+
+def _defaults() -> dict:
+    from .veca import VECAViT
+
+    return {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
+
+
+def settings_differ(trained: dict, given: dict) -> dict:
+    """``{argument: trained value}`` of the VECAViT arguments that change a trained
+    model's function where those a checkpoint was trained with (``trained``) and the
+    ``given`` ones differ, the defaults where absent."""
+    defaults = _defaults()
+    return {
+        k: trained.get(k, defaults[k])
+        for k in _FUNCTION_ARGS
+        if trained.get(k, defaults[k]) != given.get(k, defaults[k])
+    }
 
 
 def veca_settings_of(config: dict) -> tuple:
@@ -143,7 +167,7 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
             f'the VECA checkpoint does not fit VECAViT for model_family {family!r}'
             f'{" (given arch)" if arch is not None else ""}: ' + '; '.join(bad[:4])
         )
-    defaults = {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
+    defaults = _defaults()
     backbone = dict(
         type='VECAViT',
         arch=family if arch is None else arch,
