@@ -174,6 +174,12 @@ class CAPVT(PyramidBackbone):
             )
         self.use_abs_pos_embed = use_abs_pos_embed
 
+        core = dict(  # the core blocks' own arguments, every stage
+            qkv_bias=qkv_bias,
+            attn_drop_rate=attn_drop_rate,
+            use_cpe=core_cpe,
+            chunk_size=core_chunk_size,
+        )
         self.layers = ModuleList()
         stride = 1
         for i, kind in enumerate(self.stage_attentions):
@@ -205,22 +211,7 @@ class CAPVT(PyramidBackbone):
                 norm_cfg=norm_cfg,
             )
             args = dict(  # the explicit arguments of each kind (block_cfgs: more)
-                circulant=dict(
-                    mlp,
-                    num_heads=self.circulant_heads[i],
-                    boundary=boundary,
-                    scale=scale,
-                    ffn_type='mixffn',
-                ),
-                core=dict(
-                    mlp,
-                    num_heads=self.num_heads[i],
-                    qkv_bias=qkv_bias,
-                    attn_drop_rate=attn_drop_rate,
-                    use_cpe=core_cpe,
-                    chunk_size=core_chunk_size,
-                    ffn_type='mixffn',
-                ),
+                self._attention_args(i, dict(mlp, ffn_type='mixffn'), core),
                 sra=dict(
                     mlp,
                     num_heads=self.num_heads[i],

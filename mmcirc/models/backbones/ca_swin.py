@@ -142,6 +142,12 @@ class CASwin(PyramidBackbone):
         )
         self.drop_after_pos = nn.Dropout(p=drop_rate)
 
+        core = dict(  # the core blocks' own arguments, every stage
+            qkv_bias=qkv_bias,
+            attn_drop_rate=attn_drop_rate,
+            use_cpe=core_cpe,
+            chunk_size=core_chunk_size,
+        )
         self.stages = ModuleList()
         for i, kind in enumerate(self.stage_attentions):
             dims = self.embed_dims[i]
@@ -153,22 +159,7 @@ class CASwin(PyramidBackbone):
                 norm_cfg=norm_cfg,
             )
             args = dict(  # the explicit arguments of each kind (block_cfgs: more)
-                circulant=dict(
-                    mlp,
-                    num_heads=self.circulant_heads[i],
-                    boundary=boundary,
-                    scale=scale,
-                    ffn_type='ffn',
-                ),
-                core=dict(
-                    mlp,
-                    num_heads=self.num_heads[i],
-                    qkv_bias=qkv_bias,
-                    attn_drop_rate=attn_drop_rate,
-                    use_cpe=core_cpe,
-                    chunk_size=core_chunk_size,
-                    ffn_type='ffn',
-                ),
+                self._attention_args(i, dict(mlp, ffn_type='ffn'), core),
                 window=dict(
                     mlp,
                     num_heads=self.num_heads[i],

@@ -234,6 +234,19 @@ class PyramidBuild:
             dpr[sum(self.depths[:i]) : sum(self.depths[: i + 1])] for i in range(n)
         ]
 
+    def _attention_args(self, i: int, mlp: dict, core: dict) -> dict:
+        """``{'circulant': ..., 'core': ...}``: the explicit keyword arguments of stage
+        ``i``'s circulant and core blocks, on top of ``mlp`` (the family's MLP:
+        ``embed_dims``, ``feedforward_channels``, ``drop_rate``, ``ffn_type``, ``act_cfg``,
+        ``norm_cfg``); ``core``: the core blocks' own (``qkv_bias``, ``attn_drop_rate``,
+        ``use_cpe``, ``chunk_size``)."""
+        circulant = dict(
+            num_heads=self.circulant_heads[i], boundary=self.boundary, scale=self.scale
+        )
+        return dict(
+            circulant=dict(mlp, **circulant), core=dict(mlp, num_heads=self.num_heads[i], **core)
+        )
+
     def _build_blocks(self, i: int, args: dict, shifted: bool = False) -> List[nn.Module]:
         """The blocks of stage ``i``: its block class (or its block config's ``type``,
         through ``MODELS.build``) with the explicit arguments ``args`` of its kind, each
