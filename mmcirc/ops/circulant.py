@@ -334,7 +334,7 @@ class CirculantAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
-        self._plans = {}  # see _cached_plan
+        self._plans = {}  # see _plan
 
     def extra_repr(self):
         return (
