@@ -154,10 +154,11 @@ class PyramidBuild:
                     and issubclass(found, PyramidBlock)
                     and found.kind in cls.attention_blocks
                 ):
-                    kinds_of = {k: b.__name__ for k, b in cls.attention_blocks.items()}
+                    blocks = cls.attention_blocks
                     raise ValueError(
-                        f'{name}: block_cfgs[{i}]: block type must be a registered block of '
-                        f'a kind of {kinds_of}, got {btype!r}'
+                        f'{name}: block_cfgs[{i}]: block type must be a registered block '
+                        f'(kinds {tuple(blocks)}, classes '
+                        f'{tuple(b.__name__ for b in blocks.values())}), got {btype!r}'
                     )
                 if stage_attentions is not None and found.kind != kind:
                     raise ValueError(
