@@ -134,11 +134,13 @@ def set_fft_impl(impl):
 def transforms(hw, boundary, dtype, device, cpu=False):
     """The transform object of the active backend for an (H, W) map (see the module
     docstring); ``dtype`` is the real compute dtype, ``cpu`` whether the CPU layout's
-    map-by-map inverse may run (:data:`MAP_BY_MAP_BYTES`; not in a captured graph)."""
+    map-by-map inverse may run (:data:`MAP_BY_MAP_BYTES`; on a CPU ``device``, not in a
+    captured graph)."""
     check_choice('boundary', boundary, BOUNDARIES)
     if FFT_IMPL == 'dft':
         return MatmulDFT(hw, boundary, dtype, device)
-    return TorchFFT(hw, boundary, dtype, cpu and not graph_capture())
+    maps = cpu and torch.device(device).type == 'cpu' and not graph_capture()
+    return TorchFFT(hw, boundary, dtype, maps)
 
 
 def mask_padding(a, hw):

@@ -87,6 +87,7 @@ def test_map_by_map_only_for_large_maps_in_the_cpu_layout_outside_capture():
     assert transforms((side, side), 'circular', torch.float32, 'cpu', cpu=True).maps
     assert not transforms((side, side), 'circular', torch.float32, 'cpu', cpu=False).maps
     assert not transforms((side // 2, side // 2), 'circular', torch.float32, 'cpu', cpu=True).maps
+    assert not transforms((side, side), 'circular', torch.float32, 'meta', cpu=True).maps
     seen = []  # traced graphs keep the batched call
 
     def record(y):
