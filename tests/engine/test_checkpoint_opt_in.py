@@ -104,7 +104,7 @@ def test_shipped_config_enables_the_hook(name):
     assert any(h and h.get('type') == 'SafeCheckpointIOHook' for h in hooks)
 
 
-def test_runner_of_a_tiny_config_runs_the_hook(tmp_path):
+def test_runner_of_a_tiny_config_holds_the_hook(tmp_path):
     from mmengine.runner import Runner
 
     cfg = Config.fromfile(osp.join(FIXTURE_CONFIGS, 'ca_pvt_fpn_tiny.py'))
