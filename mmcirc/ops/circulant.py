@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from . import circulant_transforms, layout
+from .circulant_kernel import default_kernel, kernel_applies, layer_core
 from .circulant_transforms import (
     BOUNDARIES,
     FFT_IMPLS,
@@ -318,14 +319,26 @@ class CirculantAttention(nn.Module):
         boundary (str): ``'circular'`` or ``'zero'``.
         scale (str | float): ``'sqrt_n'``, ``'n'`` or a positive float.
         proj_drop (float): dropout after the output projection.
+        kernel (str, optional): ``'torch'`` (the FFT path) or ``'triton'`` (the core as one
+            Triton kernel where it applies, :mod:`mmcirc.ops.circulant_kernel`); None:
+            the environment's ``MMCIRC_KERNEL``, else ``'torch'``.
     """
 
-    def __init__(self, dim, num_heads=None, boundary='circular', scale='sqrt_n', proj_drop=0.0):
+    def __init__(
+        self,
+        dim,
+        num_heads=None,
+        boundary='circular',
+        scale='sqrt_n',
+        proj_drop=0.0,
+        kernel=None,
+    ):
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f'dim must be a positive int, got {dim!r}')
         check_choice('boundary', boundary, BOUNDARIES)
         check_scale(scale)
+        self.kernel = default_kernel(kernel)
         self.dim = dim
         self.num_heads = check_num_heads(dim, num_heads)
         self.boundary = boundary
@@ -337,16 +350,18 @@ class CirculantAttention(nn.Module):
         self._plans = {}  # see _plan
 
     def extra_repr(self):
+        kernel = '' if self.kernel == 'torch' else f', kernel={self.kernel!r}'
         return (
             f'dim={self.dim}, num_heads={self.num_heads}, '
-            f'boundary={self.boundary!r}, scale={self.scale!r}'
+            f'boundary={self.boundary!r}, scale={self.scale!r}{kernel}'
         )
 
     def _new_plan(self, x, hw_shape):
         """What a forward of this input decides once: the input checks, the dtypes, the
         layout, the transforms, the scale's normalisations and the blocks of heads (see
-        :meth:`forward`). Returns ``(tf, norms, blocks, cdt, odt, ldt, region, cpu)``,
-        ``region`` the :func:`fp32_region` of the input."""
+        :meth:`forward`). Returns ``(tf, norms, blocks, cdt, odt, ldt, region, cpu, core)``,
+        ``region`` the :func:`fp32_region` of the input, ``core`` the Triton kernel's
+        arguments where it runs the core (:func:`layer_core`), else None."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError(
                 f'x must be a 3-D tensor (B, N, C), got {getattr(x, "shape", type(x))}'
@@ -376,7 +391,11 @@ class CirculantAttention(nn.Module):
         tf = transforms((h, w), self.boundary, cdt, x.device, cpu)
         norms = spectral_norms(tf, self.scale, n, c // self.num_heads)
         blocks = transform_blocks(tf, c, self.num_heads, b, cpu)
-        return tf, norms, blocks, cdt, odt, ldt, fp32_region(x), cpu
+        core = None
+        if self.kernel == 'triton' and kernel_applies(x, (h, w), self.boundary):
+            d = c // self.num_heads
+            core = (h, w, self.num_heads, self.boundary == 'zero', scale_value(self.scale, n, d))
+        return tf, norms, blocks, cdt, odt, ldt, fp32_region(x), cpu, core
 
     def _plan(self, x, hw_shape):
         """:meth:`_new_plan`, kept per input shape, dtype, device, autocast dtype, layout
@@ -405,7 +424,9 @@ class CirculantAttention(nn.Module):
         """x: (B, N, C) tokens of an H x W map (row-major), hw_shape = (H, W).
         Returns (B, N, C)."""
         plan = self._plan(x, hw_shape)
-        tf, norms, blocks, cdt, odt, ldt, region, cpu = plan
+        tf, norms, blocks, cdt, odt, ldt, region, cpu, core = plan
+        if core is not None:  # the opt-in Triton kernel: gate and qkv linear, core, proj
+            return self.proj_drop(self.proj(layer_core(self, x, core)))
         b, n, c = x.shape
         h, w = hw_shape
         d = c // self.num_heads

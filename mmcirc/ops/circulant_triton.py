@@ -114,9 +114,9 @@ def _weights(q_ptr, k_ptr, base, sc, sn, H, W, P1, P2, D, scale, C1, S1, C2, S2,
 
 
 @triton.jit
-def _fwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, o_ptr, sb, sn, sc, H, W, P1, P2, HEADS, D, scale,
-                T1: tl.constexpr, T2: tl.constexpr, ZERO: tl.constexpr, GATE: tl.constexpr,
-                PREC: tl.constexpr):  # fmt: skip
+def _fwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, o_ptr, sb, sn, sc, gb, gn, gc,
+                H, W, P1, P2, HEADS, D, scale, T1: tl.constexpr, T2: tl.constexpr,
+                ZERO: tl.constexpr, GATE: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     b = (pid // HEADS).to(tl.int64)
     c0 = (pid % HEADS) * D
@@ -141,7 +141,8 @@ def _fwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, o_ptr, sb, sn, sc, H, W, P1, P2, HEA
         vr, vi = _dft2(v, C1, S1, C2, S2, PREC)
         o = _idft2(pr * vr + pi * vi, pr * vi - pi * vr, C1, S1, C2, S2, PREC) / z
         if GATE:
-            g = tl.load(g_ptr + base + c * sc + tok * sn, mask=inmap, other=0.0).to(tl.float32)
+            goff = b * gb + (c0 + c) * gc + tok * gn
+            g = tl.load(g_ptr + goff, mask=inmap, other=0.0).to(tl.float32)
             o = o * g * tl.sigmoid(g)
         out = o_ptr + obase + c + tok * (HEADS * D)
         tl.store(out, o.to(o_ptr.dtype.element_ty), mask=inmap)
@@ -149,7 +150,7 @@ def _fwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, o_ptr, sb, sn, sc, H, W, P1, P2, HEA
 
 @triton.jit
 def _bwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, dy_ptr, dq_ptr, dk_ptr, dv_ptr, dg_ptr,
-                sb, sn, sc, H, W, P1, P2, HEADS, D, scale,
+                sb, sn, sc, gb, gn, gc, H, W, P1, P2, HEADS, D, scale,
                 T1: tl.constexpr, T2: tl.constexpr, ZERO: tl.constexpr, GATE: tl.constexpr,
                 PREC: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
@@ -183,7 +184,8 @@ def _bwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, dy_ptr, dq_ptr, dk_ptr, dv_ptr, dg_p
         if GATE or ZERO:
             o = _idft2(pr * vr + pi * vi, pr * vi - pi * vr, C1, S1, C2, S2, PREC) * g_inv / z
         if GATE:
-            g = tl.load(g_ptr + off, mask=inmap, other=0.0).to(tl.float32)
+            g = tl.load(g_ptr + b * gb + (c0 + c) * gc + tok * gn, mask=inmap, other=0.0)
+            g = g.to(tl.float32)
             sg = tl.sigmoid(g)
             dg = do * o * sg * (1.0 + g * (1.0 - sg))
             tl.store(dg_ptr + goff, dg.to(dg_ptr.dtype.element_ty), mask=inmap)
@@ -224,14 +226,14 @@ def _launch_args(q, hw, heads, zero):
 
 
 def forward(q, k, v, gate, hw, heads, zero, scale, precision):
-    """y (B, N, C) in q's dtype from tokens q, k, v (and the gate's pre-activation, or
-    None) of an ``hw`` map, sharing their strides; heads of C / heads channels."""
+    """y (B, N, C) in q's dtype from tokens q, k, v (sharing their strides) and the gate's
+    pre-activation (any strides; or None) of an ``hw`` map; heads of C / heads channels."""
     b, n, c = q.shape
     out = q.new_empty((b, n, c))
     grid, (p1, p2), (t1, t2), warps = _launch_args(q, hw, heads, zero)
     g = q if gate is None else gate
     _fwd_kernel[grid](
-        q, k, v, g, out, *q.stride(), *hw, p1, p2, heads, c // heads, float(scale),
+        q, k, v, g, out, *q.stride(), *g.stride(), *hw, p1, p2, heads, c // heads, float(scale),
         T1=t1, T2=t2, ZERO=zero, GATE=gate is not None, PREC=precision, num_warps=warps,
     )  # fmt: skip
     return out
@@ -247,7 +249,8 @@ def backward(dy, q, k, v, gate, hw, heads, zero, scale, precision):
     c = shape[2]
     _bwd_kernel[grid](
         q, k, v, q if gate is None else gate, dy, dq, dk, dv, dq if dg is None else dg,
-        *q.stride(), *hw, p1, p2, heads, c // heads, float(scale),
+        *q.stride(), *(q if gate is None else gate).stride(), *hw, p1, p2, heads, c // heads,
+        float(scale),
         T1=t1, T2=t2, ZERO=zero, GATE=gate is not None, PREC=precision, num_warps=warps,
     )  # fmt: skip
     return dq, dk, dv, dg

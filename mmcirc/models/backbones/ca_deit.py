@@ -109,7 +109,8 @@ class CADeiTBlock(nn.Module):
         drop_rate (float): dropout after the attention projection and in the MLP.
         drop_path_rate (float): stochastic depth of both residual branches.
         num_heads (int, optional): circulant heads (None: d = 1, the official).
-        boundary (str), scale (str | float): see :class:`CirculantAttention`.
+        boundary (str), scale (str | float), kernel (str, optional): see
+            :class:`CirculantAttention`.
         norm_eps (float): LayerNorm eps.
     """
 
@@ -123,12 +124,18 @@ class CADeiTBlock(nn.Module):
         boundary: str = 'circular',
         scale='sqrt_n',
         norm_eps: float = 1e-6,
+        kernel: Optional[str] = None,
     ):
         super().__init__()
         self.cpe = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = CirculantAttention(
-            dim, num_heads=num_heads, boundary=boundary, scale=scale, proj_drop=drop_rate
+            dim,
+            num_heads=num_heads,
+            boundary=boundary,
+            scale=scale,
+            proj_drop=drop_rate,
+            kernel=kernel,
         )
         self.drop_path = DropPath(drop_path_rate)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
@@ -168,6 +175,9 @@ class CADeiT(BackboneContract):
         boundary (str): ``'circular'`` (official) or ``'zero'``.
         scale (str | float): ``'sqrt_n'`` (official) or ``'n'`` / a float.
         norm_eps (float): eps of every LayerNorm (official 1e-6).
+        kernel (str, optional): the circulant attention's core as ``'torch'`` (FFTs) or
+            ``'triton'`` (one Triton kernel where it applies); None: ``MMCIRC_KERNEL``
+            (:class:`~mmcirc.ops.circulant.CirculantAttention`).
         with_cp (bool): gradient checkpointing of every block.
         frozen_stages (int): ``-1`` nothing frozen; ``0`` the patch embedding; ``k``
             the patch embedding and the first ``k`` blocks (``depth``: and ``norm``).
@@ -202,6 +212,7 @@ class CADeiT(BackboneContract):
         boundary: str = 'circular',
         scale='sqrt_n',
         norm_eps: float = 1e-6,
+        kernel: Optional[str] = None,
         with_cp: bool = False,
         frozen_stages: int = -1,
         norm_eval: bool = False,
@@ -245,6 +256,7 @@ class CADeiT(BackboneContract):
                         boundary=boundary,
                         scale=scale,
                         norm_eps=norm_eps,
+                        kernel=kernel,
                     )
                     for i in range(self.depth)
                 ]

@@ -169,6 +169,8 @@ class CirculantBlock(PyramidBlock, BaseModule):
         drop_path_rate (float): stochastic depth of both residual branches.
         ffn_type (str): ``'ffn'`` (mmcv FFN, Swin) or ``'mixffn'`` (mmdet MixFFN, PVT).
         act_cfg (dict): MLP activation. norm_cfg (dict): the two norms.
+        kernel (str, optional): the attention's core, ``'torch'`` or ``'triton'`` (see
+            :class:`~mmcirc.ops.circulant.CirculantAttention`; a block config's option).
 
     Parameter names: ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2``, ``ffn.*``;
     new relative to PVT's / Swin's block: ``cpe`` and ``attn``. In a backbone, the
@@ -192,13 +194,19 @@ class CirculantBlock(PyramidBlock, BaseModule):
         ffn_type: str = 'ffn',
         act_cfg=dict(type='GELU'),
         norm_cfg=dict(type='LN'),
+        kernel: Optional[str] = None,
         init_cfg=None,
     ):
         super().__init__(init_cfg=init_cfg)
         self.cpe = TokenCPE(embed_dims)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = CirculantAttention(
-            embed_dims, num_heads=num_heads, boundary=boundary, scale=scale, proj_drop=drop_rate
+            embed_dims,
+            num_heads=num_heads,
+            boundary=boundary,
+            scale=scale,
+            proj_drop=drop_rate,
+            kernel=kernel,
         )
         self.drop_path = build_dropout(dict(type='DropPath', drop_prob=drop_path_rate))
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]

@@ -1,0 +1,197 @@
+"""The opt-in Triton kernel of circulant attention's core (METHOD.md, 'One kernel'): the
+custom operator ``mmcirc::circulant_core`` (Eq. 15, the softmax, Eq. 16 and the gate's
+SiLU product in one Triton program per (batch, head) map, :mod:`mmcirc.ops.circulant_triton`),
+its fake (meta) implementation and its autograd, and when a layer takes it.
+
+``CirculantAttention(kernel='triton')`` (or ``MMCIRC_KERNEL=triton`` in the environment,
+read when this module is imported, for every layer built without ``kernel``) runs its core
+through the operator where it applies (:func:`kernel_applies`): a CUDA tensor, or a CPU
+tensor with Triton's interpreter on (``TRITON_INTERPRET=1`` before the kernels are first
+used: how the suite tests it); float32, bfloat16 or float16 tokens; a DFT grid of at most
+:data:`MAX_GRID` cells a side (``'circular'``: maps up to 64 x 64; ``'zero'``: its
+(2H-1) x (2W-1) grid, maps up to 32 x 32); the torch.fft backend (not
+:func:`~mmcirc.ops.circulant_transforms.export_mode`). Elsewhere the layer takes its
+torch path, which stays the reference.
+
+This file depends on torch only; triton is imported on the operator's first call.
+"""
+
+import os
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from .circulant_transforms import check_choice
+
+__all__ = [
+    'KERNELS',
+    'KERNEL_ENV',
+    'MAX_GRID',
+    'PRECISIONS',
+    'circulant_core',
+    'default_kernel',
+    'kernel_applies',
+    'layer_core',
+]
+
+KERNELS = ('torch', 'triton')
+KERNEL_ENV = 'MMCIRC_KERNEL'
+#: the largest DFT grid side the kernel takes (its tiles are powers of two up to this)
+MAX_GRID = 64
+#: ``tl.dot``'s precision on float32 operands (``'tf32'``: tensor cores, 10-bit mantissas)
+PRECISIONS = ('ieee', 'tf32')
+#: the precision the layers use
+PRECISION = 'ieee'
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+_ENV = os.environ.get(KERNEL_ENV) or 'torch'
+check_choice(KERNEL_ENV, _ENV, KERNELS)
+
+
+def default_kernel(kernel=None):
+    """``kernel`` checked (ValueError naming it and :data:`KERNELS`), or the environment's
+    ``MMCIRC_KERNEL`` (``'torch'`` when unset) for None."""
+    if kernel is None:
+        return _ENV
+    check_choice('kernel', kernel, KERNELS)
+    return kernel
+
+
+def _interpreted():
+    """Whether the kernels run in Triton's interpreter (imports them: ``TRITON_INTERPRET``
+    is read when they are defined)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from . import circulant_triton
+
+    return isinstance(circulant_triton._fwd_kernel, InterpretedFunction)
+
+
+def kernel_applies(x, hw, boundary):
+    """Whether the kernel runs the core of a layer on tokens ``x`` of an ``hw`` map (see
+    the module docstring); decided once per input shape (the layer's plan)."""
+    from . import circulant_transforms
+
+    grid = hw if boundary == 'circular' else (2 * hw[0] - 1, 2 * hw[1] - 1)
+    if (
+        circulant_transforms.FFT_IMPL != 'torch'
+        or x.dtype not in DTYPES
+        or max(grid) > MAX_GRID
+        or x.device.type not in ('cuda', 'cpu')
+    ):
+        return False
+    return x.device.type == 'cuda' or _interpreted()
+
+
+def _strided(q, k, v):
+    """q, k, v with one set of strides (the kernel reads them with one), else contiguous."""
+    if q.stride() == k.stride() == v.stride():
+        return q, k, v
+    return q.contiguous(), k.contiguous(), v.contiguous()
+
+
+@torch.library.custom_op('mmcirc::circulant_core', mutates_args=())
+def circulant_core(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    gate: Optional[Tensor],
+    h: int,
+    w: int,
+    heads: int,
+    zero: bool,
+    scale: float,
+    precision: str = 'ieee',
+) -> Tensor:
+    """Circulant attention's core on tokens q, k, v (B, N, C) of an h x w map (row-major),
+    heads of C / heads channels, ``zero``: the zero boundary, ``scale``: Eq. 15's s; times
+    SiLU(gate) where a gate pre-activation (B, N, C) is given. Returns (B, N, C) in q's
+    dtype, contiguous; computed in float32."""
+    from . import circulant_triton
+
+    q, k, v = _strided(q, k, v)
+    return circulant_triton.forward(q, k, v, gate, (h, w), heads, zero, scale, precision)
+
+
+@circulant_core.register_fake
+def _(q, k, v, gate, h, w, heads, zero, scale, precision='ieee'):
+    return q.new_empty(q.shape)
+
+
+@torch.library.custom_op('mmcirc::circulant_core_backward', mutates_args=())
+def circulant_core_backward(
+    dy: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    gate: Optional[Tensor],
+    h: int,
+    w: int,
+    heads: int,
+    zero: bool,
+    scale: float,
+    precision: str = 'ieee',
+) -> List[Tensor]:
+    """(dq, dk, dv, dgate) of :func:`circulant_core` (dgate empty without a gate), by
+    recomputation from q, k, v: no tensor of the offsets is kept from the forward."""
+    from . import circulant_triton
+
+    q, k, v = _strided(q, k, v)
+    grads = circulant_triton.backward(
+        dy.contiguous(), q, k, v, gate, (h, w), heads, zero, scale, precision
+    )
+    return [g if g is not None else q.new_empty(0) for g in grads]
+
+
+@circulant_core_backward.register_fake
+def _(dy, q, k, v, gate, h, w, heads, zero, scale, precision='ieee'):
+    return [q.new_empty(q.shape) for _ in range(3)] + [
+        q.new_empty(q.shape if gate is not None else 0)
+    ]
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, gate, *ctx.args = inputs
+    ctx.save_for_backward(q, k, v, gate)
+
+
+def _backward(ctx, dy):
+    q, k, v, gate = ctx.saved_tensors
+    dq, dk, dv, dg = circulant_core_backward(dy, q, k, v, gate, *ctx.args)
+    return dq, dk, dv, None if gate is None else dg, None, None, None, None, None, None
+
+
+circulant_core.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _packed(layer):
+    """The qkv and gate weights of ``layer`` as one linear (4C, C) and bias (4C,), made
+    once and kept while the parameters are the same tensors at the same version (in
+    inference: one matrix product instead of two)."""
+    wq, wg, bg = layer.qkv.weight, layer.gate[0].weight, layer.gate[0].bias
+    key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in (wq, wg, bg))
+    kept = layer.__dict__.get('_packed_qkvg')
+    if kept is None or kept[0] != key:
+        with torch.no_grad():
+            bias = torch.cat([bg.new_zeros(wq.shape[0]), bg])
+            kept = layer.__dict__['_packed_qkvg'] = (key, torch.cat([wq, wg]), bias)
+    return kept[1:]
+
+
+def layer_core(layer, x, core):
+    """The core of a :class:`~mmcirc.ops.circulant.CirculantAttention` ``layer`` on tokens
+    x (B, N, C) by :func:`circulant_core`: ``o * SiLU(x W_gate + b_gate)`` (B, N, C), o
+    from q, k, v = x W_q, x W_k, x W_v; ``core`` = (h, w, heads, zero, scale) from the
+    layer's plan. With gradients to the weights, the qkv and gate linears run apart;
+    otherwise as one product (:func:`_packed`)."""
+    c = layer.dim
+    params = (layer.qkv.weight, layer.gate[0].weight, layer.gate[0].bias)
+    if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+        qkv = torch.nn.functional.linear(x, params[0])  # (B, N, 3C)
+        g = torch.nn.functional.linear(x, params[1], params[2])  # (B, N, C)
+    else:
+        qkv = torch.nn.functional.linear(x, *_packed(layer))  # (B, N, 4C): q, k, v, gate
+        g = qkv[..., 3 * c :]
+    q, k, v = qkv[..., :c], qkv[..., c : 2 * c], qkv[..., 2 * c : 3 * c]
+    return circulant_core(q, k, v, g, *core, PRECISION)
