@@ -22,6 +22,7 @@ from mmcirc.cli.runner import (
     run_and_release,
     set_local_rank,
 )
+from mmcirc.engine.compile import add_compile_hook
 
 
 def parse_args(argv=None):
@@ -43,8 +44,8 @@ def parse_args(argv=None):
         nargs='?',
         const='inductor',
         metavar='BACKEND',
-        help='torch.compile the test step (mmengine compiles only the train '
-        'step); default backend: inductor',
+        help='torch.compile the backbone and the neck, fullgraph, the heads eager '
+        "(mmcirc's CompileBackboneHook); default backend: inductor",
     )
     parser.add_argument(
         '--trust-checkpoint',
@@ -113,13 +114,11 @@ def main(argv=None):
     if args.out and scope != 'mmseg' and not args.out.endswith(('.pkl', '.pickle')):
         raise CLIError(f'--out {args.out}: {scope} predictions are dumped to a .pkl file')
     cfg.load_from = args.checkpoint
+    if args.compile:
+        add_compile_hook(cfg, args.compile)
     runner = build_runner(OUTPUTS[scope](cfg, args))
     if args.out and scope != 'mmseg':
         runner.test_evaluator.metrics.append(_dump_metric(scope, args.out))
-    if args.compile:  # as mmengine does for train_step (Runner._maybe_compile)
-        import torch
-
-        runner.model.test_step = torch.compile(runner.model.test_step, backend=args.compile)
     return run_and_release(runner, 'test')
 
 

@@ -20,6 +20,7 @@ from mmcirc.cli.runner import (
     shard,
     sharded_config,
 )
+from mmcirc.engine.compile import add_compile_hook
 
 
 def parse_args(argv=None):
@@ -31,8 +32,9 @@ def parse_args(argv=None):
         nargs='?',
         const='inductor',
         metavar='BACKEND',
-        help="torch.compile the train step (mmengine's compile=dict(backend=...)); "
-        'default backend: inductor',
+        help='torch.compile the backbone and the neck, fullgraph, the heads eager '
+        "(mmcirc's CompileBackboneHook; mmengine's whole train step: "
+        '--cfg-options compile.backend=BACKEND); default backend: inductor',
     )
     parser.add_argument(
         '--auto-scale-lr',
@@ -81,7 +83,7 @@ def main(argv=None):
     if args.amp:
         enable_amp(cfg)
     if args.compile:
-        cfg.compile = dict(backend=args.compile)
+        add_compile_hook(cfg, args.compile)
     if args.auto_scale_lr:
         if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
             raise CLIError(f'{args.config}: --auto-scale-lr needs auto_scale_lr.base_batch_size')

@@ -169,15 +169,18 @@ def make_data(img: np.ndarray):
 def progress_units(model) -> List[Tuple[str, object]]:
     """[(name, module)] whose forward ends are the progress steps of one image, in
     order: the backbone's stages (pyramids' public ``stages``) or blocks (isotropic
-    models' ``blocks``), else the backbone; the neck(s); the decode head whose
+    models' ``blocks``), else the backbone (also a compiled one:
+    :func:`mmcirc.engine.compile.is_compiled`); the neck(s); the decode head whose
     ``predict`` mmseg calls (:func:`~mmcirc.apis.decode.predict_head`; the end of its
     ``predict`` counts, which calls its ``forward`` without the module's hooks)."""
+    from mmcirc.engine.compile import is_compiled
+
     backbone = image_backbone(model)
     units = []
     if backbone is not None:
         for attr, word in (('stages', 'stage'), ('blocks', 'block')):
             parts = getattr(backbone, attr, None)
-            if parts is not None and len(parts):
+            if parts is not None and len(parts) and not is_compiled(backbone):  # not in a graph
                 units += [(f'backbone {word} {i + 1}/{len(parts)}', m) for i, m in enumerate(parts)]
                 break
         else:

@@ -117,8 +117,8 @@ def parse_args(argv=None):
         nargs='?',
         const='inductor',
         metavar='BACKEND',
-        help="torch.compile the backbone's forward (BACKEND: torch.compile's, default "
-        'inductor); one process only',
+        help="torch.compile the backbone's and the neck's forward, fullgraph (BACKEND: "
+        "torch.compile's, default inductor); one process only",
     )
     shard = parser.add_mutually_exclusive_group()
     shard.add_argument(
@@ -252,11 +252,10 @@ def main(argv=None):
         return 0
 
     model = apis.build_model(cfg, args.checkpoint, device=args.device, warn_random=True)
-    if args.compile is not None:  # the backbone: where the attention runs
-        import torch
+    if args.compile is not None:  # the backbone and the neck, fullgraph; the heads eager
+        from mmcirc.engine.compile import compile_backbone
 
-        backbone = apis.image_backbone(model)
-        backbone.forward = torch.compile(backbone.forward, backend=args.compile)
+        compile_backbone(model, args.compile)
     palette = model.dataset_meta['palette']
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     for name, img, source_size, where in images:

@@ -1,5 +1,6 @@
 """Runner-side pieces: safe checkpoint loading and atomic checkpoint saving (opt-in:
-:class:`SafeCheckpointIOHook` or the ``install_*`` calls), training hooks."""
+:class:`SafeCheckpointIOHook` or the ``install_*`` calls), training hooks, the compiled
+backbone (:mod:`mmcirc.engine.compile`)."""
 
 from .checkpoint import (
     MMENGINE_CHECKPOINT_GLOBALS,
@@ -12,14 +13,18 @@ from .checkpoint import (
     load_from_local,
     trust_checkpoint,
 )
+from .compile import CompileBackboneHook, add_compile_hook, compile_backbone
 from .hooks import NestedCoreHook, core_count_choices
 
 __all__ = [
     'AtomicLocalBackend',
+    'CompileBackboneHook',
     'MMENGINE_CHECKPOINT_GLOBALS',
     'NestedCoreHook',
     'SafeCheckpointIOHook',
     'UnsafeCheckpointError',
+    'add_compile_hook',
+    'compile_backbone',
     'core_count_choices',
     'find_resumable_checkpoint',
     'install_atomic_saving',

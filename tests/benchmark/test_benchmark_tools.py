@@ -17,6 +17,7 @@ TOOLS = (
     'tools/analysis/benchmark_backbone.py',
     'tools/analysis/benchmark_isotropic.py',
     'tools/analysis/benchmark_compile.py',
+    'tools/analysis/benchmark_compile_train.py',
     'tools/deployment/benchmark_gpu.py',
     'tools/analysis/benchmark_sharded.py',
     'tools/analysis/benchmark_docs.py',

@@ -49,7 +49,7 @@ def test_every_step_runs_and_the_exit_status_counts_failures(rehearsal):
     proc, out, _ = rehearsal
     rows = _rows(out)
     steps = ['a_test_cuda', 'b_cadeit', 'c_backbones', 'd1_retinanet_train']
-    steps += ['d2_retinanet_test', 'd3_mask_rcnn_step']
+    steps += ['d2_retinanet_test', 'd3_mask_rcnn_step', 'd4_compile_train']
     assert list(rows)[: 1 + len(steps)] == ['build_mmcv', *steps], rows
     assert rows['build_mmcv'] == 'not rehearsed'
     failed = [s for s, status in rows.items() if s != 'build_mmcv' and status != 'ok']
@@ -88,6 +88,16 @@ def test_step_d_trains_tests_and_steps_the_detectors(rehearsal):
     assert any('loss_mask' in r for r in rows), rows
     summary = (rehearsal[1] / 'summary.md').read_text()
     assert '- toy RetinaNet test: coco/bbox_mAP = ' in summary
+
+
+def test_step_d_times_the_compiled_training_step_against_eager(rehearsal):
+    results = _json(rehearsal[1] / 'd_detectors' / 'compile_train' / 'results.json')['results']
+    assert set(results) == {'det|eager', 'det|compiled'}, results
+    for r in results.values():
+        assert r['status'] == 'ok' and len(r['iterations']) == 2, r
+    assert (
+        results['det|compiled']['graphs_first'] >= 1 and results['det|eager']['graphs_first'] == 0
+    )
 
 
 def test_results_are_packed_for_the_trip_back(rehearsal):

@@ -11,7 +11,10 @@
 #       tools/analysis/benchmark_backbone.py (needs the carried OpenMMLab wheels and mmcv);
 #   (d) with mmcv's CUDA ops: tools/misc/check_mmcv_cuda.py, 20 iterations of the toy CA-PVT-T
 #       RetinaNet on CUDA, tools/test.py on it (bbox mAP from the JSON), one training step of
-#       CA-Swin-T Mask R-CNN.
+#       CA-Swin-T Mask R-CNN, then the compiled training step: the toy RetinaNet and Semantic
+#       FPN, 20 iterations eager against the backbone and neck compiled (tools/train.py
+#       --compile), time per iteration, compile time, recompiles, graph breaks:
+#       tools/analysis/benchmark_compile_train.py.
 # mmcv 2.1.0 is compiled there from its sdist (tools/mmcv_build.sh, as tools/setup_env.sh
 # does) in the background while (a) and (b) run, on the cores (a)/(b) do not use (taskset):
 # first with CPU ops only (~2 min; enough for (c)), then with CUDA ops for sm_90 (for (d)).
@@ -321,6 +324,13 @@ log_processor = dict(by_epoch=False)
 EOF
     step d3_mask_rcnn_step 120 "one training step of CA-Swin-T Mask R-CNN on $DEVICE" \
       "$PY" "$ROOT/tools/train.py" "$D/ca_swin_t_mask-rcnn_toy.py" --work-dir "$D/mask_rcnn"
+    # the compiled training step (--compile: backbone and neck, the heads eager) against eager;
+    # its toy data: data/toy_coco above, toy_ade made by the tool
+    CT=(--jobs det seg --iters $ITERS --warmup 2)
+    [ "$DEVICE" = cpu ] && CT=(--jobs det --iters $ITERS --warmup 1 --backend eager)
+    step d4_compile_train 240 "toy RetinaNet + Semantic FPN, $ITERS iterations, eager vs compiled backbone and neck" \
+      "$PY" "$ROOT/tools/analysis/benchmark_compile_train.py" "${CT[@]}" --data-root "$D" \
+      --out "$D/compile_train/results.json"
     cd "$ROOT"
     # what the JSON files say: the mAP, the losses, and that CUDA memory was logged (on CUDA)
     "$PY" - "$D" >> "$SUMMARY" << 'EOF'

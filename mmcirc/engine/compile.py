@@ -1,0 +1,193 @@
+"""``torch.compile`` of what compiles whole: the image backbone and its neck, each as one
+graph (``fullgraph=True``), the heads eager.
+
+Every mmcirc backbone compiles to one graph with no break; mmdet's and mmseg's heads,
+assigners and samplers do not: they break graphs (``multi_apply``, mmengine's batch
+stacking) and recompile on the number of boxes of each image. mmengine's own
+``compile=dict(...)`` compiles the whole ``train_step``, heads included; mmcirc's switch
+compiles the backbone and the neck only:
+
+* :func:`compile_backbone`: compile a built model's backbone (``backbone`` or
+  ``image_encoder``) and neck, in place (their ``forward``; state dicts and module
+  hooks are unchanged, the hooks run eagerly around the compiled forward);
+* :class:`CompileBackboneHook`: the same for a Runner, from ``custom_hooks`` in a config
+  (before training, validation or testing); it warns when a training iteration after
+  the first compiles a new graph;
+* :func:`add_compile_hook`: the hook added to a config (``tools/train.py --compile``,
+  ``tools/test.py --compile``).
+
+Sizes: ``dynamic=None`` (torch's default) compiles the first input size static and, when a
+size changes, once more with the changed sizes symbolic, which then serves every size:
+at a fixed size nothing recompiles, with varied sizes once. ``dynamic=True`` compiles
+symbolic sizes from the first call, ``dynamic=False`` once per size.
+"""
+
+import weakref
+from typing import List, Optional
+
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
+
+__all__ = [
+    'DYNAMIC',
+    'CompileBackboneHook',
+    'add_compile_hook',
+    'check_compile_options',
+    'compile_backbone',
+    'compiled_graphs',
+    'is_compiled',
+]
+
+#: the ``dynamic`` values :func:`compile_backbone` takes (torch.compile's)
+DYNAMIC = (None, True, False)
+#: the modules :func:`compile_backbone` compiled
+_COMPILED = weakref.WeakSet()
+
+
+def check_compile_options(backend='inductor', mode=None, dynamic=None) -> None:
+    """One-line ``ValueError`` naming the argument unless ``backend`` is a torch.compile
+    backend, ``mode`` one of its modes (None: the default) and ``dynamic`` one of
+    :data:`DYNAMIC`; torch's own checks of the three, before anything is compiled."""
+    import torch
+
+    backends = torch.compiler.list_backends(exclude_tags=())
+    if backend not in backends:
+        raise ValueError(
+            f'backend must be a torch.compile backend such as '
+            f'{tuple(torch.compiler.list_backends())}, got {backend!r}'
+        )
+    if dynamic not in DYNAMIC:
+        raise ValueError(f'dynamic must be one of {DYNAMIC}, got {dynamic!r}')
+    if mode is not None:
+        try:  # torch.compile checks the mode when it wraps a function
+            torch.compile(abs, backend=backend, mode=mode)
+        except RuntimeError as err:
+            raise ValueError(f'mode: {str(err).splitlines()[0]}') from None
+
+
+def is_compiled(module) -> bool:
+    """Whether :func:`compile_backbone` compiled ``module``'s forward."""
+    return module in _COMPILED
+
+
+def _parts(model, neck: bool):
+    from mmcirc.apis.decode import image_backbone
+
+    model = model.module if is_model_wrapper(model) else model
+    parts = [('backbone', image_backbone(model))]
+    part = getattr(model, 'neck', None) if neck else None
+    if part is not None and callable(getattr(type(part), 'forward', None)):
+        parts.append(('neck', part))
+    return parts
+
+
+def compile_backbone(
+    model, backend='inductor', mode=None, dynamic=None, neck=True, fullgraph=True
+) -> List[str]:
+    """Compile the forward of ``model``'s image backbone and, with ``neck``, of its neck
+    (a model wrapper's module), each with ``torch.compile(fullgraph=fullgraph)`` and
+    ``backend``, ``mode``, ``dynamic``; the rest of the model stays eager. A part already
+    compiled is left as it is. Returns the names of the parts compiled (``'backbone'``,
+    ``'neck'``)."""
+    import torch
+
+    check_compile_options(backend, mode, dynamic)
+    done = []
+    for name, part in _parts(model, neck):
+        if is_compiled(part):
+            continue
+        part.forward = torch.compile(
+            part.forward, backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph
+        )
+        _COMPILED.add(part)
+        done.append(name)
+    return done
+
+
+def compiled_graphs() -> int:
+    """The graphs torch.compile has compiled in this process (``torch._dynamo``'s count;
+    a recompile is one more)."""
+    from torch._dynamo.utils import counters
+
+    return counters['stats']['unique_graphs']
+
+
+@HOOKS.register_module()  # mmengine's root: mmdet/mmseg/mmpretrain HOOKS find it there
+class CompileBackboneHook(Hook):
+    """Compile the model's backbone and neck (:func:`compile_backbone`) before training,
+    validation or testing; the heads, losses and assigners stay eager.
+
+    Args:
+        backend (str): torch.compile backend. Defaults to ``'inductor'``.
+        mode (str, optional): torch.compile mode (``'reduce-overhead'``: CUDA graphs).
+        dynamic (bool, optional): symbolic sizes: None (torch's default) compiles the
+            first size static and recompiles once, symbolic, when a size changes; True
+            symbolic from the first call; False once per size.
+        neck (bool): compile the neck too. Defaults to True.
+
+    After each training iteration but the first it logs a warning when that iteration
+    compiled a new graph (a changed input size, batch size or mode); ``recompiles``
+    counts those graphs.
+    """
+
+    priority = 'NORMAL'
+
+    def __init__(self, backend='inductor', mode=None, dynamic=None, neck=True):
+        if not isinstance(neck, bool):
+            raise TypeError(f'CompileBackboneHook: neck must be True or False, got {neck!r}')
+        try:
+            check_compile_options(backend, mode, dynamic)
+        except ValueError as err:
+            raise ValueError(f'CompileBackboneHook: {err}') from None
+        self.kwargs = dict(backend=backend, mode=mode, dynamic=dynamic, neck=neck)
+        self.recompiles = 0
+        self._before: Optional[int] = None
+        self._first_done = False
+
+    def _compile(self, runner):
+        done = compile_backbone(runner.model, **self.kwargs)
+        if done:
+            runner.logger.info(
+                f'CompileBackboneHook: compiled the {" and the ".join(done)} '
+                f'(fullgraph, backend {self.kwargs["backend"]!r}); the heads run eagerly'
+            )
+
+    def before_train(self, runner):
+        self._compile(runner)
+
+    def before_val(self, runner):
+        self._compile(runner)
+
+    def before_test(self, runner):
+        self._compile(runner)
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self._before = compiled_graphs()
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        new = compiled_graphs() - self._before
+        if not self._first_done:  # the first iteration compiles
+            self._first_done = True
+            return
+        if new:
+            self.recompiles += new
+            runner.logger.warning(
+                f'CompileBackboneHook: iteration {runner.iter + 1} compiled {new} new '
+                f'graph(s) ({self.recompiles} after the first iteration): a new input size, '
+                'batch size or mode'
+            )
+
+
+def add_compile_hook(cfg, backend='inductor') -> None:
+    """``cfg`` (an mmengine Config) with a :class:`CompileBackboneHook` of ``backend`` in
+    its ``custom_hooks``: the config's own one gets that backend, else one is added."""
+    check_compile_options(backend)
+    hooks = list(cfg.get('custom_hooks') or [])
+    for hook in hooks:
+        if hook.get('type') in ('CompileBackboneHook', CompileBackboneHook):
+            hook['backend'] = backend
+            break
+    else:
+        hooks.append(dict(type='CompileBackboneHook', backend=backend))
+    cfg.custom_hooks = hooks
