@@ -12,7 +12,9 @@ axes of :func:`mmcirc.benchmark.measurement.make_step`.
 * ``backbone``: mmdet's / mmseg's PVT-S and Swin-T and mmcirc's pyramids (need
   mmdet / mmseg: imported by the builder that needs them);
 * ``isotropic``: mmcirc's CA-DeiT / VECA (torch only) and timm's DeiT / ViT
-  (``dynamic_img_size``, no classifier; need timm).
+  (``dynamic_img_size``, no classifier; need timm); ``ca_deit_t_triton``: CA-DeiT-T with
+  the Triton kernel of the attention core (``kernel='triton'``; on CPU tensors it runs in
+  Triton's interpreter, with ``TRITON_INTERPRET=1``).
 
 ``CASES[name].build(hw, batch=1, depth=None, device='cpu')`` returns ``(model, call, x)``:
 ``call(x)`` runs the model on its input ``x``. ``baseline`` names the plain-attention
@@ -215,13 +217,13 @@ def _timm(arch):
     return builder
 
 
-def _isotropic(cls_name, arch, depth_key):
+def _isotropic(cls_name, arch, depth_key, **kwargs):
     def builder(hw, depth):
         from mmcirc.models.backbones import CADeiT, VECAViT
 
         cls = dict(CADeiT=CADeiT, VECAViT=VECAViT)[cls_name]
         spec = arch if depth is None else dict(cls.arch_zoo[arch], **{depth_key: depth})
-        return _plain(_init_weights(cls(spec)))
+        return _plain(_init_weights(cls(spec, **kwargs)))
 
     return builder
 
@@ -236,6 +238,13 @@ for _s, _label, _arch in (('t', 'T', 'tiny'), ('s', 'S', 'small'), ('b', 'B', 'b
         baseline=f'deit_{_s}',
         multiple=16,
     )
+register_case(
+    'ca_deit_t_triton',
+    _I,
+    'CA-DeiT-T (Triton kernel)',
+    _isotropic('CADeiT', 'tiny', 'depth', kernel='triton'),
+    multiple=16,
+)
 for _s, _label, _arch in (('s', 'S', 'small'), ('b', 'B', 'base')):
     register_case(
         f'veca_{_s}',

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from . import circulant_transforms, layout
-from .circulant_kernel import default_kernel, kernel_applies, layer_core
+from .circulant_kernel import default_kernel, kernel_applies, layer_core, pack_weights
 from .circulant_transforms import (
     BOUNDARIES,
     FFT_IMPLS,
@@ -355,6 +355,14 @@ class CirculantAttention(nn.Module):
             f'dim={self.dim}, num_heads={self.num_heads}, '
             f'boundary={self.boundary!r}, scale={self.scale!r}{kernel}'
         )
+
+    def train(self, mode=True):
+        """nn.Module's; switching to eval mode with ``kernel='triton'`` packs the qkv and
+        gate weights for inference (:func:`pack_weights`)."""
+        super().train(mode)
+        if not mode and self.kernel == 'triton':
+            pack_weights(self)
+        return self
 
     def _new_plan(self, x, hw_shape):
         """What a forward of this input decides once: the input checks, the dtypes, the

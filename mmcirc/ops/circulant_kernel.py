@@ -33,6 +33,7 @@ __all__ = [
     'default_kernel',
     'kernel_applies',
     'layer_core',
+    'pack_weights',
 ]
 
 KERNELS = ('torch', 'triton')
@@ -165,10 +166,11 @@ def _backward(ctx, dy):
 circulant_core.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _packed(layer):
+def pack_weights(layer):
     """The qkv and gate weights of ``layer`` as one linear (4C, C) and bias (4C,), made
     once and kept while the parameters are the same tensors at the same version (in
-    inference: one matrix product instead of two)."""
+    inference: one matrix product instead of two; made when the layer is switched to eval
+    mode, else on its first forward that needs it)."""
     wq, wg, bg = layer.qkv.weight, layer.gate[0].weight, layer.gate[0].bias
     key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in (wq, wg, bg))
     kept = layer.__dict__.get('_packed_qkvg')
@@ -184,14 +186,14 @@ def layer_core(layer, x, core):
     x (B, N, C) by :func:`circulant_core`: ``o * SiLU(x W_gate + b_gate)`` (B, N, C), o
     from q, k, v = x W_q, x W_k, x W_v; ``core`` = (h, w, heads, zero, scale) from the
     layer's plan. With gradients to the weights, the qkv and gate linears run apart;
-    otherwise as one product (:func:`_packed`)."""
+    otherwise as one product (:func:`pack_weights`)."""
     c = layer.dim
     params = (layer.qkv.weight, layer.gate[0].weight, layer.gate[0].bias)
     if torch.is_grad_enabled() and any(p.requires_grad for p in params):
         qkv = torch.nn.functional.linear(x, params[0])  # (B, N, 3C)
         g = torch.nn.functional.linear(x, params[1], params[2])  # (B, N, C)
     else:
-        qkv = torch.nn.functional.linear(x, *_packed(layer))  # (B, N, 4C): q, k, v, gate
+        qkv = torch.nn.functional.linear(x, *pack_weights(layer))  # (B, N, 4C): q, k, v, gate
         g = qkv[..., 3 * c :]
     q, k, v = qkv[..., :c], qkv[..., c : 2 * c], qkv[..., 2 * c : 3 * c]
     return circulant_core(q, k, v, g, *core, PRECISION)

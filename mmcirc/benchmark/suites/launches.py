@@ -16,10 +16,14 @@ Each model runs on both layouts of :mod:`mmcirc.ops.layout` (``cuda``: the path 
 tensor takes, run on CPU tensors; ``cpu``), in float32 and under bfloat16 autocast, at
 each size (``--sizes``), batch 1, random weights, eval mode, no grad. The peers (timm's
 DeiT-T, mmdet's PVT-S and Swin-T) have one path: they run once per precision and size.
+The models with the Triton kernel (:data:`KERNEL_MODELS`) run on the ``cuda`` layout
+only, their kernel in Triton's interpreter (``TRITON_INTERPRET=1``, set for the process
+when one is measured), and without a host time (the interpreter's is no GPU's).
 
 Writes ``DIR/results.json`` and ``DIR/table.md`` after every model.
 """
 
+import os
 import os.path as osp
 import statistics
 import time
@@ -32,15 +36,18 @@ from ..report import ResultStore, environment, markdown_table, ratio
 #: model -> its peer
 PAIRS = {
     'ca_deit_t': 'deit_t',
+    'ca_deit_t_triton': 'deit_t',
     'circ_pvt_s': 'pvt_s',
     'ca_pvt_s': 'pvt_s',
     'core_pvt_s': 'pvt_s',
     'ca_swin_t': 'swin_t',
 }
 MODELS = tuple(PAIRS) + tuple(dict.fromkeys(PAIRS.values()))
+#: the models whose circulant attention runs the Triton kernel (``kernel='triton'``)
+KERNEL_MODELS = ('ca_deit_t_triton',)
 LAYOUTS = ('cuda', 'cpu')
 PRECISIONS = ('fp32', 'bf16')
-DEFAULT_SIZES = ['64', '1024']
+DEFAULT_SIZES = ['64', '224', '1024']
 MULTIPLE = 32
 #: no kernel runs: allocations, and a view torch does not declare one
 _NO_KERNEL = (
@@ -88,12 +95,17 @@ def measure(name, hw, layout, precision, host_size, repeat) -> dict:
 
     from mmcirc.ops.layout import forced_layout
 
+    kernel = name in KERNEL_MODELS
+    if kernel:  # read when the kernels are defined (on their first use)
+        os.environ['TRITON_INTERPRET'] = '1'
     model, call, x = case(name).build(hw)
     model.eval()
     with torch.no_grad(), forced_layout(layout), _context(precision):
         _, ops = count_ops(call, x)
+        if kernel and not ops['circulant_core']:
+            raise RuntimeError(f'{name}: the Triton kernel did not run at {hw[0]} px')
         res = dict(ops=sum(ops.values()), casts=ops['_to_copy'], top=ops.most_common(8))
-        if hw == (host_size, host_size):
+        if hw == (host_size, host_size) and not kernel:
             for _ in range(3):
                 call(x)  # warm-up
             times = []
@@ -107,6 +119,10 @@ def measure(name, hw, layout, precision, host_size, repeat) -> dict:
 
 def key(name, size, layout, precision):
     return f'{name}|{size}|{layout}|{precision}'
+
+
+def _layouts(name):
+    return ('cuda',) if name in KERNEL_MODELS else LAYOUTS
 
 
 def _cell(results, name, size, layout, precision, field):
@@ -124,7 +140,7 @@ def table(results: dict, sizes, host_size) -> str:
     head += [f'host ms {host_size} px fp32', f'host ms {host_size} px bf16']
     rows = []
     for name, peer in PAIRS.items():
-        for layout in LAYOUTS:
+        for layout in _layouts(name):
             row = [f'{case(name).label} ({case(peer).label})', layout]
 
             def pair(field, size, precision):
@@ -161,7 +177,7 @@ def run(options, command: str):
     from mmcirc.utils.fileio import atomic_write
 
     for name in names + peers:
-        layouts = LAYOUTS if name in PAIRS else ('any',)
+        layouts = _layouts(name) if name in PAIRS else ('any',)
         t = time.perf_counter()
         for hw in options.sizes:
             for layout in layouts:
