@@ -39,6 +39,7 @@ from .contract import (
     HAS_MMENGINE,
     BackboneContract,
     check_circulant,
+    check_images,
     check_positive,
     check_positive_int,
     check_rate,
@@ -309,6 +310,7 @@ class CADeiT(BackboneContract):
     def forward(self, x: torch.Tensor) -> tuple:
         """x (B, in_channels, H, W), any H and W. Returns one output per index in
         ``out_indices`` (block order), shaped by ``out_type``."""
+        check_images(type(self).__name__, x)
         x, hw = self.patch_embed(x)  # (B, N, C), N = H/16 * W/16
         outs = []
         for i, block in enumerate(self.blocks):

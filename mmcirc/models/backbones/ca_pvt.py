@@ -32,7 +32,7 @@ from mmengine.model import ModuleList
 
 from mmcirc.registry import register_model
 from ..blocks import CirculantBlock, CoreBlock, SRABlock
-from .contract import is_int
+from .contract import check_positive_int, is_int
 from .pyramid import PyramidBackbone, PyramidStage
 
 __all__ = ['CAPVT', 'CorePVT']
@@ -153,6 +153,7 @@ class CAPVT(PyramidBackbone):
             with_cp=with_cp,
         )
         n = self.num_stages
+        check_positive_int(type(self).__name__, 'in_channels', in_channels)
         patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, lambda v: is_int(v) and v >= 1)
         sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, lambda v: is_int(v) and v >= 1)
         mlp_ratios = self._per_stage(

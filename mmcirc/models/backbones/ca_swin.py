@@ -23,7 +23,7 @@ from torch import nn
 
 from mmcirc.registry import register_model
 from ..blocks import CirculantBlock, CoreBlock, WindowBlock
-from .contract import is_int
+from .contract import check_positive, check_positive_int, is_int
 from .pyramid import PyramidBackbone, PyramidStage
 
 __all__ = ['CASwin', 'CoreSwin']
@@ -130,6 +130,8 @@ class CASwin(PyramidBackbone):
         strides = self._per_stage('strides', strides, n, lambda v: is_int(v) and v >= 1)
         if not is_int(window_size) or window_size < 1:
             raise ValueError(f'CASwin: window_size must be a positive int, got {window_size!r}')
+        check_positive_int(type(self).__name__, 'in_channels', in_channels)
+        check_positive(type(self).__name__, 'mlp_ratio', mlp_ratio)
         patch_norm_cfg = norm_cfg if patch_norm else None
         self.patch_embed = PatchEmbed(
             in_channels=in_channels,

@@ -62,6 +62,7 @@ __all__ = [
     'NORM_TYPES',
     'call_block',
     'check_circulant',
+    'check_images',
     'check_positive',
     'check_positive_int',
     'check_rate',
@@ -127,6 +128,23 @@ def parse_out_indices(out_indices, num: int, unit: str = 'stages') -> tuple:
             f'[-{num}, {num - 1}] ({unit} 0..{num - 1}), got {out_indices!r}'
         )
     return tuple(sorted({int(i) % num for i in out_indices}))
+
+
+def check_images(owner: str, x) -> None:
+    """The forward's input: a (B, C, H, W) batch with B >= 1, else a one-line ValueError
+    naming ``owner``. Sizes that are not ints (symbolic in a captured graph, a
+    ``torch.fx`` proxy) are not checked: a graph is checked when it runs."""
+    shape = getattr(x, 'shape', None)
+    if type(shape) is not torch.Size:
+        return
+    if len(shape) != 4:
+        raise ValueError(
+            f'{owner}: input must be a (B, C, H, W) batch of images, got shape {tuple(shape)}'
+        )
+    if type(shape[0]) is int and shape[0] < 1:
+        raise ValueError(
+            f'{owner}: input batch is empty (shape {tuple(shape)}); give at least one image'
+        )
 
 
 def spatial_size(x: torch.Tensor) -> tuple:

@@ -29,7 +29,7 @@ from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_
 
 from mmcirc.ops.core import CORE_PRESETS, select_cores
 from ..blocks import CirculantBlock, CoreBlock
-from .contract import BackboneContract, ElasticCores, call_block
+from .contract import BackboneContract, ElasticCores, call_block, check_images
 from .pyramid_build import PyramidBuild, stride_of
 
 __all__ = [
@@ -269,6 +269,7 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """x (B, in_channels, H, W), H and W >= ``min_input_size``; returns one
         (B, C_i, H_i, W_i) map per index in ``out_indices`` (stage order)."""
+        check_images(type(self).__name__, x)
         h, w = x.shape[-2], x.shape[-1]  # symbolic in a captured graph: not checked there
         if type(h) is int and type(w) is int and min(h, w) < self.min_input_size:
             raise ValueError(

@@ -44,6 +44,7 @@ from .contract import (
     HAS_MMENGINE,
     BackboneContract,
     ElasticCores,
+    check_images,
     check_positive,
     check_positive_int,
     check_rate,
@@ -294,6 +295,8 @@ class VECAViT(ElasticCores, BackboneContract):
                 f'{name}: out_channels must be None or a positive int, got {out_channels!r}'
             )
         check_rate(name, 'dropout', dropout)
+        check_positive_int(name, 'patch_size', patch_size)
+        check_positive_int(name, 'in_channels', in_channels)
         self._setup_contract(
             num_stages=self.num_layers,
             out_indices=out_indices,
@@ -408,6 +411,7 @@ class VECAViT(ElasticCores, BackboneContract):
         is zero padded at the bottom / right). Returns one output per ``out_indices``
         entry, shaped by ``out_type``; the last block's through the final LN (and
         output projection) with ``out_norm``, the others raw."""
+        check_images(type(self).__name__, x)
         x = self.patch_embed.proj(pad_to_multiple(x, self.patch_size))  # (B, D, H, W)
         b, hw = x.shape[0], spatial_size(x)  # ints eagerly, symbolic under torch.export
         x = self.patch_embed.norm(x.flatten(2).transpose(1, 2))  # (B, N, D)

@@ -1,10 +1,12 @@
 """Bad arguments fail at build time with a ValueError naming the parameter."""
 
 import pytest
+import torch
 
-from mmcirc.models.backbones import CAPVT, CASwin, CorePVT, CoreSwin
+from mmcirc.models.backbones import CAPVT, CADeiT, CASwin, CorePVT, CoreSwin, VECAViT
 
 TINY = dict(embed_dims=(8, 16, 24, 32), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4))
+VECA_TINY = dict(embed_dims=8, num_layers=1, num_heads=1, mlp_ratio=2.0, num_cores=8)
 
 CASES = [
     # (class, kwargs, text the message must contain)
@@ -63,6 +65,19 @@ CASES = [
     (CAPVT, dict(arch=TINY, mlp_ratios=(8, 8, 4)), 'mlp_ratios'),
     (CASwin, dict(arch=TINY, strides=(4, 2, 2)), 'strides'),
     (CAPVT, dict(arch=TINY, drop_path_rate=1.5), 'drop_path_rate'),
+    (CASwin, dict(arch=TINY, mlp_ratio=0), 'mlp_ratio'),
+    (CoreSwin, dict(arch=TINY, mlp_ratio=-1.0), 'mlp_ratio'),
+    (CAPVT, dict(arch=TINY, mlp_ratios=0), 'mlp_ratios'),
+    (CAPVT, dict(arch=TINY, in_channels=0), 'in_channels'),
+    (CASwin, dict(arch=TINY, in_channels=0), 'in_channels'),
+    (CAPVT, dict(arch=TINY, patch_sizes=0), 'patch_sizes'),
+    (CASwin, dict(arch=TINY, strides=(0, 2, 2, 2)), 'strides'),
+    (CADeiT, dict(arch=dict(embed_dims=8, depth=1, mlp_ratio=0)), 'mlp_ratio'),
+    (CADeiT, dict(arch=dict(embed_dims=8, depth=1), patch_size=0), 'patch_size'),
+    (CADeiT, dict(arch=dict(embed_dims=8, depth=1), in_channels=0), 'in_channels'),
+    (VECAViT, dict(arch=dict(VECA_TINY, mlp_ratio=0)), 'mlp_ratio'),
+    (VECAViT, dict(arch=VECA_TINY, patch_size=0), 'patch_size'),
+    (VECAViT, dict(arch=VECA_TINY, in_channels=0), 'in_channels'),
 ]
 
 
@@ -90,3 +105,32 @@ def test_set_num_cores_out_of_range(bad):
     with pytest.raises(ValueError, match='num_cores'):
         model.set_num_cores(bad)
     assert model.num_cores == 64  # unchanged
+
+
+#: Every family, as registered, and the all-circulant / all-core layouts of the pyramids.
+MODELS = {
+    'CAPVT': lambda: CAPVT(arch=TINY),
+    'CAPVT-allcirc': lambda: CAPVT(arch=TINY, stage_attentions='circulant'),
+    'CorePVT': lambda: CorePVT(arch=TINY),
+    'CorePVT-allcore': lambda: CorePVT(arch=TINY, stage_attentions='core'),
+    'CASwin': lambda: CASwin(arch=TINY),
+    'CoreSwin': lambda: CoreSwin(arch=TINY),
+    'CADeiT': lambda: CADeiT(arch=dict(embed_dims=8, depth=1), patch_size=4),
+    'VECAViT': lambda: VECAViT(arch=VECA_TINY, patch_size=4),
+}
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_empty_batch_is_refused_in_one_line(name):
+    model = MODELS[name]().eval()
+    with pytest.raises(ValueError, match=f'{type(model).__name__}: input batch is empty') as info:
+        model(torch.zeros(0, 3, 64, 64))
+    assert '\n' not in str(info.value)
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_input_that_is_not_4d_is_refused_in_one_line(name):
+    model = MODELS[name]().eval()
+    with pytest.raises(ValueError, match=r'must be a \(B, C, H, W\) batch.*\(3, 64, 64\)') as info:
+        model(torch.zeros(3, 64, 64))
+    assert '\n' not in str(info.value)
