@@ -6,7 +6,9 @@ one way for all three: the library is the config's ``default_scope`` (set as mme
 default scope), pretrained-weight downloads are switched off (:func:`strip_pretrained`),
 the backbone overrides (:mod:`mmcirc.apis.overrides`) are applied before building, a
 checkpoint is loaded through mmengine's ``load_checkpoint`` after installing mmcirc's safe
-loader (:func:`mmcirc.engine.install_safe_loader`), SyncBN becomes BN,
+loader (:func:`mmcirc.engine.install_safe_loader`) and refused when it leaves weights of
+the model unset (:class:`~mmcirc.apis.weights.WeightsMismatchError`, unless
+``allow_partial_weights``; ``model.weights_fit`` says what was loaded), SyncBN becomes BN,
 and ``model.dataset_meta`` holds the classes and a palette (from the checkpoint, else
 the config's dataset). Without a checkpoint the weights are ``init_weights()``'s
 (under ``seed`` when given): random, reproducible, nothing downloaded.
@@ -16,11 +18,20 @@ The caller's config is never edited: the model's ``cfg`` is the edited copy.
 
 import copy
 import importlib
+import logging
 import os.path as osp
+import re
 import warnings
 from typing import List, Optional
 
-__all__ = ['build_model', 'dataset_meta', 'load_model_config', 'strip_pretrained']
+__all__ = [
+    'build_model',
+    'dataset_meta',
+    'has_random_weights',
+    'check_cfg_options',
+    'load_model_config',
+    'strip_pretrained',
+]
 
 
 def strip_pretrained(cfg) -> List[str]:
@@ -52,6 +63,54 @@ def strip_pretrained(cfg) -> List[str]:
     return dropped
 
 
+#: Settings counted in whole steps (the loops', hooks' and data loaders'): an int only.
+_COUNTS = re.compile(
+    r'(^|\.)(max_iters|max_epochs|val_interval|val_begin|interval|max_keep_ckpts|batch_size|'
+    r'num_workers|seed)$'
+)
+
+
+_ABSENT = object()
+
+
+def _config_value(cfg, key: str):
+    """The config's value at the dotted ``key`` (list items by index), or ``_ABSENT``."""
+    node = cfg
+    for part in key.split('.'):
+        if isinstance(node, (list, tuple)):
+            node = node[int(part)] if part.isdigit() and int(part) < len(node) else _ABSENT
+        elif hasattr(node, 'get'):  # a dict, a ConfigDict or the Config
+            node = node.get(part, _ABSENT)
+        else:
+            return _ABSENT
+        if node is _ABSENT:
+            return _ABSENT
+    return node
+
+
+def check_cfg_options(cfg, cfg_options: dict) -> None:
+    """Overrides (``--cfg-options``) that keep the kind of the config's value: a
+    number stays a number (an int where the config counts steps, :data:`_COUNTS`), a
+    bool a bool; anything may replace a string, None or a container, and new keys are
+    free. Otherwise a one-line ``ValueError`` naming the key."""
+    for key, value in cfg_options.items():
+        old = _config_value(cfg, key)
+        if old is _ABSENT or old is None or value is None:
+            continue
+        if isinstance(old, bool):
+            ok, kind = isinstance(value, bool), 'true or false (a bool)'
+        elif isinstance(old, int) and _COUNTS.search(key):
+            ok, kind = type(value) is int, 'a whole number (an int)'
+        elif isinstance(old, (int, float)):
+            ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), 'a number'
+        else:
+            continue
+        if not ok:
+            raise ValueError(
+                f"cfg_options {key}={value!r}: {key} must be {kind}, as the config's {old!r}"
+            )
+
+
 def load_model_config(cfg, cfg_options: Optional[dict] = None):
     """A copy of ``cfg`` (a config file path, an mmengine ``Config`` or a dict with
     ``model`` and ``default_scope``) with ``cfg_options`` merged. ``FileNotFoundError``
@@ -75,6 +134,7 @@ def load_model_config(cfg, cfg_options: Optional[dict] = None):
     else:
         raise TypeError(f'cfg must be a config path, an mmengine Config or a dict, got {cfg!r}')
     if cfg_options:
+        check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
     scope = cfg.get('default_scope')
     if scope not in LIBRARIES:
@@ -99,13 +159,17 @@ def build_model(
     init_weights: bool = True,
     seed: Optional[int] = None,
     warn_random: bool = False,
+    allow_partial_weights: bool = False,
 ):
     """``cfg``'s model in eval mode on ``device`` (see the module docstring).
 
     Args:
         cfg: a config file path or an mmengine ``Config`` (see :func:`load_model_config`).
-        checkpoint: weights to load (mmengine's ``load_checkpoint``, non-strict, missing
-            and unexpected keys logged as warnings); None: no file is read.
+        checkpoint: weights to load (mmengine's ``load_checkpoint``); one that leaves
+            tensors of the model missing or shaped otherwise is refused with a one-line
+            :class:`~mmcirc.apis.weights.WeightsMismatchError` naming them, a file that
+            is not a readable checkpoint with a one-line ``ValueError``; None: no file
+            is read.
         device: where the model goes (built and loaded on the CPU first).
         overrides: backbone overrides (:func:`~mmcirc.apis.overrides.apply_backbone_overrides`;
             raw strings are validated).
@@ -113,10 +177,15 @@ def build_model(
         init_weights: without a checkpoint, run ``init_weights()``; False leaves the
             constructors' defaults (enough for FLOPs and shapes, and faster).
         seed: ``torch.manual_seed(seed)`` before building and before ``init_weights``.
-        warn_random: warn when the weights are random (no checkpoint).
+        warn_random: warn when the weights are random (no checkpoint, or some not
+            loaded).
+        allow_partial_weights: load what fits and keep the rest of the model's tensors
+            random (named by a one-line warning with ``warn_random``).
 
-    Returns the model (``model.cfg``: the config it was built from; full models also
-    ``model.dataset_meta``: classes and palette, see :func:`dataset_meta`).
+    Returns the model (``model.cfg``: the config it was built from; ``model.weights_fit``:
+    the :class:`~mmcirc.apis.weights.WeightsFit` of the checkpoint, None without one
+    (:func:`has_random_weights`); full models also ``model.dataset_meta``: classes and
+    palette, see :func:`dataset_meta`).
     """
     import torch
     from mmengine.model import revert_sync_batchnorm
@@ -128,6 +197,7 @@ def build_model(
     from mmcirc.utils.quiet import quiet_logger
 
     from .overrides import apply_backbone_overrides
+    from .weights import WeightsMismatchError, recording_fit
 
     if checkpoint is not None and not osp.isfile(checkpoint):
         raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
@@ -148,11 +218,13 @@ def build_model(
             f'default_scope {scope!r} needs {scope} installed (pip install -r requirements.txt)'
         )
     model = registry.build(model_cfg)
-    meta = {}
-    with quiet_logger() as logger:  # init_weights / load_checkpoint log every tensor
+    meta, fit = {}, None
+    quiet = logging.ERROR if checkpoint is not None else logging.WARNING  # the fit: below
+    with quiet_logger(quiet) as logger:  # init_weights / load_checkpoint log every tensor
         if checkpoint is not None:
             install_safe_loader()
-            loaded = load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
+            with recording_fit(model) as fit:
+                loaded = _read_checkpoint(load_checkpoint, model, checkpoint, logger)
             meta = (loaded.get('meta') or {}) if isinstance(loaded, dict) else {}
         elif init_weights:
             if seed is not None:
@@ -164,6 +236,14 @@ def build_model(
                     f'init_weights: {type(model).__name__} cannot make random weights here '
                     f'({type(err).__name__}: {err}); give a checkpoint'
                 ) from None
+    if fit is not None and not fit.complete:
+        if not allow_partial_weights:
+            raise WeightsMismatchError(checkpoint, fit)
+        if warn_random:
+            warnings.warn(
+                f'checkpoint {checkpoint} loaded in part: {fit.summary()}; the rest is '
+                "random, the predictions are not the checkpoint's"
+            )
     if checkpoint is None and warn_random:
         warnings.warn(
             'no checkpoint: the weights are random, only the time and memory figures '
@@ -173,9 +253,41 @@ def build_model(
     model.to(device)
     model.eval()  # (some train() overrides, e.g. mmdet Swin's, return None: no chaining)
     model.cfg = cfg
+    model.weights_fit = fit
     if full:
         model.dataset_meta = dataset_meta(cfg, meta, _num_classes(model))
     return model
+
+
+def has_random_weights(model) -> bool:
+    """Whether some weights of a :func:`build_model` model were not loaded from a
+    checkpoint (none given, or loaded in part)."""
+    fit = getattr(model, 'weights_fit', None)
+    return fit is None or not fit.complete
+
+
+def _read_checkpoint(load_checkpoint, model, checkpoint: str, logger):
+    """mmengine's ``load_checkpoint`` of a local file; a file that is not a torch
+    checkpoint (empty, truncated, text) is a one-line ``ValueError`` naming it. A
+    pickle the safe loader refuses (``pickle.UnpicklingError``) passes unchanged."""
+    import pickle
+
+    from mmcirc.engine import UnsafeCheckpointError
+
+    unreadable = (RuntimeError, EOFError, IndexError, KeyError, ValueError, AttributeError)
+    try:
+        return load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
+    except pickle.UnpicklingError as err:
+        if isinstance(err, UnsafeCheckpointError) or 'refus' in str(err).lower():
+            raise
+        reason = ' '.join(str(err).split())[:300] or type(err).__name__
+        raise ValueError(reason if checkpoint in reason else f'{checkpoint}: {reason}') from None
+    except unreadable as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f'checkpoint {checkpoint}: not a readable torch checkpoint '
+            f'({type(err).__name__}: {reason[:200]})'
+        ) from None
 
 
 def _num_classes(model) -> int:

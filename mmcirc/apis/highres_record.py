@@ -19,6 +19,7 @@ import numpy as np
 from mmcirc.analysis.attention_memory import quadratic_warning
 from mmcirc.utils.memory import MB, peak_rss_bytes, rss_baseline
 
+from .builder import has_random_weights
 from .decode import image_backbone
 from .highres import Progress, predict_labels
 from .overrides import backbone_summary
@@ -162,7 +163,7 @@ def run_image(
         source_size=list(source_size),
         config=config,
         checkpoint=checkpoint,
-        random_weights=checkpoint is None,
+        random_weights=has_random_weights(model),
         overrides=dict(overrides),
         backbone=backbone_summary(backbone),
         device=str(device),

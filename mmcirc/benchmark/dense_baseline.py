@@ -110,7 +110,9 @@ def child(spec: dict) -> dict:
         cfg = apis.load_highres_config(spec['config'], spec['cfg_options'])
         dense = spec['stage_attentions'] or dense_attention(cfg)
         apis.apply_backbone_overrides(cfg, dict(stage_attentions=dense))
-        model = apis.build_model(cfg, spec['checkpoint'], device=spec['device'], warn_random=True)
+        model = apis.build_model(  # the dense attention layers are not the checkpoint's
+            cfg, spec['checkpoint'], device=spec['device'], allow_partial_weights=True
+        )
         out['stage_attentions'] = list(model.backbone.stage_attentions)
         out['build_s'] = round(time.perf_counter() - t_start, 2)
         hw = img.shape[:2]
