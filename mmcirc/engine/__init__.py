@@ -11,15 +11,17 @@ from .checkpoint import (
     install_atomic_saving,
     install_safe_loader,
     load_from_local,
+    remove_interrupted_saves,
     trust_checkpoint,
 )
 from .compile import CompileBackboneHook, add_compile_hook, compile_backbone
 from .hooks import NestedCoreHook, core_count_choices
+from .plain_state import from_plain, to_plain
 
 __all__ = [
+    'MMENGINE_CHECKPOINT_GLOBALS',
     'AtomicLocalBackend',
     'CompileBackboneHook',
-    'MMENGINE_CHECKPOINT_GLOBALS',
     'NestedCoreHook',
     'SafeCheckpointIOHook',
     'UnsafeCheckpointError',
@@ -27,8 +29,11 @@ __all__ = [
     'compile_backbone',
     'core_count_choices',
     'find_resumable_checkpoint',
+    'from_plain',
     'install_atomic_saving',
     'install_safe_loader',
     'load_from_local',
+    'remove_interrupted_saves',
+    'to_plain',
     'trust_checkpoint',
 ]

@@ -13,9 +13,14 @@ and then ``last_checkpoint`` with a plain ``open``, so a kill or a full disk dur
 leaves a truncated file that ``--resume`` picks up. It makes mmengine's local file backend
 write through :func:`mmcirc.utils.fileio.atomic_open` (temporary file, fsync, rename) and
 routes the checkpoint hook's ``last_checkpoint`` write through it too, so the pointer
-moves only after the checkpoint is complete.
+moves only after the checkpoint is complete; the temporary files of a save that a kill
+interrupted are removed when training next starts (:func:`remove_interrupted_saves`).
 
-Importing mmcirc installs neither: a Runner's config opts in with
+What a Runner saves loads anywhere: :class:`SafeCheckpointIOHook` writes the message hub
+in plain types (:mod:`mmcirc.engine.plain_state`), so plain ``torch.load`` and the
+libraries' loaders read the file, and restores it exactly on ``--resume``.
+
+Importing mmcirc installs none of this: a Runner's config opts in with
 :class:`SafeCheckpointIOHook` (every config mmcirc ships does), other code calls the two
 functions (idempotent). :func:`find_resumable_checkpoint` picks the newest checkpoint that
 actually loads.
@@ -32,12 +37,15 @@ from typing import List, Optional, Tuple
 import numpy as np
 import torch
 from mmengine.fileio.backends import LocalBackend, register_backend
-from mmengine.hooks import Hook
+from mmengine.dist import is_main_process
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import HistoryBuffer
 from mmengine.registry import HOOKS
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from mmcirc.utils.fileio import atomic_open, atomic_write
+
+from .plain_state import from_plain, to_plain
 
 
 def _numpy_globals():
@@ -83,7 +91,25 @@ _trusted = set()
 
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
-    """A checkpoint holds pickled objects outside mmengine's allowed types."""
+    """A checkpoint refused because unpickling it would call or build ``globals``
+    (``module.name`` strings) outside mmengine's allowed types.
+
+    Its message reads ``<path>: refused: it would run code (`posix.system`) ...``;
+    ``path`` and ``globals`` are kept as attributes for callers that word their own.
+    """
+
+    def __init__(self, path, globals_):
+        self.path, self.globals = str(path), list(globals_)
+        names = ', '.join(self.globals)
+        super().__init__(
+            f'{self.path}: refused: it would run code (`{names}`): it holds pickled objects '
+            'outside the types mmengine checkpoints use. Load it only if you trust its '
+            "source: the loading command's --trust-checkpoint flag, or "
+            'mmcirc.engine.trust_checkpoint(path) in Python'
+        )
+
+    def __reduce__(self):  # rebuilt from its arguments (multiprocessing, copies)
+        return type(self), (self.path, self.globals)
 
 
 def trust_checkpoint(path):
@@ -116,24 +142,36 @@ def load_from_local(filename, map_location):
         with torch.serialization.safe_globals(MMENGINE_CHECKPOINT_GLOBALS):
             return torch.load(filename, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        try:
-            extra = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
-        except Exception:  # not a zip checkpoint at all (random bytes, other formats)
+        names = _refused_globals(filename, err)
+        if not names:
             raise pickle.UnpicklingError(
                 f'cannot read {filename}: not a torch checkpoint or damaged '
                 f'({_unpickler_reason(err)})'
             ) from None
-        allowed = {
-            g[1] if isinstance(g, tuple) else f'{g.__module__}.{g.__qualname__}'
-            for g in MMENGINE_CHECKPOINT_GLOBALS
-        }
-        extra = [g for g in extra if g not in allowed] or ['(see torch message)']
-        raise UnsafeCheckpointError(
-            f'refusing to load {filename}: it contains pickled objects outside the types '
-            f'mmengine checkpoints use: {", ".join(extra)}. Loading it could run arbitrary '
-            'code. If you trust this file, pass --trust-checkpoint to tools/test.py or call '
-            f'mmcirc.engine.trust_checkpoint(path) first. ({_unpickler_reason(err)})'
-        ) from None
+        raise UnsafeCheckpointError(filename, names) from None
+
+
+def _refused_globals(filename, err):
+    """What a refused file would call or build, as ``module.name`` strings: from the
+    zip checkpoint's pickle (torch lists them), else from the unpickler's refusal
+    (legacy checkpoints, bare pickles); empty when the file is merely unreadable."""
+    allowed = {
+        g[1] if isinstance(g, tuple) else f'{g.__module__}.{g.__qualname__}'
+        for g in MMENGINE_CHECKPOINT_GLOBALS
+    }
+    try:
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
+    except Exception:  # not a zip checkpoint
+        found = []
+    found = [g for g in found if g not in allowed]
+    if found:
+        return found
+    reason = _unpickler_reason(err)
+    match = re.search(r'GLOBAL (\S+) was not an allowed global', reason)
+    if match:
+        return [match.group(1)]
+    match = re.search(r'checkpoint asks for (getattr\(.*?\))', reason)
+    return [match.group(1)] if match else []
 
 
 def _unpickler_reason(err):
@@ -182,15 +220,81 @@ def install_atomic_saving():
 
 @HOOKS.register_module()  # mmengine's root: mmdet/mmseg/mmpretrain HOOKS find it there
 class SafeCheckpointIOHook(Hook):
-    """Calls both install functions in ``before_run`` (a Runner's ``train``, ``val`` and
-    ``test`` call it before initialising weights, loading ``load_from`` or resuming).
-    In a config: ``default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))``."""
+    """A Runner's checkpoints, safe and complete. In a config:
+    ``default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))``.
+
+    - ``before_run`` (a Runner's ``train``, ``val`` and ``test`` call it before
+      initialising weights, loading ``load_from`` or resuming): :func:`install_safe_loader`
+      and :func:`install_atomic_saving`.
+    - ``before_train``: removes the temporary files of saves that a kill interrupted
+      (:func:`remove_interrupted_saves`) from the folders checkpoints are written to.
+    - ``before_save_checkpoint``: writes what torch's ``weights_only`` loader refuses
+      (the message hub's HistoryBuffers, numpy values) in plain types
+      (:func:`mmcirc.engine.plain_state.to_plain`), so plain ``torch.load``,
+      ``init_detector``, the Inferencers and mmdet's / mmseg's tools load the file.
+    - ``after_load_checkpoint``: turns them back (``from_plain``) before the Runner
+      resumes, so the message hub, optimizer and schedulers are restored exactly.
+    """
 
     priority = 'VERY_HIGH'
 
     def before_run(self, runner) -> None:
         install_safe_loader()
         install_atomic_saving()
+
+    def before_train(self, runner) -> None:
+        if not is_main_process():
+            return
+        removed = []
+        for folder in _checkpoint_folders(runner):
+            removed += remove_interrupted_saves(folder)
+        if removed:
+            runner.logger.info(
+                f'removed {len(removed)} temporary file(s) of interrupted checkpoint saves: '
+                + ', '.join(removed)
+            )
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        for key in list(checkpoint):
+            checkpoint[key] = to_plain(checkpoint[key])
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        for key in list(checkpoint):
+            checkpoint[key] = from_plain(checkpoint[key])
+
+
+#: ``.iter_4.pth.k2x9_a1b.tmp``, ``.last_checkpoint.q0w8e7r6.tmp``: what
+#: :func:`mmcirc.utils.fileio.atomic_open` leaves of a checkpoint (or of the pointer to
+#: it) when the process dies before the rename.
+_INTERRUPTED_SAVE = re.compile(r'^\.(?:.+\.pth|last_checkpoint)\.[a-z0-9_]+\.tmp$')
+
+
+def remove_interrupted_saves(folder: str) -> List[str]:
+    """Remove the temporary files that killed checkpoint saves left in ``folder``;
+    returns their paths. Complete checkpoints and other files are never touched."""
+    if not osp.isdir(folder):
+        return []
+    removed = []
+    for name in sorted(os.listdir(folder)):
+        path = osp.join(folder, name)
+        if _INTERRUPTED_SAVE.match(name) and osp.isfile(path) and not osp.islink(path):
+            try:
+                os.remove(path)
+            except FileNotFoundError:  # another process removed it meanwhile
+                continue
+            removed.append(path)
+    return removed
+
+
+def _checkpoint_folders(runner) -> List[str]:
+    """The local folders a Runner's checkpoints go to: its work_dir and, for a
+    CheckpointHook with ``out_dir``, ``out_dir/<work_dir name>`` (mmengine's rule)."""
+    folders = [runner.work_dir]
+    for hook in runner.hooks:
+        out_dir = getattr(hook, 'out_dir', None) if isinstance(hook, CheckpointHook) else None
+        if isinstance(out_dir, str) and '://' not in out_dir:  # as given: joined later
+            folders.append(osp.join(out_dir, osp.basename(osp.normpath(runner.work_dir))))
+    return list(dict.fromkeys(folders))
 
 
 # --------------------------------------------------------------------------- resuming
