@@ -17,9 +17,12 @@ compiles the backbone and the neck only:
   ``tools/test.py --compile``).
 
 Sizes: ``dynamic=None`` (torch's default) compiles the first input size static and, when a
-size changes, once more with the changed sizes symbolic, which then serves every size:
-at a fixed size nothing recompiles, with varied sizes once. ``dynamic=True`` compiles
-symbolic sizes from the first call, ``dynamic=False`` once per size.
+size changes, once more with the changed sizes symbolic, which serves later sizes: at a
+fixed size nothing recompiles. On the CPU the symbolic graph holds for the sizes of one
+number of circulant head blocks (:func:`mmcirc.ops.circulant.head_blocks`, cache-sized
+blocks that depend on the map size); a size with another number compiles once more.
+``dynamic=True`` compiles symbolic sizes from the first call, ``dynamic=False`` once per
+size.
 """
 
 import weakref

@@ -326,9 +326,9 @@ EOF
       "$PY" "$ROOT/tools/train.py" "$D/ca_swin_t_mask-rcnn_toy.py" --work-dir "$D/mask_rcnn"
     # the compiled training step (--compile: backbone and neck, the heads eager) against eager;
     # its toy data: data/toy_coco above, toy_ade made by the tool
-    CT=(--jobs det seg --iters $ITERS --warmup 2)
-    [ "$DEVICE" = cpu ] && CT=(--jobs det --iters $ITERS --warmup 1 --backend eager)
-    step d4_compile_train 240 "toy RetinaNet + Semantic FPN, $ITERS iterations, eager vs compiled backbone and neck" \
+    CT=(--jobs det seg --iters $ITERS --warmup 2) CT_WHAT="RetinaNet + Semantic FPN"
+    [ "$DEVICE" = cpu ] && CT=(--jobs det --iters $ITERS --warmup 1 --backend eager) CT_WHAT=RetinaNet
+    step d4_compile_train 240 "toy $CT_WHAT, $ITERS iterations, eager vs compiled backbone and neck" \
       "$PY" "$ROOT/tools/analysis/benchmark_compile_train.py" "${CT[@]}" --data-root "$D" \
       --out "$D/compile_train/results.json"
     cd "$ROOT"
