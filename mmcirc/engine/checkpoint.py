@@ -98,7 +98,7 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
     ``path`` and ``globals`` are kept as attributes for callers that word their own.
     """
 
-    def __init__(self, path, globals_):
+    def __init__(self, path, globals_=()):
         self.path, self.globals = str(path), list(globals_)
         names = ', '.join(self.globals)
         super().__init__(
@@ -154,7 +154,8 @@ def load_from_local(filename, map_location):
 def _refused_globals(filename, err):
     """What a refused file would call or build, as ``module.name`` strings: from the
     zip checkpoint's pickle (torch lists them), else from the unpickler's refusal
-    (legacy checkpoints, bare pickles); empty when the file is merely unreadable."""
+    (legacy checkpoints), else from a scan of the pickle that runs nothing (bare pickles);
+    empty when the file is merely unreadable."""
     allowed = {
         g[1] if isinstance(g, tuple) else f'{g.__module__}.{g.__qualname__}'
         for g in MMENGINE_CHECKPOINT_GLOBALS
@@ -166,12 +167,44 @@ def _refused_globals(filename, err):
     found = [g for g in found if g not in allowed]
     if found:
         return found
-    reason = _unpickler_reason(err)
-    match = re.search(r'GLOBAL (\S+) was not an allowed global', reason)
+    match = re.search(r'GLOBAL (\S+?)[ .,]*(?:was not|whose module|$)', str(err), re.M)
     if match:
         return [match.group(1)]
-    match = re.search(r'checkpoint asks for (getattr\(.*?\))', reason)
-    return [match.group(1)] if match else []
+    match = re.search(r'checkpoint asks for (getattr\(.*?\))', str(err))
+    if match:
+        return [match.group(1)]
+    return [g for g in _pickle_globals(filename) if g not in allowed and not _library_global(g)]
+
+
+def _library_global(name):
+    """torch's and the standard containers' own globals, which torch's loader reads."""
+    return name.split('.')[0] in ('torch', 'collections') or name.startswith('numpy.')
+
+
+def _pickle_globals(filename):
+    """The ``module.name`` globals the first pickle of ``filename`` refers to, read with
+    :mod:`pickletools` (nothing is run); empty for a file that is no pickle."""
+    import pickletools
+
+    found, strings, memo = [], [], {}
+    try:
+        with open(filename, 'rb') as f:
+            for op, arg, _ in pickletools.genops(f):
+                if op.name == 'GLOBAL':
+                    found.append(arg.replace(' ', '.'))
+                elif op.name == 'STACK_GLOBAL' and len(strings) >= 2:
+                    found.append(f'{strings[-2]}.{strings[-1]}')
+                elif isinstance(arg, str) and 'UNICODE' in op.name:
+                    strings.append(arg)
+                elif op.name == 'MEMOIZE' and strings:
+                    memo[len(memo)] = strings[-1]
+                elif op.name in ('BINPUT', 'LONG_BINPUT', 'PUT') and strings:
+                    memo[arg] = strings[-1]
+                elif op.name in ('BINGET', 'LONG_BINGET', 'GET') and arg in memo:
+                    strings.append(memo[arg])
+    except Exception:  # noqa: BLE001 (not a pickle, or a damaged one: what was read)
+        pass
+    return list(dict.fromkeys(found))
 
 
 def _unpickler_reason(err):

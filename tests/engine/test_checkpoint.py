@@ -132,3 +132,36 @@ def test_getattr_is_limited_to_history_buffer_methods(tmp_path):
     torch.save({'f': _GetattrPayload()}, path)
     with pytest.raises(pickle.UnpicklingError, match='__init__'):
         load_from_local(str(path), map_location=None)
+
+
+class _RunsCode:
+    """Pickles as a call of ``posix.system``: what a malicious checkpoint carries."""
+
+    def __reduce__(self):
+        import os
+
+        return os.system, ('echo never-run',)
+
+
+@pytest.mark.parametrize('layout', ['zip', 'legacy', 'bare-pickle'])
+def test_a_refused_checkpoint_names_the_global_it_would_call(tmp_path, layout):
+    path = tmp_path / 'evil.pth'
+    payload = {'state_dict': {}, 'x': _RunsCode()}
+    if layout == 'zip':
+        torch.save(payload, path)
+    elif layout == 'legacy':
+        torch.save(payload, path, _use_new_zipfile_serialization=False)
+    else:
+        path.write_bytes(pickle.dumps(payload))
+    with pytest.raises(UnsafeCheckpointError) as err:
+        load_from_local(str(path), map_location=None)
+    assert 'refused: it would run code (`posix.system`)' in str(err.value)
+    assert 'damaged' not in str(err.value) and err.value.globals == ['posix.system']
+
+
+def test_a_damaged_file_still_says_damaged(tmp_path):
+    path = tmp_path / 'random.pth'
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(pickle.UnpicklingError, match='not a torch checkpoint or damaged') as err:
+        load_from_local(str(path), map_location=None)
+    assert not isinstance(err.value, UnsafeCheckpointError)
