@@ -34,6 +34,7 @@ __all__ = [
     'kernel_applies',
     'layer_core',
     'pack_weights',
+    'set_precision',
 ]
 
 KERNELS = ('torch', 'triton')
@@ -42,7 +43,7 @@ KERNEL_ENV = 'MMCIRC_KERNEL'
 MAX_GRID = 64
 #: ``tl.dot``'s precision on float32 operands (``'tf32'``: tensor cores, 10-bit mantissas)
 PRECISIONS = ('ieee', 'tf32')
-#: the precision the layers use
+#: the precision the layers use (read only: :func:`set_precision` sets it)
 PRECISION = 'ieee'
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -57,6 +58,14 @@ def default_kernel(kernel=None):
         return _ENV
     check_choice('kernel', kernel, KERNELS)
     return kernel
+
+
+def set_precision(precision):
+    """The ``tl.dot`` precision of the layers' kernel calls: ``'ieee'`` (the default) or
+    ``'tf32'``; a module global (not thread-safe)."""
+    global PRECISION
+    check_choice('precision', precision, PRECISIONS)
+    PRECISION = precision
 
 
 def _interpreted():

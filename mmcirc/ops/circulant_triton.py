@@ -13,7 +13,10 @@ matrices of the grid are built in the program; a 2-D DFT of a real tile is 6 pro
 (:func:`_dft2`), the real part of an inverse 6 (:func:`_idft2`). Tile cells outside the
 grid are zero in every spectrum and masked out of the softmax. Everything is float32
 (``tl.dot`` with ``PREC``: ``'ieee'`` or ``'tf32'``); the output is cast to its tensor's
-dtype.
+dtype. Only builtins of ``triton.language`` and the helpers here are called (not its
+``@jit`` library functions such as ``tl.sum``): the helpers are defined when this file is
+imported, so in the interpreter they are interpreted even where triton itself was imported
+before ``TRITON_INTERPRET`` was set.
 
 With ``a[m] = s sum_c sum_i q_c[i] k_c[i+m]``, ``p = softmax(a)``,
 ``o~_c[i] = sum_m p[m] v_c[i+m]``, ``Z[i] = sum_m p[m] [i+m in the map]`` (``'zero'``;
@@ -85,8 +88,28 @@ def _idft2(yr, yi, C1, S1, C2, S2, PREC: tl.constexpr):
 
 
 @triton.jit
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
+def _greater(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
 def _sum2(x):
-    return tl.sum(tl.sum(x, axis=1), axis=0)
+    return tl.reduce(tl.reduce(x, 1, _add), 0, _add)
+
+
+@triton.jit
+def _max2(x):
+    return tl.reduce(tl.reduce(x, 1, _greater), 0, _greater)
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
 
 
 @triton.jit
@@ -97,8 +120,8 @@ def _weights(q_ptr, k_ptr, base, sc, sn, H, W, P1, P2, D, scale, C1, S1, C2, S2,
     i2 = tl.arange(0, T2)[None, :]
     inmap = (i1 < H) & (i2 < W)
     tok = (i1 * W + i2) * sn
-    sr = tl.zeros((T1, T2), tl.float32)
-    si = tl.zeros((T1, T2), tl.float32)
+    sr = tl.full((T1, T2), 0.0, tl.float32)
+    si = tl.full((T1, T2), 0.0, tl.float32)
     for c in range(D):
         off = base + c * sc + tok
         q = tl.load(q_ptr + off, mask=inmap, other=0.0).to(tl.float32)
@@ -109,7 +132,7 @@ def _weights(q_ptr, k_ptr, base, sc, sn, H, W, P1, P2, D, scale, C1, S1, C2, S2,
         si += qr * ki - qi * kr
     a = _idft2(sr, si, C1, S1, C2, S2, PREC) * (scale / (P1 * P2))
     a = tl.where((i1 < P1) & (i2 < P2), a, float('-inf'))
-    e = tl.exp(a - tl.max(tl.max(a, axis=1), axis=0))
+    e = tl.exp(a - _max2(a))
     return e / _sum2(e)
 
 
@@ -143,7 +166,7 @@ def _fwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, o_ptr, sb, sn, sc, gb, gn, gc,
         if GATE:
             goff = b * gb + (c0 + c) * gc + tok * gn
             g = tl.load(g_ptr + goff, mask=inmap, other=0.0).to(tl.float32)
-            o = o * g * tl.sigmoid(g)
+            o = o * g * _sigmoid(g)
         out = o_ptr + obase + c + tok * (HEADS * D)
         tl.store(out, o.to(o_ptr.dtype.element_ty), mask=inmap)
 
@@ -172,9 +195,9 @@ def _bwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, dy_ptr, dq_ptr, dk_ptr, dv_ptr, dg_p
         mass = tl.dot(tl.dot(_box(P1, H, T1, False), p, input_precision=PREC),
                       _box(P2, W, T2, True), input_precision=PREC)  # fmt: skip
         z = tl.where(inmap, mass, 1.0)
-    dpr = tl.zeros((T1, T2), tl.float32)
-    dpi = tl.zeros((T1, T2), tl.float32)
-    dz = tl.zeros((T1, T2), tl.float32)
+    dpr = tl.full((T1, T2), 0.0, tl.float32)
+    dpi = tl.full((T1, T2), 0.0, tl.float32)
+    dz = tl.full((T1, T2), 0.0, tl.float32)
     for c in range(D):  # Eq. 16 and the gate backwards; dv
         off = base + c * sc + tok * sn
         goff = obase + c + tok * (HEADS * D)
@@ -186,7 +209,7 @@ def _bwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, dy_ptr, dq_ptr, dk_ptr, dv_ptr, dg_p
         if GATE:
             g = tl.load(g_ptr + b * gb + (c0 + c) * gc + tok * gn, mask=inmap, other=0.0)
             g = g.to(tl.float32)
-            sg = tl.sigmoid(g)
+            sg = _sigmoid(g)
             dg = do * o * sg * (1.0 + g * (1.0 - sg))
             tl.store(dg_ptr + goff, dg.to(dg_ptr.dtype.element_ty), mask=inmap)
             do = do * g * sg

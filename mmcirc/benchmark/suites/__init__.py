@@ -13,6 +13,7 @@ suite              what                                        tool
 ``gpu``            CA-DeiT-T vs DeiT-T, precisions, compile    deployment/benchmark_gpu.py
 ``sharded``        sharded whole-image inference vs P = 1      analysis/benchmark_sharded.py
 ``launches``       ops per eager forward, host time vs peers   analysis/benchmark_launches.py
+``kernel``         the Triton core vs FFT path vs SDPA (GPU)   deployment/benchmark_kernel.py
 =================  ==========================================  ====================================
 
 ``python -m mmcirc.benchmark docs`` (``tools/analysis/benchmark_docs.py``) runs the suites
@@ -28,4 +29,5 @@ SUITES = (
     'gpu',
     'sharded',
     'launches',
+    'kernel',
 )
