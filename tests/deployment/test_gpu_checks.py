@@ -48,7 +48,7 @@ def _json(path):
 def test_every_step_runs_and_the_exit_status_counts_failures(rehearsal):
     proc, out, _ = rehearsal
     rows = _rows(out)
-    steps = ['a_test_cuda', 'b_cadeit', 'c_backbones', 'd1_retinanet_train']
+    steps = ['a_test_cuda', 'b_cadeit', 'e_kernel', 'c_backbones', 'd1_retinanet_train']
     steps += ['d2_retinanet_test', 'd3_mask_rcnn_step', 'd4_compile_train']
     assert list(rows)[: 1 + len(steps)] == ['build_mmcv', *steps], rows
     assert rows['build_mmcv'] == 'not rehearsed'
@@ -68,6 +68,14 @@ def test_step_b_times_both_models_in_both_modes(rehearsal):
     text = json.dumps(_json(path))
     for word in ('deit_t', 'ca_deit_t', 'eager', 'compile', 'bf16', 'fp32'):
         assert word in text, f'{word} missing from {path}'
+
+
+def test_step_e_times_and_checks_the_kernel_beside_fft_and_sdpa(rehearsal):
+    results = _json(rehearsal[1] / 'e_kernel' / 'results_cpu.json')['results']
+    assert set(results) == {'4|forward', '4|train'}, results
+    for r in results.values():
+        assert all(r['times_ms'][n] > 0 for n in ('sdpa', 'fft', 'kernel-ieee', 'kernel-tf32'))
+        assert set(r['errors']) == {'fft', 'kernel-ieee', 'kernel-tf32'}, r
 
 
 def test_step_c_measures_the_backbone_under_bf16(rehearsal):
@@ -113,7 +121,7 @@ def test_results_are_packed_for_the_trip_back(rehearsal):
     'args, message',
     [
         (['--device', 'tpu'], '--device must be cuda or cpu'),
-        (['--steps', 'a,e'], '--steps takes letters a-d'),
+        (['--steps', 'a,f'], '--steps takes letters a-e'),
         (['--bogus'], 'unknown argument --bogus'),
     ],
 )

@@ -6,6 +6,10 @@
 #   (a) tests/ops/test_cuda.py: the operators on CUDA against float64 dense references;
 #   (b) CA-DeiT-T against DeiT-T (flash attention under bf16; fp32), batch 1 and 32, eager
 #       and CUDA graphs (torch.compile mode=reduce-overhead): tools/deployment/benchmark_gpu.py;
+#   (e) (run after (b)) the Triton kernel of circulant attention's core against the FFT path
+#       and SDPA (flash), one layer of 192 channels, batch 32, 14x14 / 32x32 / 64x64 maps,
+#       forward and training, bf16, tl.dot in float32 (ieee) and tf32, time and error:
+#       tools/deployment/benchmark_kernel.py;
 #   (c) backbone forward of PVT-S, CA-PVT-S, all-circulant PVT-S, all-core PVT-S, Swin-T and
 #       CA-Swin-T at 512-4096 px, fp32 and bf16, time and peak memory:
 #       tools/analysis/benchmark_backbone.py (needs the carried OpenMMLab wheels and mmcv);
@@ -29,7 +33,7 @@
 #   bash tools/deployment/gpu_checks.sh --device cpu --out /tmp/gpu_rehearsal
 # Options: --steps a,b,c,d (a subset), --budget-s S (default 540: no step starts after it,
 # each step's limit shrinks to what is left), --wheels DIR, PYTHON=python3; the steps'
-# limits (s): LIMIT_A=90 LIMIT_B=170 LIMIT_C=150 (d: what is left, at least 150).
+# limits (s): LIMIT_A=90 LIMIT_B=170 LIMIT_C=150 LIMIT_E=150 (d: what is left, at least 150).
 # Budget on the H200 (estimated, not yet run): (a)+(b)+(c) ~7 min while mmcv compiles on
 # 12 cores (CPU ops ~2 min, then CUDA ops ~6.5 min: 136 units, 71 min on 2 shared cores
 # with MAX_JOBS=1 here, 39 min with MAX_JOBS=2 in shared/docs/ENVIRONMENT.md), so
@@ -39,7 +43,7 @@
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY=${PYTHON:-python3}
-DEVICE=cuda OUT_DIR=work_dirs/gpu_checks WHEELS="$ROOT/work_dirs/wheels" PACK="" STEPS=a,b,c,d
+DEVICE=cuda OUT_DIR=work_dirs/gpu_checks WHEELS="$ROOT/work_dirs/wheels" PACK="" STEPS=a,b,c,d,e
 BUDGET=540 PREPARE=0 BUILD_ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -56,7 +60,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$DEVICE" in cuda | cpu) ;; *) echo "error: --device must be cuda or cpu, got $DEVICE" >&2; exit 2 ;; esac
-[[ "$STEPS" =~ ^[abcd](,[abcd])*$ ]] || { echo "error: --steps takes letters a-d joined by commas, got $STEPS" >&2; exit 2; }
+[[ "$STEPS" =~ ^[a-e](,[a-e])*$ ]] || { echo "error: --steps takes letters a-e joined by commas, got $STEPS" >&2; exit 2; }
 [[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "error: --budget-s must be whole seconds, got $BUDGET" >&2; exit 2; }
 say() { printf '[gpu_checks] %s\n' "$*"; }
 fail() { printf 'error: %s (try: %s)\n' "$1" "$2" >&2; exit 1; }
@@ -233,6 +237,18 @@ if want b; then
     "${BENCH[@]}" "$PY" "$ROOT/tools/deployment/benchmark_gpu.py" --device "$DEVICE" \
     --models deit_t ca_deit_t --precisions bf16 fp32 --modes eager compile \
     --compile-mode reduce-overhead "${B[@]}" --out-dir "$OUT_DIR/b_cadeit"
+fi
+
+# --- (e) --------------------------------------------------------------------------------
+if want e; then
+  if [ "$DEVICE" = cuda ]; then
+    E=(--sizes 14 32 64 --batch 32 --repeat 10)
+  else  # the kernel in Triton's interpreter: the code paths at a tiny size
+    E=(--sizes 4 --batch 1 --dim 8 --repeat 1)
+  fi
+  step e_kernel "${LIMIT_E:-150}" "Triton core vs FFT path vs SDPA (flash), bf16, tl.dot ieee + tf32" \
+    "${BENCH[@]}" "$PY" "$ROOT/tools/deployment/benchmark_kernel.py" --device "$DEVICE" \
+    "${E[@]}" --out-dir "$OUT_DIR/e_kernel"
 fi
 
 # --- (c) --------------------------------------------------------------------------------
