@@ -14,7 +14,7 @@ documents comes from one file (``python -m mmcirc.benchmark docs --tables gpu ..
 import json
 import os.path as osp
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 from .docs import marker, replace_blocks
 from .docs_zoo import ZOO_RESULTS, render_zoo
@@ -44,9 +44,12 @@ def load(path: str) -> dict:
 # ----------------------------------------------------------------------------- the GPU
 
 
-def _gpu_machine(store: dict, command: Optional[str]) -> str:
+def _gpu_machine(store: dict, part: dict) -> str:
+    """The machine line of one part of the GPU results: its device and versions, its
+    ``command`` (the exact command line) or, where none is known, its
+    ``command_not_recorded`` (what is known instead), and the code it measured."""
     env = store['environment']
-    ran = f'`{command}`' if command else 'command not recorded'
+    ran = f'`{part["command"]}`' if part.get('command') else part['command_not_recorded']
     return (
         f'GPU: {env["device"]}, torch {env["torch"]} + CUDA {env["cuda"]}, mmcv {env["mmcv"]}, '
         f'{env["date"]}; {ran}; {env["code"]}.'
@@ -75,7 +78,7 @@ def render_gpu_headline(store: dict) -> str:
         _gpu_backbone_table(store)
         + f'\n\nGPU, {part["settings"]}; in brackets: against PVT-S (the PVT-S '
         'variants) or Swin-T (CA-Swin-T) in the same run, below 1x: slower than the peer.\n\n'
-        + _gpu_machine(store, part['command'])
+        + _gpu_machine(store, part)
     )
 
 
@@ -98,9 +101,9 @@ def render_gpu(store: dict) -> str:
         render_gpu_headline(store)
         + '\n\n'
         + markdown_table(head, rows, 'rllrrr')
-        + f'\n\n{iso["settings"]}. {iso["crossover"]}. The official CA-DeiT-T code: '
-        f'{iso["official_ca_deit_t_224_fp32_ms"]} ms at 224 px, fp32, batch 1.\n\n'
-        + _gpu_machine(store, iso.get('command'))
+        + f'\n\n{iso["settings"]}. The official CA-DeiT-T code (its own model file, not '
+        f"mmcirc's): {iso['official_ca_deit_t_224_fp32_ms']} ms at 224 px, fp32, batch 1.\n\n"
+        + _gpu_machine(store, iso)
     )
 
 

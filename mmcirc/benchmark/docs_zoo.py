@@ -74,8 +74,11 @@ def describe(name: str, cfg) -> dict:
         backbone += f' ({LAYOUTS[layout]})'
     head = next(HEADS[p] for p in parts[1:] if p in HEADS)
     train = cfg.get('train_cfg') or {}
-    if train.get('max_epochs'):
-        schedule = f'{train["max_epochs"]} epochs'
+    epochs = train.get('max_epochs')
+    if epochs and cfg.default_scope == 'mmdet' and epochs % 12 == 0:
+        schedule = f'{epochs // 12}x'  # mmdet's name of its 12-epoch schedules
+    elif epochs:
+        schedule = f'{epochs} epochs'
     elif train.get('max_iters'):
         schedule = f'{train["max_iters"] // 1000}k iterations'
     else:
@@ -120,7 +123,7 @@ def render_zoo(store: dict) -> str:
             ]
             for n in names
         ]
-        head = ['backbone', 'model', 'schedule', 'params (M)', 'GFLOPs']
+        head = ['backbone', 'model', 'schedule', 'params (M)', 'GMACs']
         head += [*metrics, 'config', 'download']
         align = 'lllrr' + 'l' * len(metrics) + 'll'
         out.append(f'**{dataset}** ({task.lower()})\n\n' + markdown_table(head, rows, align))
@@ -128,7 +131,7 @@ def render_zoo(store: dict) -> str:
     return (
         '\n\n'.join(out)
         + f'\n\nParams: the whole model as its config builds it (detector, segmentor or '
-        'classifier, heads included). GFLOPs: multiply-adds of `extract_feat` (the backbone, '
+        'classifier, heads included). GMACs: multiply-adds of `extract_feat` (the backbone, '
         'and the neck where the model has one) at 224 x 224, with the FFTs, softmax and SDPA '
         f'counted. Both from `{store["command"]}` for every config, {env["date"]}, torch '
         f'{env["torch"]}, mmcv {env["mmcv"]}; results file: `{ZOO_RESULTS}`.'
@@ -154,6 +157,7 @@ def metafiles(store: dict) -> Dict[str, str]:
             continue
         lines = [
             f'# {collection}: no trained weights exist, so no model has Results or Weights.',
+            '# FLOPs: multiply-adds of extract_feat at 224 x 224 (GMACs in configs/README.md).',
             f'# Written by `python -m mmcirc.benchmark docs --tables zoo` from {ZOO_RESULTS}.',
             'Collections:',
             f'  - Name: {collection}',
