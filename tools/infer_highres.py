@@ -6,7 +6,8 @@ mmseg config, timing it and measuring its peak memory.
         [--scale sqrt_n|n] [--stage-attentions KIND[,KIND...]] [--out-dir work_dirs/highres]
         [--device cpu] [--opacity 0.5] [--upsample banded|mmseg] [--cfg-options k=v ...]
         [--dense-baseline | --baseline-only] [--mem-cap-gb 20] [--baseline-timeout 1800]
-        [--progress | --no-progress] [--shard | --nproc P]
+        [--progress | --no-progress] [--shard | --nproc P] [--allow-partial-weights]
+        [--trust-checkpoint]
     torchrun --nproc-per-node P tools/infer_highres.py CONFIG [CHECKPOINT] ... --shard
 
 The entry point of :mod:`mmcirc.cli.infer_highres` (the outputs, the overrides and the

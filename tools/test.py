@@ -13,7 +13,7 @@ import argparse
 import os.path as osp
 
 from mmcirc.apis.overrides import apply_backbone_overrides
-from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.common import CLIError, main_guard, refused_checkpoints
 from mmcirc.cli.override_flags import add_override_args, overrides_from_args
 from mmcirc.cli.runner import (
     apply_common_args,
@@ -119,7 +119,8 @@ def main(argv=None):
     runner = build_runner(OUTPUTS[scope](cfg, args))
     if args.out and scope != 'mmseg':
         runner.test_evaluator.metrics.append(_dump_metric(scope, args.out))
-    return run_and_release(runner, 'test')
+    with refused_checkpoints('--trust-checkpoint'):
+        return run_and_release(runner, 'test')
 
 
 if __name__ == '__main__':

@@ -15,9 +15,14 @@ import warnings
 
 warnings.filterwarnings('ignore', message='.*pkg_resources.*')  # mmengine's import
 from mmcirc.analysis import vis  # noqa: E402
-from mmcirc.apis.builder import build_model  # noqa: E402
+from mmcirc.apis.builder import build_model, has_random_weights  # noqa: E402
 from mmcirc.utils import image_io as _image_io  # noqa: E402
-from mmcirc.cli.common import CLIError, add_cfg_options, one_line_warnings  # noqa: E402
+from mmcirc.cli.common import (  # noqa: E402
+    CLIError,
+    add_cfg_options,
+    add_partial_weights_flag,
+    one_line_warnings,
+)
 
 MIN_SIDE = vis.MIN_SIDE
 
@@ -43,6 +48,7 @@ def add_common_args(parser, tool):
     parser.add_argument('--seed', type=int, default=0, help='seed of random weights (0)')
     parser.add_argument('--device', default='cpu', help="'cpu' or e.g. 'cuda:0'")
     add_cfg_options(parser)
+    add_partial_weights_flag(parser)
     return parser
 
 
@@ -95,7 +101,13 @@ def setup(args, forms, what):
     [(img_name, img, _, img_src)] = _image_io.load_images([args.img], args.demo, size)
     cfg = load_cfg(args)
     t0 = time.time()
-    model = build_model(cfg, args.checkpoint, args.device, seed=args.seed)
+    model = build_model(
+        cfg,
+        args.checkpoint,
+        args.device,
+        seed=args.seed,
+        allow_partial_weights=args.allow_partial_weights,
+    )
     if not hasattr(model, 'backbone'):
         raise CLIError(f'{args.config}: {type(model).__name__} has no backbone attribute')
     layers = find_attention_layers(model.backbone, forms=forms)
@@ -131,7 +143,7 @@ def record_header(args, run):
     return dict(
         config=args.config,
         checkpoint=args.checkpoint,
-        random_weights=args.checkpoint is None,
+        random_weights=has_random_weights(run.model),
         seed=args.seed,
         image=run.img_src,
         input_size=list(run.hw),

@@ -1,16 +1,22 @@
 """What mmcirc's commands share: the one ``error:`` line (:class:`CLIError`,
 :func:`main_guard`: exit 1, ``MMCIRC_DEBUG=1`` for the traceback), the size flags
-(:func:`parse_hw`), ``--cfg-options`` (:func:`add_cfg_options`) and warnings as one line
-(:func:`one_line_warnings`). The library raises
+(:func:`parse_hw`), ``--cfg-options`` (:func:`add_cfg_options`), the config file's
+extension (:func:`check_config_file`), a refused checkpoint in the tool's own flag
+(:func:`refused_checkpoints`) and warnings as one line (:func:`one_line_warnings`). The library raises
 ``ValueError`` / ``TypeError`` (or its own exception types); the commands turn them into
 that one line.
 """
 
+import argparse
+import contextlib
 import functools
 import os
+import os.path as osp
 import pickle
+import re
 import sys
 import warnings
+from typing import Optional
 
 
 class CLIError(Exception):
@@ -42,30 +48,108 @@ def check_stride_sizes(sizes, flag: str = '--sizes', stride: int = 32) -> None:
         raise CLIError(f'{flag} must be multiples of {stride} (the total stride), got {bad}')
 
 
+class _CfgOptions(argparse.Action):
+    """mmengine's ``DictAction`` (values read as it reads them), an item without ``=``
+    a usage error naming it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from mmengine.config import DictAction
+
+        for item in values:
+            if '=' not in item or not item.split('=', 1)[0].strip():
+                parser.error(f'{option_string}: {item!r} is not key=value')
+        DictAction(self.option_strings, self.dest)(parser, namespace, values, option_string)
+
+
 def add_cfg_options(parser, example: str = ''):
     """The commands' ``--cfg-options key=value ...`` (mmengine's ``DictAction``: the
-    overrides of the config, as a dict); ``example`` is added to its help."""
-    from mmengine.config import DictAction
-
+    overrides of the config, as a dict; their values are checked against the config's
+    when it is loaded, :func:`mmcirc.apis.builder.load_model_config`); ``example`` is
+    added to its help."""
     parser.add_argument(
         '--cfg-options',
         nargs='+',
-        action=DictAction,
+        action=_CfgOptions,
+        metavar='KEY=VALUE',
         help='override config settings, key=value' + (f' (e.g. {example})' if example else ''),
     )
     return parser
+
+
+#: The config files mmengine's ``Config.fromfile`` reads.
+CONFIG_EXTENSIONS = ('.py', '.json', '.yaml', '.yml')
+
+
+def check_config_file(path: str, what: str = 'config') -> None:
+    """A config file that exists and that mmengine reads (:data:`CONFIG_EXTENSIONS`),
+    else a one-line ``CLIError``."""
+    if not osp.isfile(path):
+        raise CLIError(f'{what} file not found: {path}')
+    if osp.splitext(path)[1].lower() not in CONFIG_EXTENSIONS:
+        raise CLIError(
+            f'{what} {path}: a config must be one of {", ".join(CONFIG_EXTENSIONS)} files'
+        )
+
+
+def refusal_line(err: BaseException, flag: Optional[str] = None) -> str:
+    """A checkpoint the safe loader did not load, in one line: refused
+    (:class:`mmcirc.engine.UnsafeCheckpointError`: what it would run) naming the tool's
+    own ``flag`` (None: a tool without one; the way to trust it from Python), else
+    unreadable (its message without torch's ``weights_only`` advice)."""
+    from mmcirc.engine import UnsafeCheckpointError
+
+    if not isinstance(err, UnsafeCheckpointError):
+        sentences = re.split(r'(?<=[.;])\s+', ' '.join(str(err).split()))
+        kept = [s for s in sentences if not re.search(r'weights_only|trust', s, re.I)]
+        return ' '.join(kept).rstrip(' .;') or type(err).__name__
+    text = f'{err.path}: refused: it would run code (`{", ".join(err.globals)}`)'
+    if flag is None:
+        return f'{text}; a file you trust loads after mmcirc.engine.trust_checkpoint(path)'
+    return f'{text}; if you trust this file, pass {flag}'
+
+
+@contextlib.contextmanager
+def refused_checkpoints(flag: str = '--trust-checkpoint'):
+    """A checkpoint refused inside the block (``pickle.UnpicklingError``) becomes a
+    one-line :class:`CLIError` naming ``flag`` (:func:`refusal_line`)."""
+    try:
+        yield
+    except pickle.UnpicklingError as err:
+        raise CLIError(refusal_line(err, flag)) from None
 
 
 #: Set to 1 to see the traceback behind a tool's one-line ``error:``.
 DEBUG_ENV = 'MMCIRC_DEBUG'
 
 
+#: Keyword arguments of the library that its messages name, and the tools' flags for
+#: them (every tool that loads weights through ``build_model`` has the flag).
+KEYWORD_FLAGS = {'allow_partial_weights=True': '--allow-partial-weights'}
+
+
 def error_line(err: BaseException) -> str:
     """The one line a tool prints for ``err``: its message's first line (a registry
-    ``KeyError`` without mmengine's "Please check ..." advice)."""
+    ``KeyError`` without mmengine's "Please check ..." advice; the library's keywords
+    of :data:`KEYWORD_FLAGS` in flag words; a refused checkpoint: :func:`refusal_line`)."""
+    if isinstance(err, pickle.UnpicklingError):
+        return refusal_line(err)
     message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
     message = message.split('. Please check')[0].strip()
+    for keyword, flag in KEYWORD_FLAGS.items():
+        message = message.replace(keyword, flag)
     return message.splitlines()[0] if message else type(err).__name__
+
+
+def add_partial_weights_flag(parser):
+    """``--allow-partial-weights``: load a checkpoint that leaves weights of the model
+    unset (``build_model(..., allow_partial_weights=True)``); refused without it."""
+    parser.add_argument(
+        '--allow-partial-weights',
+        action='store_true',
+        help='load a checkpoint that leaves weights of the model missing or shaped '
+        'otherwise (those stay random); without it such a checkpoint is refused',
+    )
+    return parser
 
 
 def main_guard(func):

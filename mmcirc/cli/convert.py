@@ -1,15 +1,16 @@
 """The converter command lines (``tools/model_converters/*_to_mmcirc.py`` are entry
 points of :func:`pvt_main`, :func:`swin_main`, :func:`cadeit_main`, :func:`veca_main`):
 the options, reading them into the arguments of :func:`mmcirc.models.convert.convert_file`,
-a check that the inputs exist before the slow imports, and failures as one ``error:``
-line (exit 1, :func:`mmcirc.cli.common.main_guard`).
+a check that the inputs exist and that the output is none of them before the slow
+imports, and failures as one ``error:`` line (exit 1, :func:`mmcirc.cli.common.main_guard`).
+An existing default output is overwritten only with ``--force``.
 """
 
 import argparse
 import ast
 import os.path as osp
 
-from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.common import CLIError, main_guard, refused_checkpoints
 
 __all__ = ['cadeit_main', 'pvt_main', 'swin_main', 'veca_main']
 
@@ -79,13 +80,28 @@ def parse_backbone_options(items) -> dict:
     return opts
 
 
+def add_output_args(parser, default: str):
+    """``OUT`` (optional: ``default``, named by the options) and ``--force``."""
+    parser.add_argument('out', nargs='?', help=f'output path (default {default})')
+    parser.add_argument(
+        '--force',
+        action='store_true',
+        help='overwrite the default output when it exists (OUT given: always written)',
+    )
+
+
 def _convert(family, args, paths, **options):
-    """Check that ``paths`` exist, convert ``args.src`` for ``family``
-    (:func:`~mmcirc.models.convert.convert_file`), print the report and the path;
-    library errors become :class:`CLIError`. Returns the exit code (0)."""
+    """Check that ``paths`` exist and that OUT is none of them, convert ``args.src``
+    for ``family`` (:func:`~mmcirc.models.convert.convert_file`), print the report and
+    the path; library errors become :class:`CLIError`. Returns the exit code (0)."""
     for path in paths:
         if path is not None and not osp.isfile(path):
             raise CLIError(f'checkpoint not found: {path}')
+        if path is not None and args.out is not None and osp.exists(args.out):
+            if osp.samefile(path, args.out):
+                raise CLIError(f'OUT {args.out} is the input {path}: name another output file')
+    if args.out is not None and osp.isdir(args.out):
+        raise CLIError(f'OUT {args.out} is a folder: name the output file')
     from mmcirc.models.convert import (
         CheckpointKindError,
         ConversionError,
@@ -94,14 +110,16 @@ def _convert(family, args, paths, **options):
     )
 
     try:
-        result, out, title = convert_file(
-            family,
-            args.src,
-            args.out,
-            trust=getattr(args, 'trust_checkpoint', False),
-            arch=parse_arch(args.arch),
-            **options,
-        )
+        with refused_checkpoints('--trust-checkpoint'):
+            result, out, title = convert_file(
+                family,
+                args.src,
+                args.out,
+                trust=getattr(args, 'trust_checkpoint', False),
+                overwrite=args.force,
+                arch=parse_arch(args.arch),
+                **options,
+            )
     except CheckpointKindError as err:
         raise CLIError(f'{err}: use {_KIND_TOOLS[err.found]}') from None
     except ConversionError as err:  # a multi-line message (tensor list, hint) on one line
@@ -140,9 +158,7 @@ def _pyramid_parser(family, description, src_help, arch_help):
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('src', help=src_help)
-    parser.add_argument(
-        'out', nargs='?', help='output path (default work_dirs/pretrained/<variant>_in1k.pth)'
-    )
+    add_output_args(parser, 'work_dirs/pretrained/<variant>[_<backbone options>]_in1k.pth')
     parser.add_argument('--arch', default='tiny', help=arch_help)
     add_target_args(parser)
     parser.add_argument('--src-layout', default='auto', choices=('auto',) + layouts_of(family))
@@ -192,11 +208,7 @@ def cadeit_main(argv=None):
         description='CA-DeiT checkpoint -> circulant blocks of CA-Swin / CA-PVT'
     )
     parser.add_argument('src', help='CA-DeiT checkpoint (timm layout, optionally under "model")')
-    parser.add_argument(
-        'out',
-        nargs='?',
-        help='output path (default work_dirs/pretrained/<variant>_ca-deit-<t|s|b>.pth)',
-    )
+    add_output_args(parser, 'work_dirs/pretrained/<variant>[_<options>]_ca-deit-<t|s|b>.pth')
     parser.add_argument(
         '--family',
         default='swin',
@@ -238,11 +250,7 @@ def veca_main(argv=None):
     """``veca_to_mmcirc.py``: a released VECA checkpoint -> mmcirc's VECAViT."""
     parser = argparse.ArgumentParser(description='VECA checkpoint -> mmcirc VECAViT')
     parser.add_argument('src', help="official VECA checkpoint ({'student': ..., 'config': ...})")
-    parser.add_argument(
-        'out',
-        nargs='?',
-        help='output path (default work_dirs/pretrained/veca_<family>_official.pth)',
-    )
+    add_output_args(parser, 'work_dirs/pretrained/veca_<family>_official.pth')
     parser.add_argument(
         '--arch',
         default=None,

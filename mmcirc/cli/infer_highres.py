@@ -4,14 +4,18 @@ mmseg config, timing it and measuring its peak memory: the command behind
 line, the progress bar, the one ``error:`` line and the exit codes (the usage line is
 the entry point's). The library is :mod:`mmcirc.apis.highres` (mmseg's whole inference,
 never sliding windows). Without CHECKPOINT the weights are random: only the time and
-memory figures mean anything.
+memory figures mean anything. A CHECKPOINT that leaves weights of the model missing or
+shaped otherwise is refused (``--allow-partial-weights`` loads what fits; the record
+then says ``random_weights: true``); a pickle the safe loader refuses loads only with
+``--trust-checkpoint``.
 
 Backbones: mmcirc's pyramids (CA-PVT, CA-Swin: every override) and isotropic models
 (CA-DeiT: ``--boundary`` / ``--scale``; VECA: ``--num-cores``, C' a multiple of its
 chunk of 8 within its core bank, or a preset). An override a backbone does not take is
 a one-line error naming what it takes.
 
-Per image, under --out-dir (written atomically; the JSON last):
+Per image, under --out-dir (written atomically; the JSON last; ``<name>``: the file name,
+or its path relative to the inputs' common folder where two inputs share one):
 ``<name>_<H>x<W>_<config>[_<overrides>]_{labels,mask,overlay}.png`` (class ids; the mask
 coloured with the dataset palette; the mask blended over the image) and ``.json``
 (time, peak RSS and its increase over the pre-inference baseline, sizes, config,
@@ -33,11 +37,20 @@ when those would not fit at the requested size: use the all-circulant / all-core
 
 import argparse
 import json
+import math
 import os.path as osp
 import sys
 
 from mmcirc.benchmark import dense_baseline as db
-from mmcirc.cli.common import CLIError, main_guard, one_line_warnings
+from mmcirc.cli.common import (
+    CLIError,
+    add_cfg_options,
+    add_partial_weights_flag,
+    check_config_file,
+    main_guard,
+    one_line_warnings,
+    refused_checkpoints,
+)
 from mmcirc.cli.override_flags import (
     add_override_args,
     as_cli_errors,
@@ -48,13 +61,17 @@ from mmcirc.utils import image_io as imio
 
 
 def parse_args(argv=None):
-    from mmengine.config import DictAction
-
     parser = argparse.ArgumentParser(
         description='High-resolution whole-image segmentation: masks, overlays, time and memory'
     )
     parser.add_argument('config', help='mmseg config file')
     parser.add_argument('checkpoint', nargs='?', help='checkpoint (omit: random weights)')
+    add_partial_weights_flag(parser)  # the record then says random_weights: true
+    parser.add_argument(
+        '--trust-checkpoint',
+        action='store_true',
+        help='allow full unpickling of CHECKPOINT (only for a file you trust: it can run code)',
+    )
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument('--img', nargs='+', metavar='PATH', help='image file(s)')
     src.add_argument(
@@ -109,9 +126,7 @@ def parse_args(argv=None):
         default=1800,
         help='seconds before the dense-baseline child is killed (1800)',
     )
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, help='override config settings, key=value'
-    )
+    add_cfg_options(parser)
     parser.add_argument(
         '--compile',
         nargs='?',
@@ -160,6 +175,18 @@ def _dense_line(name, hw, d):
     return f'{head} FAILED ({d["status"]}) {when} | {(d.get("error") or "")[:200]}'
 
 
+def _size_advice(hw, minimum: int) -> str:
+    """What ``--size`` reaches ``minimum`` on both sides of an ``hw`` image: the longer
+    side S that does (aspect kept), while that stays below 16384 px, else an exact HxW."""
+    short, long = min(hw), max(hw)
+    s = max(minimum, math.ceil((minimum - 0.5) * long / short))
+    while round(short * s / long) < minimum:
+        s += 1
+    if s <= 16384:
+        return f'--size {s} scales its longer side to reach it, --size HxW sets both sides'
+    return f'--size HxW with both sides >= {minimum} stretches it to fit'
+
+
 def _check_args(args):
     """Flag checks that need no model; returns the parsed --size."""
     from mmcirc import apis
@@ -178,8 +205,13 @@ def _check_args(args):
             raise CLIError(f'--device {args.device}: CUDA is not available here')
     elif args.device != 'cpu':
         raise CLIError(f"--device must be 'cpu' or 'cuda[:N]', got {args.device!r}")
+    check_config_file(args.config)
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    if osp.exists(args.out_dir) and not osp.isdir(args.out_dir):
+        raise CLIError(f'--out-dir {args.out_dir} is a file, not a folder')
+    if args.img:
+        imio.output_names(args.img)  # two inputs writing the same outputs: refused now
     if args.compile is not None:
         import torch
 
@@ -205,7 +237,11 @@ def main(argv=None):
 
     with as_cli_errors():
         overrides = overrides_from_args(args)
-    size = _check_args(args)
+        size = _check_args(args)
+    if args.trust_checkpoint and args.checkpoint is not None:
+        from mmcirc.engine import trust_checkpoint
+
+        trust_checkpoint(args.checkpoint)
     if args.shard or args.nproc is not None:
         from mmcirc.cli.infer_highres_sharded import main_sharded
 
@@ -219,7 +255,7 @@ def main(argv=None):
         if min(img.shape[:2]) < minimum:
             raise CLIError(
                 f'image {name} is {img.shape[0]}x{img.shape[1]}: {cfg_name} needs at '
-                f'least {minimum}x{minimum} (use --size)'
+                f'least {minimum}x{minimum} ({_size_advice(img.shape[:2], minimum)})'
             )
     if args.dense_baseline or args.baseline_only:
         db.dense_attention(cfg)  # a one-line error before anything runs
@@ -251,7 +287,14 @@ def main(argv=None):
     if args.baseline_only:
         return 0
 
-    model = apis.build_model(cfg, args.checkpoint, device=args.device, warn_random=True)
+    with as_cli_errors(), refused_checkpoints('--trust-checkpoint'):
+        model = apis.build_model(
+            cfg,
+            args.checkpoint,
+            device=args.device,
+            warn_random=True,
+            allow_partial_weights=args.allow_partial_weights,
+        )
     if args.compile is not None:  # the backbone and the neck, fullgraph; the heads eager
         from mmcirc.engine.compile import compile_backbone
 

@@ -11,7 +11,7 @@ largest usable P); a failing rank stops all with one line and no file.
 
 import sys
 
-from mmcirc.cli.common import CLIError
+from mmcirc.cli.common import CLIError, refused_checkpoints
 from mmcirc.cli.override_flags import as_cli_errors
 from mmcirc.utils import image_io as imio
 from mmcirc.utils.memory import MB
@@ -30,9 +30,19 @@ def _rank(args, overrides, size):
     from mmcirc.distributed.segmentor.model import check_size, shard_model
 
     rank, world = group_rank_size()
-    with as_cli_errors():
+    if args.trust_checkpoint and args.checkpoint is not None:  # this process's loader
+        from mmcirc.engine import trust_checkpoint
+
+        trust_checkpoint(args.checkpoint)
+    with as_cli_errors(), refused_checkpoints('--trust-checkpoint'):
         cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
-        model = apis.build_model(cfg, args.checkpoint, device='cpu', warn_random=rank == 0)
+        model = apis.build_model(
+            cfg,
+            args.checkpoint,
+            device='cpu',
+            warn_random=rank == 0,
+            allow_partial_weights=args.allow_partial_weights,
+        )
         backbone = apis.backbone_summary(apis.image_backbone(model))
         sharded = shard_model(model)  # an unsupported layer: ValueError, nothing read yet
     pinf.sync_weights(model)  # random weights: rank 0's everywhere
@@ -49,7 +59,7 @@ def _rank(args, overrides, size):
             continue
         rec = apis.HighResResult(
             image=where, input_size=list(hw), source_size=list(source_size), config=args.config,
-            checkpoint=args.checkpoint, random_weights=args.checkpoint is None,
+            checkpoint=args.checkpoint, random_weights=apis.has_random_weights(model),
             overrides=dict(overrides), backbone=backbone, device='cpu', sharded=True, **rec,
             num_classes=len(model.dataset_meta['classes']),
             labels_present=int(len(set(labels.ravel().tolist()))),

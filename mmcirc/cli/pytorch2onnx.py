@@ -31,7 +31,7 @@ folder, then renamed); errors are one line (exit 1).
 import argparse
 import os.path as osp
 
-from mmcirc.cli.common import CLIError, add_cfg_options, main_guard
+from mmcirc.cli.common import CLIError, add_cfg_options, add_partial_weights_flag, main_guard
 
 
 def parse_args(argv=None):
@@ -52,6 +52,7 @@ def parse_args(argv=None):
         help='input height and width of the exported graph (and of --verify)',
     )
     p.add_argument('--out', required=True, help='output file, FILE.onnx')
+    add_partial_weights_flag(p)
     p.add_argument('--dynamic', action='store_true', help='symbolic batch, height and width')
     p.add_argument(
         '--verify', action='store_true', help='compare ONNX Runtime (CPU) with torch, 1e-4 relative'
@@ -104,7 +105,7 @@ def main(argv=None):
 
     cfg = load_model_config(args.config, args.cfg_options)
     try:
-        model = build_model(cfg, args.checkpoint)
+        model = build_model(cfg, args.checkpoint, allow_partial_weights=args.allow_partial_weights)
         tensor_model = TensorModel(model, features=args.features)
         in_channels = int(getattr(getattr(model, 'backbone', None), 'in_channels', 3) or 3)
         result = export_onnx(

@@ -67,7 +67,9 @@ def shard(cfg, args):
 
 
 def build_runner(cfg):
-    """Build the Runner the way mmdet/mmseg/mmpretrain tools do."""
+    """Build the Runner the way mmdet/mmseg/mmpretrain tools do; mmengine's report of
+    weights that do not fit (``load_from``, ``init_cfg``) is one line in its log
+    (:class:`mmcirc.apis.weights.OneLineLoadSummary`), the loading itself mmengine's."""
     import torch
     import torch.distributed as dist
     from mmengine.registry import RUNNERS
@@ -88,7 +90,10 @@ def build_runner(cfg):
                 find_unused_parameters=cfg.get('find_unused_parameters', False),
             ),
         )
+    from mmcirc.apis.weights import OneLineLoadSummary
+
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    runner.logger.addFilter(OneLineLoadSummary())
     if dist.is_initialized():
         print(
             f'[mmcirc] process rank {dist.get_rank()} of world size {dist.get_world_size()} '

@@ -20,6 +20,7 @@ __all__ = [
     'read_image',
     'demo_image',
     'load_images',
+    'output_names',
     'colorize',
     'overlay',
     'encode_png',
@@ -99,15 +100,37 @@ def demo_image(name: str = 'astronaut') -> np.ndarray:
     return np.ascontiguousarray(rgb[..., 2::-1])
 
 
+def output_names(paths: Sequence[str]) -> List[str]:
+    """The name each image file's outputs are made of, distinct within one call: its
+    file name without the extension, or, where two inputs share that, every input's
+    path relative to their common parent (``a/x``, ``b/x``; written into those
+    subfolders). Two inputs that would still share a name (the same file twice, ``x.png``
+    beside ``x.jpg``) are a ``ValueError`` naming both."""
+    names = [osp.splitext(osp.basename(p))[0] for p in paths]
+    if len(set(names)) < len(names):
+        full = [osp.abspath(p) for p in paths]
+        parent = osp.commonpath([osp.dirname(p) for p in full])
+        names = [osp.splitext(osp.relpath(p, parent))[0] for p in full]
+    seen = {}
+    for path, name in zip(paths, names):
+        if name in seen:
+            raise ValueError(
+                f'--img: {seen[name]} and {path} would write the same outputs ({name}_*); '
+                'give each image once, under distinct names'
+            )
+        seen[name] = path
+    return names
+
+
 def load_images(paths: Optional[Sequence[str]], demo: Optional[str], size) -> List[tuple]:
-    """``[(name, image, source (H, W), source)]`` of the image files ``paths`` or, with
-    ``demo``, of that :func:`demo_image`: BGR uint8, resized to ``size``
-    (:func:`resize_image`). Every image is read before this returns, so that a bad path
-    fails before anything runs."""
+    """``[(name, image, source (H, W), source)]`` of the image files ``paths`` (names:
+    :func:`output_names`) or, with ``demo``, of that :func:`demo_image`: BGR uint8,
+    resized to ``size`` (:func:`resize_image`). Every image is read before this
+    returns, so that a bad path fails before anything runs."""
     if demo is not None:
         src = [(demo, demo_image(demo), f'skimage.data.{demo}()')]
     else:
-        src = [(osp.splitext(osp.basename(p))[0], read_image(p), p) for p in paths]
+        src = [(n, read_image(p), p) for n, p in zip(output_names(paths), paths)]
     return [(name, resize_image(img, size), img.shape[:2], where) for name, img, where in src]
 
 

@@ -34,3 +34,70 @@ def test_pairs_become_one_dict_of_literals():
 )
 def test_every_command_reads_them_alike(parse):
     assert parse(ARGV).cfg_options == WANT
+
+
+def test_infer_highres_reads_them_alike():
+    from mmcirc.cli import infer_highres
+
+    assert infer_highres.parse_args(['cfg.py', '--demo', 'astronaut', *ARGV]).cfg_options == WANT
+
+
+def test_an_item_without_equals_is_a_usage_error_naming_it(capsys):
+    parser = add_cfg_options(argparse.ArgumentParser())
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(['--cfg-options', 'a=1', 'train_cfg.max_iters'])
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith('usage') is False]
+    assert exit_.value.code == 2 and "'train_cfg.max_iters' is not key=value" in line
+
+
+TOY = 'configs/toy/ca_pvt_t_retinanet_toy.py'
+
+
+@pytest.mark.parametrize(
+    'options,text',
+    [
+        ({'train_cfg.max_iters': 2.5}, 'train_cfg.max_iters must be a whole number (an int)'),
+        ({'train_cfg.max_iters': 'two'}, 'train_cfg.max_iters must be a whole number (an int)'),
+        ({'optim_wrapper.optimizer.lr': 'fast'}, 'optim_wrapper.optimizer.lr must be a number'),
+        ({'train_cfg.val_interval': 1.5}, 'train_cfg.val_interval must be a whole number'),
+        (
+            {'train_dataloader.sampler.shuffle': 'yes'},
+            'train_dataloader.sampler.shuffle must be true',
+        ),
+    ],
+)
+def test_a_value_of_another_kind_than_the_configs_names_the_key(options, text):
+    from helpers import REPO
+
+    with pytest.raises(ValueError) as info:
+        runner.load_config(f'{REPO}/{TOY}', options)
+    ((key, value),) = options.items()
+    assert str(info.value).startswith(f'cfg_options {key}={value!r}: {text}')
+    assert '\n' not in str(info.value)
+
+
+def test_values_of_the_same_kind_and_new_keys_are_taken():
+    from helpers import REPO
+
+    cfg = runner.load_config(
+        f'{REPO}/{TOY}',
+        {'train_cfg.max_iters': 3, 'optim_wrapper.optimizer.lr': 1, 'model.backbone.new': 'x',
+         'optim_wrapper.optimizer.weight_decay': None},
+    )  # fmt: skip
+    assert cfg.train_cfg.max_iters == 3 and cfg.optim_wrapper.optimizer.lr == 1
+    assert cfg.model.backbone.new == 'x'
+
+
+def test_train_tool_with_a_fractional_max_iters_is_one_error_line(tmp_path):
+    from helpers import REPO, run_tool
+
+    proc = run_tool(
+        ['tools/train.py', TOY, '--work-dir', str(tmp_path), '--cfg-options',
+         'train_cfg.max_iters=2.5'],
+        cwd=REPO, check=False, env=dict(MMCIRC_DEBUG='0'),
+    )  # fmt: skip
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr, proc.stderr[-2000:]
+    assert [ln for ln in proc.stderr.splitlines() if ln.startswith('error:')] == [
+        'error: cfg_options train_cfg.max_iters=2.5: train_cfg.max_iters must be a whole number '
+        "(an int), as the config's 500"
+    ]

@@ -182,7 +182,8 @@ def test_image_below_the_minimum_size_is_one_line_error(tmp_path):
     )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        'error: image dot is 1x1: ca_pvt_t_fpn_80k_ade20k needs at least 17x17 (use --size)'
+        'error: image dot is 1x1: ca_pvt_t_fpn_80k_ade20k needs at least 17x17 (--size 17 '
+        'scales its longer side to reach it, --size HxW sets both sides)'
     ]
     assert not (tmp_path / 'out').exists()
 

@@ -152,3 +152,53 @@ def test_cli_option_errors_are_one_line(tmp_path, run_main, main, args, text):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith(text), proc.stderr
     assert not (tmp_path / 'x.pth').exists()
+
+
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(tmp_path, run_main):
+    torch.save(fakes.official_pvt(), tmp_path / 'pvt.pth')
+    before = (tmp_path / 'pvt.pth').read_bytes()
+    proc = run_main(pvt_main, ['pvt.pth', './pvt.pth', '--arch', repr(fakes.PVT_ARCH)], tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        'error: OUT ./pvt.pth is the input pvt.pth: name another output file'
+    ]
+    assert (tmp_path / 'pvt.pth').read_bytes() == before
+
+
+def test_default_outputs_are_named_by_the_backbone_options(tmp_path, run_main):
+    torch.save(fakes.official_pvt(), tmp_path / 'pvt.pth')
+    args = ['pvt.pth', '--arch', repr(fakes.PVT_ARCH), '--attention', 'core']
+    first = run_main(pvt_main, args, tmp_path)
+    second = run_main(pvt_main, [*args, '--backbone-options', 'num_cores_max=32'], tmp_path)
+    assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)
+    saved = [ln.split()[-1] for p in (first, second) for ln in p.stdout.splitlines()
+             if ln.startswith('saved ')]  # fmt: skip
+    assert saved == [
+        'work_dirs/pretrained/core_pvt_custom_in1k.pth',
+        'work_dirs/pretrained/core_pvt_custom_num_cores_max-32_in1k.pth',
+    ]
+    metas = [_load(tmp_path / p)['meta']['backbone_options'] for p in saved]
+    assert metas == [{}, {'num_cores_max': '32'}]
+
+
+def test_an_existing_default_output_is_overwritten_only_with_force(tmp_path, run_main):
+    torch.save(fakes.official_pvt(), tmp_path / 'pvt.pth')
+    out = tmp_path / 'work_dirs' / 'pretrained' / 'ca_pvt_custom_in1k.pth'
+    out.parent.mkdir(parents=True)
+    out.write_bytes(b'an earlier conversion')
+    args = ['pvt.pth', '--arch', repr(fakes.PVT_ARCH)]
+    proc = run_main(pvt_main, args, tmp_path)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
+    assert 'ca_pvt_custom_in1k.pth exists' in proc.stderr and '--force' in proc.stderr
+    assert out.read_bytes() == b'an earlier conversion'
+    assert run_main(pvt_main, [*args, '--force'], tmp_path).returncode == 0
+    assert 'state_dict' in _load(out)
+
+
+@pytest.mark.parametrize('content', [b'weights: see the README\n', b''], ids=['text', 'empty'])
+def test_a_source_that_is_no_checkpoint_is_one_line(tmp_path, run_main, content):
+    (tmp_path / 'notes.pth').write_bytes(content)
+    proc = run_main(swin_main, ['notes.pth', 'x.pth'], tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and 'notes.pth' in lines[0], proc.stderr
+    assert not (tmp_path / 'x.pth').exists()

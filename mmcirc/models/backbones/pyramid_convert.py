@@ -217,18 +217,25 @@ def convert_pyramid(
 
 
 # --------------------------------------------------------------------------- file to file
-def default_output_path(model, arch, suffix: str = 'in1k', root: str = OUTPUT_ROOT) -> str:
-    """``{root}/{variant}_{suffix}.pth`` with the config names' variant, e.g.
-    ``ca_pvt_s``, ``core_swin_t``; a non-default stage layout is spelled out
-    (``pvt_s_circulant-circulant-circulant-sra``)."""
+def default_output_path(
+    model, arch, suffix: str = 'in1k', root: str = OUTPUT_ROOT, options: Optional[dict] = None
+) -> str:
+    """``{root}/{variant}[_{options}]_{suffix}.pth`` with the config names' variant,
+    e.g. ``ca_pvt_s``, ``core_swin_t``; a non-default stage layout is spelled out
+    (``pvt_s_circulant-circulant-circulant-sra``); the target's extra ``options`` (the
+    backbone options) follow as ``key-value``, sorted (``core_pvt_t_num_cores_max-32``)."""
     family = family_of(model)
     letter = ARCH_LETTERS.get(arch, 'custom') if isinstance(arch, str) else 'custom'
     kinds = tuple(model.stage_attentions)
     k = model.num_replaced_stages
+    extra = ''.join(
+        '_' + re.sub(r'[^\w.-]+', '', f'{key}-{value}')
+        for key, value in sorted((options or {}).items())
+    )
     for attention, prefix in (('circulant', 'ca'), ('core', 'core')):
         if kinds == (attention,) * k + (model.original_attention,) * (len(kinds) - k):
-            return osp.join(root, f'{prefix}_{family}_{letter}_{suffix}.pth')
-    return osp.join(root, f'{family}_{letter}_{"-".join(kinds)}_{suffix}.pth')
+            return osp.join(root, f'{prefix}_{family}_{letter}{extra}_{suffix}.pth')
+    return osp.join(root, f'{family}_{letter}_{"-".join(kinds)}{extra}_{suffix}.pth')
 
 
 def convert_source(
@@ -295,4 +302,4 @@ def convert_source(
         )
         suffix = 'in1k'
         title = f'{family.upper()} ({result.source_layout} layout) -> {describe(model)}'
-    return result, default_output_path(model, arch, suffix), title
+    return result, default_output_path(model, arch, suffix, options=kwargs), title

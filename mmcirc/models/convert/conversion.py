@@ -44,6 +44,7 @@ __all__ = [
     'family_converter',
     'format_summary',
     'load_source',
+    'same_file',
     'save_checkpoint',
     'shape_mismatches',
     'strip_common_prefix',
@@ -101,7 +102,7 @@ def load_source(path: str, trust: bool = False):
         trust_checkpoint(path)
     try:
         return load_from_local(path, map_location='cpu')
-    except (RuntimeError, EOFError) as err:  # not a torch checkpoint, truncated file
+    except (RuntimeError, EOFError, IndexError, KeyError, ValueError) as err:  # not one
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConversionError(f'cannot read {path}: {reason}') from None
 
@@ -414,10 +415,29 @@ def save_checkpoint(result: ConversionResult, path: str) -> str:
     return path
 
 
-def convert_file(family: str, src: str, out: Optional[str] = None, *, trust=False, **options):
+def same_file(a: Optional[str], b: Optional[str]) -> bool:
+    """Whether two paths name one file (links and ``~`` resolved)."""
+    if a is None or b is None:
+        return False
+    a, b = (osp.realpath(osp.expanduser(p)) for p in (a, b))
+    return a == b or (osp.exists(a) and osp.exists(b) and osp.samefile(a, b))
+
+
+def convert_file(
+    family: str,
+    src: str,
+    out: Optional[str] = None,
+    *,
+    trust=False,
+    overwrite: bool = False,
+    **options,
+):
     """Convert the checkpoint file ``src`` for a ``family`` model (:data:`FAMILIES`)
     and save it atomically to ``out`` (default: the family's name under
-    :data:`OUTPUT_ROOT`).
+    :data:`OUTPUT_ROOT`, named by the options that change the weights). ``out`` naming a
+    file read (``src``, ``base``) is refused before anything is read; an existing
+    default output is refused unless ``overwrite`` (an ``out`` given is the caller's
+    to overwrite).
 
     ``trust`` allows full unpickling of the files read (:func:`load_source`);
     ``options`` are the family's (its module's ``convert_source``): for ``'pvt'`` /
@@ -431,6 +451,11 @@ def convert_file(family: str, src: str, out: Optional[str] = None, *, trust=Fals
     a one-line description for :func:`format_summary`. Raises :class:`ConversionError`
     (a ``ValueError``) naming the parameter or tensor that does not fit.
     """
+    for name, path in (('src', src), ('base', options.get('base'))):
+        if same_file(out, path):
+            raise ConversionError(
+                f'out {out} is the {name} checkpoint: the output must be another file'
+            )
     converter = family_converter(family)
 
     def load(path):
@@ -439,6 +464,11 @@ def convert_file(family: str, src: str, out: Optional[str] = None, *, trust=Fals
     result, default_out, title = converter.convert_source(
         src, load, dict(source=osp.basename(src)), **options
     )
+    if out is None and osp.exists(osp.expanduser(default_out)) and not overwrite:
+        raise ConversionError(
+            f'{default_out} exists (the default output of these options): name an output '
+            'file, or allow overwriting it (overwrite=True, --force)'
+        )
     out = out or default_out
     save_checkpoint(result, out)
     return result, out, title
