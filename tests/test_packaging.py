@@ -13,6 +13,7 @@ import email
 import importlib.metadata as metadata
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 import sys
@@ -37,14 +38,28 @@ def _run(args, **kw):
     return proc
 
 
+#: What a source distribution of the tree holds (MANIFEST.in adds the folders and files
+#: that setup.py copies into the wheel's mmcirc/.mim/).
+SDIST_FILES = (
+    'pyproject.toml',
+    'setup.py',
+    'MANIFEST.in',
+    'README.md',
+    'requirements.txt',
+    'model-index.yml',
+)
+SDIST_DIRS = ('mmcirc', 'configs', 'tools')
+
+
 @pytest.fixture(scope='module')
 def source(tmp_path_factory):
-    """What a source distribution of the tree holds: pyproject.toml, README.md, mmcirc/."""
+    """A copy of what a source distribution of the tree holds (SDIST_FILES, SDIST_DIRS)."""
     src = tmp_path_factory.mktemp('src')
-    for name in ('pyproject.toml', 'README.md'):
+    for name in SDIST_FILES:
         shutil.copy(osp.join(REPO, name), src / name)
     ignore = shutil.ignore_patterns('__pycache__', '*.pyc')
-    shutil.copytree(osp.join(REPO, 'mmcirc'), src / 'mmcirc', ignore=ignore)
+    for name in SDIST_DIRS:
+        shutil.copytree(osp.join(REPO, name), src / name, ignore=ignore)
     return src
 
 
@@ -210,3 +225,99 @@ def test_wheel_with_torch_and_timm_alone_creates_ca_deit(wheel, tmp_path):
     shape, version, origin = result.rsplit(' ', 2)
     assert shape == '(1, 1000)' and version == __version__
     assert origin == osp.join(own, 'mmcirc', '__init__.py')
+
+
+# ------------------------------------------------------------------ mim: mmcirc/.mim/
+DEV_SCRIPTS = {'setup_env.sh', 'mmcv_build.sh', 'run_tests.sh'}  # a checkout's, not shipped
+
+
+def _files(folder):
+    """The files under ``folder`` of the repository, relative to the repository."""
+    found = set()
+    for root, dirs, names in os.walk(osp.join(REPO, folder)):
+        dirs[:] = [d for d in dirs if d != '__pycache__']
+        for name in names:
+            if not name.endswith('.pyc'):
+                found.add(osp.relpath(osp.join(root, name), REPO))
+    return found
+
+
+def test_wheel_carries_configs_tools_and_the_model_index_under_mim(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        index = z.read('mmcirc/.mim/model-index.yml')
+    shipped = {n[len('mmcirc/.mim/') :] for n in names if n.startswith('mmcirc/.mim/')}
+    tools = {p for p in _files('tools') if osp.basename(p) not in DEV_SCRIPTS}
+    assert shipped == _files('configs') | tools | {'model-index.yml'}
+    with open(osp.join(REPO, 'model-index.yml'), 'rb') as f:
+        assert index == f.read()
+
+
+def _model_names():
+    """Every model name of model-index.yml (its metafiles), read with PyYAML."""
+    import yaml
+
+    with open(osp.join(REPO, 'model-index.yml')) as f:
+        imports = yaml.safe_load(f)['Import']
+    names = []
+    for path in imports:
+        with open(osp.join(REPO, path)) as f:
+            names += [m['Name'] for m in yaml.safe_load(f)['Models']]
+    return names
+
+
+MIM = 'import sys; from mim.cli import cli; sys.exit(cli())'
+
+
+@pytest.fixture(scope='module')
+def installed(wheel, tmp_path_factory):
+    """A venv that sees this environment's packages except mmcirc's own install, with
+    the wheel installed (not editable); returns its python."""
+    tmp = tmp_path_factory.mktemp('installed')
+    dists = _dists()
+    mine = _top_level(dists['mmcirc']) if 'mmcirc' in dists else set()
+    entries = {e for e in os.listdir(SITE) if not e.endswith('.pth')} - mine
+    entries = {e for e in entries if not e.startswith('__editable__')}
+    python, _ = _venv(tmp, entries)
+    _run([str(python), '-m', 'pip', 'install', '-q', '--no-index', '--no-deps', str(wheel)])
+    return python
+
+
+def test_mim_search_lists_every_model_of_the_model_index(installed, tmp_path):
+    out = _run([str(installed), '-c', MIM, 'search', 'mmcirc'], cwd=str(tmp_path)).stdout
+    listed = set(re.findall(r'[\w.-]+', out))
+    names = _model_names()
+    assert len(names) > 40 and not [n for n in names if n not in listed]
+
+
+def test_mim_search_model_and_field_select_a_collection_and_a_column(installed, tmp_path):
+    args = ['search', 'mmcirc', '--model', 'ca-pvt', '--field', 'config']
+    out = _run([str(installed), '-c', MIM, *args], cwd=str(tmp_path)).stdout
+    import yaml
+
+    with open(osp.join(REPO, 'configs', 'ca_pvt', 'metafile.yml')) as f:
+        configs = sorted(m['Config'] for m in yaml.safe_load(f)['Models'])
+    assert sorted(re.findall(r'^config\s+(\S+)$', out, re.M)) == configs
+
+
+def test_mim_train_runs_the_installed_tools_on_the_installed_toy_config(
+    installed, toy_root, tmp_path
+):
+    work = tmp_path / 'work'
+    options = ['train_cfg.max_iters=2', 'train_cfg.val_interval=100']
+    options += ['default_hooks.checkpoint.interval=2', 'train_dataloader.num_workers=0']
+    options += ['train_dataloader.persistent_workers=False']
+    proc = _run(
+        [str(installed), '-c', MIM, 'train', 'mmcirc', 'configs/toy/ca_pvt_t_retinanet_toy.py']
+        + ['--work-dir', str(work), '--cfg-options', *options],
+        cwd=str(toy_root),
+    )
+    script = re.search(r'Training command is \S+ (\S+) (\S+)', proc.stdout)
+    site = osp.dirname(osp.dirname(str(installed)))
+    assert script.group(1).startswith(site) and script.group(1).endswith(
+        'mmcirc/.mim/tools/train.py'
+    )
+    assert script.group(2).endswith('mmcirc/.mim/configs/toy/ca_pvt_t_retinanet_toy.py')
+    import torch
+
+    assert torch.load(work / 'iter_2.pth', weights_only=True)['meta']['iter'] == 2
