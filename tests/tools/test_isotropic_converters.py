@@ -117,5 +117,5 @@ def test_unsafe_pickle_refused(tmp_path, run_tool_main):
     ckpt = dict(fix['checkpoint'], extra=argparse.Namespace(a=1))
     torch.save(ckpt, tmp_path / 'veca.pt')
     proc = run_tool_main(VECA, ['veca.pt', 'out.pth', '--arch', repr(fix['arch'])], tmp_path)
-    _one_line_error(proc, 'refusing to load', 'argparse.Namespace')
+    _one_line_error(proc, 'refused: it would run code', 'argparse.Namespace')
     assert not (tmp_path / 'out.pth').exists()

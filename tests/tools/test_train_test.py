@@ -74,7 +74,7 @@ def test_checkpoint_with_foreign_object_is_refused(toy_root, tmp_path):
         check=False,
     )
     assert proc.returncode == 1
-    assert 'refusing to load' in proc.stderr and 'argparse.Namespace' in proc.stderr
+    assert 'refused: it would run code' in proc.stderr and 'argparse.Namespace' in proc.stderr
     assert 'Traceback' not in proc.stderr
 
 
