@@ -2,9 +2,15 @@
 attention, counted with mmengine's FlopAnalyzer plus mmcirc's FFT / softmax / SDPA
 handles (mmcirc/analysis/flops.py states the convention: multiply-adds).
 
-    python tools/analysis/get_flops.py CONFIG [--shape H [W]] [--cfg-options k=v ...]
-        [--mode auto|full|backbone] [--num-cores N] [--boundary B] [--scale S]
-        [--stage-attentions KINDS] [--device cpu|cuda] [--out-json FILE]
+    python tools/analysis/get_flops.py CONFIG [--shape H [W] | --num-images N]
+        [--cfg-options k=v ...] [--mode auto|full|backbone] [--num-cores N]
+        [--boundary B] [--scale S] [--stage-attentions KINDS] [--device cpu|cuda]
+        [--out-json FILE]
+
+mmdet's ``get_flops.py`` flags mean what they mean there: ``--num-images N`` counts the
+forward on the first N images of the config's ``val_dataloader``, one at a time at the
+size its pipeline and data preprocessor give them, and reports the mean;
+``--cfg-options`` overrides the config.
 
 The library is picked from the config's ``default_scope`` (mmdet, mmseg,
 mmpretrain); the model is :func:`mmcirc.apis.builder.build_model`'s, with the backbone
@@ -13,13 +19,15 @@ weights not initialised (FLOPs do not depend on them). What is counted, as in mm
 ``tools/analysis_tools/get_flops.py``: the ``mode='tensor'`` forward (detectors:
 backbone + neck + heads without post-processing; segmentors: backbone + neck +
 decode head, no auxiliary head; classifiers: backbone + neck + head), on one
-(1, 3, H, W) input padded to the preprocessor's size divisor. ``--mode backbone``
+(1, 3, H, W) input padded to the preprocessor's size divisor (or the images of
+``--num-images``). ``--mode backbone``
 counts ``extract_feat`` (backbone + neck); ``auto`` falls back to it when the full
 forward cannot be traced. The tracer runs the forward once
 on ``--device`` (cpu by default).
 """
 
 import argparse
+import copy
 import json
 import os.path as osp
 import sys
@@ -44,6 +52,14 @@ def parse_args(argv=None):
         help='input H [W] (default: 800 1333 det, 512 512 seg, 224 224 cls)',
     )
     parser.add_argument(
+        '--num-images',
+        type=int,
+        default=None,
+        metavar='N',
+        help="as mmdet's get_flops.py: the mean over the first N images of the config's "
+        'val_dataloader, each at its own size (instead of one input of --shape)',
+    )
+    parser.add_argument(
         '--mode',
         choices=['auto', 'full', 'backbone'],
         default='auto',
@@ -57,6 +73,10 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.shape is not None and len(args.shape) not in (1, 2):
         raise CLIError(f'--shape takes H or H W, got {len(args.shape)} numbers')
+    if args.num_images is not None and args.num_images < 1:
+        raise CLIError(f'--num-images must be a positive number of images, got {args.num_images}')
+    if args.num_images is not None and args.shape is not None:
+        raise CLIError('--shape and --num-images exclude each other: one input size, or the images')
     args.overrides = overrides_from_args(args)  # ValueError: main_guard's error line
     return args
 
@@ -70,12 +90,15 @@ def padded_shape(cfg, shape):
     return -(-h // div) * div, -(-w // div) * div
 
 
-def forward_fn(model, scope, mode, shape):
-    """The function to count: full tensor-mode forward or backbone + neck."""
+def forward_fn(model, scope, mode, shape, data_samples=None):
+    """The function to count: full tensor-mode forward or backbone + neck;
+    ``data_samples``: a detector's, from the data preprocessor (else made for ``shape``)."""
     if not hasattr(model, 'extract_feat'):  # a bare backbone (model=dict(type=...))
         return model.forward
     if mode == 'backbone':
         return model.extract_feat
+    if scope == 'mmdet' and data_samples is not None:
+        return partial(model.forward, data_samples=data_samples, mode='tensor')
     if scope == 'mmdet':
         from mmdet.structures import DetDataSample
 
@@ -257,28 +280,33 @@ def print_table(rows, summary, title):
         )
 
 
-@main_guard
-def main(argv=None):
-    import torch
+def dataset_inputs(cfg, model, num_images, device):
+    """(inputs, data_samples) of the first ``num_images`` images of the config's
+    ``val_dataloader``, one image a batch, through the model's data preprocessor (as
+    mmdet's ``get_flops.py`` feeds its counter)."""
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
 
-    args = parse_args(argv)
-    cfg = load_model_config(args.config, args.cfg_options)
-    scope = cfg.default_scope
-    shape = tuple(args.shape) if args.shape else DEFAULT_SHAPES[scope]
-    shape = (shape[0], shape[-1])
-    shape = padded_shape(cfg, shape)
-    # weights not initialised: FLOPs do not depend on them
-    model = build_model(cfg, overrides=args.overrides, init_weights=False)
-    device = torch.device(args.device)
-    model = model.to(device)
-    inputs = torch.randn(1, 3, *shape, device=device)
-    modes = ['full', 'backbone'] if args.mode == 'auto' else [args.mode]
-    fc, used, err = None, None, None
+    if not cfg.get('val_dataloader'):
+        raise CLIError('--num-images: the config has no val_dataloader to take images from')
+    init_default_scope(cfg.default_scope)
+    loader_cfg = copy.deepcopy(cfg.val_dataloader)
+    loader_cfg.update(batch_size=1, num_workers=0, persistent_workers=False)
+    loader = Runner.build_dataloader(loader_cfg)
+    for index, batch in enumerate(loader):
+        if index == num_images:
+            return
+        data = model.data_preprocessor(batch, False)
+        yield data['inputs'].to(device), data.get('data_samples')
+
+
+def count_one(model, scope, modes, inputs, data_samples=None):
+    """(FlopCounter, the mode counted) of one input: the first of ``modes`` that traces."""
+    err = None
     for mode in modes:
         try:
-            fc = count(model, forward_fn(model, scope, mode, shape), inputs)
-            used = mode
-            break
+            shape = tuple(inputs.shape[-2:])
+            return count(model, forward_fn(model, scope, mode, shape, data_samples), inputs), mode
         except Exception as e:  # noqa: BLE001 (report and fall back)
             err = e
             print(
@@ -286,24 +314,73 @@ def main(argv=None):
                 f'{str(e).splitlines()[0][:200] if str(e) else ""})',
                 file=sys.stderr,
             )
-    if fc is None:
-        raise CLIError(f'could not trace the model: {err}')
-    rows, summary = report(model, fc)
+    raise CLIError(f'could not trace the model: {err}')
+
+
+def mean_report(reports):
+    """The mean of several (rows, summary) of one model (their counts averaged)."""
+    rows = [dict(r) for r in reports[0][0]]
+    for i, row in enumerate(rows):
+        for key in ('flops', 'attn_flops'):
+            row[key] = sum(rs[i][key] for rs, _ in reports) / len(reports)
+    summary = dict(reports[0][1])
+    for key in ('flops', 'attn_flops'):
+        summary[key] = sum(s[key] for _, s in reports) / len(reports)
+    ops = {op for _, s in reports for op in s['by_operator']}
+    summary['by_operator'] = {
+        op: sum(s['by_operator'].get(op, 0) for _, s in reports) / len(reports) for op in ops
+    }
+    summary['unsupported_ops'] = {
+        op: max(s['unsupported_ops'].get(op, 0) for _, s in reports)
+        for op in {op for _, s in reports for op in s['unsupported_ops']}
+    }
+    return rows, summary
+
+
+@main_guard
+def main(argv=None):
+    import torch
+
+    args = parse_args(argv)
+    cfg = load_model_config(args.config, args.cfg_options)
+    scope = cfg.default_scope
+    # weights not initialised: FLOPs do not depend on them
+    model = build_model(cfg, overrides=args.overrides, init_weights=False)
+    device = torch.device(args.device)
+    model = model.to(device)
+    modes = ['full', 'backbone'] if args.mode == 'auto' else [args.mode]
+    if args.num_images:
+        reports, shapes, used = [], [], None
+        for inputs, samples in dataset_inputs(cfg, model, args.num_images, device):
+            # once the full forward failed, the other images go to the fallback directly
+            left = modes[modes.index(used) :] if used else modes
+            fc, used = count_one(model, scope, left, inputs, samples)
+            reports.append(report(model, fc))
+            shapes.append(tuple(inputs.shape[-2:]))
+        if not reports:
+            raise CLIError('--num-images: the val_dataloader gave no image')
+        rows, summary = mean_report(reports)
+        sizes = sorted(set(shapes))
+        where = f'mean over {len(shapes)} images of val_dataloader, inputs ' + ', '.join(
+            f'1x3x{h}x{w}' for h, w in sizes
+        )
+        shape = list(shapes[0]) if len(sizes) == 1 else [list(s) for s in shapes]
+    else:
+        shape = tuple(args.shape) if args.shape else DEFAULT_SHAPES[scope]
+        shape = padded_shape(cfg, (shape[0], shape[-1]))
+        fc, used = count_one(model, scope, modes, torch.randn(1, 3, *shape, device=device))
+        rows, summary = report(model, fc)
+        where = f'input 1x3x{shape[0]}x{shape[1]}'
     what = 'tensor-mode forward' if used == 'full' else 'backbone + neck (extract_feat)'
     print_table(
-        rows,
-        summary,
-        f'{osp.basename(args.config)}: input 1x3x{shape[0]}x{shape[1]}, '
-        f'{what}; FLOPs = multiply-adds',
+        rows, summary, f'{osp.basename(args.config)}: {where}, {what}; FLOPs = multiply-adds'
     )
     if args.out_json:
+        record = dict(config=args.config, shape=shape, mode=used, rows=rows, **summary)
+        if args.num_images:
+            record['num_images'] = len(shapes)
         with atomic_open(args.out_json, 'w') as f:
-            json.dump(
-                dict(config=args.config, shape=shape, mode=used, rows=rows, **summary),
-                f,
-                indent=1,
-                default=float,
-            )
+            json.dump(record, f, indent=1, default=float)
     return rows, summary
 
 
