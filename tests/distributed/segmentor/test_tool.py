@@ -177,3 +177,46 @@ def test_danet_head_labels_in_one_process_and_one_error_line_sharded(setup, caps
     assert exit_.value.code == 1 and len(errors) == 1, lines
     assert re.search(r'decode_head\.pam\S*: sharded inference: \S+ has no handler', errors[0])
     assert not any('Traceback' in line for line in lines) and not (tmp / 'danet2').exists()
+
+
+def test_two_images_of_one_name_write_distinct_outputs_sharded(setup):
+    cfg, ckpt, tmp = setup
+    paths = []
+    for sub, (h, w) in (('a', (64, 72)), ('b', (72, 64))):
+        os.makedirs(tmp / 'same' / sub, exist_ok=True)
+        paths.append(str(tmp / 'same' / sub / 'x.png'))
+        cv2_img = np.random.RandomState(0).randint(0, 256, (h, w, 3)).astype(np.uint8)
+        from PIL import Image
+
+        Image.fromarray(cv2_img).save(paths[-1])
+    out = tmp / 'same_out'
+    proc = run_tool(
+        ['tools/infer_highres.py', cfg, ckpt, '--img', *paths, '--nproc', '2',
+         '--out-dir', str(out)],
+        cwd=tmp,
+    )  # fmt: skip
+    wrote = [ln.rsplit(' | ', 1)[1] for ln in proc.stdout.splitlines() if ln.endswith('.png')]
+    assert wrote == [
+        f'{out}/a/x_64x72_tiny_pvt_overlay.png',
+        f'{out}/b/x_72x64_tiny_pvt_overlay.png',
+    ]
+    assert all(osp.isfile(p) for p in wrote)
+
+
+def test_a_checkpoint_that_does_not_fit_is_one_error_line_sharded(setup):
+    cfg, ckpt, tmp = setup
+    state = torch.load(ckpt)['state_dict']
+    del state['decode_head.conv_seg.bias']
+    torch.save({'state_dict': state}, tmp / 'no_bias.pth')
+    proc = run_tool(
+        ['tools/infer_highres.py', cfg, str(tmp / 'no_bias.pth'), '--demo', 'astronaut',
+         '--size', SIZE, '--nproc', '2', '--out-dir', str(tmp / 'no_bias')],
+        cwd=tmp, check=False,
+    )  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert (
+        '1 missing (decode_head.conv_seg.bias)' in errors[0]
+        and '--allow-partial-weights' in (errors[0])
+    )
+    assert not (tmp / 'no_bias').exists()
