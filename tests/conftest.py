@@ -78,3 +78,22 @@ def two_torch_threads():
     torch.set_num_threads(2)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope='module')
+def triton_interpreter():
+    """Triton's interpreter for the module's tests (``TRITON_INTERPRET=1``; the kernels of
+    mmcirc.ops.circulant_triton read it when they are defined, so they are defined again
+    where they were first imported without it); the environment restored afterwards."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv('TRITON_INTERPRET', '1')
+    from mmcirc.ops import circulant_kernel
+
+    if not circulant_kernel.kernel_applies(torch.zeros(1), (4, 4), 'circular'):
+        import importlib
+
+        from mmcirc.ops import circulant_triton
+
+        importlib.reload(circulant_triton)
+    yield
+    mp.undo()

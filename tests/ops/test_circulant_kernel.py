@@ -3,8 +3,9 @@ interpreter on CPU tensors, against the dense float64 references of
 ``tests/ops/dense_reference.py``.
 
 Triton reads ``TRITON_INTERPRET`` when a kernel is defined (``triton.jit`` makes an
-``InterpretedFunction`` then), so the module fixture sets it before the kernels' module is
-first imported (and re-imports it if it was imported without). Tolerances, relative to the
+``InterpretedFunction`` then), so the fixture ``triton_interpreter`` (tests/conftest.py)
+sets it before the kernels' module is first imported (and re-imports it if it was imported
+without). Tolerances, relative to the
 largest value of the reference: float32 inputs 5e-6 forward, 1e-5 gradients (the kernel's
 DFTs are float32 matrix products; measured at most about 1e-6, the torch.fft path's
 about 5e-7); bfloat16 inputs 2^-7, one bfloat16 step at the top of the output's range
@@ -14,7 +15,6 @@ About 40 s of the suite on two cores.
 """
 
 import copy
-import importlib
 import os
 import subprocess
 import sys
@@ -33,16 +33,7 @@ SIZES = [(7, 9), (14, 14), (16, 16), (8, 32)]
 CASES = [(hw, b, d) for hw in SIZES for b in ('circular', 'zero') for d in (1, 8)]
 
 
-@pytest.fixture(scope='module', autouse=True)
-def interpreter():
-    mp = pytest.MonkeyPatch()
-    mp.setenv('TRITON_INTERPRET', '1')
-    if not circulant_kernel.kernel_applies(torch.zeros(1), (4, 4), 'circular'):
-        from mmcirc.ops import circulant_triton
-
-        importlib.reload(circulant_triton)  # defined before: define the kernels again
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures('triton_interpreter')
 
 
 def _maps(hw, d, dtype=torch.float64, seed=0):

@@ -56,6 +56,19 @@ def test_logits_equal_official():
     )
 
 
+@pytest.mark.usefixtures('triton_interpreter')
+def test_logits_with_the_triton_kernel_equal_official():
+    """``kernel='triton'`` (the attention core in Triton's interpreter) against the
+    official code's logits."""
+    fix = _fixture()
+    model, head = _loaded(fix, out_type='avg_featmap', kernel='triton')
+    with torch.no_grad():
+        feat = model(fix['input'])[-1]
+    logits = torch.nn.functional.linear(feat, head['weight'], head['bias'])
+    assert all(b.attn.kernel == 'triton' for b in model.blocks)
+    assert _rel(logits, fix['logits']) < 1e-5
+
+
 def test_featmap_mean_is_the_pooled_feature():
     fix = _fixture()
     model, _ = _loaded(fix, out_type='featmap')
@@ -157,6 +170,7 @@ def test_registered_in_three_libraries():
         (dict(out_indices=12), 'out_indices must be'),
         (dict(frozen_stages=13), 'frozen_stages must be an int in [-1, 12]'),
         (dict(boundary='reflect'), 'boundary must be one of'),
+        (dict(kernel='cuda'), "kernel must be one of ('torch', 'triton')"),
     ],
 )
 def test_bad_arguments(kwargs, message):
