@@ -154,3 +154,24 @@ def test_functional_form_is_the_reference_path():
     """The functional form stays on torch.fft (no kernel switch): the kernel equals it."""
     q, k, v = (t.float() for t in _maps((7, 9), 1))
     assert _err(_core(q, k, v, 'zero', 1), circulant_attention(q, k, v, boundary='zero')) < 5e-6
+
+
+def test_layer_compiles_to_one_graph_and_exports_one_core():
+    torch.manual_seed(0)
+    m = CirculantAttention(8, kernel='triton').eval()
+    x = torch.randn(1, 16, 8)
+    compiled = torch.compile(lambda t: m(t, (4, 4)), backend='aot_eager', fullgraph=True)
+    with torch.no_grad():
+        assert _err(compiled(x), m(x, (4, 4)).double()) < 1e-6
+    ep = torch.export.export(_Tokens(m, (4, 4)), (x,), strict=False)
+    calls = [str(n.target) for n in ep.graph.nodes if n.op == 'call_function']
+    assert calls.count('mmcirc.circulant_core.default') == 1 and 'aten.fft' not in str(calls)
+
+
+class _Tokens(torch.nn.Module):
+    def __init__(self, layer, hw):
+        super().__init__()
+        self.layer, self.hw = layer, hw
+
+    def forward(self, x):
+        return self.layer(x, self.hw)
