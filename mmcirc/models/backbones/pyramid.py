@@ -269,7 +269,11 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """x (B, in_channels, H, W), H and W >= ``min_input_size``; returns one
         (B, C_i, H_i, W_i) map per index in ``out_indices`` (stage order)."""
-        check_images(type(self).__name__, x)
+        shape = x.shape
+        if type(shape) is torch.Size and (
+            len(shape) != 4 or (type(shape[0]) is int and not shape[0])
+        ):
+            check_images(type(self).__name__, x)  # raises its one line
         h, w = x.shape[-2], x.shape[-1]  # symbolic in a captured graph: not checked there
         if type(h) is int and type(w) is int and min(h, w) < self.min_input_size:
             raise ValueError(
