@@ -278,7 +278,7 @@ def _read_checkpoint(load_checkpoint, model, checkpoint: str, logger):
     try:
         return load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
     except pickle.UnpicklingError as err:
-        if isinstance(err, UnsafeCheckpointError) or 'refus' in str(err).lower():
+        if isinstance(err, UnsafeCheckpointError):
             raise
         reason = ' '.join(str(err).split())[:300] or type(err).__name__
         raise ValueError(reason if checkpoint in reason else f'{checkpoint}: {reason}') from None
