@@ -33,7 +33,7 @@ def _write(path, kind, marker):
             pickle.dump(payload, f)
 
 
-@pytest.mark.parametrize('kind', ['zip'])
+@pytest.mark.parametrize('kind', ['zip', 'legacy', 'plain'])
 def test_a_refused_pickle_names_the_tools_flag_in_one_line(tmp_path, kind):
     path, marker = tmp_path / 'model.pth', tmp_path / 'ran'
     _write(path, kind, marker)

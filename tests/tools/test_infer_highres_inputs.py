@@ -103,7 +103,7 @@ class _RunsCode:
         return os.system, (f'touch {self.marker}',)
 
 
-@pytest.mark.parametrize('kind', ['zip'])
+@pytest.mark.parametrize('kind', ['zip', 'legacy', 'plain'])
 def test_a_malicious_pickle_is_refused_naming_this_tools_flag(tiny, capsys, kind):
     cfg, _, _, tmp = tiny
     path, marker = tmp / f'evil_{kind}.pth', tmp / f'ran_{kind}'
