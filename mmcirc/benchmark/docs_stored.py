@@ -18,6 +18,7 @@ from typing import Callable, Dict, List
 
 from .docs import marker, replace_blocks
 from .docs_zoo import ZOO_RESULTS, render_zoo
+from .suites.compile_train import render as render_compile_train
 from .report import markdown_table, ratio
 
 __all__ = [
@@ -173,6 +174,7 @@ STORED: Dict[str, StoredTable] = {
         StoredTable('toy', 'docs/results/toy_job.json', render_toy),
         StoredTable('toy_runs', 'docs/results/toy_job.json', render_toy_runs),
         StoredTable('zoo', ZOO_RESULTS, render_zoo),
+        StoredTable('compile_train', 'docs/results/compile_train_cpu.json', render_compile_train),
     )
 }
 
