@@ -27,6 +27,8 @@ a head with its own (``SideAdapterCLIPHead``) or that makes its logits without i
 import contextlib
 from typing import List, Tuple
 
+from mmcirc.utils.model_parts import image_backbone  # noqa: F401  (part of this API)
+
 __all__ = [
     'check_label_segmentor',
     'encode_logits',
@@ -35,16 +37,6 @@ __all__ = [
     'predict_head',
     'test_padding',
 ]
-
-
-def image_backbone(model):
-    """The image backbone of an mmseg segmentor or of its model config: ``backbone``
-    (``EncoderDecoder`` and its kind) or ``image_encoder`` (``MultimodalEncoderDecoder``)."""
-    for key in ('backbone', 'image_encoder'):
-        part = model.get(key) if isinstance(model, dict) else getattr(model, key, None)
-        if part is not None:
-            return part
-    raise ValueError(f'model has neither a backbone nor an image_encoder: {type(model).__name__}')
 
 
 def predict_head(model):

@@ -32,6 +32,8 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
+from mmcirc.utils.model_parts import image_backbone
+
 __all__ = [
     'DYNAMIC',
     'CompileBackboneHook',
@@ -75,8 +77,6 @@ def is_compiled(module) -> bool:
 
 
 def _parts(model, neck: bool):
-    from mmcirc.apis.decode import image_backbone
-
     model = model.module if is_model_wrapper(model) else model
     parts = [('backbone', image_backbone(model))]
     part = getattr(model, 'neck', None) if neck else None

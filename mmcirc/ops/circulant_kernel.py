@@ -71,11 +71,9 @@ def set_precision(precision):
 def _interpreted():
     """Whether the kernels run in Triton's interpreter (imports them: ``TRITON_INTERPRET``
     is read when they are defined)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
     from . import circulant_triton
 
-    return isinstance(circulant_triton._fwd_kernel, InterpretedFunction)
+    return circulant_triton.interpreted()
 
 
 def kernel_applies(x, hw, boundary):

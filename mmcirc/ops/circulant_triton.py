@@ -33,7 +33,7 @@ This file needs torch and triton.
 import triton
 import triton.language as tl
 
-__all__ = ['backward', 'forward', 'tile']
+__all__ = ['backward', 'forward', 'interpreted', 'tile']
 
 TWO_PI = 6.283185307179586
 
@@ -238,6 +238,14 @@ def _bwd_kernel(q_ptr, k_ptr, v_ptr, g_ptr, dy_ptr, dq_ptr, dk_ptr, dv_ptr, dg_p
         dk = _idft2(dar * qr - dai * qi, dar * qi + dai * qr, C1, S1, C2, S2, PREC)
         tl.store(dq_ptr + goff, dq.to(dq_ptr.dtype.element_ty), mask=inmap)
         tl.store(dk_ptr + goff, dk.to(dk_ptr.dtype.element_ty), mask=inmap)
+
+
+def interpreted():
+    """Whether the kernels run in Triton's interpreter (``TRITON_INTERPRET`` is read when
+    they are defined, on this module's import)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_fwd_kernel, InterpretedFunction)
 
 
 def _launch_args(q, hw, heads, zero):

@@ -7,7 +7,7 @@ size); ``seg``, ``configs/toy/ca_pvt_t_fpn_toy_ade.py`` (random crops, one size)
 ``det_sizes``, the detection config with every batch after the first resized to a
 random size, 96-192 px a side in steps of 32 (mmdet's ``BatchSyncRandomResize``). Per job and step kind (``eager``,
 ``compiled``) one fresh process (:func:`mmcirc.benchmark.runner.run_isolated`) builds
-mmengine's Runner as ``tools/train.py`` does (:func:`mmcirc.cli.runner.build_runner`),
+mmengine's Runner from the config as ``tools/train.py`` does in one process (``Runner.from_cfg``),
 in ``--data-root`` (the generated toy data, :mod:`mmcirc.datasets.toy_data`, made there
 when absent), with the loader in the main process (``num_workers=0``), without
 validation or checkpoints, and trains ``--iters`` iterations. Each ``train_step`` (data
@@ -61,7 +61,9 @@ def train_run(spec: dict) -> dict:
     import torch
     from torch._dynamo.utils import calculate_time_spent, counters
 
-    from mmcirc.cli.runner import build_runner, load_config
+    from mmengine.runner import Runner
+
+    from mmcirc.apis.builder import load_model_config
     from mmcirc.engine.compile import add_compile_hook, compiled_graphs
 
     from ..measurement import pin_threads
@@ -69,7 +71,7 @@ def train_run(spec: dict) -> dict:
     threads = pin_threads(spec.get('threads'))
     iters = spec['iters']
     loader = dict(num_workers=0, persistent_workers=False)
-    cfg = load_config(
+    cfg = load_model_config(
         spec['config'],
         {
             'train_cfg.max_iters': iters,
@@ -80,8 +82,8 @@ def train_run(spec: dict) -> dict:
             'train_dataloader.num_workers': 0,
             'train_dataloader.persistent_workers': False,
         },
-        spec['work_dir'],
     )
+    cfg.launcher, cfg.work_dir = 'none', spec['work_dir']
     if spec.get('size_range'):  # a new size of every batch after the first
         resize = dict(type='BatchSyncRandomResize', interval=1, size_divisor=32)
         resize['random_size_range'] = tuple(spec['size_range'])
@@ -91,7 +93,7 @@ def train_run(spec: dict) -> dict:
         cfg.test_dataloader.update(loader)
     if spec['step'] == 'compiled':
         add_compile_hook(cfg, spec['backend'])
-    runner = build_runner(cfg)
+    runner = Runner.from_cfg(cfg)  # one process, as tools/train.py builds it
     model = runner.model
     sizes = []
     model.backbone.register_forward_pre_hook(lambda m, args: sizes.append(list(args[0].shape)))
