@@ -202,8 +202,8 @@ def test_module_entry_names_the_suites(tmp_path):
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         'error: usage: python -m mmcirc.benchmark SUITE [ARGS], SUITE one of '
-        "('attention', 'backbone', 'isotropic', 'compile', 'gpu', 'sharded', 'launches', "
-        "'docs')"
+        "('attention', 'backbone', 'isotropic', 'compile', 'compile_train', 'gpu', 'sharded', "
+        "'launches', 'kernel', 'docs')"
     ]
 
 
