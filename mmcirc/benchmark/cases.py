@@ -4,11 +4,11 @@ depth as arguments; precision, device, eager / compile and forward / backward ar
 axes of :func:`mmcirc.benchmark.measurement.make_step`.
 
 * ``attention``: one layer on a (B, H*W, 64) token map (:data:`ATTENTION_DIM`):
-  ``sdpa`` (:class:`~mmcirc.models.baselines.SDPASelfAttention`, 1 head of 64: PVT
+  ``sdpa`` (:class:`~mmcirc.benchmark.baselines.SDPASelfAttention`, 1 head of 64: PVT
   stage 1 without the reduction), ``circ-circ`` / ``circ-zero``
   (:class:`~mmcirc.ops.CirculantAttention`, d = 1, circular / zero boundary),
   ``circ-linears`` (its gate + qkv + proj Linears alone), ``core-K``
-  (:class:`~mmcirc.models.baselines.CoreAttentionWithBank`, 1 head, K cores of 64);
+  (:class:`~mmcirc.benchmark.baselines.CoreAttentionWithBank`, 1 head, K cores of 64);
 * ``backbone``: mmdet's / mmseg's PVT-S and Swin-T and mmcirc's pyramids (need
   mmdet / mmseg: imported by the builder that needs them);
 * ``isotropic``: mmcirc's CA-DeiT / VECA (torch only) and timm's DeiT / ViT
@@ -102,7 +102,7 @@ def _plain(model):
 def _attention(kind):
     def builder(hw, depth):
         from mmcirc import ops
-        from mmcirc.models.baselines import CoreAttentionWithBank, SDPASelfAttention
+        from mmcirc.benchmark.baselines import CoreAttentionWithBank, SDPASelfAttention
 
         if kind == 'sdpa':
             return _plain(SDPASelfAttention(ATTENTION_DIM, 1))

@@ -14,4 +14,3 @@ if importlib.util.find_spec('mmengine') is not None:
     registries_by_library()  # first: without mmdet, one error naming the package to install
     from .backbones import *  # noqa: F401,F403
     from .necks import *  # noqa: F401,F403
-    from . import baselines  # noqa: F401  (registers the benchmarks' baseline attention)

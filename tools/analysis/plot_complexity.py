@@ -26,7 +26,7 @@ import sys
 
 import torch
 
-from mmcirc.models.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
+from mmcirc.benchmark.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
 from mmcirc.cli.common import main_guard
 from mmcirc.utils.fileio import atomic_open
 

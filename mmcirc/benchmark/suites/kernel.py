@@ -3,7 +3,7 @@ and softmax attention (SDPA, flash), one attention layer on S x S token maps.
 
 Layers (width ``--dim``, default 192: CA-DeiT-T's), on tokens (B, S*S, C):
 
-* ``sdpa``: :class:`~mmcirc.models.baselines.SDPASelfAttention` with DeiT-T's heads of 64
+* ``sdpa``: :class:`~mmcirc.benchmark.baselines.SDPASelfAttention` with DeiT-T's heads of 64
   (flash pinned under bf16 / fp16 on CUDA);
 * ``fft``: :class:`~mmcirc.ops.CirculantAttention` (d = 1), ``kernel='torch'``;
 * ``kernel-ieee`` / ``kernel-tf32``: the same weights with ``kernel='triton'``, ``tl.dot``
@@ -38,7 +38,7 @@ SDPA_HEAD = 64
 def _layers(dim):
     import torch
 
-    from mmcirc.models.baselines import SDPASelfAttention
+    from mmcirc.benchmark.baselines import SDPASelfAttention
     from mmcirc.ops import CirculantAttention
 
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""mmcirc.models.baselines: the benchmarks' baseline attention against softmax
+"""mmcirc.benchmark.baselines: the benchmarks' baseline attention against softmax
 attention written out, the elastic core bank, bad arguments, the registry, and an
 import with torch alone."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import REPO, run_torch_only, torch_only_origin
-from mmcirc.models.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
+from mmcirc.benchmark.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
 
 pytestmark = pytest.mark.usefixtures('one_torch_thread')
 
@@ -84,7 +84,7 @@ def test_registered_for_configs():
 
 SCRIPT = r"""
 import torch
-from mmcirc.models.baselines import CoreAttentionWithBank, SDPASelfAttention
+from mmcirc.benchmark.baselines import CoreAttentionWithBank, SDPASelfAttention
 x = torch.randn(1, 16, 8)
 print(tuple(SDPASelfAttention(8)(x).shape), tuple(CoreAttentionWithBank(8, 1, 2, 4)(x)[1].shape))
 """
