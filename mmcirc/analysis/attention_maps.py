@@ -5,14 +5,13 @@ really uses, and (re-exported from :mod:`mmcirc.analysis.bccb`) their BCCB proje
 attention layer of a model and, inside the hook, recomputes the layer's weights from
 the call's inputs and the layer's own weights. Which modules are attention layers, and
 how their weights are recomputed, this file does not know: it asks each module for its
-probe (:func:`mmcirc.models.blocks.probe.probe_of`): a declaration on the operator
-itself, or an :class:`~mmcirc.models.blocks.probe.AttentionProbe` of a registered block
-(mmcirc's ``'circulant'``, ``'core'``, ``'sra'`` and ``'window'`` blocks also recognise
-their operators in mmdet, mmseg and mmpretrain models) or for other libraries' layers
-(``'vit'``: mmpretrain's and timm's ViT self-attention). A new attention kind is
-therefore seen here as soon as its block is registered.
+probe (:func:`mmcirc.analysis.probes.probe_of`): a declaration on the operator itself, or
+a registered :class:`~mmcirc.analysis.probes.AttentionProbe` (mmcirc's ``'circulant'``,
+``'core'``, ``'sra'`` and ``'window'`` probes also recognise those operators in mmdet,
+mmseg and mmpretrain models; ``'vit'``: mmpretrain's and timm's ViT self-attention). A
+new attention kind is therefore seen here as soon as its operator declares itself.
 
-The probe's ``form`` says what the weights are (:data:`~mmcirc.models.blocks.probe.FORMS`):
+The probe's ``form`` says what the weights are (:data:`~mmcirc.analysis.probes.FORMS`):
 ``'matrix'`` (B', heads, Nq, Nk) between ``q_grid`` and ``k_grid`` (BCCB-scorable),
 ``'kernel'`` (a circulant kernel with its ``boundary``) or ``'gather'`` (core weights
 over the patches); the tools choose layers by form.
@@ -25,10 +24,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from mmcirc.models.blocks.probe import FORMS, attention_probes, probe_of
-
 from . import bccb as _bccb
-from .bccb import (
+from .bccb import (  # noqa: F401  (re-exported)
     bccb_distance,
     bccb_expand,
     bccb_kernel,
@@ -39,6 +36,7 @@ from .bccb import (
     query_cells,
     shuffle_tokens,
 )
+from .probes import FORMS, attention_probes, probe_of
 
 __all__ = [
     'FORMS',

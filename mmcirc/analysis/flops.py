@@ -43,8 +43,8 @@ Counting convention (stated once; the tests check it against these formulas):
 
 Which modules are attention (``attention_flops``, :func:`attention_modules`) this
 file does not know: it asks each module for its probe
-(:func:`mmcirc.models.blocks.probe.probe_of`: the operator's own ``attention_kind``,
-or an ``AttentionProbe`` of a registered block or of another library's layer). An
+(:func:`mmcirc.analysis.probes.probe_of`: the operator's own ``attention_kind``,
+or a registered ``AttentionProbe`` of mmcirc's or another library's layer). An
 operator that traces to an aten op mmengine does not price declares the op's handle
 (``flop_handles`` on the operator or its probe); :class:`FlopCounter` adds the handles
 of every probe and of every declaring operator in the model (see
@@ -103,7 +103,7 @@ __all__ = [
 
 def _probes():
     try:
-        from mmcirc.models.blocks.probe import attention_probes
+        from .probes import attention_probes
     except ImportError:  # no mmcv / mmdet (torch-only machine): no registered blocks
         return []
     return attention_probes()

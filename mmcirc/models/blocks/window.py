@@ -4,43 +4,12 @@ import math
 from typing import Sequence
 
 import torch
-from mmdet.models.backbones.swin import ShiftWindowMSA, SwinBlock, WindowMSA
+from mmdet.models.backbones.swin import ShiftWindowMSA, SwinBlock
 
 from mmcirc.registry import register_model
-from .probe import AttentionProbe, call_arg, lazy_classes, register_attention_probe
 from .pyramid_blocks import PyramidBlock
 
-__all__ = ['WindowBlock', 'WindowProbe']
-
-
-class WindowProbe(AttentionProbe):
-    """Swin's ``WindowMSA`` (mmdet, mmseg, mmpretrain; the ``'window'`` stages) with its
-    relative position bias and shift mask. Form ``'matrix'`` (B*windows, heads, N, N)
-    on the window grid."""
-
-    kind = 'window'
-    form = 'matrix'
-
-    def matches(self, m):
-        copies = lazy_classes('mmseg.models.backbones.swin', ['WindowMSA'])  # same math
-        copies += lazy_classes('mmpretrain.models.utils.attention', ['WindowMSA'])  # not V2
-        return isinstance(m, (WindowMSA, *copies))
-
-    def weights(self, mod, args, kwargs, ctx):
-        x, mask = call_arg(args, kwargs, 0, 'x'), call_arg(args, kwargs, 1, 'mask')
-        bw, n, c = x.shape
-        h = mod.num_heads
-        qkv = mod.qkv(x).reshape(bw, n, 3, h, c // h).permute(2, 0, 3, 1, 4)
-        q, k = qkv[0] * mod.scale, qkv[1]  # (B*nW, h, N, d)
-        attn = q @ k.transpose(-2, -1)  # (B*nW, h, N, N)
-        bias = mod.relative_position_bias_table[mod.relative_position_index.view(-1)]
-        attn = attn + bias.view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
-        if mask is not None:
-            nw = mask.shape[0]
-            attn = (attn.view(bw // nw, nw, h, n, n) + mask[None, :, None]).view(bw, h, n, n)
-        ws = mod.window_size
-        ws = (ws, ws) if isinstance(ws, int) else tuple(int(v) for v in ws)
-        return dict(weights=torch.softmax(attn, dim=-1), q_grid=ws, k_grid=ws)
+__all__ = ['WindowBlock']
 
 
 def _mask_in_input_dtype(module, args, kwargs):
@@ -51,9 +20,6 @@ def _mask_in_input_dtype(module, args, kwargs):
     if mask is not None and mask.dtype != args[0].dtype:
         kwargs = dict(kwargs, mask=mask.to(args[0].dtype))
     return args, kwargs
-
-
-register_attention_probe(WindowProbe())
 
 
 @register_model()

@@ -7,7 +7,7 @@ the way a user would, with no edit of mmcirc:
 
 * the operator, ``PooledAttention``, declares its attention itself (``attention_kind``,
   ``attention_form``, ``attention_weights``, and ``flop_handles`` for ``logsumexp``, an
-  op mmengine does not price: :mod:`mmcirc.models.blocks.probe`), so the analysis sees
+  op mmengine does not price: :mod:`mmcirc.analysis.probes`), so the analysis sees
   it in any model, with nothing registered;
 * the block, ``PooledBlock``, is a :class:`~mmcirc.models.blocks.PyramidBlock` with its
   ``kind`` and ``added_keys`` (what a converted checkpoint leaves new);
