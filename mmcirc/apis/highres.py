@@ -22,7 +22,6 @@ is what a program calls; ``tools/infer_highres.py`` is the command line around i
   ``progress`` (a callable) is told each backbone stage / block, the neck, the decode
   head and each band as it finishes (:func:`progress_units`).
 
-One image predicted, measured and written (its record and PNGs): :mod:`.highres_record`.
 Errors are ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` whose message starts
 with the parameter's name (e.g. ``num_cores must ...``); warnings name parameters the
 same way.

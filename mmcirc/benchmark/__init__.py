@@ -16,8 +16,7 @@ cases that need them.
 * :mod:`~mmcirc.benchmark.suites`: the suites (their command lines are
   ``mmcirc.cli.benchmark_<suite>``; the GPU's tool is ``tools/deployment/benchmark_gpu.py``);
 * :mod:`~mmcirc.benchmark.docs`: the documentation's tables (which suite, which flags,
-  how rendered) and their markers (``python -m mmcirc.benchmark docs``);
-* :mod:`~mmcirc.benchmark.dense_baseline`: ``tools/infer_highres.py --dense-baseline``.
+  how rendered) and their markers (``python -m mmcirc.benchmark docs``).
 
 Submodules are imported on use (``python -m mmcirc.benchmark.runner`` must not find
 itself imported already).

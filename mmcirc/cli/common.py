@@ -1,10 +1,8 @@
 """What mmcirc's commands share: the one ``error:`` line (:class:`CLIError`,
-:func:`main_guard`: exit 1, ``MMCIRC_DEBUG=1`` for the traceback), the size flags
-(:func:`parse_hw`), ``--cfg-options`` (:func:`add_cfg_options`), the config file's
-extension (:func:`check_config_file`), a refused checkpoint in the tool's own flag
-(:func:`refused_checkpoints`) and warnings as one line (:func:`one_line_warnings`). The library raises
-``ValueError`` / ``TypeError`` (or its own exception types); the commands turn them into
-that one line.
+:func:`main_guard`: exit 1, ``MMCIRC_DEBUG=1`` for the traceback), the flags several
+commands take (``--cfg-options``, ``--allow-partial-weights``, the backbone overrides) and
+the library's messages in their words. The library raises ``ValueError`` / ``TypeError``
+(or its own exception types); the commands turn them into that one line.
 """
 
 import argparse
@@ -16,7 +14,7 @@ import pickle
 import re
 import sys
 import warnings
-from typing import Optional
+from typing import Dict, Optional
 
 
 class CLIError(Exception):
@@ -190,3 +188,53 @@ def one_line_warnings(*noise, category=None, wording=str):
         print(f'WARNING: {wording(str(message))}', file=sys.stderr, flush=True)
 
     warnings.showwarning = show
+
+
+def add_override_args(parser):
+    """The backbone override flags; :func:`overrides_from_args` reads them back."""
+    parser.add_argument(
+        '--num-cores',
+        help="active cores C' of core stages (pyramids: int or mobile (8) / edge (32) / "
+        'server (64); VECA: a multiple of 8 within its bank, or a preset)',
+    )
+    parser.add_argument(
+        '--boundary', help="circulant boundary: 'circular' or 'zero' (pyramids, CA-DeiT)"
+    )
+    parser.add_argument(
+        '--scale', help="circulant scale: 'sqrt_n' (official) or 'n' (paper, resolution invariant)"
+    )
+    parser.add_argument(
+        '--stage-attentions',
+        help="attention kind of every stage (a registered block's kind the backbone's "
+        'family takes, e.g. circulant, core, sra) or one per stage, comma separated '
+        '(pyramids)',
+    )
+    return parser
+
+
+def overrides_from_args(args) -> Dict[str, object]:
+    """The overrides of :func:`add_override_args`' flags, checked by
+    :func:`mmcirc.apis.overrides.validate_overrides`."""
+    from mmcirc.apis.overrides import OVERRIDE_KEYS, validate_overrides
+
+    return validate_overrides(**{k: getattr(args, k, None) for k in OVERRIDE_KEYS})
+
+
+def flag_words(message: str) -> str:
+    """A library message that starts with an override's name (``num_cores must ...``)
+    -> the same with its flag (``--num-cores must ...``)."""
+    from mmcirc.apis.overrides import OVERRIDE_KEYS
+
+    m = re.match(r'(\w+)\b', message)
+    if m and m.group(1) in OVERRIDE_KEYS:
+        return '--' + m.group(1).replace('_', '-') + message[m.end() :]
+    return message
+
+
+@contextlib.contextmanager
+def as_cli_errors():
+    """The library's ValueError / TypeError -> one-line :class:`CLIError` in flag words."""
+    try:
+        yield
+    except (ValueError, TypeError) as err:
+        raise CLIError(flag_words(error_line(err))) from None

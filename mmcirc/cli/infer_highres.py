@@ -1,38 +1,15 @@
-"""Whole-image semantic segmentation at high resolution (e.g. 4096 x 4096) with an
-mmseg config, timing it and measuring its peak memory: the command behind
-``tools/infer_highres.py`` (its entry point): its flags, their checks, warnings as one
-line, the progress bar, the one ``error:`` line and the exit codes (the usage line is
-the entry point's). The library is :mod:`mmcirc.apis.highres` (mmseg's whole inference,
-never sliding windows). Without CHECKPOINT the weights are random: only the time and
-memory figures mean anything. A CHECKPOINT that leaves weights of the model missing or
-shaped otherwise is refused (``--allow-partial-weights`` loads what fits; the record
-then says ``random_weights: true``); a pickle the safe loader refuses loads only with
-``--trust-checkpoint``.
+"""Whole-image semantic segmentation at high resolution with an mmseg config, timed and
+its peak memory measured (mmseg's whole inference, never sliding windows:
+:mod:`mmcirc.apis.highres`). Without CHECKPOINT the weights are random: only the time and
+memory figures mean anything.
 
-Backbones: mmcirc's pyramids (CA-PVT, CA-Swin: every override) and isotropic models
-(CA-DeiT: ``--boundary`` / ``--scale``; VECA: ``--num-cores``, C' a multiple of its
-chunk of 8 within its core bank, or a preset). An override a backbone does not take is
-a one-line error naming what it takes.
-
-Per image, under --out-dir (written atomically; the JSON last; ``<name>``: the file name,
-or its path relative to the inputs' common folder where two inputs share one):
-``<name>_<H>x<W>_<config>[_<overrides>]_{labels,mask,overlay}.png`` (class ids; the mask
-coloured with the dataset palette; the mask blended over the image) and ``.json``
-(time, peak RSS and its increase over the pre-inference baseline, sizes, config,
-overrides, backbone). ``--dense-baseline`` also runs the dense-attention equivalent (the
-same config with ``stage_attentions`` = 'sra': the original PVT) in a child process
-capped with RLIMIT_AS and records whether it ran or ran out of memory, and after how long
-(``--baseline-only``: only that).
-
-Progress (mmengine's ``ProgressBar`` on stderr): one step per backbone stage (pyramids) or
-block (isotropic models), the neck, the decode head and each band of classes of the
-upsampling. Shown when stderr is a terminal; ``--progress`` / ``--no-progress`` force it.
-
-Sharded (``--shard`` under torchrun, ``--nproc P``): :mod:`mmcirc.cli.infer_highres_sharded`.
-
-A config whose backbone keeps quadratic 'sra' stages (the paper layout) gets a WARNING
-when those would not fit at the requested size: use the all-circulant / all-core configs
-``configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py`` / ``configs/core_pvt_t-allcore_fpn_80k_ade20k.py``.
+Per image, under --out-dir (atomically, the JSON last): ``<name>_<H>x<W>_<config>[_<overrides>]``
+``_{labels,mask,overlay}.png`` and ``.json`` (:mod:`.infer_highres_record`);
+``--dense-baseline`` also runs the dense-attention equivalent in a memory-capped child
+(:mod:`.infer_highres_dense`). ``--shard`` (this process is one torchrun rank) and
+``--nproc P`` (P local gloo ranks) run sharded inference
+(:mod:`mmcirc.distributed.segmentor`): every rank holds a band of rows, rank 0 writes the
+same files; a failing rank stops all with one line and no file.
 """
 
 import argparse
@@ -41,23 +18,23 @@ import math
 import os.path as osp
 import sys
 
-from mmcirc.benchmark import dense_baseline as db
+from mmcirc.cli import infer_highres_dense as db
+from mmcirc.cli import infer_highres_record as rec_io
 from mmcirc.cli.common import (
     CLIError,
     add_cfg_options,
+    add_override_args,
     add_partial_weights_flag,
+    as_cli_errors,
     check_config_file,
+    flag_words,
     main_guard,
     one_line_warnings,
+    overrides_from_args,
     refused_checkpoints,
 )
-from mmcirc.cli.override_flags import (
-    add_override_args,
-    as_cli_errors,
-    flag_words,
-    overrides_from_args,
-)
 from mmcirc.utils import image_io as imio
+from mmcirc.utils.memory import MB
 
 
 def parse_args(argv=None):
@@ -243,8 +220,6 @@ def main(argv=None):
 
         trust_checkpoint(args.checkpoint)
     if args.shard or args.nproc is not None:
-        from mmcirc.cli.infer_highres_sharded import main_sharded
-
         return main_sharded(args, overrides, size)
     images = imio.load_images(args.img, args.demo, size)
     with as_cli_errors():
@@ -281,7 +256,7 @@ def main(argv=None):
             if args.baseline_only:
                 h, w = img.shape[:2]
                 kinds = '-'.join(sorted(set(d.get('stage_attentions') or ['dense'])))
-                stem = apis.output_stem(args.out_dir, name, (h, w), args.config, overrides)
+                stem = rec_io.output_stem(args.out_dir, name, (h, w), args.config, overrides)
                 path = f'{stem}_dense-{kinds}.json'
                 imio.write_atomic({path: json.dumps(d, indent=2).encode()})
     if args.baseline_only:
@@ -307,7 +282,7 @@ def main(argv=None):
         if warn:
             print(warn, file=sys.stderr, flush=True)
         try:
-            labels, rec = apis.run_image(
+            labels, rec = rec_io.run_image(
                 model,
                 img,
                 name=where,
@@ -327,8 +302,8 @@ def main(argv=None):
         rec.dense_baseline = dense.get(name)
         if cfg.get('highres_replaced_test_cfg'):
             rec.test_cfg = dict(rec.test_cfg, replaced=cfg.highres_replaced_test_cfg)
-        base = apis.output_stem(args.out_dir, name, (h, w), args.config, overrides)
-        apis.write_result(base, rec, img, labels, palette, args.opacity)
+        base = rec_io.output_stem(args.out_dir, name, (h, w), args.config, overrides)
+        rec_io.write_result(base, rec, img, labels, palette, args.opacity)
         b = rec.backbone
         kinds = '-'.join(b.get('stage_attentions', []))
         print(
@@ -338,4 +313,103 @@ def main(argv=None):
             f'{rec.baseline_rss_mb / 1024:.2f} GB) | {base}_overlay.png',
             flush=True,
         )
+    return 0
+
+
+def _rank(args, overrides, size):
+    """One rank of ``--shard`` / ``--nproc``: build, shard (errors before any image),
+    predict each image band-wise; rank 0 writes the files and returns its lines."""
+    import torch.distributed as dist
+
+    from mmcirc import apis
+    from mmcirc.distributed.comm import group_rank_size
+    from mmcirc.distributed.segmentor import infer as pinf
+    from mmcirc.distributed.segmentor.model import check_size, shard_model
+
+    rank, world = group_rank_size()
+    if args.trust_checkpoint and args.checkpoint is not None:  # this process's loader
+        from mmcirc.engine import trust_checkpoint
+
+        trust_checkpoint(args.checkpoint)
+    with as_cli_errors(), refused_checkpoints('--trust-checkpoint'):
+        cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
+        model = apis.build_model(
+            cfg,
+            args.checkpoint,
+            device='cpu',
+            warn_random=rank == 0,
+            allow_partial_weights=args.allow_partial_weights,
+        )
+        backbone = apis.backbone_summary(apis.image_backbone(model))
+        sharded = shard_model(model)  # an unsupported layer: ValueError, nothing read yet
+    pinf.sync_weights(model)  # random weights: rank 0's everywhere
+    images = imio.load_images(args.img, args.demo, size) if rank == 0 else None
+    meta = [[(n, i.shape[:2], s, w) for n, i, s, w in images] if rank == 0 else None]
+    dist.broadcast_object_list(meta, 0)
+    lines = []
+    for k, (name, hw, source_size, where) in enumerate(meta[0]):
+        with as_cli_errors():
+            check_size(model, hw, world)
+        img = images[k][1] if rank == 0 else None
+        labels, rec = pinf.run_image_sharded(sharded, img, hw)
+        if rank != 0:
+            continue
+        rec = rec_io.HighResResult(
+            image=where, input_size=list(hw), source_size=list(source_size), config=args.config,
+            checkpoint=args.checkpoint, random_weights=apis.has_random_weights(model),
+            overrides=dict(overrides), backbone=backbone, device='cpu', sharded=True, **rec,
+            num_classes=len(model.dataset_meta['classes']),
+            labels_present=int(len(set(labels.ravel().tolist()))),
+        )  # fmt: skip
+        base = rec_io.output_stem(args.out_dir, name, hw, args.config, overrides)
+        rec_io.write_result(
+            base, rec, images[k][1], labels, model.dataset_meta['palette'], args.opacity
+        )
+        lines.append(
+            f'{name} {hw[0]}x{hw[1]} | {backbone["type"]} sharded over {world} ranks | '
+            f'{rec.time_s:.2f} s | peak RSS per rank '
+            + ', '.join(f'{r["peak_rss_mb"] / 1024:.2f}' for r in rec.per_rank)
+            + f' GB | {rec.bytes_sent / MB:.1f} MB sent | {base}_overlay.png'
+        )
+    return lines
+
+
+def main_sharded(args, overrides, size):
+    """``--shard`` (this process is one torchrun rank) or ``--nproc P`` (start P ranks)."""
+    if args.dense_baseline or args.baseline_only or args.upsample != 'banded':
+        raise CLIError('--shard/--nproc: no --dense-baseline/--baseline-only/--upsample mmseg')
+    if args.device != 'cpu':
+        raise CLIError('--shard/--nproc run on the CPU (gloo) only')
+    if args.nproc is not None:
+        import torch
+
+        from mmcirc.distributed import run_parallel
+
+        if args.nproc < 1:
+            raise CLIError(f'--nproc must be a positive int, got {args.nproc}')
+        threads = max(1, torch.get_num_threads() // args.nproc)
+        try:
+            lines = run_parallel(_rank, args.nproc, (args, overrides, size), threads=threads)[0]
+        except RuntimeError as err:  # 'rank r failed: <its error>'
+            raise CLIError(str(err).strip().splitlines()[0]) from None
+    else:
+        from mmcirc.distributed.comm import group_rank_size
+        from mmcirc.distributed.launch import init_from_env, is_secondary_error, leaving_group
+
+        init_from_env('gloo')
+        rank = group_rank_size()[0]
+        try:
+            with leaving_group():  # without it a finished rank can abort in teardown
+                lines = _rank(args, overrides, size)
+        except (CLIError, ValueError, TypeError):
+            if rank != 0:  # the same error on every rank: rank 0 reports it
+                sys.exit(1)
+            raise
+        except Exception as err:  # one line from the failing rank; its peers' echoes quiet
+            msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            if is_secondary_error(msg):
+                sys.exit(1)
+            raise CLIError(f'rank {rank} failed: {type(err).__name__}: {msg}') from None
+    for line in lines:
+        print(line, flush=True)
     return 0

@@ -1,10 +1,10 @@
 """mmcirc.apis.highres (the library): the whole-image config, whole-image inference
 against mmseg's own inference_model (pyramid, CA-DeiT, VECA), the banded upsample,
 progress. The record and files of one image are tested in
-tests/apis/test_highres_record.py, the overrides are tested in tests/apis/test_overrides.py, the builder in
-tests/apis/test_builder.py, the memory estimates in tests/analysis/test_attention_memory.py; the
-command line (flags, images, PNGs, the dense-baseline child) in
-tests/tools/test_infer_highres.py."""
+tests/cli/test_infer_highres_record.py, the overrides in tests/apis/test_overrides.py, the
+builder in tests/apis/test_builder.py, the memory estimates in
+tests/analysis/test_attention_memory.py; the command line (flags, images, PNGs, the
+dense-baseline child) in tests/tools/test_infer_highres.py."""
 
 import math
 import os.path as osp

@@ -1,4 +1,4 @@
-"""mmcirc.cli.override_flags: the tools' backbone override flags read back as the
+"""mmcirc.cli.common: the tools' backbone override flags read back as the
 library validator's overrides, and the library's messages about them in flag words."""
 
 import argparse
@@ -6,8 +6,7 @@ import argparse
 import pytest
 
 from mmcirc.apis.overrides import validate_overrides
-from mmcirc.cli.common import CLIError
-from mmcirc.cli.override_flags import add_override_args, as_cli_errors, overrides_from_args
+from mmcirc.cli.common import CLIError, add_override_args, as_cli_errors, overrides_from_args
 
 
 def test_the_tool_flags_read_back_as_validated_overrides():

@@ -1,4 +1,4 @@
-"""The backbone override flags (mmcirc.cli.override_flags.add_override_args) in the tools
+"""The backbone override flags (mmcirc.cli.common.add_override_args) in the tools
 that gained them: get_flops counts the model the flags describe (the same figures as
 the config option written by hand), tools/test.py reports a bad value as one line."""
 

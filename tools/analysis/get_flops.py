@@ -34,8 +34,13 @@ import sys
 from functools import partial
 
 from mmcirc.apis.builder import build_model, load_model_config
-from mmcirc.cli.common import CLIError, add_cfg_options, main_guard
-from mmcirc.cli.override_flags import add_override_args, overrides_from_args
+from mmcirc.cli.common import (
+    CLIError,
+    add_cfg_options,
+    add_override_args,
+    main_guard,
+    overrides_from_args,
+)
 from mmcirc.utils.fileio import atomic_open
 
 DEFAULT_SHAPES = {'mmdet': (800, 1333), 'mmseg': (512, 512), 'mmpretrain': (224, 224)}

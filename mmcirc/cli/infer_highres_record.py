@@ -1,4 +1,4 @@
-"""One image of whole-image segmentation (:mod:`.highres`) predicted, measured and
+"""One image of ``tools/infer_highres.py`` (:mod:`mmcirc.apis.highres`) predicted, measured and
 written: :func:`run_image` predicts it and measures it as a :class:`HighResResult` (with
 :func:`mmcirc.analysis.attention_memory.quadratic_warning` at its size);
 :func:`write_result` writes its PNGs and its record (the one schema of one process's and
@@ -17,12 +17,11 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from mmcirc.analysis.attention_memory import quadratic_warning
+from mmcirc.apis.builder import has_random_weights
+from mmcirc.apis.decode import image_backbone
+from mmcirc.apis.highres import Progress, predict_labels
+from mmcirc.apis.overrides import backbone_summary
 from mmcirc.utils.memory import MB, peak_rss_bytes, rss_baseline
-
-from .builder import has_random_weights
-from .decode import image_backbone
-from .highres import Progress, predict_labels
-from .overrides import backbone_summary
 
 __all__ = ['HighResResult', 'output_stem', 'run_image', 'write_result']
 

@@ -1,11 +1,7 @@
-"""The dense-attention baseline of ``tools/infer_highres.py --dense-baseline``: the same
-config with ``stage_attentions`` = the family's own attention (mmdet's PVT with
-spatial-reduction attention everywhere, Swin's windows), run in an isolated child
-(:func:`mmcirc.benchmark.runner.run_isolated`) whose address space is capped with
-``RLIMIT_AS``; it reports whether it ran or ran out of memory, and when.
-
-Needs mmseg (imported by the functions that build the segmentor).
-"""
+"""``tools/infer_highres.py --dense-baseline``: the same config with the family's own
+dense attention (PVT's spatial reduction, Swin's windows), run in a child
+(:func:`mmcirc.benchmark.runner.run_isolated`) capped with ``RLIMIT_AS``; it reports
+whether it ran or ran out of memory, and when."""
 
 import os.path as osp
 import re
@@ -14,9 +10,8 @@ import tempfile
 import time
 from typing import Optional
 
+from mmcirc.benchmark.runner import GB, run_isolated
 from mmcirc.utils.memory import MB
-
-from .runner import GB, run_isolated
 
 __all__ = ['dense_attention', 'run_dense_baseline', 'short_error']
 
@@ -76,7 +71,7 @@ def run_dense_baseline(
             image=image,
         )
         result = run_isolated(
-            'mmcirc.benchmark.dense_baseline:child', spec, timeout=timeout, mem_cap_gb=mem_cap_gb
+            'mmcirc.cli.infer_highres_dense:child', spec, timeout=timeout, mem_cap_gb=mem_cap_gb
         )
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

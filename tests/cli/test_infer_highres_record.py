@@ -1,4 +1,4 @@
-"""mmcirc.apis.highres_record: one image's record (the common fields and those of its
+"""mmcirc.cli.infer_highres_record: one image's record (the common fields and those of its
 run) and its files (PNGs and the JSON naming them); a whole run of one image, measured,
 in tests/tools/test_infer_highres.py."""
 
@@ -7,7 +7,7 @@ import json
 import cv2
 import numpy as np
 
-from mmcirc.apis import highres_record as hr
+from mmcirc.cli import infer_highres_record as hr
 
 
 def _record(**run):

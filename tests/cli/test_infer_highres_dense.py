@@ -1,4 +1,4 @@
-"""mmcirc.benchmark.dense_baseline: the memory-capped dense-attention child of
+"""mmcirc.cli.infer_highres_dense: the memory-capped dense-attention child of
 ``tools/infer_highres.py --dense-baseline`` (its end-to-end run is in
 tests/tools/test_infer_highres.py)."""
 
@@ -7,7 +7,7 @@ import pytest
 
 from helpers import tiny_pyramid_config
 
-from mmcirc.benchmark import dense_baseline as db
+from mmcirc.cli import infer_highres_dense as db
 
 
 def test_short_error():

@@ -1,0 +1,110 @@
+"""``tools/train.py``: train an mmdet, mmseg or mmpretrain config (the library comes from
+its ``default_scope``)."""
+
+import argparse
+import logging
+import sys
+
+from mmengine.logging import print_log
+
+from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.runner import (
+    apply_common_args,
+    build_runner,
+    load_config,
+    run_and_release,
+    set_local_rank,
+    shard,
+    sharded_config,
+)
+from mmcirc.engine.compile import add_compile_hook
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a model with mmcirc backbones')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
+    parser.add_argument(
+        '--compile',
+        nargs='?',
+        const='inductor',
+        metavar='BACKEND',
+        help='torch.compile the backbone and the neck, fullgraph, the heads eager '
+        "(mmcirc's CompileBackboneHook; mmengine's whole train step: "
+        '--cfg-options compile.backend=BACKEND); default backend: inductor',
+    )
+    parser.add_argument(
+        '--auto-scale-lr',
+        action='store_true',
+        help='scale the LR by the actual batch size (auto_scale_lr)',
+    )
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from CKPT, or from the latest checkpoint in work_dir if no path',
+    )
+    parser.add_argument(
+        '--shard',
+        action='store_true',
+        help='spatially sharded training (mmseg EncoderDecoder): every rank of the '
+        'torchrun world computes one band of rows of every sample; the loss, gradients '
+        "and updates are one process's (mmcirc.distributed.segmentor.train.SpatialParallel)",
+    )
+    apply_common_args(parser)
+    args = parser.parse_args(argv)
+    set_local_rank(args)
+    return args
+
+
+def enable_amp(cfg):
+    wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
+    if wrapper == 'AmpOptimWrapper':
+        print_log(
+            'AMP training is already enabled in the config.',
+            logger='current',
+            level=logging.WARNING,
+        )
+        return
+    if wrapper != 'OptimWrapper':
+        raise CLIError(f'--amp needs optim_wrapper.type=OptimWrapper, got {wrapper!r}')
+    cfg.optim_wrapper.type = 'AmpOptimWrapper'
+    cfg.optim_wrapper.loss_scale = 'dynamic'
+
+
+@main_guard
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
+    if args.amp:
+        enable_amp(cfg)
+    if args.compile:
+        add_compile_hook(cfg, args.compile)
+    if args.auto_scale_lr:
+        if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
+            raise CLIError(f'{args.config}: --auto-scale-lr needs auto_scale_lr.base_batch_size')
+        cfg.auto_scale_lr.enable = True
+    if args.resume is not None:
+        cfg.resume, cfg.load_from = True, resume_from(cfg.work_dir, args.resume)
+    if args.shard or sharded_config(cfg):
+        shard(cfg, args)
+    run_and_release(build_runner(cfg), 'train')
+
+
+def resume_from(work_dir, resume):
+    """The checkpoint ``--resume`` continues from: the given one, or the newest in
+    ``work_dir``; one that does not load is skipped, with a warning naming both."""
+    from mmcirc.engine import find_resumable_checkpoint
+
+    try:
+        path, skipped = find_resumable_checkpoint(work_dir, None if resume == 'auto' else resume)
+    except FileNotFoundError as err:
+        raise CLIError(f'--resume: {err}') from None
+    for bad, why in skipped:
+        print(
+            f'warning: --resume: cannot load {bad} ({why}); resuming from {path} instead',
+            file=sys.stderr,
+            flush=True,
+        )
+    return path
