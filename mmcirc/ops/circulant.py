@@ -37,9 +37,12 @@ symbolic sizes inside :func:`export_mode`; the row-band-sharded transforms of
 This file depends on torch only.
 """
 
+from __future__ import annotations
+
 import contextlib
 import math
 from numbers import Real
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -60,29 +63,12 @@ from .circulant_transforms import (
 from .layout import cpu_layout
 
 __all__ = [
-    'BOUNDARIES',
-    'FFT_IMPLS',
-    'SCALES',
-    'CirculantAttention',
-    'attend',
-    'autocast_dtype',
-    'check_num_heads',
-    'check_scale',
-    'compute_dtypes',
-    'export_mode',
-    'fft_grid',
-    'fp32_region',
-    'get_fft_impl',
-    'head_blocks',
-    'linear_cf',
-    'next_fast_len',
-    'scale_value',
-    'scores',
-    'set_fft_impl',
-    'spectral_norms',
-    'transform_blocks',
+    'BOUNDARIES', 'FFT_IMPLS', 'SCALES', 'CirculantAttention', 'CirculantPlan', 'attend',
+    'autocast_dtype', 'check_num_heads', 'check_scale', 'circulant_plan', 'compute_dtypes',
+    'export_mode', 'fft_grid', 'fp32_region', 'get_fft_impl', 'head_blocks', 'linear_cf',
+    'next_fast_len', 'scale_value', 'scores', 'set_fft_impl', 'spectral_norms',
     'transpose_tokens',
-]
+]  # fmt: skip
 
 SCALES = ('sqrt_n', 'n')
 #: per-shape plans a CirculantAttention keeps (emptied when full: detection and
@@ -125,8 +111,7 @@ def check_scale(scale):
 
 def scale_value(scale, n, d):
     """s for N = n real tokens and head width d (METHOD.md, 'Scale'); ``n`` may be a
-    symbolic size (torch.export)."""
-    check_scale(scale)
+    symbolic size (torch.export); ``scale`` checked by :func:`check_scale`."""
     if scale == 'sqrt_n':  # official code (d = 1: 1/sqrt(N))
         return 1.0 / math.sqrt(n * d) if isinstance(n, int) else (n * d) ** -0.5
     if scale == 'n':
@@ -178,7 +163,7 @@ def transpose_tokens(x, dtype=None, cpu=False):
     """
     x = x if dtype is None else x.to(dtype)  # elementwise on the contiguous layout
     b, p, q = x.shape
-    if not cpu or x.device.type != 'cpu' or not isinstance(b, int):
+    if not cpu or not isinstance(b, int):
         return x.transpose(1, 2).contiguous()
     out = x.new_empty(b, q, p)  # (B, Q, P)
     for i in range(b):
@@ -214,14 +199,6 @@ def head_blocks(channels, num_heads, grid, batch=1, cpu=True):
     return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
 
 
-def transform_blocks(tf, channels, num_heads, batch, cpu):
-    """:func:`head_blocks` on the grid of the transforms ``tf`` (``cpu``: the CPU layout);
-    one block when its sizes are symbolic (export: no Python decision on them)."""
-    if tf.symbolic:
-        return [slice(0, channels)]
-    return head_blocks(channels, num_heads, tf.grid, batch, cpu)
-
-
 def spectral_norms(tf, scale, n, d):
     """How Eq. 15's scale s rides on the transforms' normalisations, for :func:`attend`:
     ``(fwd, score, r, out)``: the spectra of q, k, v made with ``norm=fwd``, the scores
@@ -240,7 +217,6 @@ def spectral_norms(tf, scale, n, d):
     """
     if tf.symbolic:  # export's matmul DFTs: unnormalised spectra, the product by s
         return 'backward', 'backward', scale_value(scale, n, d), 'backward'
-    check_scale(scale)
     if not isinstance(scale, str):
         return 'ortho', 'forward', float(scale), 'ortho'
     g = tf.grid[0] * tf.grid[1]
@@ -251,9 +227,47 @@ def spectral_norms(tf, scale, n, d):
     return 'ortho', 'backward', r, 'ortho'
 
 
-def scores(tf, q, k, hw, d, norms):
-    """Eq. 15 and the softmax from the spectra (B, C, Ph, U) of q, k (``norm=norms[0]``):
-    p' (B, heads, Ph, Pw), the attention kernel at the negated offsets, p'[m] = p[-m].
+class CirculantPlan(NamedTuple):
+    """What a forward decides once per input shape (:func:`circulant_plan`): the set-up of
+    the one body of Eqs. 15-16 (:func:`attend`)."""
+
+    tf: Any  #: the transforms (:func:`~mmcirc.ops.circulant_transforms.transforms`)
+    hw: tuple[int, int]  #: the (global) map (H, W)
+    d: int  #: head width
+    norms: tuple  #: :func:`spectral_norms`
+    blocks: list  #: channel slices of whole heads (:func:`head_blocks`)
+    cdt: torch.dtype  #: compute dtype of the FFTs and the softmax
+    odt: torch.dtype  #: output dtype
+    ldt: torch.dtype | None  #: the qkv product's dtype on the spectrum (None: cdt)
+    cpu: bool  #: the CPU layout (:mod:`mmcirc.ops.layout`)
+    region: Any  #: :func:`fp32_region` of the input
+    core: tuple | None = None  #: the Triton kernel's arguments where it runs the core
+
+
+def circulant_plan(t, shape, hw, num_heads, boundary, scale, make_transforms=transforms):
+    """The :class:`CirculantPlan` of an input ``t`` of tokens ``shape`` (B, N, C) on an
+    ``hw`` map with ``num_heads``, ``boundary`` and ``scale`` (checked by the caller);
+    ``make_transforms(hw, boundary, dtype, device, cpu)`` makes its transforms."""
+    b, n, c = shape
+    d = c // num_heads
+    cdt, odt = compute_dtypes(t)
+    cpu = cpu_layout(t)
+    # in the CPU layout the qkv product on the spectrum runs in bf16 when the layer's
+    # output is (autocast): a linear like the gate and proj; bf16 has float32's range
+    # (fp16 could overflow on the spectrum's DC term, ~N times a token), the FFTs stay
+    # float32. The CUDA layout keeps it float32: no cast of the spectrum either way.
+    ldt = torch.bfloat16 if odt == torch.bfloat16 and cpu else None
+    tf = make_transforms(hw, boundary, cdt, t.device, cpu)
+    norms = spectral_norms(tf, scale, n, d)
+    # one block when the sizes are symbolic (export: no Python decision on them)
+    blocks = [slice(0, c)] if tf.symbolic else head_blocks(c, num_heads, tf.block_grid, b, cpu)
+    return CirculantPlan(tf, tuple(hw), d, norms, blocks, cdt, odt, ldt, cpu, fp32_region(t))
+
+
+def scores(plan, q, k):
+    """Eq. 15 and the softmax from the spectra (B, C, Ph, U) of q, k (``norm=norms[0]``)
+    of a :class:`CirculantPlan`: p' (B, heads, Ph, Pw), the attention kernel at the
+    negated offsets, p'[m] = p[-m].
 
     Sign convention (the one of every path: single process, sharded, probe, export): the
     scores are kept at the negated offsets, a'[m] = a[-m], whose spectrum is FFT(a') =
@@ -261,25 +275,25 @@ def scores(tf, q, k, hw, d, norms):
     not care about their order), so that FFT(p') = conj(P) is Eq. 16's factor as it
     stands (:func:`attend`): one conjugate per layer.
     """
-    _, score_norm, r, _ = norms
-    a = tf.irfft2(tf.corr(q, k, d), tf.grid, score_norm)  # a' (B, heads, Ph, Pw)
+    tf, (_, score_norm, r, _) = plan.tf, plan.norms
+    a = tf.irfft2(tf.corr(q, k, plan.d), tf.grid, score_norm)  # a' (B, heads, Ph, Pw)
     a = a if r is None else a * r  # Eq. 15's scale where no normalisation carries it
     # 'zero' on a grid rounded up: softmax only over the true offsets (Z would cancel
     # the padding's share anyway; the mask keeps the softmax max over real offsets, so
     # their p cannot underflow)
-    return tf.softmax(tf.mask(a, hw) if tf.padded else a)  # p' (B, heads, Ph, Pw)
+    return tf.softmax(tf.mask(a, plan.hw) if tf.padded else a)  # p' (B, heads, Ph, Pw)
 
 
-def attend(tf, q, k, v, hw, d, boundary, norms):
+def attend(plan, q, k, v):
     """Eq. 15, softmax (:func:`scores`), Eq. 16 from the spectra (B, C, Ph, U) of q, k, v
-    made with ``norm=norms[0]`` on the grid of the transforms ``tf``, heads of d channels,
-    ``norms`` from :func:`spectral_norms`. Returns o (B, C, H, W)."""
-    b, c = q.shape[:2]
-    p = scores(tf, q, k, hw, d, norms)  # p' = p[-m] (B, heads, Ph, Pw)
+    made with ``norm=plan.norms[0]`` by the transforms of a :class:`CirculantPlan`.
+    Returns o (B, C, H, W)."""
+    (b, c), tf, hw, d = q.shape[:2], plan.tf, plan.hw, plan.d
+    p = scores(plan, q, k)  # p' = p[-m] (B, heads, Ph, Pw)
     # Eq. 16: FFT(o) = conj(P) V = FFT(p') V, per channel of the head
     pf = tf.rfft2(p)  # FFT(p') (B, heads, Ph, U)
-    o = tf.irfft2(tf.apply(pf, v, d), hw, norms[3])  # (B, C, H, W)
-    if boundary == 'zero':  # renormalise rows of A over in-map tokens
+    o = tf.irfft2(tf.apply(pf, v, d), hw, plan.norms[3])  # (B, C, H, W)
+    if not tf.circular:  # 'zero': renormalise rows of A over in-map tokens
         z = tf.row_mass(p, pf, hw).unsqueeze(2)  # (B, heads, 1, H, W)
         o = (o.view(b, c // d, d, *o.shape[-2:]) / z).view(o.shape)  # (B, C, H, W)
     return o
@@ -365,11 +379,8 @@ class CirculantAttention(nn.Module):
         return self
 
     def _new_plan(self, x, hw_shape):
-        """What a forward of this input decides once: the input checks, the dtypes, the
-        layout, the transforms, the scale's normalisations and the blocks of heads (see
-        :meth:`forward`). Returns ``(tf, norms, blocks, cdt, odt, ldt, region, cpu, core)``,
-        ``region`` the :func:`fp32_region` of the input, ``core`` the Triton kernel's
-        arguments where it runs the core (:func:`layer_core`), else None."""
+        """The input checks and :func:`circulant_plan` of this input, with ``core`` the
+        Triton kernel's arguments where it runs the core (:func:`layer_core`)."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError(
                 f'x must be a 3-D tensor (B, N, C), got {getattr(x, "shape", type(x))}'
@@ -385,31 +396,20 @@ class CirculantAttention(nn.Module):
             )
         ):
             raise ValueError(f'hw_shape must be (H, W) with positive ints, got {hw_shape!r}')
-        b, n, c = x.shape
-        h, w = hw_shape
+        n, (h, w) = x.shape[1], hw_shape
         if n != h * w:
             raise ValueError(f'x has N={n} tokens but hw_shape={tuple(hw_shape)} gives H*W={h * w}')
-        cdt, odt = compute_dtypes(x)
-        cpu = cpu_layout(x)
-        # in the CPU layout the qkv product on the spectrum runs in bf16 when the layer's
-        # output is (autocast): a linear like the gate and proj; bf16 has float32's range
-        # (fp16 could overflow on the spectrum's DC term, ~N times a token), the FFTs stay
-        # float32. The CUDA layout keeps it float32: no cast of the spectrum either way.
-        ldt = torch.bfloat16 if odt == torch.bfloat16 and cpu else None
-        tf = transforms((h, w), self.boundary, cdt, x.device, cpu)
-        norms = spectral_norms(tf, self.scale, n, c // self.num_heads)
-        blocks = transform_blocks(tf, c, self.num_heads, b, cpu)
-        core = None
+        plan = circulant_plan(x, x.shape, (h, w), self.num_heads, self.boundary, self.scale)
         if self.kernel == 'triton' and kernel_applies(x, (h, w), self.boundary):
-            d = c // self.num_heads
-            core = (h, w, self.num_heads, self.boundary == 'zero', scale_value(self.scale, n, d))
-        return tf, norms, blocks, cdt, odt, ldt, fp32_region(x), cpu, core
+            s = scale_value(self.scale, n, plan.d)
+            plan = plan._replace(core=(h, w, self.num_heads, self.boundary == 'zero', s))
+        return plan
 
-    def _plan(self, x, hw_shape):
+    def _plan(self, x, hw_shape, *key):
         """:meth:`_new_plan`, kept per input shape, dtype, device, autocast dtype, layout
-        (:mod:`mmcirc.ops.layout`) and DFT backend for eager calls on the CPU or CUDA (at
-        most PLAN_CACHE_SIZE: detection and segmentation see a few sizes); made anew in a
-        captured graph (symbolic sizes) and on other devices."""
+        (:mod:`mmcirc.ops.layout`), DFT backend and ``key`` for eager calls on the CPU or
+        CUDA (at most PLAN_CACHE_SIZE: detection and segmentation see a few sizes); made
+        anew in a captured graph (symbolic sizes) and on other devices."""
         dev = getattr(getattr(x, 'device', None), 'type', None)
         if (
             dev not in ('cpu', 'cuda')
@@ -419,7 +419,7 @@ class CirculantAttention(nn.Module):
         ):
             return self._new_plan(x, hw_shape)
         autocast = torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev)
-        key = (x.shape, tuple(hw_shape), x.dtype, x.device, autocast, layout.FORCED)
+        key += (x.shape, tuple(hw_shape), x.dtype, x.device, autocast, layout.FORCED)
         key += (circulant_transforms.FFT_IMPL,)
         plan = self._plans.get(key)
         if plan is None:
@@ -432,24 +432,21 @@ class CirculantAttention(nn.Module):
         """x: (B, N, C) tokens of an H x W map (row-major), hw_shape = (H, W).
         Returns (B, N, C)."""
         plan = self._plan(x, hw_shape)
-        tf, norms, blocks, cdt, odt, ldt, region, cpu, core = plan
-        if core is not None:  # the opt-in Triton kernel: gate and qkv linear, core, proj
-            return self.proj_drop(self.proj(layer_core(self, x, core)))
-        b, n, c = x.shape
-        h, w = hw_shape
-        d = c // self.num_heads
-        x = transpose_tokens(x, cpu=cpu)  # (B, C, N) contiguous: channels first from here on
+        if plan.core is not None:  # the opt-in Triton kernel: gate and qkv linear, core, proj
+            return self.proj_drop(self.proj(layer_core(self, x, plan.core)))
+        (b, n, c), (h, w), tf, cdt = x.shape, plan.hw, plan.tf, plan.cdt
+        x = transpose_tokens(x, cpu=plan.cpu)  # (B, C, N) contiguous: channels first from here on
         t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, N)
-        with region:  # autocast off around the FFTs (a no-op without autocast)
+        with plan.region:  # autocast off around the FFTs (a no-op without autocast)
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
             # FFT(x W) = FFT(x) W: a real weight commutes with the FFT, and
             # with the zero padding of boundary='zero' (grid > H x W)
-            x = tf.rfft2(x.to(cdt).view(b, c, h, w), norms[0])  # (B, C, Ph, U)
-            x = tf.operand(x, ldt)  # its real view (B, C, Ph, U, 2)
+            x = tf.rfft2(x.to(cdt).view(b, c, h, w), plan.norms[0])  # (B, C, Ph, U)
+            x = tf.operand(x, plan.ldt)  # its real view (B, C, Ph, U, 2)
             y = []
-            for sl in blocks:  # whole heads; the rows of W_q, W_k, W_v of this block
+            for sl in plan.blocks:  # whole heads; the rows of W_q, W_k, W_v of this block
                 q, k, v = tf.linear(wqkv[:, sl].reshape(-1, c), x, cdt).chunk(3, dim=1)
-                o = attend(tf, q, k, v, (h, w), d, self.boundary, norms)  # (B, Cb, H, W)
-                y.append(o.reshape(b, -1, n).to(odt) * t[:, sl])  # gate, (B, Cb, N)
+                o = attend(plan, q, k, v)  # (B, Cb, H, W)
+                y.append(o.reshape(b, -1, n).to(plan.odt) * t[:, sl])  # gate, (B, Cb, N)
             y = y[0] if len(y) == 1 else torch.cat(y, dim=1)  # (B, C, N)
         return self.proj_drop(linear_cf(self.proj, y, channels_last=True))

@@ -11,15 +11,12 @@ import torch
 from .circulant import (
     attend,
     check_num_heads,
-    compute_dtypes,
-    fp32_region,
+    check_scale,
+    circulant_plan,
     scores,
-    spectral_norms,
-    transform_blocks,
     transpose_tokens,
 )
-from .circulant_transforms import BOUNDARIES, check_choice, transforms
-from .layout import cpu_layout
+from .circulant_transforms import BOUNDARIES, check_choice
 
 __all__ = ['attention_kernel', 'circulant_attention']
 
@@ -30,15 +27,12 @@ def attention_kernel(layer, x, hw_shape):
     in float32 (float64 for float64 x), indexed by offset m: (B, heads, H, W) by wrapped
     offset (``'circular'``), (B, heads, 2H-1, 2W-1) ordered by ``m + (H-1, W-1)``
     (``'zero'``)."""
-    b, n, c = x.shape
-    h, w = (int(v) for v in hw_shape)
-    cdt, _ = compute_dtypes(x)
-    tf = transforms((h, w), layer.boundary, cdt, x.device)
-    norms = spectral_norms(tf, layer.scale, n, c // layer.num_heads)
-    xs = tf.operand(tf.rfft2(transpose_tokens(x, cdt, cpu_layout(x)).view(b, c, h, w), norms[0]))
-    wqk = layer.qkv.weight.to(cdt)[: 2 * c]  # W_q, W_k
-    q, k = tf.linear(wqk, xs, cdt).chunk(2, dim=1)  # (B, C, Ph, U) each
-    p = scores(tf, q, k, (h, w), c // layer.num_heads, norms)  # p[-m] (B, heads, Ph, Pw)
+    (b, _, c), (h, w) = x.shape, (int(v) for v in hw_shape)
+    plan = circulant_plan(x, x.shape, (h, w), layer.num_heads, layer.boundary, layer.scale)
+    tf, cdt = plan.tf, plan.cdt
+    xs = tf.rfft2(transpose_tokens(x, cdt, plan.cpu).view(b, c, h, w), plan.norms[0])
+    q, k = tf.linear(layer.qkv.weight.to(cdt)[: 2 * c], tf.operand(xs), cdt).chunk(2, dim=1)
+    p = scores(plan, q, k)  # p[-m] (B, heads, Ph, Pw), from q, k (B, C, Ph, U)
     p = torch.roll(torch.flip(p, (-2, -1)), (1, 1), (-2, -1))  # p[m], index m mod P
     if layer.boundary == 'circular':
         return p
@@ -85,19 +79,17 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='
     check_choice('boundary', boundary, BOUNDARIES)
     b, h, w, c = q.shape
     heads = check_num_heads(c, num_heads)
-    d = c // heads
-    cdt, odt = compute_dtypes(q)
-    cpu = cpu_layout(q)
-    with fp32_region(q):
-        tf = transforms((h, w), boundary, cdt, q.device, cpu)
-        norms = spectral_norms(tf, scale, h * w, d)
+    check_scale(scale)
+    plan = circulant_plan(q, (b, h * w, c), (h, w), heads, boundary, scale)
+    with plan.region:
         # (B, H, W, C) -> (B, C, H, W) contiguous: FFTs over contiguous last axes
         q, k, v = (
-            transpose_tokens(t.reshape(b, h * w, c), cdt, cpu).view(b, c, h, w) for t in (q, k, v)
+            transpose_tokens(t.reshape(b, h * w, c), plan.cdt, plan.cpu).view(b, c, h, w)
+            for t in (q, k, v)
         )
         o = []
-        for sl in transform_blocks(tf, c, heads, b, cpu):  # whole heads
-            qb, kb, vb = (tf.rfft2(t[:, sl], norms[0]) for t in (q, k, v))  # (B, Cb, Ph, U)
-            o.append(attend(tf, qb, kb, vb, (h, w), d, boundary, norms))  # (B, Cb, H, W)
+        for sl in plan.blocks:  # whole heads
+            spectra = (plan.tf.rfft2(t[:, sl], plan.norms[0]) for t in (q, k, v))
+            o.append(attend(plan, *spectra))  # (B, Cb, H, W) from (B, Cb, Ph, U) each
         o = o[0] if len(o) == 1 else torch.cat(o, dim=1)  # (B, C, H, W)
-    return transpose_tokens(o.reshape(b, c, h * w), odt, cpu).view(b, h, w, c)  # (B, H, W, C)
+    return transpose_tokens(o.reshape(b, c, h * w), plan.odt, plan.cpu).view(b, h, w, c)

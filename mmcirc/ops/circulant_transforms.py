@@ -89,12 +89,10 @@ def fft_grid(h, w, boundary='circular'):
 
     ``'circular'``: the map itself. ``'zero'``: at least (2h-1) x (2w-1), the smallest
     grid on which neither correlation (Eq. 15 over the offsets, Eq. 16 on the in-map
-    outputs) aliases, rounded up to a fast FFT length.
+    outputs) aliases, rounded up to a fast FFT length: the grid of :class:`TorchFFT`.
     """
     check_choice('boundary', boundary, BOUNDARIES)
-    if boundary == 'circular':
-        return h, w
-    return next_fast_len(2 * h - 1), next_fast_len(2 * w - 1)
+    return TorchFFT((h, w), boundary).grid
 
 
 @contextlib.contextmanager
@@ -133,14 +131,13 @@ def set_fft_impl(impl):
 
 def transforms(hw, boundary, dtype, device, cpu=False):
     """The transform object of the active backend for an (H, W) map (see the module
-    docstring); ``dtype`` is the real compute dtype, ``cpu`` whether the CPU layout's
-    map-by-map inverse may run (:data:`MAP_BY_MAP_BYTES`; on a CPU ``device``, not in a
-    captured graph)."""
-    check_choice('boundary', boundary, BOUNDARIES)
+    docstring); ``boundary`` one of BOUNDARIES (checked where the layer is built),
+    ``dtype`` the real compute dtype, ``cpu`` the CPU layout (:mod:`mmcirc.ops.layout`),
+    where the map-by-map inverse may run (:data:`MAP_BY_MAP_BYTES`; not in a captured
+    graph)."""
     if FFT_IMPL == 'dft':
         return MatmulDFT(hw, boundary, dtype, device)
-    maps = cpu and torch.device(device).type == 'cpu' and not graph_capture()
-    return TorchFFT(hw, boundary, dtype, maps)
+    return TorchFFT(hw, boundary, dtype, cpu and not graph_capture())
 
 
 def mask_padding(a, hw):
@@ -254,8 +251,11 @@ class TorchFFT(_Transforms):
     from_real = staticmethod(torch.view_as_complex)
 
     def __init__(self, hw, boundary, dtype=torch.float32, maps=False):
-        self.grid = fft_grid(*hw, boundary)
-        self.circular = boundary == 'circular'  # the grid is the map
+        (h, w), self.circular = hw, boundary == 'circular'  # circular: the grid is the map
+        self.grid = (
+            (h, w) if self.circular else (next_fast_len(2 * h - 1), next_fast_len(2 * w - 1))
+        )
+        self.block_grid = self.grid  # the grid the blocks of heads are sized on
         self.padded = boundary == 'zero' and self.grid != (2 * hw[0] - 1, 2 * hw[1] - 1)
         size = self.grid[0] * (self.grid[1] // 2 + 1) * 2 * dtype.itemsize  # one spectrum
         self.maps = maps and size >= MAP_BY_MAP_BYTES

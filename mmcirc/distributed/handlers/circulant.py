@@ -39,21 +39,13 @@ Importing this module registers the handler of CirculantAttention. This file dep
 on torch only.
 """
 
+from functools import partial
+
 import torch
 import torch.distributed as dist
 
-from mmcirc.ops.circulant import (
-    CirculantAttention,
-    attend,
-    compute_dtypes,
-    fft_grid,
-    fp32_region,
-    head_blocks,
-    linear_cf,
-    spectral_norms,
-)
+from mmcirc.ops.circulant import CirculantAttention, attend, circulant_plan, fft_grid, linear_cf
 from mmcirc.ops.circulant_transforms import TorchFFT
-from mmcirc.ops.layout import cpu_layout
 
 from ..banded import BandedMap, operator_twin, refuse, register_operator
 from ..bands import band_bounds
@@ -118,13 +110,16 @@ class ShardedFFT(TorchFFT):
     bands, spectra the local column bands (:mod:`mmcirc.distributed.fft`); the softmax
     takes its max and sum over all ranks; ``'zero'``'s mask is the local rows' part and
     its row mass Z is the correlation of p' with the map's indicator (a separable spectrum
-    made locally). ``hw``: the global (H, W); ``dtype`` the compute dtype."""
+    made locally). ``hw``: the global (H, W); ``dtype`` the compute dtype; the arguments
+    of :func:`~mmcirc.ops.circulant_transforms.transforms` (``cpu`` unused) and ``group``."""
 
-    def __init__(self, hw, boundary, dtype, device, group):
+    def __init__(self, hw, boundary, dtype, device, cpu=False, group=None):
         super().__init__(hw, boundary)
         self.hw, self.group = tuple(hw), group
         rank, size = group_rank_size(group)
         self.padded = boundary == 'zero'  # the mask: the local rows of the offsets
+        # the same blocks of heads on every rank (their collectives pair up): global sizes
+        self.block_grid = (self.grid[0], self.grid[1] // size)
         self.cols = spectrum_columns(self.grid, size)[rank]
         if self.padded:
             r0, r1 = band_bounds(self.grid[0], size)[rank]
@@ -182,8 +177,13 @@ class ShardedCirculantAttention(CirculantAttention):
         new.train(module.training)
         return new
 
-    def forward(self, x, hw_shape):
-        """x (B, h_r W, C) local band, hw_shape (H, W) global. Returns (B, h_r W, C)."""
+    def _plan(self, x, hw_shape):
+        """CirculantAttention's plan, kept also per rank and size of the group."""
+        return super()._plan(x, hw_shape, group_rank_size(self.group))
+
+    def _new_plan(self, x, hw_shape):
+        """The input checks and the :func:`~mmcirc.ops.circulant.circulant_plan` of the
+        local band x on :class:`ShardedFFT`."""
         rank, size = group_rank_size(self.group)
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f'x must be (B, N_local, {self.dim}), got {getattr(x, "shape", x)}')
@@ -195,22 +195,23 @@ class ShardedCirculantAttention(CirculantAttention):
                 f'x has N={n} tokens, but rank {rank} of {size} owns rows [{r0}, {r1}) of '
                 f'hw_shape={tuple(hw_shape)} (the global map): {(r1 - r0) * w} tokens'
             )
-        cdt, odt = compute_dtypes(x)
-        tf = ShardedFFT((h, w), self.boundary, cdt, x.device, self.group)
-        d = c // self.num_heads
-        norms = spectral_norms(tf, self.scale, h * w, d)
+        sharded = partial(ShardedFFT, group=self.group)
+        return circulant_plan(
+            x, (b, h * w, c), (h, w), self.num_heads, self.boundary, self.scale, sharded
+        )
+
+    def forward(self, x, hw_shape):
+        """x (B, h_r W, C) local band, hw_shape (H, W) global. Returns (B, h_r W, C)."""
+        plan = self._plan(x, hw_shape)
+        (b, n, c), (h, w), tf, cdt = x.shape, plan.hw, plan.tf, plan.cdt
         x = x.transpose(1, 2)  # (B, C, n)
         t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, n)
-        with fp32_region(x):
-            xs = x.to(cdt).reshape(b, c, r1 - r0, w)  # (B, C, h_r, W)
-            xs = tf.rfft2(xs, norms[0], rows=h)  # (B, C, Ph, u_r)
+        with plan.region:  # the qkv product in cdt (no plan.ldt) on the column band
+            xs = tf.rfft2(x.to(cdt).reshape(b, c, n // w, w), plan.norms[0], rows=h)
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)
             y = t.new_empty(t.shape)  # (B, C, n)
-            # the same blocks on every rank (their collectives pair up): global sizes
-            grid = (tf.grid[0], tf.grid[1] // size)
-            blocks = head_blocks(c, self.num_heads, grid, b, cpu_layout(x))
-            xr = tf.operand(xs)  # (B, C, Ph, u_r, 2) real view
-            for sl in blocks:  # whole heads; the rows of W_q, W_k, W_v of this block
+            xr = tf.operand(xs)  # (B, C, Ph, u_r, 2) real view of (B, C, Ph, u_r)
+            for sl in plan.blocks:  # whole heads; the rows of W_q, W_k, W_v of this block
                 wb = wqkv[:, sl].reshape(-1, c)  # (3 Cb, C)
                 qkv = (  # (B, 3Cb, Ph, u_r); a rank may own no columns (U < P): then
                     # empty, its weights' gradient zero (every rank holds one)
@@ -218,9 +219,8 @@ class ShardedCirculantAttention(CirculantAttention):
                     if xs.numel()
                     else empty_band(xs, (b, wb.shape[0], *xs.shape[2:])) + 0 * wb.sum()
                 )
-                q, k, v = qkv.chunk(3, dim=1)  # (B, Cb, Ph, u_r) each
-                o = attend(tf, q, k, v, (h, w), d, self.boundary, norms)  # (B, Cb, h_r, W)
-                y[:, sl] = o.flatten(2).to(odt) * t[:, sl]  # gate, (B, Cb, n)
+                o = attend(plan, *qkv.chunk(3, dim=1))  # (B, Cb, h_r, W)
+                y[:, sl] = o.flatten(2).to(plan.odt) * t[:, sl]  # gate, (B, Cb, n)
         return self.proj_drop(linear_cf(self.proj, y, channels_last=True))
 
 
