@@ -58,7 +58,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .capture import graph_capture
-from .circulant import autocast_dtype
+from .circulant import PLAN_CACHE_SIZE, autocast_dtype
 from .core_softmax import Scores, core_softmax, pad_keys, wide
 
 __all__ = [
@@ -195,6 +195,7 @@ class CoreAttention(nn.Module):
         self.v_core = nn.Linear(dim, dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
+        self._plans = {}  # see _plan
 
     def extra_repr(self):
         return (
@@ -364,9 +365,9 @@ class CoreAttention(nn.Module):
             start += xc.shape[1]
         return y
 
-    def forward(self, x, cores):
-        """x (B, N, C) patches, cores (B, C', C) active cores (C' >= 1) -> (y (B, N, C),
-        new_cores (B, C', C))."""
+    def _new_plan(self, x, cores):
+        """The input checks and (chunk length, folded order) of x (B, N, C) and cores
+        (B, C', C)."""
         for name, t, axes in (('x', x, '(B, N, C)'), ('cores', cores, "(B, C', C)")):
             if not isinstance(t, torch.Tensor) or t.dim() != 3:
                 raise ValueError(
@@ -386,13 +387,35 @@ class CoreAttention(nn.Module):
             raise ValueError(
                 f"x needs N >= 1 patches and cores C' >= 1, got N={x.shape[1]}, C'={cores.shape[1]}"
             )
+        return self._chunk_len(x.shape[1]), self._fold(cores.shape[1])
+
+    def _plan(self, x, cores):
+        """:meth:`_new_plan`, kept per input shapes and the settings ``chunk_size``,
+        ``chunk_threshold``, ``fold_projections`` for eager calls (at most
+        PLAN_CACHE_SIZE); made anew in a captured graph (symbolic sizes)."""
+        if (
+            not isinstance(x, torch.Tensor)
+            or not isinstance(cores, torch.Tensor)
+            or graph_capture()
+        ):
+            return self._new_plan(x, cores)
+        key = (x.shape, cores.shape, self.chunk_size, self.chunk_threshold, self.fold_projections)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= PLAN_CACHE_SIZE:
+                self._plans.clear()
+            plan = self._plans[key] = self._new_plan(x, cores)
+        return plan
+
+    def forward(self, x, cores):
+        """x (B, N, C) patches, cores (B, C', C) active cores (C' >= 1) -> (y (B, N, C),
+        new_cores (B, C', C))."""
+        chunk, fold = self._plan(x, cores)
         low = autocast_dtype(x.device.type)
         if x.dtype == torch.float32 and low is not None:
             # one cast of the patches (B, N, C) for the gather's and the broadcast's
             # GEMMs, instead of one per product that reads them
             x = x.to(low)
-        chunk = self._chunk_len(x.shape[1])
-        fold = self._fold(cores.shape[1])
         g = self._gather(cores, x, chunk, fold)  # (B, C', C)
         new_cores = cores + self.core_proj(g)  # (B, C', C)
         y = self._broadcast(x, new_cores, chunk, fold)  # (B, N, C)

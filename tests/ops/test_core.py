@@ -379,6 +379,25 @@ def test_bad_input(x_shape, cores_shape, match):
         m(torch.zeros(x_shape), torch.zeros(cores_shape))
 
 
+def test_plan_made_once_per_shape(monkeypatch):
+    m = CoreAttention(4, 2).eval()
+    made = []
+    plan = CoreAttention._new_plan
+    monkeypatch.setattr(CoreAttention, '_new_plan', lambda s, *a: made.append(1) or plan(s, *a))
+    with torch.no_grad():
+        for n in (10, 10, 12, 10):
+            m(torch.randn(2, n, 4), torch.randn(2, 3, 4))
+    assert len(made) == 2
+
+
+def test_plan_checks_still_refuse_bad_input_once_cached():
+    m = CoreAttention(4, 2).eval()
+    with torch.no_grad():
+        m(torch.randn(2, 10, 4), torch.randn(2, 3, 4))
+        with pytest.raises(ValueError, match='cores batch 1 must equal x batch 2'):
+            m(torch.randn(2, 10, 4), torch.randn(1, 3, 4))
+
+
 # ------------------------------------------------------------ dropout
 @pytest.mark.parametrize('fold', FOLDS)
 def test_attention_dropout_is_unbiased(fold):

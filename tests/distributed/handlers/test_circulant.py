@@ -10,7 +10,11 @@ import torch
 import mmcirc.ops.circulant as circ_ops
 from mmcirc.ops.circulant import CirculantAttention
 from mmcirc.distributed import band_bounds, run_parallel
-from mmcirc.distributed.handlers.circulant import ShardedCirculantAttention, circulant_comm_bytes
+from mmcirc.distributed.handlers.circulant import (
+    ShardedCirculantAttention,
+    ShardedFFT,
+    circulant_comm_bytes,
+)
 from mmcirc.distributed.comm import count_bytes, group_rank_size
 
 
@@ -110,3 +114,17 @@ def test_band_size_checked():
     layer, x = _case('zero_d1')
     with pytest.raises(ValueError, match=r'N=35 tokens.*hw_shape=\(8, 5\)'):
         ShardedCirculantAttention.from_module(layer)(x, (8, 5))
+
+
+def test_plan_made_once_per_shape(monkeypatch):
+    """The transforms, mask and norms are made once per input shape, not per forward."""
+    made, init = [], ShardedFFT.__init__
+    monkeypatch.setattr(
+        ShardedFFT, '__init__', lambda s, *a, **k: made.append(1) or init(s, *a, **k)
+    )
+    layer, x = _case('zero_d1')
+    sharded = ShardedCirculantAttention.from_module(layer)
+    with torch.no_grad():
+        for hw in ((7, 5), (7, 5), (5, 7), (7, 5)):
+            sharded(x, hw)
+    assert len(made) == 2
