@@ -2,9 +2,9 @@
 GPU), each holding one horizontal band of rows of every feature map, the models' own
 forwards run unchanged on row-banded maps.
 
-Torch only, here: :mod:`.bands` (the band rule), :mod:`.comm` (the row exchange),
+Torch only, here: :mod:`.row_split` (the band rule), :mod:`.comm` (the row exchange),
 :mod:`.layers` (the row exchanges of convolutions, interpolation, pooling, GroupNorm),
-:mod:`.fft` (the distributed FFT), :mod:`.banded` (:class:`BandedMap` and its handler
+:mod:`.fft` (the distributed FFT), :mod:`.banded_map` (:class:`BandedMap` and its handler
 registry), :mod:`.launch` (:func:`run_parallel`: P local ranks, first-cause errors).
 Built on them: :mod:`.handlers` (every per-op handler and the sharded operators; the
 torch functions' register on import of this package, each operator's on import of its
@@ -12,10 +12,10 @@ module) and :mod:`.segmentor` (mmseg segmentors sharded: inference and training)
 
 from .comm import Layout, exchange_rows, gather_rows
 
-from .bands import band_bounds, check_world_size
+from .row_split import band_bounds, check_world_size
 from .launch import free_port, init_from_env, leaving_group, run_parallel
 from .fft import sharded_irfft2, sharded_rfft2
-from .banded import BandedMap
+from .banded_map import BandedMap
 from .handlers import torch_functions  # noqa: F401  (registers the BandedMap handlers)
 
 __all__ = [

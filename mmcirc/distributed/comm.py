@@ -8,7 +8,7 @@ rows, which may reach into the neighbours' bands or past the image, where the ro
 zeros (zero padding). :func:`exchange_rows` serves every rank's request at once with
 point-to-point ``isend`` / ``irecv`` of the overlapping slices. The band layout
 (:class:`Layout`, :meth:`Layout.of`) follows from the map's height and P
-(:func:`~mmcirc.distributed.bands.band_bounds`), so it is computed, never gathered.
+(:func:`~mmcirc.distributed.row_split.band_bounds`), so it is computed, never gathered.
 
 Requests (``wants``) are computed by every rank for every rank from the layout and the
 layer's geometry, so a layer needs no collective besides the exchange itself.
@@ -41,7 +41,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from .bands import band_bounds
+from .row_split import band_bounds
 
 __all__ = [
     'Layout',

@@ -1,6 +1,6 @@
 """Distributed 2-D real FFT of a row-band-sharded map (slab decomposition).
 
-Rank ``r`` of ``P`` holds the rows :func:`~mmcirc.distributed.bands.band_bounds` ``(rows, P)[r]``
+Rank ``r`` of ``P`` holds the rows :func:`~mmcirc.distributed.row_split.band_bounds` ``(rows, P)[r]``
 of a real map ``(..., rows, W)``; its spectrum on a grid ``(Ph, Pw) >= (rows, W)`` (zero
 padded, as ``torch.fft.rfft2(x, s=grid)``) is sharded by columns: rank ``r`` holds the
 ``band_bounds(U, P)[r]`` frequencies of the half spectrum, ``U = Pw // 2 + 1``, for all
@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .bands import band_bounds
+from .row_split import band_bounds
 from .comm import all_to_all, empty_band, group_rank_size
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Sharded row-local ops on a band ``x`` of a map whose rows are split as
-:func:`mmcirc.distributed.bands.band_bounds` (``layout``: a
+:func:`mmcirc.distributed.row_split.band_bounds` (``layout``: a
 :class:`~mmcirc.distributed.comm.Layout` from the bounds, no collective); each returns
 exactly this rank's band of the single-process output (bands of the output's own
-height). The :mod:`.handlers` of :class:`~mmcirc.distributed.banded.BandedMap` call them.
+height). The :mod:`.handlers` of :class:`~mmcirc.distributed.banded_map.BandedMap` call them.
 
 * :func:`conv2d_rows`: any kernel / stride / padding / dilation / groups along the
   rows by a halo exchange of the input rows the output band needs (zeros past the map:
@@ -26,7 +26,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from .bands import band_bounds
+from .row_split import band_bounds
 from .comm import Layout, all_reduce_sum, empty_band, exchange_rows
 
 __all__ = [

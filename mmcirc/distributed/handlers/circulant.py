@@ -47,8 +47,8 @@ import torch.distributed as dist
 from mmcirc.ops.circulant import CirculantAttention, attend, circulant_plan, fft_grid, linear_cf
 from mmcirc.ops.circulant_transforms import TorchFFT
 
-from ..banded import BandedMap, operator_twin, refuse, register_operator
-from ..bands import band_bounds
+from ..banded_map import BandedMap, operator_twin, refuse, register_operator
+from ..row_split import band_bounds
 from ..comm import all_reduce_sum, empty_band, group_rank_size
 from ..fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
 
@@ -226,7 +226,7 @@ class ShardedCirculantAttention(CirculantAttention):
 
 @register_operator(CirculantAttention)
 def circulant_banded(module: CirculantAttention, x, hw_shape):
-    """The :class:`~mmcirc.distributed.banded.BandedMap` handler of a CirculantAttention:
+    """The :class:`~mmcirc.distributed.banded_map.BandedMap` handler of a CirculantAttention:
     tokens (B, N, C) banded by the rows of the global ``hw_shape`` -> the same band of
     its output, by a :class:`ShardedCirculantAttention` sharing the module's weights."""
     h, w = (int(v) for v in hw_shape)

@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from mmcirc.ops.core import CoreAttention
 
-from ..banded import BandedMap, operator_twin, refuse, register_operator
+from ..banded_map import BandedMap, operator_twin, refuse, register_operator
 from ..comm import all_reduce_sum, group_rank_size
 
 __all__ = ['ShardedCoreAttention', 'core_banded', 'core_comm_bytes']
@@ -127,7 +127,7 @@ class ShardedCoreAttention(CoreAttention):
 
 @register_operator(CoreAttention)
 def core_banded(module: CoreAttention, x, cores):
-    """The :class:`~mmcirc.distributed.banded.BandedMap` handler of a CoreAttention: the
+    """The :class:`~mmcirc.distributed.banded_map.BandedMap` handler of a CoreAttention: the
     band of patches x (B, N, C) and the cores (B, C', C), the same on every rank ->
     (the band of y, new cores on every rank), by a :class:`ShardedCoreAttention`
     sharing the module's weights."""

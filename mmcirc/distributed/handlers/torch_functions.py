@@ -1,4 +1,4 @@
-"""The handlers of :class:`~mmcirc.distributed.banded.BandedMap` for the torch functions
+"""The handlers of :class:`~mmcirc.distributed.banded_map.BandedMap` for the torch functions
 that need the neighbours' rows or a global view; each returns this rank's band of the
 single-process result (or, for a pooled map, the small map whole on every rank).
 
@@ -34,8 +34,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..banded import BandedMap, HANDLERS, refuse, register
-from ..bands import band_bounds
+from ..banded_map import BandedMap, HANDLERS, refuse, register
+from ..row_split import band_bounds
 from ..comm import exchange_rows
 from ..layers import (
     adaptive_avg_pool, batch_norm_rows, conv2d_rows, conv_out_size, group_norm_rows, interpolate,

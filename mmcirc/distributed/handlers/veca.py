@@ -1,6 +1,6 @@
 """VECA's core-periphery attention on a row-banded token map (METHOD.md 3.2).
 
-The :class:`~mmcirc.distributed.banded.BandedMap` handler of
+The :class:`~mmcirc.distributed.banded_map.BandedMap` handler of
 :class:`~mmcirc.models.backbones.veca.CorePeripheryAttention`: x is the map
 [cores (C'); patches (N)] with the C' cores as its replicated prefix and this rank's
 band of patches after it (local (B, C' + n_r, D)); cos / sin (B, C' + N, d) span every
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from mmcirc.models.backbones.veca import CorePeripheryAttention
 
-from ..banded import BandedMap, refuse, register_operator
+from ..banded_map import BandedMap, refuse, register_operator
 from ..comm import all_reduce_sum, group_rank_size
 
 __all__ = ['core_periphery_banded']

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ..banded import BandedMap
+from ..banded_map import BandedMap
 from ..comm import comm_device, group_rank_size
 from .model import path_of
 

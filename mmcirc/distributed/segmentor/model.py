@@ -2,7 +2,7 @@
 
 The backbone (CA-PVT / Core-PVT: any mix of ``'circulant'``, ``'core'``, ``'sra'``
 stages; CA-DeiT; VECA, whose cores ride as the token map's replicated prefix), the
-neck and the decode head run on :class:`~mmcirc.distributed.banded.BandedMap` bands
+neck and the decode head run on :class:`~mmcirc.distributed.banded_map.BandedMap` bands
 the way mmseg's ``encode_decode`` runs them (the decode head's own ``predict``; a
 cascade's heads in turn), the logits taken where ``predict_by_feat`` would resize them
 (:func:`mmcirc.apis.decode.encode_logits`): every op they reach has a handler
@@ -13,7 +13,7 @@ found by tracing the band-wise forward once on a small image (every rank togethe
 one process without a process group); :func:`shard_model`
 returns the :class:`ShardedSegmentor`; :func:`map_heights` lists the rows of every
 feature map at an image size (``PyramidBackbone.stage_grids``) for
-:func:`~mmcirc.distributed.bands.check_world_size`; :func:`predict_sharded` is the
+:func:`~mmcirc.distributed.row_split.check_world_size`; :func:`predict_sharded` is the
 inference entry: rank 0's image goes out band by band, every rank predicts its band of
 labels (mmseg's bilinear resize of the logits to the image, argmax), rank 0 gets the
 whole label map and logits back.
@@ -29,8 +29,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from mmcirc.apis.decode import check_label_segmentor, encode_logits, predict_head, test_padding
 from mmcirc.utils.labels import banded_argmax
 
-from ..banded import BandedMap, shard_operators
-from ..bands import band_bounds, check_world_size
+from ..banded_map import BandedMap, shard_operators
+from ..row_split import band_bounds, check_world_size
 from ..comm import Layout, exchange_rows, gather_rows, group_rank_size
 from ..layers import interpolate
 

@@ -2,7 +2,7 @@
 reads the same samples (augmented once, identically: the same seeds, the data-parallel
 rank in place of the process rank), keeps its band of rows of the image, runs mmseg's
 own ``EncoderDecoder.loss`` on the bands (the backbone, neck, decode and auxiliary
-heads on :class:`~mmcirc.distributed.banded.BandedMap` bands, the losses by
+heads on :class:`~mmcirc.distributed.banded_map.BandedMap` bands, the losses by
 :func:`~.loss.band_losses`) and backpropagates its
 part of the whole-image loss; every parameter's gradient is then summed over the group
 before the optimizer step, so that the loss and the update are one process's on the
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from mmcirc.apis.decode import check_label_segmentor, predict_head
 
-from ..banded import BandedMap, func_name, functions_of, shard_operators, tensors_in
+from ..banded_map import BandedMap, func_name, functions_of, shard_operators, tensors_in
 from ..comm import comm_device, group_rank_size
 from .infer import sync_weights
 from .loss import LABEL, all_sum, band_losses, check_losses, refusal

@@ -17,7 +17,7 @@ import torch
 
 from helpers import REPO
 from mmcirc.distributed import BandedMap, run_parallel
-from mmcirc.distributed.banded import shard_operators
+from mmcirc.distributed.banded_map import shard_operators
 from mmcirc.distributed.handlers import circulant, core  # noqa: F401  (register the handlers)
 
 CONFIGS = {

@@ -14,7 +14,7 @@ from mmdet.models.backbones.pvt import AbsolutePositionEmbedding, SpatialReducti
 from mmcirc.models.backbones.ca_deit import PatchEmbed as DeiTPatchEmbed
 from mmcirc.models.backbones.veca import CorePeripheryAttention, VECAViT
 from mmcirc.distributed import BandedMap, run_parallel
-from mmcirc.distributed.banded import shard_operators
+from mmcirc.distributed.banded_map import shard_operators
 from mmcirc.distributed.handlers import veca  # noqa: F401  (registers the handler)
 
 TOL = dict(rtol=1e-11, atol=1e-11)

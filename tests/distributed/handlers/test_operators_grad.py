@@ -16,7 +16,7 @@ import torch
 
 import mmcirc.ops.circulant as circ_ops
 from mmcirc.distributed import BandedMap, band_bounds, run_parallel
-from mmcirc.distributed.banded import shard_operators
+from mmcirc.distributed.banded_map import shard_operators
 from mmcirc.distributed.comm import group_rank_size
 from mmcirc.distributed.handlers import veca  # noqa: F401  (registers the handler)
 from mmcirc.models.backbones.veca import CorePeripheryAttention

@@ -1,4 +1,4 @@
-"""mmcirc.distributed.bands: the band rule is torch.chunk's, the split DTensor's Shard(2)
+"""mmcirc.distributed.row_split: the band rule is torch.chunk's, the split DTensor's Shard(2)
 placement assumes (its full_tensor() rebuilds the map from our bands on 2 and 3 gloo
 ranks at heights that do not divide); world sizes that leave a rank without rows are
 refused in one line."""

@@ -7,7 +7,7 @@ the local band ``local``; it knows the map's global ``shape``, which axis carrie
 rows (``band_dim``), how many elements of that axis one row is (``unit``: 1 for the H
 axis of (B, C, H, W), W for the N axis of tokens (B, N, C)), the global rows
 ``height``, the process ``group`` and the row bounds of every rank
-(:func:`~mmcirc.distributed.bands.band_bounds` of ``height``, computed once, never
+(:func:`~mmcirc.distributed.row_split.band_bounds` of ``height``, computed once, never
 gathered). A token map may carry a replicated ``prefix`` of k tokens ahead of the rows
 on its row axis, held whole by every rank (VECA's cores before its patches: global
 length k + H unit, local k + h_r unit): ``torch.cat([plain (B, k, D), tokens], 1)``
@@ -47,7 +47,7 @@ from typing import Callable, Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from .bands import band_bounds
+from .row_split import band_bounds
 from .comm import Layout, exchange_rows, group_rank_size
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""mmcirc.distributed.banded (the row-banded map) with the handlers of
+"""mmcirc.distributed.banded_map (the row-banded map) with the handlers of
 mmcirc.distributed.handlers.torch_functions on 2 and 3 gloo ranks, against the
 single-process torch ops and mmseg's own heads and necks run unchanged (float64).
 
