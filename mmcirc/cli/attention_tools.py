@@ -1,30 +1,21 @@
-"""The command line the attention-visualisation tools share (bccb_score, vis_circulant,
-vis_cores): CONFIG [CKPT] --img/--demo --size ..., the checks of those flags, and
-:func:`setup`, the prologue of every run (image, config, model with random or given
-weights, the attention layers asked for, the network input). The library side is
-:mod:`mmcirc.analysis.vis`; image files and ``--size`` are :mod:`mmcirc.utils.image_io`'s,
-shared with ``tools/infer_highres.py``. Errors are :class:`~mmcirc.cli.common.CLIError`
-worded for the command line.
-"""
+"""What the attention-visualisation commands share (bccb_score, vis_circulant,
+vis_cores): their common flags and :func:`setup`, the prologue of every run (image,
+config, model, the attention layers asked for, the network input)."""
 
 import os.path as osp
-import re
 import time
 import types
-import warnings
 
-warnings.filterwarnings('ignore', message='.*pkg_resources.*')  # mmengine's import
-from mmcirc.analysis import vis  # noqa: E402
-from mmcirc.apis.builder import build_model, has_random_weights  # noqa: E402
-from mmcirc.utils import image_io as _image_io  # noqa: E402
-from mmcirc.cli.common import (  # noqa: E402
+from mmcirc.analysis import vis
+from mmcirc.apis.builder import build_model, has_random_weights, load_model_config
+from mmcirc.cli.common import (
     CLIError,
     add_cfg_options,
     add_partial_weights_flag,
+    check_device,
     one_line_warnings,
 )
-
-MIN_SIDE = vis.MIN_SIDE
+from mmcirc.utils import image_io as imio
 
 
 def add_common_args(parser, tool):
@@ -58,28 +49,15 @@ def check_args(args):
         raise CLIError(f'config file not found: {args.config}')
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
-    size = _image_io.parse_size(args.size)
+    size = imio.parse_size(args.size)
     sides = (size,) if isinstance(size, int) else (size or ())
-    if any(s < MIN_SIDE for s in sides):
+    if any(s < vis.MIN_SIDE for s in sides):
         raise CLIError(
-            f'--size must be at least {MIN_SIDE} px per side (HxW, e.g. 512x512), got {args.size!r}'
+            f'--size must be at least {vis.MIN_SIDE} px per side (HxW, e.g. 512x512), '
+            f'got {args.size!r}'
         )
-    if not (args.device == 'cpu' or re.fullmatch(r'cuda(:\d+)?', args.device)):
-        raise CLIError(f"--device must be 'cpu' or 'cuda[:N]', got {args.device!r}")
-    if args.device.startswith('cuda'):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise CLIError(f'--device {args.device}: CUDA is not available here')
+    check_device(args.device)
     return size
-
-
-def load_cfg(args):
-    """The config (``--cfg-options`` merged; the model builder switches off its
-    pretrained weights)."""
-    from mmcirc.apis.builder import load_model_config
-
-    return load_model_config(args.config, args.cfg_options)
 
 
 def setup(args, forms, what):
@@ -98,8 +76,8 @@ def setup(args, forms, what):
 
     one_line_warnings(category=UserWarning)
     size = check_args(args)
-    [(img_name, img, _, img_src)] = _image_io.load_images([args.img], args.demo, size)
-    cfg = load_cfg(args)
+    [(img_name, img, _, img_src)] = imio.load_images([args.img], args.demo, size)
+    cfg = load_model_config(args.config, args.cfg_options)
     t0 = time.time()
     model = build_model(
         cfg,

@@ -1,33 +1,8 @@
 """How close are a model's attention matrices to BCCB (block-circulant) matrices?
 
-    python tools/analysis/bccb_score.py CONFIG [CHECKPOINT] (--img PATH | --demo astronaut)
-        [--size HxW] [--head 0] [--seed 0] [--out-dir work_dirs/analysis/bccb_score]
-
-For every dense-attention layer of the model's backbone (every layer whose probe gives
-an attention matrix, form ``'matrix'``: PVT's spatial-reduction attention, Swin's window
-attention, a ViT/DeiT's self-attention in mmdet, mmseg and mmpretrain models and
-mmcirc's own 'sra'/'window' stages, and any registered block's new kind) the attention
-matrices are captured on the image with forward hooks
-(:mod:`mmcirc.analysis.attention_maps`), and
-per layer and head the relative Frobenius distance ``||A - P(A)|| / ||A||`` to the
-nearest BCCB matrix ``P(A)`` is reported for
-
-* ``model``: the given checkpoint (without one: random weights, and no separate
-  random column);
-* ``random``: the same config with ``init_weights()`` under ``--seed`` (untrained);
-* ``shuffled``: the model's matrices with their tokens permuted at random (a fixed
-  permutation per layer from ``--seed``), the value without any spatial structure.
-
-SRA's keys lie on a reduced grid; offsets are measured in key-grid units (each query at
-the key cell that covers it, see :mod:`mmcirc.analysis.bccb`). A Swin
-layer's windows are taken together (the block-diagonal matrix of its windows).
-
-The image goes through the config's test pipeline (``--size HxW`` replaces its resize by
-an exact one). Written under ``--out-dir/<config>_<image>_<H>x<W>/`` (atomic, JSON last):
-``bccb_score.json``, ``summary.png`` (layer x head heat maps for model / random /
-shuffled), ``layer_<name>.png`` (bars per head) and ``example_<name>.png`` (one head's
-A, P(A), the kernel of P(A) with offset 0 at the centre and the central query's row on
-the key grid; model and random weights).
+``tools/analysis/bccb_score.py``: per dense-attention layer (probe form ``'matrix'``) and
+head, the relative Frobenius distance ``||A - P(A)|| / ||A||`` to the nearest BCCB matrix,
+for the checkpoint, random weights and shuffled tokens (docs/analysis.md).
 """
 
 import argparse

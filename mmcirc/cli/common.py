@@ -138,6 +138,17 @@ def error_line(err: BaseException) -> str:
     return message.splitlines()[0] if message else type(err).__name__
 
 
+def check_device(device: str) -> None:
+    """``--device``: 'cpu' or 'cuda[:N]' with CUDA available, else a one-line CLIError."""
+    if not (device == 'cpu' or re.fullmatch(r'cuda(:\d+)?', device)):
+        raise CLIError(f"--device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    if device.startswith('cuda'):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CLIError(f'--device {device}: CUDA is not available here')
+
+
 def add_partial_weights_flag(parser):
     """``--allow-partial-weights``: load a checkpoint that leaves weights of the model
     unset (``build_model(..., allow_partial_weights=True)``); refused without it."""

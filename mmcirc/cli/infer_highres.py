@@ -27,6 +27,7 @@ from mmcirc.cli.common import (
     add_partial_weights_flag,
     as_cli_errors,
     check_config_file,
+    check_device,
     flag_words,
     main_guard,
     one_line_warnings,
@@ -175,13 +176,7 @@ def _check_args(args):
     if args.mem_cap_gb <= 0:
         raise CLIError(f'--mem-cap-gb must be positive, got {args.mem_cap_gb}')
     size = imio.parse_size(args.size)
-    if args.device.startswith('cuda'):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise CLIError(f'--device {args.device}: CUDA is not available here')
-    elif args.device != 'cpu':
-        raise CLIError(f"--device must be 'cpu' or 'cuda[:N]', got {args.device!r}")
+    check_device(args.device)
     check_config_file(args.config)
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')

@@ -1,31 +1,9 @@
 """Export an mmdet / mmseg / mmpretrain model of mmcirc to ONNX.
 
-The command behind ``tools/deployment/pytorch2onnx.py`` (its entry point; the library
-side is :mod:`mmcirc.deployment.onnx`)::
-
-    python tools/deployment/pytorch2onnx.py CONFIG [CHECKPOINT] --shape H W --out FILE.onnx
-        [--dynamic [--size-divisor 32]] [--verify] [--features] [--opset 18]
-        [--cfg-options k=v ...]
-
-The graph is the network, ``model(inputs, mode='tensor')``, on a preprocessed batch
-``input`` (B, 3, H, W) float32 (normalised as the config's ``data_preprocessor`` does);
-outputs ``output.<i>[.<j>]`` are its tensors depth-first: raw head outputs for mmdet
-single-stage detectors (anchors, decoding and NMS are left to the caller, e.g. mmdet's
-``bbox_head.predict_by_feat``), the decode head's logits for mmseg, logits for
-mmpretrain. ``--features`` exports the backbone + neck only (``extract_feat``; the way to
-export a two-stage detector's network). Circulant attention runs as real matmul DFTs in
-the graph (``mmcirc.ops.circulant.export_mode``). Exporter: ``torch.onnx.export(...,
-dynamo=True)`` (needs ``onnx`` and ``onnxscript``; ``--verify`` needs ``onnxruntime``).
-
-``--dynamic``: batch, H and W are symbolic (one file for several sizes), H and W
-multiples of ``--size-divisor`` (default 32, the pyramids' total stride: pad other sizes
-up, as mmdet's ``pad_size_divisor=32`` does). ``--verify`` runs the file in ONNX
-Runtime on the CPU and compares with torch (max |difference| over max |torch output|
-<= 1e-4) at the export size and, with ``--dynamic``, at a second, non-square size (H and W swapped; W + size divisor for a square shape), batch 2.
-
-Without CHECKPOINT the weights are random (Pretrained initialisations are skipped). The
-file appears only when everything succeeded (written to a temporary file in the same
-folder, then renamed); errors are one line (exit 1).
+``tools/deployment/pytorch2onnx.py`` (the library side is :mod:`mmcirc.deployment.onnx`;
+what the graph holds and what ``--dynamic`` and ``--verify`` do: docs/deployment.md).
+Without CHECKPOINT the weights are random; the file appears only when everything
+succeeded.
 """
 
 import argparse

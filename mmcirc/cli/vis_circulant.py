@@ -1,26 +1,10 @@
 """The global kernels circulant attention learned, and the backbone's effective
 receptive field.
 
-    python tools/analysis/vis_circulant.py CONFIG [CHECKPOINT] (--img PATH | --demo astronaut)
-        [--size HxW] [--channels 16] [--overlay] [--erf-stages 0 1 2 3 | --no-erf]
-        [--out-dir work_dirs/analysis/vis_circulant]
-
-A circulant layer's attention matrix is ``A[i, j] = p[j (-) i]``: one kernel p per head
-(per channel with the paper's d = 1), the softmax over all offsets of the map. The
-kernels are captured on the image with a forward hook
-(:mod:`mmcirc.analysis.attention_maps`) and shown with offset 0 at the centre (what
-the central token attends to; ``boundary='zero'``: the (2H-1) x (2W-1) offsets).
-``--overlay`` paints the central token's attention over the image instead.
-
-The effective receptive field of backbone output ``s`` is ``|d y / d x|`` summed over
-the colour channels, where y is the sum over channels of output s at its central
-position and x the preprocessed input image.
-
-Written under ``--out-dir/<config>_<image>_<H>x<W>/`` (atomic, JSON last):
-``kernels_<layer>.png`` (a grid of channel kernels per circulant layer; the first panel
-is the mean over heads), ``erf.png`` and ``vis_circulant.json`` (per layer and channel:
-peak offset, peak value, entropy and effective area ``exp(entropy)``; per stage the
-ERF radii holding 50 % and 90 % of the gradient).
+``tools/analysis/vis_circulant.py``: the kernels are captured with a forward hook and
+shown with offset 0 at the centre; the ERF of output ``s`` is ``|d y / d x|`` summed over
+the colour channels, y the sum over channels of output s at its central position
+(docs/analysis.md).
 """
 
 import argparse

@@ -1,22 +1,8 @@
 """Which patches each core gathers from, per core-attention layer and core budget C'.
 
-    python tools/analysis/vis_cores.py CONFIG [CHECKPOINT] (--img PATH | --demo astronaut)
-        [--num-cores 8 16 64] [--size HxW] [--show 8] [--out-dir work_dirs/analysis/vis_cores]
-
-A core-attention layer first lets its C' cores gather from the patches: core c of head h
-takes the weights ``softmax((c W_qc)_h (x W_kp)_h^T / sqrt(d))`` over the N patches
-(a probability map on the patch grid). They are captured on the image with a forward hook
-(:mod:`mmcirc.analysis.attention_maps`) for each C' of ``--num-cores`` (set on the
-backbone with ``set_num_cores``; elastic inference, no retraining) and painted on the
-image, averaged over the heads.
-
-Written under ``--out-dir/<config>_<image>_<H>x<W>/`` (atomic, JSON last):
-``compare_<layer>.png`` (one row per C': the patch -> strongest-core assignment and the
-first ``--show`` cores' gather maps), ``cores_<layer>_C<k>.png`` (every core, up to 64),
-``entropy.png`` (how concentrated the gathers are: entropy / log N per layer against
-C'), and ``vis_cores.json`` (per layer, C' and core: entropy in nats, effective patches
-``exp(entropy)``, entropy / log N, largest weight, strongest patch, and the largest
-deviation of a row sum from 1).
+``tools/analysis/vis_cores.py``: the gather weights of every core over the patches,
+captured with a forward hook for each C' of ``--num-cores`` (``set_num_cores``), painted
+on the image and averaged over the heads (docs/analysis.md).
 """
 
 import argparse
