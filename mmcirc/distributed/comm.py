@@ -125,17 +125,19 @@ def empty_band(src: torch.Tensor, shape, dtype=None) -> torch.Tensor:
 
 
 class _RowExchange(torch.autograd.Function):
-    """:func:`exchange_rows`; backward: :func:`_return_rows`."""
+    """:func:`exchange_rows`: the rows ``wants`` from the bands; backward the same move
+    back, from the requests to the bands, each band summing the gradients of its rows."""
 
     @staticmethod
     def forward(ctx, x, layout, wants, dim, group):
-        ctx.args = (layout, wants, dim, group)
-        return _exchange(x, layout, wants, dim, group)
+        bands = [layout.band(q) for q in range(layout.world_size)]
+        ctx.args = (wants, bands, layout.rank, dim, group, True)
+        return _move_rows(x, bands, wants, layout.rank, dim, group, False)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g):
-        return (_return_rows(g, *ctx.args), None, None, None, None)
+        return (_move_rows(g, *ctx.args), None, None, None, None)
 
 
 def exchange_rows(
@@ -164,31 +166,29 @@ def exchange_rows(
     return _RowExchange.apply(_recorded(x), layout, wants, dim, group)
 
 
-def _exchange(x, layout: Layout, wants, dim: int, group) -> torch.Tensor:
-    """The forward of :func:`exchange_rows` (no autograd)."""
-    rank, size = layout.rank, layout.world_size
-    lo, hi = wants[rank]
+def _move_rows(x, holds, needs, rank: int, dim: int, group, add: bool) -> torch.Tensor:
+    """The rows ``needs[rank]`` along ``dim`` (no autograd) from x, rows ``holds[rank]``,
+    and the other ranks' ``holds[q]``: each rank q sends the rows of its holding that
+    ``needs[r]`` asks for to r; rows nobody holds are zeros. ``add``: a row held by
+    several ranks is their sum (the adjoint, ``holds``: the requests, ``needs``: the
+    bands), else its one owner's copy."""
+    (lo, hi), (start, stop) = needs[rank], holds[rank]
     shape = list(x.shape)
     shape[dim] = hi - lo
-    out = x.new_zeros(shape)  # (..., hi - lo, ...); stays zero outside the map
-    start, stop = layout.start, layout.stop
-    # own rows: a local copy
+    out = x.new_zeros(shape)  # (..., hi - lo, ...)
+    put = torch.Tensor.add_ if add else torch.Tensor.copy_
     a, b = max(lo, start), min(hi, stop)
-    if a < b:
-        out.narrow(dim, a - lo, b - a).copy_(x.narrow(dim, a - start, b - a))
+    if a < b:  # own rows: local
+        put(out.narrow(dim, a - lo, b - a), x.narrow(dim, a - start, b - a))
     ops, recvs = [], []
-    for q in range(size):
+    for q in range(len(holds)):
         if q == rank:
             continue
-        # what q needs from me
-        qlo, qhi = wants[q]
-        a, b = max(qlo, start), min(qhi, stop)
+        a, b = max(needs[q][0], start), min(needs[q][1], stop)  # what q needs from me
         if a < b:
             ops.append(dist.isend(x.narrow(dim, a - start, b - a).contiguous(), q, group=group))
-        # what I need from q
-        qs, qe = layout.band(q)
-        a, b = max(lo, qs), min(hi, qe)
-        if a < b and lo < hi:
+        a, b = max(lo, holds[q][0]), min(hi, holds[q][1])  # what I need from q
+        if a < b:
             shape[dim] = b - a
             buf = x.new_empty(shape)
             ops.append(dist.irecv(buf, q, group=group))
@@ -196,45 +196,7 @@ def _exchange(x, layout: Layout, wants, dim: int, group) -> torch.Tensor:
     for op in ops:
         op.wait()
     for a, b, buf in recvs:
-        out.narrow(dim, a - lo, b - a).copy_(buf)
-    return out
-
-
-def _return_rows(g, layout: Layout, wants, dim: int, group) -> torch.Tensor:
-    """The adjoint of :func:`_exchange`: ``g`` holds the gradients of this rank's
-    requested rows ``wants[rank]``; returns the gradient of its band: the sum, over
-    every rank q, of q's gradients of the rows of ``wants[q]`` that fall in the band
-    (each rank sends what it received back to the owner; rows past the map drop out)."""
-    rank, size = layout.rank, layout.world_size
-    lo, hi = wants[rank]
-    start, stop = layout.start, layout.stop
-    shape = list(g.shape)
-    shape[dim] = stop - start
-    out = g.new_zeros(shape)  # (..., h_r, ...)
-    a, b = max(lo, start), min(hi, stop)
-    if a < b:  # own rows
-        out.narrow(dim, a - start, b - a).add_(g.narrow(dim, a - lo, b - a))
-    ops, recvs = [], []
-    for q in range(size):
-        if q == rank:
-            continue
-        # the gradients of the rows q sent me (in my request), back to q
-        qs, qe = layout.band(q)
-        a, b = max(lo, qs), min(hi, qe)
-        if a < b and lo < hi:
-            ops.append(dist.isend(g.narrow(dim, a - lo, b - a).contiguous(), q, group=group))
-        # the gradients of my rows that q requested
-        qlo, qhi = wants[q]
-        a, b = max(qlo, start), min(qhi, stop)
-        if a < b:
-            shape[dim] = b - a
-            buf = g.new_empty(shape)
-            ops.append(dist.irecv(buf, q, group=group))
-            recvs.append((a, b, buf))
-    for op in ops:
-        op.wait()
-    for a, b, buf in recvs:
-        out.narrow(dim, a - start, b - a).add_(buf)
+        put(out.narrow(dim, a - lo, b - a), buf)
     return out
 
 
