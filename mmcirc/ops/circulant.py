@@ -28,7 +28,8 @@ autocast the gate and output projection run in the autocast dtype, and in the CP
 layout (:mod:`mmcirc.ops.layout`) so does the qkv product on the float32 spectrum
 under bf16.
 
-One body of the equations (:func:`scores`, :func:`attend`) for every transform
+One body of the equations (:func:`scores`, :func:`attend`), set up by one
+:class:`CirculantPlan` (:func:`circulant_plan`, once per input shape), for every transform
 backend (:mod:`mmcirc.ops.circulant_transforms`: torch.fft, or real matmul DFTs with
 symbolic sizes inside :func:`export_mode`; the row-band-sharded transforms of
 :mod:`mmcirc.distributed.handlers.circulant`), for the functional form and the probe
@@ -265,9 +266,9 @@ def circulant_plan(t, shape, hw, num_heads, boundary, scale, make_transforms=tra
 
 
 def scores(plan, q, k):
-    """Eq. 15 and the softmax from the spectra (B, C, Ph, U) of q, k (``norm=norms[0]``)
-    of a :class:`CirculantPlan`: p' (B, heads, Ph, Pw), the attention kernel at the
-    negated offsets, p'[m] = p[-m].
+    """Eq. 15 and the softmax from the spectra (B, C, Ph, U) of q, k made with
+    ``norm=plan.norms[0]`` by the transforms of a :class:`CirculantPlan`: p' (B, heads,
+    Ph, Pw), the attention kernel at the negated offsets, p'[m] = p[-m].
 
     Sign convention (the one of every path: single process, sharded, probe, export): the
     scores are kept at the negated offsets, a'[m] = a[-m], whose spectrum is FFT(a') =

@@ -6,7 +6,8 @@ existing layer and shares its weights) whose input and output are the local band
 tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map.
 
 The equations are the single-process layer's own body, :func:`~mmcirc.ops.circulant.
-attend`, run on the transforms of :class:`ShardedFFT`. Per block of heads:
+attend`, set up by its :func:`~mmcirc.ops.circulant.circulant_plan` (once per input
+shape) on the transforms of :class:`ShardedFFT`. Per block of heads:
 
 1. gate, qkv: token-wise, local. qkv-in-spectrum: one :func:`sharded_rfft2` of x
    (B, C, h_r, W) -> column band (B, C, Ph, u_r), then ``W_q, W_k, W_v`` on it.
