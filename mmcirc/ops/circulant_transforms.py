@@ -1,11 +1,12 @@
 """The 2-D real transforms of circulant attention (METHOD.md section 1), two backends.
 
 The operator body (:mod:`mmcirc.ops.circulant`) is written once against a transform
-object ``T`` (:func:`transforms`, one per forward):
+object ``T`` (:func:`transforms`, one per input shape: the layer's plan):
 
 * ``T.grid``: the (Ph, Pw) grid of every transform (``T.circular``: the map itself);
   ``T.padded``: the grid is larger
   than the (2H-1) x (2W-1) offsets of ``boundary='zero'`` (its padding cells are masked);
+  ``T.block_grid``: the grid the blocks of heads are sized on (``head_blocks``);
 * ``T.rfft2(x, norm)``: the half spectrum (..., Ph, U) of real x (..., H, W) zero padded
   to the grid, U = Pw//2 + 1, scaled by ``norm`` as torch.fft's (``'backward'``: 1,
   ``'ortho'``: 1/sqrt(Ph Pw));
