@@ -68,13 +68,13 @@ OPERATORS: Dict[type, Callable] = {}
 _TAKE_PREFIX = set()
 
 
-def register(*funcs: Callable, prefix: bool = False):
-    """Decorator: the handler of ``funcs`` (torch functions or Tensor methods);
-    ``prefix``: it also computes maps with a replicated prefix exactly."""
+def register(*funcs: Callable, prefix: bool = False, table: Dict = HANDLERS):
+    """Decorator: the handler of ``funcs`` in ``table`` (torch functions or Tensor
+    methods; :func:`register_operator`: module classes); ``prefix``: it also computes
+    maps with a replicated prefix exactly."""
 
     def wrap(handler):
-        for f in funcs:
-            HANDLERS[f] = handler
+        table.update(dict.fromkeys(funcs, handler))
         if prefix:
             _TAKE_PREFIX.add(handler)
         return handler
@@ -85,14 +85,7 @@ def register(*funcs: Callable, prefix: bool = False):
 def register_operator(cls: type, prefix: bool = False):
     """Decorator: the handler of ``cls``'s forward on a BandedMap (see
     :func:`shard_operators`); ``prefix`` as for :func:`register`."""
-
-    def wrap(handler):
-        OPERATORS[cls] = handler
-        if prefix:
-            _TAKE_PREFIX.add(handler)
-        return handler
-
-    return wrap
+    return register(cls, prefix=prefix, table=OPERATORS)
 
 
 def _check_prefix(handler, func, values) -> None:
