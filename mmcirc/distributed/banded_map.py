@@ -47,13 +47,13 @@ from typing import Callable, Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from .row_split import band_bounds
 from .comm import Layout, exchange_rows, group_rank_size
+from .row_split import band_bounds
 
 __all__ = [
-    'BandedMap', 'HANDLERS', 'LOCAL_FUNCTIONS', 'OPERATORS', 'func_name', 'functions_of',
-    'operator_twin', 'refuse', 'register', 'register_operator', 'shard_operators',
-    'tensors_in',
+    'BandedMap', 'HANDLERS', 'LOCAL_FUNCTIONS', 'OPERATORS', 'ShardedOperator', 'func_name',
+    'functions_of', 'operator_twin', 'refuse', 'register', 'register_operator',
+    'shard_operators', 'tensors_in',
 ]  # fmt: skip
 
 #: torch function -> handler(*args, **kwargs) for ops that need neighbours or a global view.
@@ -123,6 +123,31 @@ def shard_operators(model) -> int:
 
 
 _TWINS: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+
+class ShardedOperator:
+    """Mixin of a sharded attention operator (``class Sharded(ShardedOperator, Layer)``):
+    the single-process layer's arguments plus ``group`` (the spatial process group; None:
+    the default group), and :meth:`from_module`."""
+
+    #: the arguments of the layer that :meth:`from_module` reads back from its attributes
+    ARGS: tuple = ()
+
+    def __init__(self, *args, group=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.group = group
+
+    @classmethod
+    def from_module(cls, module, group=None):
+        """A sharded layer sharing ``module``'s (a layer of the single-process class)
+        weights and submodules (not copied), in its train / eval mode."""
+        layer = cls.__mro__[2]  # the single-process class, after this mixin
+        if not isinstance(module, layer):
+            raise TypeError(f'module must be a {layer.__name__}, got {type(module).__name__}')
+        new = cls(**{name: getattr(module, name) for name in cls.ARGS}, group=group)
+        for name, child in module.named_children():  # shared, not copied
+            setattr(new, name, child)
+        return new.train(module.training)
 
 
 def operator_twin(module, cls: type, group):

@@ -36,8 +36,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from .row_split import band_bounds
 from .comm import all_to_all, empty_band, group_rank_size
+from .row_split import band_bounds
 
 __all__ = [
     'sharded_irfft2',

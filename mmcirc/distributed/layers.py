@@ -26,8 +26,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from .row_split import band_bounds
 from .comm import Layout, all_reduce_sum, empty_band, exchange_rows
+from .row_split import band_bounds
 
 __all__ = [
     'conv2d_rows',

@@ -48,10 +48,10 @@ import torch.distributed as dist
 from mmcirc.ops.circulant import CirculantAttention, attend, circulant_plan, fft_grid, linear_cf
 from mmcirc.ops.circulant_transforms import TorchFFT
 
-from ..banded_map import BandedMap, operator_twin, refuse, register_operator
-from ..row_split import band_bounds
+from ..banded_map import BandedMap, ShardedOperator, operator_twin, refuse, register_operator
 from ..comm import all_reduce_sum, empty_band, group_rank_size
 from ..fft import sharded_irfft2, sharded_rfft2, spectrum_columns, transpose_bytes
+from ..row_split import band_bounds
 
 __all__ = ['ShardedCirculantAttention', 'circulant_banded', 'circulant_comm_bytes']
 
@@ -145,7 +145,7 @@ class ShardedFFT(TorchFFT):
         return self.irfft2(pf * self.one, hw)  # (B, heads, h_r, W)
 
 
-class ShardedCirculantAttention(CirculantAttention):
+class ShardedCirculantAttention(ShardedOperator, CirculantAttention):
     """:class:`~mmcirc.ops.circulant.CirculantAttention` on the local row band of tokens.
 
     Same arguments and parameters as the single-process layer, plus ``group`` (the
@@ -156,27 +156,7 @@ class ShardedCirculantAttention(CirculantAttention):
     mode).
     """
 
-    def __init__(self, *args, group=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.group = group
-
-    @classmethod
-    def from_module(cls, module, group=None):
-        """A sharded layer sharing ``module``'s (a CirculantAttention) weights."""
-        if not isinstance(module, CirculantAttention):
-            raise TypeError(f'module must be a CirculantAttention, got {type(module).__name__}')
-        new = cls(
-            module.dim,
-            num_heads=module.num_heads,
-            boundary=module.boundary,
-            scale=module.scale,
-            proj_drop=module.proj_drop.p,
-            group=group,
-        )
-        for name in ('gate', 'qkv', 'proj', 'proj_drop'):  # shared, not copied
-            setattr(new, name, getattr(module, name))
-        new.train(module.training)
-        return new
+    ARGS = ('dim', 'num_heads', 'boundary', 'scale')
 
     def _plan(self, x, hw_shape):
         """CirculantAttention's plan, kept also per rank and size of the group."""

@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from mmcirc.ops.core import CoreAttention
 
-from ..banded_map import BandedMap, operator_twin, refuse, register_operator
+from ..banded_map import BandedMap, ShardedOperator, operator_twin, refuse, register_operator
 from ..comm import all_reduce_sum, group_rank_size
 
 __all__ = ['ShardedCoreAttention', 'core_banded', 'core_comm_bytes']
@@ -50,7 +50,7 @@ def core_comm_bytes(batch, channels, num_heads, num_cores, real_bytes=4):
     return real_bytes * batch * num_cores * (2 * num_heads + channels)
 
 
-class ShardedCoreAttention(CoreAttention):
+class ShardedCoreAttention(ShardedOperator, CoreAttention):
     """:class:`~mmcirc.ops.core.CoreAttention` on the local band of patches.
 
     Same arguments as the single-process layer plus ``group`` (None: the default
@@ -59,28 +59,7 @@ class ShardedCoreAttention(CoreAttention):
     (y (B, n_r, C), new_cores (B, C', C)); new_cores is bitwise the same on every rank.
     """
 
-    def __init__(self, *args, group=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.group = group
-
-    @classmethod
-    def from_module(cls, module, group=None):
-        """A sharded layer sharing ``module``'s (a CoreAttention) weights."""
-        if not isinstance(module, CoreAttention):
-            raise TypeError(f'module must be a CoreAttention, got {type(module).__name__}')
-        new = cls(
-            module.dim,
-            module.num_heads,
-            attn_drop=module.attn_drop,
-            chunk_size=module.chunk_size,
-            chunk_threshold=module.chunk_threshold,
-            fold_projections=module.fold_projections,
-            group=group,
-        )
-        for name, child in module.named_children():  # shared, not copied
-            setattr(new, name, child)
-        new.train(module.training)
-        return new
+    ARGS = ('dim', 'num_heads', 'attn_drop', 'chunk_size', 'chunk_threshold', 'fold_projections')
 
     def _gather(self, cores, x, chunk, fold):
         """g = MHA(c W_qc, x W_kp, x W_vp) over the patches of all ranks: (B, C', C)."""

@@ -30,9 +30,9 @@ from mmcirc.apis.decode import check_label_segmentor, encode_logits, predict_hea
 from mmcirc.utils.labels import banded_argmax
 
 from ..banded_map import BandedMap, shard_operators
-from ..row_split import band_bounds, check_world_size
 from ..comm import Layout, exchange_rows, gather_rows, group_rank_size
 from ..layers import interpolate
+from ..row_split import band_bounds, check_world_size
 
 __all__ = [
     'check_shardable',
