@@ -12,7 +12,6 @@ import resource
 from typing import List, Optional, Tuple
 
 from mmcirc.models.backbones.pyramid import PyramidBackbone
-from mmcirc.models.blocks import PYRAMID_BLOCKS
 from mmcirc.utils.memory import address_space_bytes
 
 __all__ = ['memory_budget', 'quadratic_attention_estimates', 'quadratic_warning']
@@ -92,7 +91,7 @@ def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
         f'keys x {e["heads"]} heads ~ {e["bytes"] / GB:.1f} GB)'
         for e in bad
     )
-    quadratic = {b.kind for b in PYRAMID_BLOCKS if b.quadratic}
+    quadratic = {b.kind for b in backbone.block_types if b.quadratic}
     quad = all(e['attention'] in quadratic for e in bad)
     return (
         f'WARNING: at {hw[0]}x{hw[1]} the {"quadratic " if quad else ""}attention of {parts} exceeds '

@@ -19,7 +19,7 @@ import warnings
 from typing import Dict, Tuple
 
 from mmcirc.models.backbones.pyramid import PyramidBackbone
-from mmcirc.models.backbones.pyramid import registered_pyramids
+from mmcirc.models.families import FAMILIES, attention_blocks
 from mmcirc.ops.circulant import BOUNDARIES, SCALES, CirculantAttention, check_scale
 from mmcirc.ops.core import CORE_PRESETS, parse_num_cores
 
@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 #: Allowed values of the backbone overrides (num_cores: also an int in [1, num_cores_max],
-#: or what the model's own bank allows; stage_attentions: the kinds the registered
-#: pyramids take, their ``attention_blocks``).
+#: or what the model's own bank allows; stage_attentions: the kinds the pyramids of
+#: :data:`~mmcirc.models.families.FAMILIES` take, their ``attention_blocks``).
 BACKBONE_OVERRIDES = {
     'num_cores': tuple(CORE_PRESETS),
     'boundary': tuple(BOUNDARIES),
@@ -82,14 +82,7 @@ def validate_overrides(
         kinds = stage_attentions
         if isinstance(kinds, str):
             kinds = [k.strip() for k in kinds.split(',')] if ',' in kinds else kinds
-        choices = tuple(
-            dict.fromkeys(
-                k
-                for classes in registered_pyramids().values()
-                for c in classes
-                for k in c.attention_blocks
-            )
-        )
+        choices = tuple(attention_blocks())
         for k in [kinds] if isinstance(kinds, str) else kinds:
             if k not in choices:
                 raise ValueError(
@@ -128,15 +121,13 @@ def backbone_overrides_of(cls) -> Tuple[str, ...]:
 
 
 def overridable_backbones() -> Tuple[str, ...]:
-    """Names of mmcirc's registered backbones that take an override."""
-    from mmcirc.registry import model_registries
-
+    """Names of the backbones of :data:`~mmcirc.models.families.FAMILIES` that take an
+    override."""
     return tuple(
-        name
-        for name, cls in model_registries()[0].module_dict.items()
-        if inspect.isclass(cls)
-        and cls.__module__.startswith('mmcirc.models.backbones')
-        and backbone_overrides_of(cls)
+        cls.__name__
+        for classes in FAMILIES.values()
+        for cls in classes
+        if backbone_overrides_of(cls)
     )
 
 

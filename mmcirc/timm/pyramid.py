@@ -13,39 +13,40 @@ when mmdet loads it).
 Needs mmdet (the pyramids reuse its layers), imported when a model is built.
 """
 
-import math
-
 import torch
 from timm.layers import SelectAdaptivePool2d
 
 from mmcirc.models.backbones.contract import is_int
 from .model import TimmModel, building_on, init_backbone
 
-__all__ = ['PyramidTimm', 'PYRAMID_BACKBONES']
+__all__ = ['PyramidTimm', 'pyramid_backbones']
 
-#: timm family name -> (mmcirc backbone class, the kwarg holding the stage strides).
-PYRAMID_BACKBONES = {
-    'ca_pvt': ('CAPVT', 'patch_sizes'),
-    'core_pvt': ('CorePVT', 'patch_sizes'),
-    'ca_swin': ('CASwin', 'strides'),
-    'core_swin': ('CoreSwin', 'strides'),
-}
+#: The timm name's prefix of a pyramid by its default attention (``ca_pvt``: CAPVT).
+PREFIXES = {'circulant': 'ca', 'core': 'core'}
 
 
-def _backbone_class(name: str):
+def pyramid_backbones() -> dict:
+    """timm family name -> backbone class of :data:`~mmcirc.models.families.FAMILIES`:
+    ``ca_pvt`` (CAPVT), ``core_pvt``, ``ca_swin``, ``core_swin``."""
     from mmcirc.registry import registries_by_library
 
     registries_by_library()  # without mmdet: one error naming the package to install
-    from mmcirc.models import backbones
+    import mmcirc.models.backbones  # noqa: F401  (adds the pyramids to the table)
+    from mmcirc.models.families import pyramid_families
 
-    return getattr(backbones, name)
+    return {
+        f'{PREFIXES[c.default_attention]}_{family}': c
+        for family, classes in pyramid_families().items()
+        for c in classes
+        if c.default_attention in PREFIXES
+    }
 
 
 class PyramidTimm(TimmModel):
     """A CA/Core pyramid as a timm classifier.
 
     Args:
-        family (str): a key of :data:`PYRAMID_BACKBONES`.
+        family (str): a key of :func:`pyramid_backbones`.
         arch (str | dict): the backbone's arch (``'tiny'``, ``'small'``, ...).
         num_classes, drop_rate: timm's head (see :class:`TimmModel`).
         global_pool (str): ``'avg'`` (mmcirc's classifiers), ``'max'``, ``'avgmax'``,
@@ -80,10 +81,10 @@ class PyramidTimm(TimmModel):
         dtype=None,
         **backbone_kwargs,
     ):
-        if family not in PYRAMID_BACKBONES:
-            raise ValueError(f'family must be one of {tuple(PYRAMID_BACKBONES)}, got {family!r}')
-        name, stride_key = PYRAMID_BACKBONES[family]
-        cls = _backbone_class(name)
+        classes = pyramid_backbones()
+        if family not in classes:
+            raise ValueError(f'family must be one of {tuple(classes)}, got {family!r}')
+        cls = classes[family]
         if feature_indices is None:
             out_indices = (-1,)  # the classifier: the last stage
         elif is_int(feature_indices):
@@ -102,15 +103,9 @@ class PyramidTimm(TimmModel):
             init_backbone(backbone)
             n, attr = backbone.num_stages, backbone.stages_attr
             backbone.out_indices = tuple(range(n))  # every stage's map (output LNs as built)
-            strides = backbone_kwargs.get(stride_key, (4, 2, 2, 2))
-            strides = (strides,) * n if is_int(strides) else tuple(strides)  # as the backbone
             info = [
-                dict(
-                    num_chs=backbone.embed_dims[i],
-                    reduction=math.prod(strides[: i + 1]),
-                    module=f'backbone.{attr}.{i}',
-                )
-                for i in range(n)
+                dict(num_chs=backbone.embed_dims[i], reduction=s, module=f'backbone.{attr}.{i}')
+                for i, s in enumerate(backbone.stage_strides())
             ]
             super().__init__(
                 backbone,
@@ -138,7 +133,7 @@ class PyramidTimm(TimmModel):
         from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
 
         from mmcirc.models.backbones.pyramid import grid_size
-        from mmcirc.models.blocks import PYRAMID_BLOCKS
+        from mmcirc.models.families import attention_blocks
         from mmcirc.ops.core import select_cores
 
         stages = (
@@ -146,7 +141,7 @@ class PyramidTimm(TimmModel):
             PatchMerging,
             AbsolutePositionEmbedding,  # resized to the map
         )
-        blocks = tuple(leaf for cls in PYRAMID_BLOCKS for leaf in cls.fx_leaves)
+        blocks = tuple(leaf for cls in attention_blocks().values() for leaf in cls.fx_leaves)
         return stages + blocks, (nlc_to_nchw, nchw_to_nlc, grid_size, select_cores)
 
     # ------------------------------------------------------------------ forward

@@ -28,7 +28,7 @@ import torch
 
 from mmcirc.models.backbones import deit_convert, veca_convert
 from mmcirc.models.backbones.contract import HAS_MMENGINE
-from mmcirc.models.convert import ConversionError, strip_common_prefix
+from mmcirc.models.convert import RELEASED, ConversionError, strip_common_prefix
 
 __all__ = ['checkpoint_filter_fn', 'load_checkpoint_file', 'load_into']
 
@@ -70,7 +70,7 @@ def checkpoint_filter_fn(state_dict, model):
     docstring -> ``model``'s keys. ConversionError (a ValueError) for anything else."""
     kind = getattr(model, 'released_kind', None)  # TimmModel.released_kind
     ckpt = state_dict
-    if veca_convert.RELEASED.detect(ckpt):
+    if RELEASED['veca'].detect(ckpt):
         if kind != 'veca':
             raise ConversionError(f'a VECA checkpoint does not fit {type(model).__name__}')
         _check_veca_settings(veca_convert.veca_settings_of(ckpt.get('config', {}))[1], model)
@@ -84,9 +84,7 @@ def checkpoint_filter_fn(state_dict, model):
     sd = strip_common_prefix(
         OrderedDict((k, v) for k, v in sd.items() if torch.is_tensor(v)), 'module.'
     )
-    if not any(k.startswith('backbone.') for k in sd) and deit_convert.RELEASED.detect(
-        {'model': sd}
-    ):
+    if not any(k.startswith('backbone.') for k in sd) and RELEASED['deit'].detect({'model': sd}):
         if kind != 'deit':
             raise ConversionError(f'a CA-DeiT checkpoint does not fit {type(model).__name__}')
         result, _ = deit_convert.convert_cadeit_official({'model': sd}, arch=model.arch)

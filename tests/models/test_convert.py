@@ -18,7 +18,7 @@ from mmcirc.models.backbones.deit_convert import convert_cadeit_official
 from mmcirc.models.backbones.pyramid_convert import convert_pyramid
 from mmcirc.models.backbones.veca_convert import convert_veca_official
 from mmcirc.models.convert import (
-    FAMILIES,
+    CONVERTERS,
     CheckpointKindError,
     ConversionError,
     build_result,
@@ -287,7 +287,7 @@ def test_convert_file_released_kinds(tmp_path, monkeypatch, family):
 def test_convert_file_unknown_family(tmp_path):
     torch.save(official_pvt(), tmp_path / 'src.pth')
     with pytest.raises(
-        ConversionError, match=re.escape(f"family must be one of {tuple(FAMILIES)}, got 'vit'")
+        ConversionError, match=re.escape(f"family must be one of {tuple(CONVERTERS)}, got 'vit'")
     ):
         convert_file('vit', str(tmp_path / 'src.pth'))
     with pytest.raises(FileNotFoundError, match='checkpoint not found'):

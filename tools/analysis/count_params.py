@@ -18,10 +18,10 @@ from mmcirc.cli.common import main_guard
 
 def variants():
     """(class name, arch) of every registered pyramid and named arch, and (family base
-    class, its original attention kind) per family: read from the registry."""
-    from mmcirc.models.backbones.pyramid import registered_pyramids
+    class, its original attention kind) per family: read from the family table."""
+    from mmcirc.models.families import pyramid_families
 
-    families = registered_pyramids()
+    families = pyramid_families()
     rows = [
         (cls.__name__, arch)
         for classes in families.values()

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from mmcirc.ops.circulant import CirculantAttention
+from ..families import register_family
 from .contract import (
     HAS_MMENGINE,
     BackboneContract,
@@ -188,6 +189,7 @@ class CADeiT(BackboneContract):
             ``dict(type='Pretrained', checkpoint=..., prefix='backbone.')``.
     """
 
+    family = 'deit'
     arch_zoo = {
         'tiny': dict(embed_dims=192, depth=12, mlp_ratio=4.0),
         'small': dict(embed_dims=384, depth=12, mlp_ratio=4.0),
@@ -322,6 +324,7 @@ class CADeiT(BackboneContract):
         return tuple(outs)
 
 
+register_family(CADeiT)
 if HAS_MMENGINE:  # registration needs the OpenMMLab libraries
     from mmcirc.registry import register_model
 

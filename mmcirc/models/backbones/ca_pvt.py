@@ -31,6 +31,7 @@ from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
 from mmengine.model import ModuleList
 
 from mmcirc.registry import register_model
+from ..families import register_family
 from ..blocks import CirculantBlock, CoreBlock, SRABlock
 from .contract import check_positive_int, is_int
 from .pyramid import PyramidBackbone, PyramidStage
@@ -39,6 +40,7 @@ __all__ = ['CAPVT', 'CorePVT']
 
 
 @register_model()
+@register_family
 class CAPVT(PyramidBackbone):
     """PVT v1 pyramid with circulant attention in stages 1-2 (CA-PVT, METHOD.md).
 
@@ -244,6 +246,7 @@ class CAPVT(PyramidBackbone):
 
 
 @register_model()
+@register_family
 class CorePVT(CAPVT):
     """:class:`CAPVT` with core attention in stages 1-2 by default (``attention='core'``)."""
 

@@ -22,6 +22,7 @@ from mmengine.model import ModuleList
 from torch import nn
 
 from mmcirc.registry import register_model
+from ..families import register_family
 from ..blocks import CirculantBlock, CoreBlock, WindowBlock
 from .contract import check_positive, check_positive_int, is_int
 from .pyramid import PyramidBackbone, PyramidStage
@@ -30,6 +31,7 @@ __all__ = ['CASwin', 'CoreSwin']
 
 
 @register_model()
+@register_family
 class CASwin(PyramidBackbone):
     """Swin pyramid with circulant attention in stages 1-2 (CA-Swin, METHOD.md).
 
@@ -209,6 +211,7 @@ class CASwin(PyramidBackbone):
 
 
 @register_model()
+@register_family
 class CoreSwin(CASwin):
     """:class:`CASwin` with core attention in stages 1-2 by default (``attention='core'``)."""
 

@@ -29,7 +29,6 @@ from mmcirc.models.convert.conversion import (
     OUTPUT_ROOT,
     ConversionError,
     ConversionResult,
-    ReleasedKind,
     build_result,
     expect_released,
     shape_mismatches,
@@ -40,7 +39,6 @@ from mmcirc.models.convert.conversion import (
 
 __all__ = [
     'CADEIT_BLOCK_KEY_MAP',
-    'RELEASED',
     'cadeit_arch_of',
     'convert_cadeit',
     'convert_cadeit_official',
@@ -68,25 +66,6 @@ CADEIT_BLOCK_KEY_MAP = {
     'mlp.fc2.weight': ('ffn.layers.1.weight', 'ffn.layers.3.weight'),
     'mlp.fc2.bias': ('ffn.layers.1.bias', 'ffn.layers.3.bias'),
 }
-
-
-def _is_released(ckpt) -> bool:
-    if isinstance(ckpt, dict):
-        sd = ckpt.get('model', ckpt.get('state_dict', ckpt))
-        return isinstance(sd, dict) and any(
-            re.match(r'^(module\.)?blocks\.\d+\.attn\.gate\.0\.weight$', str(k)) for k in sd
-        )
-    return False
-
-
-#: The released file (circulant attention: the gates tell it from a plain DeiT).
-RELEASED = ReleasedKind(
-    kind='cadeit',
-    name='CA-DeiT',
-    holds='{"model": ...} with circulant attention',
-    holds_full='{"model": state dict} with blocks.*.attn.gate.0.weight (circulant attention)',
-    detect=_is_released,
-)
 
 
 def _cadeit_class():

@@ -21,7 +21,6 @@ from collections import OrderedDict
 import torch
 
 from mmcirc.models.convert.conversion import ConversionError
-from . import pyramid_convert
 
 __all__ = [
     'LAYOUTS',
@@ -30,7 +29,6 @@ __all__ = [
     'convert_mmdet_pvt_keys',
     'key_converter',
     'resize_position_table',
-    'convert_source',
 ]
 
 #: Source layouts (``'auto'`` detects one of them).
@@ -110,9 +108,3 @@ def resize_position_table(key: str, value: torch.Tensor, model) -> torch.Tensor:
         )
     src = AbsolutePositionEmbedding(pos_shape=(side, side), pos_dim=value.shape[2])
     return src.resize_pos_embed(value.float(), tuple(stage.pos_embed.pos_shape)).to(value.dtype)
-
-
-def convert_source(src, load, meta, **options):
-    """A PVT (or CA-DeiT) checkpoint file for a CA/Core-PVT
-    (:func:`mmcirc.models.backbones.pyramid_convert.convert_source`)."""
-    return pyramid_convert.convert_source('pvt', src, load, meta, **options)

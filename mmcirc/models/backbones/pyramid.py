@@ -39,7 +39,6 @@ __all__ = [
     'PyramidStage',
     'PyramidBackbone',
     'grid_size',
-    'registered_pyramids',
     'stride_of',
 ]
 
@@ -175,20 +174,6 @@ class PyramidStage(BaseModule):
 
 
 # --------------------------------------------------------------------------- backbone
-def registered_pyramids() -> Dict[str, List[type]]:
-    """``{family: [classes]}`` of the registered :class:`PyramidBackbone` subclasses
-    (registration order: the family's base class, e.g. ``CAPVT``, comes first)."""
-    import inspect
-
-    from mmcirc.registry import model_registries
-
-    out: Dict[str, List[type]] = {}
-    for cls in list(model_registries()[0].module_dict.values()):
-        if inspect.isclass(cls) and issubclass(cls, PyramidBackbone) and cls.family:
-            out.setdefault(cls.family, []).append(cls)
-    return out
-
-
 class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     """Family-independent part of the CA/Core pyramids (abstract; see CAPVT, CASwin).
 

@@ -287,9 +287,9 @@ class PyramidBuild:
         the ceiling of their product).
         """
         h, w = (int(v) for v in hw)
-        return [(-(-h // s), -(-w // s)) for s in self._stage_strides()]
+        return [(-(-h // s), -(-w // s)) for s in self.stage_strides()]
 
-    def _stage_strides(self) -> List[int]:
+    def stage_strides(self) -> List[int]:
         """Total stride of the map each stage's blocks see."""
         stride, strides = stride_of(getattr(self, 'patch_embed', None)), []
         for stage in self.stages:
@@ -307,7 +307,7 @@ class PyramidBuild:
         stride s sees ceil(H / s) rows (:meth:`stage_grids`), so H >= s * (r - 1) + 1.
         """
         size = 1
-        for stage, stride in zip(self.stages, self._stage_strides()):
+        for stage, stride in zip(self.stages, self.stage_strides()):
             ratio = max(
                 (getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks), default=1
             )

@@ -33,13 +33,12 @@ from mmcirc.models.convert.conversion import (
     OUTPUT_ROOT,
     ConversionError,
     ConversionResult,
-    family_converter,
     trace_provenance,
     unwrap_state_dict,
 )
 
 from .pyramid_target import (
-    PYRAMID_FAMILIES,
+    PYRAMID_SOURCES,
     build_backbone,
     describe,
     family_of,
@@ -57,9 +56,9 @@ __all__ = [
 
 
 def _module(family: str):
-    if family not in PYRAMID_FAMILIES:
-        raise ConversionError(f'family must be one of {PYRAMID_FAMILIES}, got {family!r}')
-    return family_converter(family)
+    if family not in PYRAMID_SOURCES:
+        raise ConversionError(f'family must be one of {tuple(PYRAMID_SOURCES)}, got {family!r}')
+    return PYRAMID_SOURCES[family]
 
 
 def layouts_of(family: str) -> tuple:

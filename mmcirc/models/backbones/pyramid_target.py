@@ -1,5 +1,5 @@
 """The target of a conversion into a CA/Core pyramid (PVT / Swin families): which
-registered class is built, which of its keys are the replaced attention, how it is
+class of the family table (:data:`mmcirc.models.families.FAMILIES`) is built, which of its keys are the replaced attention, how it is
 described in reports and errors, and the one :class:`ConversionResult` of a pyramid.
 Shared by the pyramid converter (:mod:`~mmcirc.models.backbones.pyramid_convert`) and
 CA-DeiT blocks into a pyramid (:func:`~mmcirc.models.backbones.deit_convert.convert_cadeit`).
@@ -8,9 +8,11 @@ CA-DeiT blocks into a pyramid (:func:`~mmcirc.models.backbones.deit_convert.conv
 from typing import List, Optional, Sequence
 
 from mmcirc.models.convert.conversion import ConversionError, build_result
+from ..families import FAMILIES
+from . import pvt_convert, swin_convert
 
 __all__ = [
-    'PYRAMID_FAMILIES',
+    'PYRAMID_SOURCES',
     'family_of',
     'build_backbone',
     'replaced_attention_keys',
@@ -18,18 +20,18 @@ __all__ = [
     'pyramid_result',
 ]
 
-#: The pyramid families with a converter (their modules: :data:`mmcirc.models.convert.FAMILIES`).
-PYRAMID_FAMILIES = ('pvt', 'swin')
+#: The pyramid families with a converter -> the module of their source layouts.
+PYRAMID_SOURCES = {'pvt': pvt_convert, 'swin': swin_convert}
 
 
 def family_of(model) -> str:
     """The family (``'pvt'``, ``'swin'``) of a built CA/Core pyramid."""
     from .pyramid import PyramidBackbone
 
-    if isinstance(model, PyramidBackbone) and model.family in PYRAMID_FAMILIES:
+    if isinstance(model, PyramidBackbone) and model.family in PYRAMID_SOURCES:
         return model.family
     raise ConversionError(
-        f'not an mmcirc pyramid with a converter ({PYRAMID_FAMILIES}): {type(model).__name__}'
+        f'not an mmcirc pyramid with a converter ({tuple(PYRAMID_SOURCES)}): {type(model).__name__}'
     )
 
 
@@ -40,16 +42,13 @@ def build_backbone(
     stage_attentions: Optional[Sequence[str]] = None,
     **kwargs,
 ):
-    """Build the target from mmcirc's registered classes: the family's registered
-    pyramid whose default attention is the one replaced kind (``CorePVT`` / ``CoreSwin``
+    """Build the target from the family's classes (:data:`~mmcirc.models.families.FAMILIES`):
+    the one whose default attention is the one replaced kind (``CorePVT`` / ``CoreSwin``
     when the replaced stages are all core), else the family's base class (``CAPVT`` /
     ``CASwin``), with the constructor's weights, in eval mode."""
-    from .pyramid import registered_pyramids
-
-    families = {f: c for f, c in registered_pyramids().items() if f in PYRAMID_FAMILIES}
-    if family not in families:
-        raise ConversionError(f'family must be one of {tuple(families)}, got {family!r}')
-    classes = families[family]
+    if family not in PYRAMID_SOURCES:
+        raise ConversionError(f'family must be one of {tuple(PYRAMID_SOURCES)}, got {family!r}')
+    classes = FAMILIES[family]
     kinds = (
         [attention]
         if stage_attentions is None

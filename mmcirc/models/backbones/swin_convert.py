@@ -15,9 +15,8 @@ the source layouts, how to tell them apart and how their keys map to :class:`CAS
 import re
 from collections import OrderedDict
 
-from . import pyramid_convert
 
-__all__ = ['LAYOUTS', 'LAYOUT_PATTERNS', 'key_converter', 'convert_source']
+__all__ = ['LAYOUTS', 'LAYOUT_PATTERNS', 'key_converter']
 
 #: Source layouts (``'auto'`` detects one of them); all but the official one share keys.
 LAYOUTS = ('official', 'mmdet', 'mmseg', 'mmpretrain', 'mmcirc')
@@ -49,9 +48,3 @@ def _official_to_mmdet(sd):
 def key_converter(layout: str):
     """``convert(state_dict) -> state_dict in CASwin's keys`` for a source layout."""
     return _official_to_mmdet if layout == 'official' else OrderedDict
-
-
-def convert_source(src, load, meta, **options):
-    """A Swin (or CA-DeiT) checkpoint file for a CA/Core-Swin
-    (:func:`mmcirc.models.backbones.pyramid_convert.convert_source`)."""
-    return pyramid_convert.convert_source('swin', src, load, meta, **options)

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..families import register_family
 from .contract import (
     HAS_MMENGINE,
     BackboneContract,
@@ -240,6 +241,7 @@ class VECAViT(ElasticCores, BackboneContract):
         init_cfg (dict, optional): mmengine init config.
     """
 
+    family = 'veca'
     arch_zoo = {
         'small': dict(embed_dims=384, num_layers=12, num_heads=6, mlp_ratio=2.66667, num_cores=64),
         'splus': dict(embed_dims=384, num_layers=12, num_heads=6, mlp_ratio=4.0, num_cores=64),
@@ -449,6 +451,7 @@ def _fps_coords(num: int, pool: int = 1000, coord_range: float = 0.95) -> torch.
     return torch.atanh(pts.clamp(-0.999, 0.999))
 
 
+register_family(VECAViT)
 if HAS_MMENGINE:
     from mmcirc.registry import register_model
 

@@ -23,7 +23,6 @@ import torch
 from mmcirc.models.convert.conversion import (
     OUTPUT_ROOT,
     ConversionError,
-    ReleasedKind,
     build_result,
     expect_released,
     shape_mismatches,
@@ -31,7 +30,6 @@ from mmcirc.models.convert.conversion import (
 )
 
 __all__ = [
-    'RELEASED',
     'VECA_FAMILIES',
     'convert_source',
     'convert_veca_official',
@@ -41,15 +39,6 @@ __all__ = [
 
 #: The official model families (``config['model_family']``).
 VECA_FAMILIES = ('small', 'splus', 'base', 'large')
-
-#: The released file: the student's weights and the training config.
-RELEASED = ReleasedKind(
-    kind='veca',
-    name='VECA',
-    holds='{"student": ..., "config": ...}',
-    holds_full='{"student": state dict, "config": {...}}',
-    detect=lambda ckpt: isinstance(ckpt, dict) and isinstance(ckpt.get('student'), dict),
-)
 
 #: config key -> VECAViT argument, for the settings that change the model.
 _VECA_CONFIG_ARGS = {

@@ -12,12 +12,7 @@ from .pyramid_blocks import CirculantBlock, CoreBlock, PyramidBlock
 from .sra import SRABlock
 from .window import WindowBlock
 
-#: The blocks of mmcirc's pyramid families (their fx leaves, the kinds whose attention is
-#: quadratic); a family says which of them it takes.
-PYRAMID_BLOCKS = (CirculantBlock, CoreBlock, SRABlock, WindowBlock)
-
 __all__ = [
-    'PYRAMID_BLOCKS',
     'PyramidBlock',
     'CirculantBlock',
     'CoreBlock',

@@ -2,24 +2,22 @@
 (their commands: :mod:`mmcirc.cli.convert`, ``tools/model_converters/*_to_mmcirc.py``).
 
 The shared machinery is :mod:`.conversion` (safe loading, unwrapping, provenance, the one
-result type, report and file-to-file entry point :func:`convert_file`); each family's source
-layouts live beside its backbone (:data:`FAMILIES`: ``mmcirc/models/backbones/
-{pvt,swin,deit,veca}_convert.py``, with what the pyramids share in
-``pyramid_convert.py``). This package needs torch alone.
+result type, report); each family's source layouts live beside its backbone
+(``mmcirc/models/backbones/{pvt,swin,deit,veca}_convert.py``, with what the pyramids share
+in ``pyramid_convert.py``), which import it; :mod:`.files` converts a file for any family
+(:func:`convert_file`, :data:`CONVERTERS`). This package needs torch alone.
 """
 
 from .conversion import (  # noqa: F401
     ARCH_LETTERS,
-    FAMILIES,
     OUTPUT_ROOT,
+    RELEASED,
     CheckpointKindError,
     ConversionError,
     ConversionResult,
     ReleasedKind,
     build_result,
-    convert_file,
     expect_released,
-    family_converter,
     format_summary,
     load_source,
     save_checkpoint,
@@ -29,4 +27,7 @@ from .conversion import (  # noqa: F401
     trace_provenance,
     unwrap_state_dict,
 )
-from .conversion import __all__  # noqa: F401,E402
+from .conversion import __all__  # noqa: E402
+from .files import CONVERTERS, convert_file  # noqa: E402
+
+__all__ = [*__all__, 'CONVERTERS', 'convert_file']

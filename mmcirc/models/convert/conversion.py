@@ -1,27 +1,22 @@
 """What every checkpoint converter shares: read a file through mmcirc's safe loader,
 unwrap its tensors, trace where each converted tensor came from, build the one
 :class:`ConversionResult` against the target model, report it (:func:`format_summary`)
-and write it atomically (:func:`save_checkpoint`); :func:`convert_file` does it all
-from file to file for any family of :data:`FAMILIES`.
-
-What a family's source checkpoints look like (how to detect their layouts, how their
-keys map) lives beside the family's backbone, in the modules of :data:`FAMILIES`
-(``mmcirc/models/backbones/*_convert.py``), the way mmdet keeps ``pvt_convert`` and
-``swin_converter`` beside its backbones. Each such module offers
-``convert_source(src, load, meta, **options) -> (result, default_out, title)``; the
-released whole-model checkpoints (CA-DeiT, VECA) also declare a :class:`ReleasedKind`
-(``RELEASED``), so that a file of one given to the other is named as such.
+and write it atomically (:func:`save_checkpoint`). The family converters beside their
+backbones (``mmcirc/models/backbones/*_convert.py``, the way mmdet keeps
+``pvt_convert`` and ``swin_converter`` beside its backbones) import it;
+:func:`mmcirc.models.convert.files.convert_file` calls them, from file to file. The
+released whole-model files (CA-DeiT, VECA) are told apart here (:data:`RELEASED`), so
+that a file of one given to the other is named as such.
 
 Provenance (:func:`trace_provenance`): a key converter is run once more on index-valued
 stand-ins of the source tensors, so which source tensors every output was made from is
 read off the result, with nothing assumed about the mapping (e.g. mmdet's ``pvt_convert``
 concatenating ``q`` and ``kv`` into ``in_proj_weight``).
 
-Torch only at import: the family modules, the safe loader and the libraries a family
-needs (mmdet, mmengine) are imported where they are used.
+Torch only at import: the safe loader and the libraries a family needs (mmdet,
+mmengine) are imported where they are used.
 """
 
-import importlib
 import os.path as osp
 import re
 from collections import OrderedDict
@@ -32,19 +27,16 @@ import torch
 
 __all__ = [
     'ARCH_LETTERS',
-    'FAMILIES',
     'OUTPUT_ROOT',
+    'RELEASED',
     'CheckpointKindError',
     'ConversionError',
     'ConversionResult',
     'ReleasedKind',
     'build_result',
-    'convert_file',
     'expect_released',
-    'family_converter',
     'format_summary',
     'load_source',
-    'same_file',
     'save_checkpoint',
     'shape_mismatches',
     'strip_common_prefix',
@@ -53,22 +45,11 @@ __all__ = [
     'unwrap_state_dict',
 ]
 
-#: family -> the module beside its backbone that knows its source checkpoints.
-FAMILIES = {
-    'pvt': 'mmcirc.models.backbones.pvt_convert',
-    'swin': 'mmcirc.models.backbones.swin_convert',
-    'deit': 'mmcirc.models.backbones.deit_convert',
-    'veca': 'mmcirc.models.backbones.veca_convert',
-}
-
 #: Arch name -> the letter of the config and checkpoint names (``ca_pvt_s``, ``ca_deit_b``).
 ARCH_LETTERS = {'tiny': 't', 'small': 's', 'medium': 'm', 'large': 'l', 'base': 'b'}
 
 #: Where converted checkpoints go by default (``{OUTPUT_ROOT}/<variant>_<suffix>.pth``).
 OUTPUT_ROOT = 'work_dirs/pretrained'
-
-#: Families with a released whole-model checkpoint, in the order their files are recognised.
-_RELEASED = ('veca', 'deit')
 
 
 class ConversionError(ValueError):
@@ -81,13 +62,6 @@ class CheckpointKindError(ConversionError):
     def __init__(self, message: str, found: str):
         super().__init__(message)
         self.found = found
-
-
-def family_converter(family: str):
-    """The converter module of ``family`` (one of :data:`FAMILIES`)."""
-    if family not in FAMILIES:
-        raise ConversionError(f'family must be one of {tuple(FAMILIES)}, got {family!r}')
-    return importlib.import_module(FAMILIES[family])
 
 
 # --------------------------------------------------------------------------- source
@@ -155,7 +129,7 @@ def tensors_of(sd, what: str) -> 'OrderedDict[str, torch.Tensor]':
 
 @dataclass(frozen=True)
 class ReleasedKind:
-    """A released whole-model checkpoint file (a family module's ``RELEASED``).
+    """A released whole-model checkpoint file (one of :data:`RELEASED`).
 
     Attributes:
         kind: its name in :class:`CheckpointKindError` (``found``).
@@ -171,15 +145,45 @@ class ReleasedKind:
     detect: Callable
 
 
+def _is_cadeit(ckpt) -> bool:
+    if isinstance(ckpt, dict):
+        sd = ckpt.get('model', ckpt.get('state_dict', ckpt))
+        return isinstance(sd, dict) and any(
+            re.match(r'^(module\.)?blocks\.\d+\.attn\.gate\.0\.weight$', str(k)) for k in sd
+        )
+    return False
+
+
+#: The released whole-model files by family, in the order they are recognised: VECA's
+#: (the student's weights and the training config), CA-DeiT's (circulant attention: the
+#: gates tell it from a plain DeiT).
+RELEASED = {
+    'veca': ReleasedKind(
+        kind='veca',
+        name='VECA',
+        holds='{"student": ..., "config": ...}',
+        holds_full='{"student": state dict, "config": {...}}',
+        detect=lambda ckpt: isinstance(ckpt, dict) and isinstance(ckpt.get('student'), dict),
+    ),
+    'deit': ReleasedKind(
+        kind='cadeit',
+        name='CA-DeiT',
+        holds='{"model": ...} with circulant attention',
+        holds_full='{"model": state dict} with blocks.*.attn.gate.0.weight (circulant attention)',
+        detect=_is_cadeit,
+    ),
+}
+
+
 def expect_released(ckpt, family: str) -> None:
     """Raise unless ``ckpt`` is the released checkpoint of ``family``: a
     :class:`CheckpointKindError` when it is another family's released file (the first
     of them that recognises it), else a :class:`ConversionError` saying what was
     expected."""
-    want = family_converter(family).RELEASED
-    found = next(
-        (k for k in (family_converter(f).RELEASED for f in _RELEASED) if k.detect(ckpt)), None
-    )
+    if family not in RELEASED:
+        raise ConversionError(f'family must be one of {tuple(RELEASED)}, got {family!r}')
+    want = RELEASED[family]
+    found = next((k for k in RELEASED.values() if k.detect(ckpt)), None)
     if found == want:
         return
     if found is not None:
@@ -413,62 +417,3 @@ def save_checkpoint(result: ConversionResult, path: str) -> str:
     with atomic_open(path, 'wb') as f:
         torch.save({'state_dict': result.state_dict, 'meta': result.meta}, f)
     return path
-
-
-def same_file(a: Optional[str], b: Optional[str]) -> bool:
-    """Whether two paths name one file (links and ``~`` resolved)."""
-    if a is None or b is None:
-        return False
-    a, b = (osp.realpath(osp.expanduser(p)) for p in (a, b))
-    return a == b or (osp.exists(a) and osp.exists(b) and osp.samefile(a, b))
-
-
-def convert_file(
-    family: str,
-    src: str,
-    out: Optional[str] = None,
-    *,
-    trust=False,
-    overwrite: bool = False,
-    **options,
-):
-    """Convert the checkpoint file ``src`` for a ``family`` model (:data:`FAMILIES`)
-    and save it atomically to ``out`` (default: the family's name under
-    :data:`OUTPUT_ROOT`, named by the options that change the weights). ``out`` naming a
-    file read (``src``, ``base``) is refused before anything is read; an existing
-    default output is refused unless ``overwrite`` (an ``out`` given is the caller's
-    to overwrite).
-
-    ``trust`` allows full unpickling of the files read (:func:`load_source`);
-    ``options`` are the family's (its module's ``convert_source``): for ``'pvt'`` /
-    ``'swin'`` the target (``arch``, ``attention``, ``stage_attentions``,
-    ``backbone_options``, ``pos_embed_size``), ``src_layout``, or ``cadeit=True`` with
-    ``source_blocks`` and ``base`` (a CA-DeiT source, see
-    :func:`mmcirc.models.backbones.deit_convert.convert_cadeit`); for ``'deit'`` /
-    ``'veca'`` (the released files) ``arch``.
-
-    Returns ``(result, out, title)``: the :class:`ConversionResult`, the path written and
-    a one-line description for :func:`format_summary`. Raises :class:`ConversionError`
-    (a ``ValueError``) naming the parameter or tensor that does not fit.
-    """
-    for name, path in (('src', src), ('base', options.get('base'))):
-        if same_file(out, path):
-            raise ConversionError(
-                f'out {out} is the {name} checkpoint: the output must be another file'
-            )
-    converter = family_converter(family)
-
-    def load(path):
-        return load_source(path, trust=trust)
-
-    result, default_out, title = converter.convert_source(
-        src, load, dict(source=osp.basename(src)), **options
-    )
-    if out is None and osp.exists(osp.expanduser(default_out)) and not overwrite:
-        raise ConversionError(
-            f'{default_out} exists (the default output of these options): name an output '
-            'file, or allow overwriting it (overwrite=True, --force)'
-        )
-    out = out or default_out
-    save_checkpoint(result, out)
-    return result, out, title

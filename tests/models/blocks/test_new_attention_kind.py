@@ -15,8 +15,9 @@ the way a user would, with no edit of mmcirc:
   ``attention_blocks`` (a kind the family's ``__init__`` does not know gets the
   family's MLP arguments: ``embed_dims``, ``feedforward_channels``, ``drop_rate``,
   ``act_cfg``, ``norm_cfg``, ``ffn_type``; ``block_cfgs`` options add more); registered with
-  :func:`mmcirc.registry.register_model` (with the block, for ``block_cfgs`` types),
-  configs, the high-res overrides and the converters find it.
+  :func:`mmcirc.registry.register_model` (with the block, for ``block_cfgs`` types), configs
+  find it; added to its family with :func:`mmcirc.models.families.register_family`, the
+  high-res overrides and the converters find it.
 
 The tests show that the subclass builds and runs with it (``stage_attentions``
 short form and ``block_cfgs``) while the base families refuse it, the high-res overrides
@@ -48,6 +49,7 @@ from mmcirc.models.backbones.pyramid_target import build_backbone
 from mmcirc.models.blocks import PyramidBlock
 from mmcirc.models.blocks.pyramid_blocks import TokenFFN, TokenMixFFN, build_ffn
 from mmcirc.models.convert import format_summary
+from mmcirc.models import families
 from mmcirc.registry import model_registries, register_model
 
 TINY = dict(embed_dims=[8, 16, 24, 32], depths=[1, 2, 1, 1], num_heads=[1, 2, 2, 4])
@@ -137,12 +139,16 @@ REGISTERED = (PooledBlock, PooledPVT, PooledSwin)
 def pooled_registered():
     for cls in REGISTERED:
         register_model(cls)
+    for cls in SUBCLASS.values():
+        families.register_family(cls)
     try:
         yield
     finally:
         for registry in model_registries():
             for cls in REGISTERED:
                 registry.module_dict.pop(cls.__name__, None)
+        for cls in SUBCLASS.values():
+            families.FAMILIES[cls.family].remove(cls)
 
 
 @pytest.fixture
