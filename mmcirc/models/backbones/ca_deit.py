@@ -40,6 +40,7 @@ from .contract import (
     HAS_MMENGINE,
     BackboneContract,
     check_circulant,
+    call_block,
     check_images,
     check_positive,
     check_positive_int,
@@ -316,7 +317,7 @@ class CADeiT(BackboneContract):
         x, hw = self.patch_embed(x)  # (B, N, C), N = H/16 * W/16
         outs = []
         for i, block in enumerate(self.blocks):
-            x = self._call_block(block, x, hw)
+            x = call_block(block, x, hw) if self.with_cp else block(x, hw)
             if i == self.depth - 1 and self.final_norm:
                 x = self.norm(x)
             if i in self.out_indices:

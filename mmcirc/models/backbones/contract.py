@@ -164,12 +164,14 @@ def pad_to_multiple(x: torch.Tensor, size: int) -> torch.Tensor:
     return x
 
 
-def call_block(block: nn.Module, *args, with_cp: bool = False):
-    """``block(*args)``, under ``torch.utils.checkpoint`` when ``with_cp`` and autograd
-    records (activations recomputed in backward, not stored; RNG state preserved); a
-    ``torch.fx`` trace records the block itself (no checkpoint in the graph)."""
+def call_block(block: nn.Module, *args):
+    """``block(*args)`` of a backbone with ``with_cp``, the one way every backbone runs
+    a block (``call_block(block, *args) if self.with_cp else block(*args)``): under
+    ``torch.utils.checkpoint`` when autograd records (activations recomputed in
+    backward, not stored; RNG state preserved); a ``torch.fx`` trace records the block
+    itself (no checkpoint in the graph)."""
     x = args[0]
-    if with_cp and isinstance(x, torch.Tensor) and torch.is_grad_enabled() and x.requires_grad:
+    if isinstance(x, torch.Tensor) and torch.is_grad_enabled() and x.requires_grad:
         return checkpoint(block, *args, use_reentrant=False)
     return block(*args)
 
@@ -188,8 +190,8 @@ class BackboneContract(BaseModule):
 
     A family's ``__init__`` calls :meth:`_setup_contract` (sets ``num_stages``,
     ``out_indices``, ``frozen_stages``, ``norm_eval``, ``with_cp``), builds its
-    modules, then calls :meth:`_freeze_stages`; it calls its blocks through
-    :meth:`_call_block`.
+    modules, then calls :meth:`_freeze_stages`; it runs its blocks with
+    :func:`call_block` under ``with_cp``.
     """
 
     arch_zoo: Dict[str, dict] = {}
@@ -267,10 +269,6 @@ class BackboneContract(BaseModule):
                 if isinstance(m, NORM_TYPES):
                     m.eval()
         return self
-
-    def _call_block(self, block: nn.Module, *args):
-        """``block(*args)``, checkpointed with ``with_cp`` (see :func:`call_block`)."""
-        return call_block(block, *args, with_cp=self.with_cp)
 
 
 class ElasticCores:

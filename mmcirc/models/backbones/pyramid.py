@@ -143,23 +143,14 @@ class PyramidStage(BaseModule):
         hw_shape = grid_size(hw_shape)
         if self.pos_embed is not None:
             x = self.pos_embed(x, hw_shape)
-        if self.cores is None:
-            for block in self.blocks:
-                x = (
-                    call_block(block, x, hw_shape, with_cp=True)
-                    if self.with_cp
-                    else block(x, hw_shape)
-                )
-        else:
-            cores = (
-                select_cores(self.cores, self.num_cores)
-                .unsqueeze(0)
-                .expand(x.shape[0], -1, -1)
-                .to(x.dtype)
-            )  # (B, C', C); B may be symbolic (export)
-            for block in self.blocks:
-                args = (x, hw_shape, cores)
-                x, cores = call_block(block, *args, with_cp=True) if self.with_cp else block(*args)
+        cores = None
+        if self.cores is not None:  # (B, C', C); B may be symbolic (export)
+            cores = select_cores(self.cores, self.num_cores).unsqueeze(0)
+            cores = cores.expand(x.shape[0], -1, -1).to(x.dtype)
+        for block in self.blocks:
+            args = (x, hw_shape) if cores is None else (x, hw_shape, cores)
+            out = call_block(block, *args) if self.with_cp else block(*args)
+            x, cores = (out, None) if cores is None else out
         if self.norm is not None:
             x = self.norm(x)
         out, out_hw = x, hw_shape

@@ -45,6 +45,7 @@ from .contract import (
     HAS_MMENGINE,
     BackboneContract,
     ElasticCores,
+    call_block,
     check_images,
     check_positive,
     check_positive_int,
@@ -429,7 +430,8 @@ class VECAViT(ElasticCores, BackboneContract):
                 delta = self.pos_linears[i - 1](x[:, :c])  # (B, C', 2)
                 raw = raw + self.pos_alpha[i - 1].to(delta.dtype) * delta
             cos, sin = self.rope.cos_sin(torch.cat([torch.tanh(raw), p_img], dim=1))  # (B, C'+N, d)
-            x = self._call_block(self.blocks[i], x, cos, sin, c)
+            block = self.blocks[i]
+            x = call_block(block, x, cos, sin, c) if self.with_cp else block(x, cos, sin, c)
             if i in self.out_indices:
                 last = i == self.num_layers - 1 and self.out_norm
                 y = self.output_proj(self.final_norm(x)) if last else x
