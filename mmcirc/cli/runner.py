@@ -1,7 +1,6 @@
-"""What ``tools/train.py`` and ``tools/test.py`` share: the config of a run (mmdet's
-command line for every library; which library runs a config is read from its
-``default_scope``: ``mmdet``, ``mmseg`` or ``mmpretrain``), the common flags, and
-building and running mmengine's Runner so that a distributed job exits cleanly.
+"""What ``tools/train.py`` and ``tools/test.py`` share: the run's config (the library from
+its ``default_scope``), the common flags, and mmengine's Runner built and run so that a
+distributed job exits cleanly.
 """
 
 import os
@@ -26,7 +25,7 @@ def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
 
 
 def apply_common_args(parser):
-    """Arguments every tool takes: ``--work-dir``, ``--cfg-options``, ``--launcher``."""
+    """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local-rank``."""
     parser.add_argument('--work-dir', help='directory for logs, checkpoints and results')
     add_cfg_options(parser, 'train_cfg.max_iters=10')
     parser.add_argument(
@@ -39,31 +38,12 @@ def apply_common_args(parser):
     return parser
 
 
-def set_local_rank(args):
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-
-
-def sharded_config(cfg) -> bool:
-    """Whether the config asks for spatially sharded training (its model wrapper)."""
-    return (cfg.get('model_wrapper_cfg') or {}).get('type') == 'SpatialParallel'
-
-
-def shard(cfg, args):
-    """``--shard``: the config made spatially sharded
-    (:func:`mmcirc.distributed.segmentor.train.shard_config`); a distributed launch is
-    required."""
-    from mmcirc.cli.common import CLIError
-    from mmcirc.distributed.segmentor.train import shard_config
-
-    if cfg.launcher == 'none':
-        raise CLIError(
-            '--shard needs a distributed launch: torchrun --nproc-per-node P '
-            'tools/train.py CONFIG --launcher pytorch --shard'
-        )
-    if args.auto_scale_lr:
-        raise CLIError('--shard and --auto-scale-lr: the ranks share one batch')
-    shard_config(cfg)
+def parse_run_args(parser, argv=None):
+    """``parser``'s arguments with :func:`apply_common_args`' (``LOCAL_RANK`` set from
+    ``--local-rank`` unless the launcher set it)."""
+    args = apply_common_args(parser).parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
 
 
 def build_runner(cfg):

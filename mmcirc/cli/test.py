@@ -12,13 +12,7 @@ from mmcirc.cli.common import (
     overrides_from_args,
     refused_checkpoints,
 )
-from mmcirc.cli.runner import (
-    apply_common_args,
-    build_runner,
-    load_config,
-    run_and_release,
-    set_local_rank,
-)
+from mmcirc.cli.runner import build_runner, load_config, parse_run_args, run_and_release
 from mmcirc.engine.compile import add_compile_hook
 
 
@@ -50,10 +44,7 @@ def parse_args(argv=None):
         help='allow full unpickling of CHECKPOINT (only for files you trust)',
     )
     add_override_args(parser)
-    apply_common_args(parser)
-    args = parser.parse_args(argv)
-    set_local_rank(args)
-    return args
+    return parse_run_args(parser, argv)
 
 
 def _mmdet_outputs(cfg, args):

@@ -8,15 +8,7 @@ import sys
 from mmengine.logging import print_log
 
 from mmcirc.cli.common import CLIError, main_guard
-from mmcirc.cli.runner import (
-    apply_common_args,
-    build_runner,
-    load_config,
-    run_and_release,
-    set_local_rank,
-    shard,
-    sharded_config,
-)
+from mmcirc.cli.runner import build_runner, load_config, parse_run_args, run_and_release
 from mmcirc.engine.compile import add_compile_hook
 
 
@@ -52,10 +44,7 @@ def parse_args(argv=None):
         'torchrun world computes one band of rows of every sample; the loss, gradients '
         "and updates are one process's (mmcirc.distributed.segmentor.train.SpatialParallel)",
     )
-    apply_common_args(parser)
-    args = parser.parse_args(argv)
-    set_local_rank(args)
-    return args
+    return parse_run_args(parser, argv)
 
 
 def enable_amp(cfg):
@@ -71,6 +60,27 @@ def enable_amp(cfg):
         raise CLIError(f'--amp needs optim_wrapper.type=OptimWrapper, got {wrapper!r}')
     cfg.optim_wrapper.type = 'AmpOptimWrapper'
     cfg.optim_wrapper.loss_scale = 'dynamic'
+
+
+def sharded_config(cfg) -> bool:
+    """Whether the config asks for spatially sharded training (its model wrapper)."""
+    return (cfg.get('model_wrapper_cfg') or {}).get('type') == 'SpatialParallel'
+
+
+def shard(cfg, args):
+    """``--shard``: the config made spatially sharded
+    (:func:`mmcirc.distributed.segmentor.train.shard_config`); a distributed launch is
+    required."""
+    from mmcirc.distributed.segmentor.train import shard_config
+
+    if cfg.launcher == 'none':
+        raise CLIError(
+            '--shard needs a distributed launch: torchrun --nproc-per-node P '
+            'tools/train.py CONFIG --launcher pytorch --shard'
+        )
+    if args.auto_scale_lr:
+        raise CLIError('--shard and --auto-scale-lr: the ranks share one batch')
+    shard_config(cfg)
 
 
 @main_guard

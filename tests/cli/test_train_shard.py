@@ -1,4 +1,4 @@
-"""``tools/train.py --shard``'s config (mmcirc.cli.runner.shard,
+"""``tools/train.py --shard``'s config (mmcirc.cli.train.shard,
 mmcirc.distributed.segmentor.train.shard_config): the wrapper, the data-parallel rank's
 sampler and data workers set; a config whose ranks would not draw the same samples, or a
 launch without a process group, refused in one line before anything is built."""
@@ -9,7 +9,7 @@ import pytest
 from mmengine.config import Config
 
 from mmcirc.cli.common import CLIError
-from mmcirc.cli.runner import shard, sharded_config
+from mmcirc.cli.train import shard, sharded_config
 
 
 def _cfg(**randomness):

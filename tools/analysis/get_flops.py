@@ -1,29 +1,8 @@
-"""Parameters and FLOPs of a config's model, per backbone stage, with the share of
-attention, counted with mmengine's FlopAnalyzer plus mmcirc's FFT / softmax / SDPA
-handles (mmcirc/analysis/flops.py states the convention: multiply-adds).
+"""Parameters and FLOPs (multiply-adds) of a config's model, per backbone stage, with the
+share of attention: mmengine's FlopAnalyzer plus mmcirc's FFT / softmax / SDPA handles
+(docs/analysis.md). The flags mean what they mean to mmdet's ``get_flops.py``.
 
-    python tools/analysis/get_flops.py CONFIG [--shape H [W] | --num-images N]
-        [--cfg-options k=v ...] [--mode auto|full|backbone] [--num-cores N]
-        [--boundary B] [--scale S] [--stage-attentions KINDS] [--device cpu|cuda]
-        [--out-json FILE]
-
-mmdet's ``get_flops.py`` flags mean what they mean there: ``--num-images N`` counts the
-forward on the first N images of the config's ``val_dataloader``, one at a time at the
-size its pipeline and data preprocessor give them, and reports the mean;
-``--cfg-options`` overrides the config.
-
-The library is picked from the config's ``default_scope`` (mmdet, mmseg,
-mmpretrain); the model is :func:`mmcirc.apis.builder.build_model`'s, with the backbone
-overrides of the flags (:mod:`mmcirc.apis.overrides`), pretrained loading off and the
-weights not initialised (FLOPs do not depend on them). What is counted, as in mmdet's
-``tools/analysis_tools/get_flops.py``: the ``mode='tensor'`` forward (detectors:
-backbone + neck + heads without post-processing; segmentors: backbone + neck +
-decode head, no auxiliary head; classifiers: backbone + neck + head), on one
-(1, 3, H, W) input padded to the preprocessor's size divisor (or the images of
-``--num-images``). ``--mode backbone``
-counts ``extract_feat`` (backbone + neck); ``auto`` falls back to it when the full
-forward cannot be traced. The tracer runs the forward once
-on ``--device`` (cpu by default).
+python tools/analysis/get_flops.py CONFIG [--shape H [W] | --num-images N] [--mode backbone]
 """
 
 import argparse
