@@ -59,10 +59,14 @@ class _Isotropic(TimmModel):
         settings = zoo.get(arch.lower()) if isinstance(arch, str) else arch
         return int(settings.get(cls.depth_key, 12)) if isinstance(settings, dict) else 12
 
-    @staticmethod
-    def backbone_class():
-        """The mmcirc backbone class of the family (imported when used)."""
-        raise NotImplementedError
+    @classmethod
+    def backbone_class(cls):
+        """The mmcirc backbone class of the family (:data:`~mmcirc.models.families.FAMILIES`
+        by ``released_kind``; imported when used)."""
+        import mmcirc.models.backbones  # noqa: F401  (adds the backbones to the table)
+        from mmcirc.models.families import FAMILIES
+
+        return FAMILIES[cls.released_kind][0]
 
     def _grid(self, x: torch.Tensor) -> tuple:
         """(H', W') of the token map of an image x (B, C, H, W), padding included."""
@@ -189,12 +193,6 @@ class CADeiTTimm(_Isotropic):
         self.arch = arch
 
     @staticmethod
-    def backbone_class():
-        from mmcirc.models.backbones.ca_deit import CADeiT
-
-        return CADeiT
-
-    @staticmethod
     def fx_leaves():
         from mmcirc.ops.circulant import CirculantAttention
 
@@ -279,12 +277,6 @@ class VECATimm(_Isotropic):
                 dtype,
             )
         self.arch, self.backbone_kwargs = arch, dict(backbone_kwargs)
-
-    @staticmethod
-    def backbone_class():
-        from mmcirc.models.backbones.veca import VECAViT
-
-        return VECAViT
 
     @property
     def num_prefix_tokens(self) -> int:

@@ -16,7 +16,8 @@ __all__ = ['CADeiT', 'CORE_PRESETS', 'VECAViT']
 if importlib.util.find_spec('mmengine') is not None:  # registered first: the pyramids
     from .ca_pvt import CAPVT, CorePVT
     from .ca_swin import CASwin, CoreSwin
-    from .pyramid import CirculantBlock, CoreBlock, PyramidBackbone, PyramidStage
+    from ..blocks import CirculantBlock, CoreBlock
+    from .pyramid import PyramidBackbone, PyramidStage
 
     __all__ += [
         'CAPVT',

@@ -34,7 +34,7 @@ from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.utils.checkpoint import checkpoint
 
 from mmcirc.ops.circulant import BOUNDARIES, check_scale
-from mmcirc.ops.core import CORE_PRESETS, parse_num_cores
+from mmcirc.ops.core import parse_num_cores
 
 HAS_MMENGINE = importlib.util.find_spec('mmengine') is not None
 if HAS_MMENGINE:
@@ -56,7 +56,6 @@ else:  # torch only: init_cfg is stored and ignored
 __all__ = [
     'BackboneContract',
     'BaseModule',
-    'CORE_PRESETS',
     'ElasticCores',
     'HAS_MMENGINE',
     'NORM_TYPES',

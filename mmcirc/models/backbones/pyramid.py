@@ -27,15 +27,11 @@ from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_, trunc_normal_init
 
-from mmcirc.ops.core import CORE_PRESETS, select_cores
-from ..blocks import CirculantBlock, CoreBlock
+from mmcirc.ops.core import select_cores
 from .contract import BackboneContract, ElasticCores, call_block, check_images
 from .pyramid_build import PyramidBuild, stride_of
 
 __all__ = [
-    'CORE_PRESETS',
-    'CirculantBlock',
-    'CoreBlock',
     'PyramidStage',
     'PyramidBackbone',
     'grid_size',

@@ -8,25 +8,7 @@ in ``pyramid_convert.py``), which import it; :mod:`.files` converts a file for a
 (:func:`convert_file`, :data:`CONVERTERS`). This package needs torch alone.
 """
 
-from .conversion import (  # noqa: F401
-    ARCH_LETTERS,
-    OUTPUT_ROOT,
-    RELEASED,
-    CheckpointKindError,
-    ConversionError,
-    ConversionResult,
-    ReleasedKind,
-    build_result,
-    expect_released,
-    format_summary,
-    load_source,
-    save_checkpoint,
-    shape_mismatches,
-    strip_common_prefix,
-    tensors_of,
-    trace_provenance,
-    unwrap_state_dict,
-)
+from .conversion import *  # noqa: F403
 from .conversion import __all__  # noqa: E402
 from .files import CONVERTERS, convert_file  # noqa: E402
 
