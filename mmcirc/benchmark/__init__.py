@@ -1,8 +1,7 @@
 """Time and peak memory measured (the benchmark harness) and the documentation's tables
 of them; what a model computes (FLOPs, attention maps) is :mod:`mmcirc.analysis`'s. The
-commands: ``python -m mmcirc.benchmark SUITE`` and ``tools/analysis/benchmark_*.py``
-(entry points of :mod:`mmcirc.cli`). Torch only; mmdet / mmseg / timm imported by the
-cases that need them.
+command: ``python -m mmcirc.benchmark SUITE`` (:mod:`~mmcirc.benchmark.command`, one
+parser). Torch only; mmdet / mmseg / timm imported by the cases that need them.
 
 * :mod:`~mmcirc.benchmark.runner`: the isolated child (timeout, ``RLIMIT_AS`` cap,
   out of memory as a result: ``run_isolated``);
@@ -13,8 +12,8 @@ cases that need them.
 * :mod:`~mmcirc.benchmark.tasks`: measurements of cases in children (``measure``);
 * :mod:`~mmcirc.benchmark.report`: environment, the merging JSON store, markdown
   tables with ratios against a baseline;
-* :mod:`~mmcirc.benchmark.suites`: the suites (their command lines are
-  ``mmcirc.cli.benchmark_<suite>``; the GPU's tool is ``tools/deployment/benchmark_gpu.py``);
+* :mod:`~mmcirc.benchmark.baselines`: the baseline attention layers the cases build;
+* :mod:`~mmcirc.benchmark.suites`: the suites;
 * :mod:`~mmcirc.benchmark.docs`: the documentation's tables (which suite, which flags,
   how rendered) and their markers (``python -m mmcirc.benchmark docs``).
 

@@ -1,7 +1,6 @@
-"""``python -m mmcirc.benchmark SUITE [ARGS]``: the entry point of
-:mod:`mmcirc.cli.benchmark`."""
+"""``python -m mmcirc.benchmark SUITE [ARGS]``: :func:`mmcirc.benchmark.command.main`."""
 
 if __name__ == '__main__':
-    from mmcirc.cli.benchmark import main
+    from mmcirc.benchmark.command import main
 
     main()

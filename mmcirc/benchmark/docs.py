@@ -1,7 +1,6 @@
 """The benchmark tables of the documentation: which suite measures each, with which flags,
 how each is rendered from its suite's store, and how a rendered table replaces the old
-one in a markdown file (``python -m mmcirc.benchmark docs``:
-:mod:`mmcirc.cli.benchmark_docs`).
+one in a markdown file (``python -m mmcirc.benchmark docs``).
 
 A table lives in its document between two marker lines::
 

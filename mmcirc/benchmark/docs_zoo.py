@@ -9,16 +9,29 @@ and what is made from that file alone: the per-task tables of ``configs/README.m
 * :func:`describe`: what a config is (family, backbone, task, dataset, schedule), from
   its name and its loaded config;
 * :func:`render_zoo`: the tables; :func:`metafiles`: {path: text} of the metafiles and
-  the model index.
+  the model index; :func:`count_zoo`: the results file, counted.
 """
 
+import os
 import os.path as osp
 import re
+import subprocess
+import sys
 from typing import Dict
+
+from mmcirc.utils.fileio import atomic_write
 
 from .report import markdown_table
 
-__all__ = ['FAMILIES', 'ZOO_COMMAND', 'ZOO_RESULTS', 'describe', 'metafiles', 'render_zoo']
+__all__ = [
+    'FAMILIES',
+    'ZOO_COMMAND',
+    'ZOO_RESULTS',
+    'count_zoo',
+    'describe',
+    'metafiles',
+    'render_zoo',
+]
 
 ZOO_RESULTS = 'docs/results/model_zoo.json'
 #: the count of every config, as the results file records it (CONFIG: each config)
@@ -188,3 +201,54 @@ def metafiles(store: dict) -> Dict[str, str]:
     index = ['Import:'] + [f'  - {p}' for p in sorted(files)]
     files['model-index.yml'] = '\n'.join(index) + '\n'
     return files
+
+
+def count_zoo(root: str) -> None:
+    """:data:`ZOO_COMMAND` (``tools/analysis/get_flops.py``, run as a user runs it) on every
+    config under ``root/configs`` (``toy/`` aside), into ``root/``:data:`ZOO_RESULTS`."""
+    import datetime
+    import json
+    import tempfile
+
+    import mmcv
+    import torch
+    from mmengine.config import Config
+
+    import mmcirc
+
+    names = sorted(n for n in os.listdir(osp.join(root, 'configs')) if n.endswith('.py'))
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(
+        [osp.dirname(osp.dirname(mmcirc.__file__)), env.get('PYTHONPATH', '')]
+    )
+    configs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            path = osp.join(root, 'configs', name)
+            out = osp.join(tmp, name + '.json')
+            argv = ZOO_COMMAND.split()[1:]
+            argv[0] = osp.join(root, argv[0])
+            argv[argv.index('CONFIG')] = path
+            print(f'[docs] zoo: get_flops.py {name}', flush=True)
+            proc = subprocess.run([sys.executable, *argv, '--out-json', out], env=env)
+            if proc.returncode:
+                raise ValueError(f'get_flops.py {name}: exit status {proc.returncode}')
+            with open(out) as f:
+                counted = json.load(f)
+            configs[name] = dict(
+                describe(name, Config.fromfile(path)),
+                params=int(counted['params']),
+                flops=int(counted['flops']),
+                mode=counted['mode'],
+            )
+    store = dict(
+        command=ZOO_COMMAND,
+        environment=dict(
+            date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d'),
+            torch=torch.__version__,
+            mmcv=mmcv.__version__,
+        ),
+        configs=configs,
+    )
+    text = json.dumps(store, indent=1, sort_keys=True)
+    atomic_write(osp.join(root, ZOO_RESULTS), text + '\n')

@@ -2,13 +2,13 @@
 
 import json
 
-from helpers import run_tool
+from command_run import run_benchmark
 
 
 def test_backward_times_the_training_step_in_its_own_table(tmp_path):
-    args = ['tools/analysis/benchmark_backbone.py', '--models', 'circ_pvt_s', '--sizes', '64']
+    args = ['backbone', '--models', 'circ_pvt_s', '--sizes', '64']
     args += ['--repeats', '1', '--threads', '1', '--backward', '--out-dir', str(tmp_path)]
-    run_tool(args, cwd=tmp_path, timeout=600, env=dict(OMP_NUM_THREADS='1'))
+    run_benchmark(args, tmp_path)
     with open(tmp_path / 'results_cpu_fwdbwd.json') as f:
         (r,) = json.load(f)['results']
     assert r['status'] == 'ok' and r['model'] == 'circ_pvt_s' and r['time_s'] > 0, r

@@ -55,9 +55,9 @@ def test_the_table_shows_compiled_over_eager_of_its_records():
     ],
 )
 def test_bad_flags_are_one_error_line(argv, message, capsys):
-    from mmcirc.cli.benchmark_compile_train import main
+    from mmcirc.benchmark.command import main
 
     with pytest.raises(SystemExit) as exit_:
-        main(argv)
+        main(['compile_train', *argv])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 1 and len(err) == 1 and message in err[0], err

@@ -35,7 +35,7 @@ class Result:
 def run_docs(tmp_path, monkeypatch, capsys):
     """``python -m mmcirc.benchmark docs ARGS`` in this process, in tmp_path (the suites
     measure in their own child processes): its exit status and stderr."""
-    from mmcirc.cli.benchmark import main
+    from mmcirc.benchmark.command import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
@@ -161,12 +161,12 @@ def test_no_run_without_a_store_is_one_error_line(tmp_path, run_docs):
 
 
 def test_the_attention_table_is_the_suites_store(tmp_path, monkeypatch):
-    from mmcirc.cli.benchmark_attention import main
+    from mmcirc.benchmark.command import main
 
     out = tmp_path / 'attention'
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     main(
-        ['--sizes', '8', '--repeat', '2', '--threads', '1', '--no-backward']
+        ['attention', '--sizes', '8', '--repeat', '2', '--threads', '1', '--no-backward']
         + ['--methods', 'circ-circ', '--out-dir', str(out)]
     )
     store = docs.load_store(str(out / 'results.json'))
@@ -180,14 +180,13 @@ def test_the_attention_table_is_the_suites_store(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize('name', list(docs.TABLES))
 def test_every_table_s_flags_are_its_suite_s(name):
-    import importlib
+    from mmcirc.benchmark.command import build_parser
 
     table = docs.TABLES[name]
-    cli = importlib.import_module(f'mmcirc.cli.benchmark_{table.suite}')
     argv = (
         docs.backbone_argv(docs.BACKBONE_MODELS, docs.BACKBONE_SIZES)
         if name == 'backbones'
         else table.argv
     )
-    args = cli.parse_args([*argv, '--out-dir', 'out'])
-    assert args.out_dir == 'out'
+    args = build_parser().parse_args([table.suite, *argv, '--out-dir', 'out'])
+    assert args.suite == table.suite and args.out_dir == 'out'

@@ -1,4 +1,4 @@
-"""The ``launches`` suite: its dispatch counter against ops counted by hand, and the tool
+"""The ``launches`` suite: its dispatch counter against ops counted by hand, and the suite
 end to end at 64 px (counts and ratios in the table are those of its JSON)."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from helpers import run_tool
+from command_run import run_benchmark
 from mmcirc.benchmark.suites import launches
 
 
@@ -28,21 +28,8 @@ def test_counter_counts_a_reshape_that_copies():
 
 
 def test_tool_counts_a_model_and_its_peer_on_both_layouts(tmp_path):
-    run_tool(
-        [
-            'tools/analysis/benchmark_launches.py',
-            '--models',
-            'ca_deit_t',
-            '--sizes',
-            '64',
-            '--repeat',
-            '2',
-            '--out-dir',
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        timeout=600,
-    )
+    args = ['launches', '--models', 'ca_deit_t', '--sizes', '64', '--repeat', '2']
+    run_benchmark([*args, '--out-dir', str(tmp_path)], tmp_path)
     res = json.loads((tmp_path / 'results.json').read_text())['results']
     assert set(res) == {
         f'{m}|64|{lay}|{p}'
@@ -65,10 +52,8 @@ def test_tool_counts_a_model_and_its_peer_on_both_layouts(tmp_path):
     ],
 )
 def test_bad_flags_are_one_line_errors(args, text, tmp_path):
-    proc = run_tool(
-        ['tools/analysis/benchmark_launches.py', *args, '--out-dir', str(tmp_path / 'o')],
-        cwd=tmp_path,
-        check=False,
+    proc = run_benchmark(
+        ['launches', *args, '--out-dir', str(tmp_path / 'o')], tmp_path, check=False
     )
     assert proc.returncode == 1
     (line,) = proc.stderr.strip().splitlines()

@@ -1,4 +1,4 @@
-"""The ``sharded`` suite (tools/analysis/benchmark_sharded.py): one record per P with every
+"""The ``sharded`` suite (``python -m mmcirc.benchmark sharded``): one record per P with every
 rank's figures, bytes only where ranks talk, runs merged, the table's ratio against P = 1."""
 
 import json
@@ -6,17 +6,16 @@ import json
 import pytest
 
 from helpers import tiny_pyramid_config
+from mmcirc.benchmark.command import main
 
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
-    from mmcirc.cli.benchmark_sharded import main
-
     tmp = tmp_path_factory.mktemp('bench_sharded')
     cfg = tiny_pyramid_config(tmp)
     out = tmp / 'out'
-    main([cfg, '--size', '64', '--nprocs', '1', '--out-dir', str(out)])
-    main([cfg, '--size', '64', '--nprocs', '2', '--out-dir', str(out)])  # merges
+    main(['sharded', cfg, '--size', '64', '--nprocs', '1', '--out-dir', str(out)])
+    main(['sharded', cfg, '--size', '64', '--nprocs', '2', '--out-dir', str(out)])  # merges
     with open(out / 'results.json') as f:
         return cfg, json.load(f), (out / 'table.md').read_text()
 
@@ -47,10 +46,8 @@ def test_table_has_a_row_per_p_and_ratios_against_p1(run):
 
 
 def test_missing_config_is_a_one_line_error(tmp_path, capsys):
-    from mmcirc.cli.benchmark_sharded import main
-
     with pytest.raises(SystemExit) as exc:
-        main([str(tmp_path / 'none.py'), '--out-dir', str(tmp_path / 'o')])
+        main(['sharded', str(tmp_path / 'none.py'), '--out-dir', str(tmp_path / 'o')])
     assert exc.value.code == 1
     assert capsys.readouterr().err.startswith('error: config file not found')
     assert not (tmp_path / 'o').exists()

@@ -16,7 +16,7 @@ from mmcirc.benchmark import docs, docs_stored
 
 @pytest.fixture
 def run_docs(capsys):
-    from mmcirc.cli.benchmark import main
+    from mmcirc.benchmark.command import main
 
     def run(*args):
         capsys.readouterr()

@@ -1,6 +1,6 @@
 """tools/analysis: the complexity plot runs end to end on tiny inputs, and what it
 reports is checked against analytic counts where one exists (the benchmarks:
-tests/benchmark/test_benchmark_tools.py)."""
+tests/benchmark/test_bench_command.py)."""
 
 import json
 import math

@@ -1,5 +1,5 @@
 """tools/deployment: pytorch2onnx's one-line errors (the GPU benchmark:
-tests/benchmark/test_benchmark_tools.py)."""
+tests/benchmark/test_bench_command.py)."""
 
 import os
 import os.path as osp

@@ -5,20 +5,20 @@
 # important first; each step's log, JSON and tables are written as soon as it ends:
 #   (a) tests/ops/test_cuda.py: the operators on CUDA against float64 dense references;
 #   (b) CA-DeiT-T against DeiT-T (flash attention under bf16; fp32), batch 1 and 32, eager
-#       and CUDA graphs (torch.compile mode=reduce-overhead): tools/deployment/benchmark_gpu.py;
+#       and CUDA graphs (torch.compile mode=reduce-overhead): python -m mmcirc.benchmark gpu;
 #   (e) (run after (b)) the Triton kernel of circulant attention's core against the FFT path
 #       and SDPA (flash), one layer of 192 channels, batch 32, 14x14 / 32x32 / 64x64 maps,
 #       forward and training, bf16, tl.dot in float32 (ieee) and tf32, time and error:
-#       tools/deployment/benchmark_kernel.py;
+#       python -m mmcirc.benchmark kernel;
 #   (c) backbone forward of PVT-S, CA-PVT-S, all-circulant PVT-S, all-core PVT-S, Swin-T and
 #       CA-Swin-T at 512-4096 px, fp32 and bf16, time and peak memory:
-#       tools/analysis/benchmark_backbone.py (needs the carried OpenMMLab wheels and mmcv);
+#       python -m mmcirc.benchmark backbone (needs the carried OpenMMLab wheels and mmcv);
 #   (d) with mmcv's CUDA ops: tools/misc/check_mmcv_cuda.py, 20 iterations of the toy CA-PVT-T
 #       RetinaNet on CUDA, tools/test.py on it (bbox mAP from the JSON), one training step of
 #       CA-Swin-T Mask R-CNN, then the compiled training step: the toy RetinaNet and Semantic
 #       FPN, 20 iterations eager against the backbone and neck compiled (tools/train.py
 #       --compile), time per iteration, compile time, recompiles, graph breaks:
-#       tools/analysis/benchmark_compile_train.py.
+#       python -m mmcirc.benchmark compile_train.
 # mmcv 2.1.0 is compiled there from its sdist (tools/mmcv_build.sh, as tools/setup_env.sh
 # does) in the background while (a) and (b) run, on the cores (a)/(b) do not use (taskset):
 # first with CPU ops only (~2 min; enough for (c)), then with CUDA ops for sm_90 (for (d)).
@@ -234,7 +234,7 @@ if want b; then
     B=(--sizes 32 --batches 1 2 --depth 1 --repeat 1 --compile-backend eager --budget-s 30)
   fi
   step b_cadeit "${LIMIT_B:-170}" "CA-DeiT-T vs DeiT-T, bf16 (flash) + fp32, eager + CUDA graphs" \
-    "${BENCH[@]}" "$PY" "$ROOT/tools/deployment/benchmark_gpu.py" --device "$DEVICE" \
+    "${BENCH[@]}" "$PY" -m mmcirc.benchmark gpu --device "$DEVICE" \
     --models deit_t ca_deit_t --precisions bf16 fp32 --modes eager compile \
     --compile-mode reduce-overhead "${B[@]}" --out-dir "$OUT_DIR/b_cadeit"
 fi
@@ -247,7 +247,7 @@ if want e; then
     E=(--sizes 4 --batch 1 --dim 8 --repeat 1)
   fi
   step e_kernel "${LIMIT_E:-150}" "Triton core vs FFT path vs SDPA (flash), bf16, tl.dot ieee + tf32" \
-    "${BENCH[@]}" "$PY" "$ROOT/tools/deployment/benchmark_kernel.py" --device "$DEVICE" \
+    "${BENCH[@]}" "$PY" -m mmcirc.benchmark kernel --device "$DEVICE" \
     "${E[@]}" --out-dir "$OUT_DIR/e_kernel"
 fi
 
@@ -267,7 +267,7 @@ if want c; then
     C=(--sizes 64 --models ca_swin_t --timeout 60 --budget 0.1 --repeats 1)
   fi
   step c_backbones "${LIMIT_C:-150}" "backbone forward, ${PRECS[*]}, with $mmcv_note" \
-    "${BENCH[@]}" "$PY" "$ROOT/tools/analysis/benchmark_backbone.py" --device "$DEVICE" \
+    "${BENCH[@]}" "$PY" -m mmcirc.benchmark backbone --device "$DEVICE" \
     --precisions "${PRECS[@]}" "${C[@]}" --out-dir "$OUT_DIR/c_backbones"
 fi
 
@@ -345,7 +345,7 @@ EOF
     CT=(--jobs det seg --iters $ITERS --warmup 2) CT_WHAT="RetinaNet + Semantic FPN"
     [ "$DEVICE" = cpu ] && CT=(--jobs det --iters $ITERS --warmup 1 --backend eager) CT_WHAT=RetinaNet
     step d4_compile_train 240 "toy $CT_WHAT, $ITERS iterations, eager vs compiled backbone and neck" \
-      "$PY" "$ROOT/tools/analysis/benchmark_compile_train.py" "${CT[@]}" --data-root "$D" \
+      "$PY" -m mmcirc.benchmark compile_train "${CT[@]}" --data-root "$D" \
       --out "$D/compile_train/results.json"
     cd "$ROOT"
     # what the JSON files say: the mAP, the losses, and that CUDA memory was logged (on CUDA)

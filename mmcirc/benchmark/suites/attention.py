@@ -148,7 +148,7 @@ def run(options):
     """Measure every method at every size and mode, write the results, table and plots.
 
     ``options``: the suite's settings as attributes, those of its command's flags
-    (:mod:`mmcirc.cli.benchmark_attention`, which validates them).
+    (``python -m mmcirc.benchmark attention``, which checks them).
     """
     import torch
 

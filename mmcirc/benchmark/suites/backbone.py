@@ -124,7 +124,7 @@ def run(options):
     """One table per precision: every size and model.
 
     ``options``: the suite's settings as attributes, those of its command's flags
-    (:mod:`mmcirc.cli.benchmark_backbone`, which validates them).
+    (``python -m mmcirc.benchmark backbone``, which checks them).
     """
     if options.device is None:
         import torch

@@ -127,7 +127,7 @@ def run(options, command: str):
     after each; ``command``: the command line the results record.
 
     ``options``: the suite's settings as attributes, those of its command's flags
-    (:mod:`mmcirc.cli.benchmark_compile`, which validates them).
+    (``python -m mmcirc.benchmark compile``, which checks them).
     """
     pin_threads(options.threads)
     env = environment(

@@ -160,7 +160,7 @@ def run(options):
     after each.
 
     ``options``: the suite's settings as attributes, those of its command's flags
-    (:mod:`mmcirc.cli.benchmark_gpu`, which validates them).
+    (``python -m mmcirc.benchmark gpu``, which checks them).
     """
     import torch
 

@@ -114,7 +114,7 @@ def run(options, command: str):
     and the table after each size; ``command``: the command line the results record.
 
     ``options``: the suite's settings as attributes, those of its command's flags
-    (:mod:`mmcirc.cli.benchmark_isotropic`, which validates them).
+    (``python -m mmcirc.benchmark isotropic``, which checks them).
     """
     if any(CASES[m].flash for m in options.models) and importlib.util.find_spec('timm') is None:
         raise ValueError('the DeiT / ViT baselines need timm: pip install timm')

@@ -104,7 +104,7 @@ def table(results) -> str:
 
 
 def run(options, command: str):
-    """Every size and mode (``options``: :mod:`mmcirc.cli.benchmark_kernel`'s flags)."""
+    """Every size and mode (``options``: the flags of ``python -m mmcirc.benchmark kernel``)."""
     import torch
 
     from mmcirc.utils.fileio import atomic_write

@@ -167,7 +167,7 @@ def table(results: dict, sizes, host_size) -> str:
 def run(options, command: str):
     """Every model (and its peer) at every size, layout and precision; write the results
     and the table after each model. ``options``: the flags of
-    :mod:`mmcirc.cli.benchmark_launches` (validated there)."""
+    ``python -m mmcirc.benchmark launches`` (checked there)."""
     threads = pin_threads(options.threads)
     env = environment(command, threads=threads)
     store = ResultStore(osp.join(options.out_dir, 'results.json'))

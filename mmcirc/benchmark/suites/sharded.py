@@ -2,9 +2,6 @@
 (:mod:`mmcirc.distributed.segmentor`) against one process, side by side in one run; with
 ``--train``, of one training step instead.
 
-    python tools/analysis/benchmark_sharded.py CONFIG [CONFIG ...] [--size 2048]
-        [--nprocs 1 2] [--threads 2] [--train] [--out-dir work_dirs/benchmark_sharded]
-
 For each config and P: P local gloo ranks (``run_parallel``; P = 1 is the unsharded
 segmentor in one child process), random weights (seed 0, rank 0's on every rank), the
 demo image bicubic-resized to S x S. Each rank measures with the harness's
@@ -199,7 +196,7 @@ def run(args):
     """Every config at every P; write the results and the table after each.
 
     ``args``: the suite's settings as attributes, those of its command's flags
-    (:mod:`mmcirc.cli.benchmark_sharded`, which validates them).
+    (``python -m mmcirc.benchmark sharded``, which checks them).
     """
     from mmcirc.distributed.launch import run_parallel
 

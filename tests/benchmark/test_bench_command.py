@@ -1,29 +1,16 @@
-"""The benchmark tools (tools/analysis/benchmark_*.py, tools/deployment/benchmark_gpu.py):
-thin entry points over mmcirc.benchmark; each runs end to end at a tiny size and writes
-its JSON and table, the ratios in the tables are those of the JSON."""
+"""``python -m mmcirc.benchmark SUITE``: every suite behind the one parser; each runs end
+to end at a tiny size and writes its JSON and table, the ratios in the tables are those
+of the JSON."""
 
 import json
-import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
 
-from helpers import REPO, run_tool, run_torch_only, torch_only_origin
-
-TOOLS = (
-    'tools/analysis/benchmark_attention.py',
-    'tools/analysis/benchmark_backbone.py',
-    'tools/analysis/benchmark_isotropic.py',
-    'tools/analysis/benchmark_compile.py',
-    'tools/analysis/benchmark_compile_train.py',
-    'tools/deployment/benchmark_gpu.py',
-    'tools/analysis/benchmark_sharded.py',
-    'tools/analysis/benchmark_docs.py',
-    'tools/analysis/benchmark_launches.py',
-)
-ENV = dict(OMP_NUM_THREADS='1')
+from command_run import run_benchmark
+from helpers import REPO, run_torch_only, torch_only_origin
+from mmcirc.benchmark.command import check_stride_sizes, main, parse_hw
+from mmcirc.benchmark.suites import SUITES
 
 
 def _load(path):
@@ -31,26 +18,19 @@ def _load(path):
         return json.load(f)
 
 
-def _run(args, tmp_path, check=True):
-    return run_tool(args, cwd=tmp_path, timeout=600, env=ENV, check=check)
-
-
-@pytest.mark.parametrize('tool', TOOLS)
-def test_tools_are_thin_entry_points(tool):
-    """At most 80 lines, no sys.path edits, no script loaded by its path."""
-    with open(osp.join(REPO, tool)) as f:
-        text = f.read()
-    assert len(text.splitlines()) <= 80
-    for banned in ('sys.path', 'spec_from_file_location', 'runpy'):
-        assert banned not in text, (tool, banned)
-    assert 'from mmcirc.cli.benchmark_' in text
+@pytest.mark.parametrize('suite', [*SUITES, 'docs'])
+def test_every_suite_has_its_subcommand(suite, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([suite, '--help'])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f'usage: python -m mmcirc.benchmark {suite} ')
 
 
 def test_benchmark_attention_reports_every_method(tmp_path):
     methods = ['sdpa', 'circ-circ', 'core-8']
-    _run(
+    run_benchmark(
         [
-            'tools/analysis/benchmark_attention.py',
+            'attention',
             '--sizes',
             '8',
             '--repeat',
@@ -80,9 +60,9 @@ def test_benchmark_attention_reports_every_method(tmp_path):
 
 
 def test_benchmark_backbone_side_by_side(tmp_path):
-    _run(
+    run_benchmark(
         [
-            'tools/analysis/benchmark_backbone.py',
+            'backbone',
             '--models',
             'pvt_s',
             'circ_pvt_s',
@@ -113,9 +93,9 @@ def test_benchmark_backbone_side_by_side(tmp_path):
 def test_benchmark_backbone_bf16_has_its_own_table(tmp_path):
     """``--precisions bf16`` (autocast: tests/benchmark/test_bench_core.py) writes
     results_cpu_bf16.json / table_cpu_bf16.md, not into the float32 table."""
-    _run(
+    run_benchmark(
         [
-            'tools/analysis/benchmark_backbone.py',
+            'backbone',
             '--models',
             'circ_pvt_s',
             '--sizes',
@@ -138,10 +118,10 @@ def test_benchmark_backbone_bf16_has_its_own_table(tmp_path):
     assert not (tmp_path / 'results_cpu.json').exists()
 
 
-def test_isotropic_benchmark_writes_its_table_and_merges_a_second_run(tmp_path):
-    tool = 'tools/analysis/benchmark_isotropic.py'
+def test_isotropic_benchmark_writes_its_table_and_merges_a_secondrun_benchmark(tmp_path):
+    tool = 'isotropic'
     common = ['--depth', '1', '--repeat', '1', '--out-dir', str(tmp_path)]
-    _run([tool, '--models', 'ca_deit_t', 'deit_t', '--sizes', '32', *common], tmp_path)
+    run_benchmark([tool, '--models', 'ca_deit_t', 'deit_t', '--sizes', '32', *common], tmp_path)
     rows = _load(tmp_path / 'results.json')['results']
     assert set(rows) == {'ca_deit_t|32x32', 'deit_t|32x32'}
     table = (tmp_path / 'table.md').read_text()
@@ -150,7 +130,7 @@ def test_isotropic_benchmark_writes_its_table_and_merges_a_second_run(tmp_path):
     assert ca['finite'] and deit['finite'] and ca['gmacs'] > 0
     assert f'{deit["time_ms"] / ca["time_ms"]:.2f}x' in table  # speed-up vs its baseline
     # a second run of another size: the first run's rows stay (same depth and threads)
-    _run([tool, '--models', 'ca_deit_t', '--no-flops', '--sizes', '48', *common], tmp_path)
+    run_benchmark([tool, '--models', 'ca_deit_t', '--no-flops', '--sizes', '48', *common], tmp_path)
     merged = _load(tmp_path / 'results.json')['results']
     assert set(merged) == {'ca_deit_t|32x32', 'deit_t|32x32', 'ca_deit_t|48x48'}
     assert merged['deit_t|32x32'] == deit
@@ -158,8 +138,8 @@ def test_isotropic_benchmark_writes_its_table_and_merges_a_second_run(tmp_path):
 
 
 def test_isotropic_benchmark_bad_size_is_one_line(tmp_path):
-    out = _run(
-        ['tools/analysis/benchmark_isotropic.py', '--sizes', '0', '--out-dir', str(tmp_path)],
+    out = run_benchmark(
+        ['isotropic', '--sizes', '0', '--out-dir', str(tmp_path)],
         tmp_path,
         check=False,
     )
@@ -169,9 +149,9 @@ def test_isotropic_benchmark_bad_size_is_one_line(tmp_path):
 
 
 def test_compile_benchmark_eager_backend_equals_eager(tmp_path):
-    _run(
+    run_benchmark(
         [
-            'tools/analysis/benchmark_compile.py',
+            'compile',
             '--models',
             'ca_deit_t',
             '--sizes',
@@ -191,28 +171,22 @@ def test_compile_benchmark_eager_backend_equals_eager(tmp_path):
     assert f'{r["speedup"]:.2f}x' in text and r['shapes']
 
 
-def test_module_entry_names_the_suites(tmp_path):
-    out = subprocess.run(
-        [sys.executable, '-m', 'mmcirc.benchmark', 'nope'],
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=REPO),
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 1
-    assert out.stderr.strip().splitlines() == [
-        'error: usage: python -m mmcirc.benchmark SUITE [ARGS], SUITE one of '
-        "('attention', 'backbone', 'isotropic', 'compile', 'compile_train', 'gpu', 'sharded', "
-        "'launches', 'kernel', 'docs')"
-    ]
+def test_an_unknown_suite_is_a_usage_error_naming_the_suites(tmp_path):
+    out = run_benchmark(['nope'], tmp_path, check=False)
+    assert out.returncode == 2
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith('python -m mmcirc.benchmark: error: argument SUITE: invalid choice:')
+    assert "(choose from 'attention', 'backbone', 'isotropic', 'compile', 'compile_train', " in last
+    assert "'gpu', 'sharded', 'launches', 'kernel', 'docs')" in last
 
 
 def _benchmark_gpu_bare(args, cwd):
-    return run_torch_only('tools/deployment/benchmark_gpu.py', args=args, cwd=cwd)
+    code = 'import sys\nfrom mmcirc.benchmark.command import main\nmain(["gpu", *sys.argv[1:]])'
+    return run_torch_only(code=code, args=args, cwd=cwd)
 
 
 def test_benchmark_gpu_runs_on_cpu_with_torch_and_timm_alone(tmp_path):
-    """The GPU script's code paths (eager and torch.compile, bf16 and fp32, the table)
+    """The GPU suite's code paths (eager and torch.compile, bf16 and fp32, the table)
     on the CPU at a tiny size with 2 blocks (compile with the 'eager' backend), on a
     machine like the lent GPU one: no OpenMMLab library, mmcirc not installed, the
     repository on PYTHONPATH. The CA-DeiT it times is mmcirc's CADeiT (same parameters
@@ -284,3 +258,23 @@ def test_benchmark_gpu_errors_are_one_line(tmp_path, args, message):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [message]
     assert not (tmp_path / 'out').exists()
+
+
+def test_sizes_are_square_or_height_first():
+    assert parse_hw('224', '--sizes', 16) == (224, 224)
+    assert parse_hw('64x96', '--sizes', 32) == (64, 96)
+    check_stride_sizes([32, 1024, 2048])
+
+
+@pytest.mark.parametrize('text', ['0', '17', '8x16', 'axb', '1x2x3', ''])
+def test_bad_sizes_name_the_flag_and_the_rule(text):
+    with pytest.raises(
+        ValueError, match=r'^--sizes: each size must be S or HxW with multiples of 16'
+    ):
+        parse_hw(text, '--sizes', 16)
+
+
+@pytest.mark.parametrize('sizes', [[0], [16], [1000], [1024, 33]])
+def test_backbone_sides_off_the_stride_name_the_flag(sizes):
+    with pytest.raises(ValueError, match=r'^--sizes must be multiples of 32 .*got \['):
+        check_stride_sizes(sizes)
