@@ -44,17 +44,10 @@ def run_dense_baseline(
     timeout: float = 1800,
     upsample: str = 'banded',
 ) -> dict:
-    """Run the dense-attention equivalent of ``config`` on ``img`` (H, W, 3 uint8) in an
-    isolated child with ``RLIMIT_AS = mem_cap_gb`` GiB and report what happened.
-
-    The child builds the same config with ``stage_attentions`` set to the family's own
-    attention (``'sra'`` for PVT: the original PVT; ``'window'`` for Swin) and runs
-    :func:`mmcirc.apis.predict_labels`. Returns a dict: status (``'ok'``,
-    ``'oom'``, ``'timeout'``, ``'error'``: :data:`mmcirc.benchmark.runner.STATUSES`),
-    time_s (inference, or until the failure), build_s, wall_s (whole child), error,
-    failed_during, peak_rss_mb, mem_cap_gb, stage_attentions, attention estimates,
-    returncode, input_size.
-    """
+    """Run the dense-attention equivalent of ``config`` on ``img`` (H, W, 3 uint8) in a
+    child capped at ``mem_cap_gb`` GiB (:func:`child`); a dict: status (``'ok'``, ``'oom'``,
+    ``'timeout'``, ``'error'``), time_s, build_s, wall_s, error, failed_during,
+    peak_rss_mb, mem_cap_gb, stage_attentions, attention estimates, input_size."""
     import numpy as np
 
     tmpdir = tempfile.mkdtemp(prefix='mmcirc_dense_')

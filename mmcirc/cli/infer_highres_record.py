@@ -1,13 +1,7 @@
-"""One image of ``tools/infer_highres.py`` (:mod:`mmcirc.apis.highres`) predicted, measured and
-written: :func:`run_image` predicts it and measures it as a :class:`HighResResult` (with
-:func:`mmcirc.analysis.attention_memory.quadratic_warning` at its size);
-:func:`write_result` writes its PNGs and its record (the one schema of one process's and
-of a sharded run) under :func:`output_stem`'s name.
-
-Memory figures are the process's peak resident set size (:mod:`mmcirc.utils.memory`);
-before each image the kernel's high-water mark is reset (``/proc/self/clear_refs``,
-Linux) when allowed, so that the peak is this image's.
-"""
+"""One image of ``tools/infer_highres.py`` predicted and measured (:func:`run_image`: a
+:class:`HighResResult`, one schema for one process and a sharded run) and written
+(:func:`write_result`, under :func:`output_stem`'s name). Memory figures are the
+process's peak resident set size (:mod:`mmcirc.utils.memory`)."""
 
 import json
 import os.path as osp
