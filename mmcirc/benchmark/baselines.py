@@ -41,7 +41,7 @@ class SDPASelfAttention(nn.Module):
     ``forward(x)``: x (B, N, C) -> (B, N, C).
     """
 
-    # mmcirc.models.blocks.probe: an attention layer for the FLOP counter, not captured
+    # mmcirc.analysis.probes: an attention layer for the FLOP counter, not captured
     attention_kind = 'sdpa'
     attention_form = None
 

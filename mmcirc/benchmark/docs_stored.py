@@ -18,8 +18,8 @@ from typing import Callable, Dict, List
 
 from .docs import marker, replace_blocks
 from .docs_zoo import ZOO_RESULTS, render_zoo
-from .suites.compile_train import render as render_compile_train
 from .report import markdown_table, ratio
+from .suites.compile_train import render as render_compile_train
 
 __all__ = [
     'DOCUMENTS',
@@ -31,6 +31,7 @@ __all__ = [
     'render_gpu_headline',
     'render_toy',
     'render_toy_runs',
+    'toy_runs',
 ]
 
 #: documents that hold stored tables (paths relative to the repository root)
@@ -111,6 +112,21 @@ def render_gpu(store: dict) -> str:
 # ----------------------------------------------------------------------------- the main job
 
 
+RUN_KEYS = ('date', 'machine', 'commit', 'torch', 'threads')
+
+
+def toy_runs(store: dict, which: str = 'runs') -> List[dict]:
+    """The main job's runs of ``which`` (``'runs'``: at the current numerics, the commit
+    ``store['numerics']['commit']`` and later; ``'earlier_runs'``), each checked to name
+    its date, machine, commit, torch and threads."""
+    runs = store.get(which, [])
+    for i, run in enumerate(runs):
+        missing = [k for k in RUN_KEYS if k not in run]
+        if missing:
+            raise ValueError(f'{which}[{i}] of the main job must name {", ".join(missing)}')
+    return runs
+
+
 def _spread(runs: List[dict], job: str, key: str) -> str:
     """``'lo-hi'`` of ``key`` over the runs that report it (the runs' own strings)."""
     values = sorted({r[job][key] for r in runs if key in r.get(job, {})}, key=float)
@@ -119,8 +135,11 @@ def _spread(runs: List[dict], job: str, key: str) -> str:
 
 def render_toy(store: dict) -> str:
     """The README's main-job table: per job its data, schedule and the spread of its
-    seed-0 result over the CPUs it was measured on."""
-    runs, rows = store['runs'], []
+    seed-0 result over the runs at the current numerics (at least two CPU types)."""
+    runs, rows = toy_runs(store), []
+    cpus = sorted({r['machine'] for r in runs})
+    if len(cpus) < 2:
+        raise ValueError(f'runs of the main job must cover at least 2 CPU types, got {cpus}')
     for key, job in store['jobs'].items():
         metric = f'**{job["metric"]} {_spread(runs, key, job["metric"])}**'
         also = ', '.join(f'{m} {_spread(runs, key, m)}' for m in job['also'])
@@ -128,28 +147,40 @@ def render_toy(store: dict) -> str:
             [job['label'], job['data'], job['schedule'], f'{metric} ({also})', job['untrained']]
         )
     head = ['job', 'data', 'schedule', f'result, seed {store["seed"]}', 'untrained model']
-    machines = '; '.join(f'{r["machine"]}, {r["date"]}' for r in runs)
+    machines = '; '.join(f'{r["machine"]}, {r["date"]}, commit {r["commit"]}' for r in runs)
     return (
         markdown_table(head, rows)
         + f'\n\nThe lowest and highest of {len(runs)} runs of `{store["command"]}` on '
-        f'{len(runs)} CPUs ({machines}); each run, its figures: '
+        f'{len(cpus)} CPU types ({machines}), all at the current numerics (commit '
+        f'{store["numerics"]["commit"]}, {store["numerics"]["what"]}, and later). Other CPUs '
+        'and later commits may differ by about that spread; each run, its figures: '
         '[docs/benchmarks.md](docs/benchmarks.md#the-main-job).'
     )
 
 
 def render_toy_runs(store: dict) -> str:
-    """docs/benchmarks.md's main-job table: every run, its machine and its figures."""
+    """docs/benchmarks.md's main-job table: every run, its machine, commit, torch and
+    threads and its figures; the runs of earlier numerics last."""
     jobs = store['jobs']
-    head = ['date', 'machine'] + [m for job in jobs.values() for m in [job['metric'], *job['also']]]
+    metrics = [(key, m) for key, job in jobs.items() for m in [job['metric'], *job['also']]]
+    head = ['date', 'machine', 'commit', 'torch', 'threads (det/seg)'] + [m for _, m in metrics]
     rows = [
-        [r['date'], r['machine']]
-        + [r[key].get(m, '-') for key, job in jobs.items() for m in [job['metric'], *job['also']]]
-        for r in store['runs']
+        [
+            r['date'],
+            r['machine'],
+            r['commit'] + ('' if which == 'runs' else ' (earlier numerics)'),
+            r['torch'],
+            '/'.join(str(r['threads'][key]) for key in jobs),
+        ]
+        + [r[key].get(m, '-') for key, m in metrics]
+        for which in ('runs', 'earlier_runs')
+        for r in toy_runs(store, which)
     ]
     return (
         f'`{store["command"]}` (seed {store["seed"]}; detection: '
-        f'`{jobs["det"]["config"]}`, segmentation: `{jobs["seg"]["config"]}`)\n\n'
-        + markdown_table(head, rows, 'll' + 'r' * (len(head) - 2))
+        f'`{jobs["det"]["config"]}`, segmentation: `{jobs["seg"]["config"]}`); the current '
+        f'numerics since commit {store["numerics"]["commit"]} ({store["numerics"]["what"]})\n\n'
+        + markdown_table(head, rows, 'l' * 5 + 'r' * len(metrics))
     )
 
 
