@@ -153,7 +153,7 @@ def render_toy(store: dict) -> str:
         + f'\n\nThe lowest and highest of {len(runs)} runs of `{store["command"]}` on '
         f'{len(cpus)} CPU types ({machines}), all at the current numerics (commit '
         f'{store["numerics"]["commit"]}, {store["numerics"]["what"]}, and later). Other CPUs '
-        'and later commits may differ by about that spread; each run, its figures: '
+        'and a change of the arithmetic may differ by about that spread; each run, its figures: '
         '[docs/benchmarks.md](docs/benchmarks.md#the-main-job).'
     )
 
