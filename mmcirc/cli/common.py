@@ -21,31 +21,6 @@ class CLIError(Exception):
     """An error the tools report as one line (what and where), without a traceback."""
 
 
-def parse_hw(text: str, flag: str, multiple: int = 1):
-    """A size flag's value, ``S`` (square) or ``HxW``, as (H, W): both >= ``multiple`` and
-    multiples of it; anything else is a one-line ``CLIError`` naming ``flag``."""
-    try:
-        hw = tuple(int(p) for p in str(text).lower().split('x'))
-    except ValueError:
-        hw = ()
-    if len(hw) == 1:
-        hw = hw * 2
-    if len(hw) != 2 or any(s < multiple or s % multiple for s in hw):
-        raise CLIError(
-            f'{flag}: each size must be S or HxW with multiples of {multiple} '
-            f'(>= {multiple}), got {text!r}'
-        )
-    return hw
-
-
-def check_stride_sizes(sizes, flag: str = '--sizes', stride: int = 32) -> None:
-    """Square input sides given to a backbone benchmark: positive multiples of the
-    backbones' total ``stride``; anything else is a one-line ``CLIError`` naming ``flag``."""
-    bad = [s for s in sizes if s < stride or s % stride]
-    if bad:
-        raise CLIError(f'{flag} must be multiples of {stride} (the total stride), got {bad}')
-
-
 class _CfgOptions(argparse.Action):
     """mmengine's ``DictAction`` (values read as it reads them), an item without ``=``
     a usage error naming it."""
