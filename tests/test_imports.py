@@ -4,8 +4,9 @@
   or ``m._x`` on a module bound by an import);
 * the import graph has no cycle between modules, nor between subpackages;
 * ``argparse`` is imported only under ``mmcirc/cli/`` (the commands);
-* ``CLIError`` is raised or imported only under ``mmcirc/cli/`` (the library raises
-  ``ValueError`` / ``TypeError`` or its own exception types).
+* ``CLIError`` (``mmcirc.cli_errors``) is raised or imported only by the commands (the
+  library raises ``ValueError`` / ``TypeError`` or its own exception types);
+* the library imports none of the commands' code.
 
 Every import counts, at module level or inside a function, except those under
 ``if TYPE_CHECKING:``. ``import a.b.c`` and ``from a.b import c`` point at the module
@@ -18,15 +19,18 @@ themselves). Their arrows point down, in this order (a package imports only thos
 below it or beside it without a cycle):
 
     mmcirc.cli
-    mmcirc.apis / analysis / benchmark / deployment / distributed / timm / datasets
+    mmcirc.benchmark / analysis / datasets / cli_errors      (the commands' code)
+    mmcirc.apis / deployment / distributed / timm
     mmcirc (the root: registration on ``import mmcirc``)
     mmcirc.models
     mmcirc.engine, mmcirc.ops, mmcirc.registry
     mmcirc.utils
 
 The commands are ``mmcirc/cli/`` and the benchmarks' one command,
-``mmcirc.benchmark.command`` (``python -m mmcirc.benchmark``); the library below them
-imports none of them.
+``mmcirc.benchmark.command`` (``python -m mmcirc.benchmark``); their one ``error:`` line
+is ``mmcirc.cli_errors``. What only the commands use (the benchmark harness, the
+analysis probes, the toy data) is the commands' code: the library (:data:`LIBRARY`)
+imports none of it.
 """
 
 import ast
@@ -240,3 +244,36 @@ def test_argparse_is_imported_only_by_the_commands(graph):
 def test_cli_error_lives_only_in_the_commands(graph):
     found = [f'{n}:{line}' for n, i in _outside_cli(graph).items() for line in i.cli_error]
     assert not found, 'CLIError imported or raised outside mmcirc/cli/: ' + ', '.join(found)
+
+
+#: The library a model user needs, and the commands' code it never imports.
+LIBRARY = (
+    'mmcirc',
+    'mmcirc.apis',
+    'mmcirc.deployment',
+    'mmcirc.distributed',
+    'mmcirc.engine',
+    'mmcirc.models',
+    'mmcirc.ops',
+    'mmcirc.registry',
+    'mmcirc.timm',
+    'mmcirc.utils',
+)
+COMMANDS_CODE = (
+    'mmcirc.analysis',
+    'mmcirc.benchmark',
+    'mmcirc.cli',
+    'mmcirc.cli_errors',
+    'mmcirc.datasets',
+)
+
+
+def test_the_library_imports_none_of_the_commands_code(graph):
+    found = [
+        f'{name} -> {target}'
+        for name, imports in graph.items()
+        if subpackage(name) in LIBRARY
+        for target in sorted(imports.targets & graph.keys())
+        if subpackage(target) in COMMANDS_CODE
+    ]
+    assert not found, "the library imports the commands' code:\n" + '\n'.join(found)

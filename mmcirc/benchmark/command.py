@@ -9,6 +9,7 @@ import os.path as osp
 import shlex
 import sys
 
+from mmcirc.cli_errors import main_guard
 from mmcirc.utils.fileio import atomic_write
 
 from . import docs, docs_stored, docs_zoo
@@ -445,16 +446,8 @@ def dispatch(argv):
     return RUNS[name](args, list(argv[1:]))
 
 
+@main_guard
 def main(argv=None):
-    """The command: :func:`dispatch`, a bad flag or input one ``error:`` line and exit 1."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        return dispatch(argv)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        if os.environ.get('MMCIRC_DEBUG', '') not in ('', '0'):
-            raise
-        message = str(err).strip()
-        print(
-            f'error: {message.splitlines()[0] if message else type(err).__name__}', file=sys.stderr
-        )
-        sys.exit(1)
+    """The command: :func:`dispatch`, a bad flag or input one ``error:`` line and exit 1
+    (:func:`mmcirc.cli_errors.main_guard`, the commands' one guard)."""
+    return dispatch(sys.argv[1:] if argv is None else list(argv))

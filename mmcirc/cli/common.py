@@ -1,5 +1,5 @@
 """What mmcirc's commands share: the one ``error:`` line (:class:`CLIError`,
-:func:`main_guard`: exit 1, ``MMCIRC_DEBUG=1`` for the traceback), the flags several
+:func:`main_guard`, :func:`error_line` of :mod:`mmcirc.cli_errors`), the flags several
 commands take (``--cfg-options``, ``--allow-partial-weights``, the backbone overrides) and
 the library's messages in their words. The library raises ``ValueError`` / ``TypeError``
 (or its own exception types); the commands turn them into that one line.
@@ -7,18 +7,16 @@ the library's messages in their words. The library raises ``ValueError`` / ``Typ
 
 import argparse
 import contextlib
-import functools
-import os
 import os.path as osp
 import pickle
 import re
 import sys
 import warnings
-from typing import Dict, Optional
+from typing import Dict
 
+from mmcirc.cli_errors import CLIError, error_line, main_guard, refusal_line
 
-class CLIError(Exception):
-    """An error the tools report as one line (what and where), without a traceback."""
+__all__ = ['CLIError', 'error_line', 'main_guard', 'refusal_line']  # the commands' names
 
 
 class _CfgOptions(argparse.Action):
@@ -64,23 +62,6 @@ def check_config_file(path: str, what: str = 'config') -> None:
         )
 
 
-def refusal_line(err: BaseException, flag: Optional[str] = None) -> str:
-    """A checkpoint the safe loader did not load, in one line: refused
-    (:class:`mmcirc.engine.UnsafeCheckpointError`: what it would run) naming the tool's
-    own ``flag`` (None: a tool without one; the way to trust it from Python), else
-    unreadable (its message without torch's ``weights_only`` advice)."""
-    from mmcirc.engine import UnsafeCheckpointError
-
-    if not isinstance(err, UnsafeCheckpointError):
-        sentences = re.split(r'(?<=[.;])\s+', ' '.join(str(err).split()))
-        kept = [s for s in sentences if not re.search(r'weights_only|trust', s, re.I)]
-        return ' '.join(kept).rstrip(' .;') or type(err).__name__
-    text = f'{err.path}: refused: it would run code (`{", ".join(err.globals)}`)'
-    if flag is None:
-        return f'{text}; a file you trust loads after mmcirc.engine.trust_checkpoint(path)'
-    return f'{text}; if you trust this file, pass {flag}'
-
-
 @contextlib.contextmanager
 def refused_checkpoints(flag: str = '--trust-checkpoint'):
     """A checkpoint refused inside the block (``pickle.UnpicklingError``) becomes a
@@ -89,28 +70,6 @@ def refused_checkpoints(flag: str = '--trust-checkpoint'):
         yield
     except pickle.UnpicklingError as err:
         raise CLIError(refusal_line(err, flag)) from None
-
-
-#: Set to 1 to see the traceback behind a tool's one-line ``error:``.
-DEBUG_ENV = 'MMCIRC_DEBUG'
-
-
-#: Keyword arguments of the library that its messages name, and the tools' flags for
-#: them (every tool that loads weights through ``build_model`` has the flag).
-KEYWORD_FLAGS = {'allow_partial_weights=True': '--allow-partial-weights'}
-
-
-def error_line(err: BaseException) -> str:
-    """The one line a tool prints for ``err``: its message's first line (a registry
-    ``KeyError`` without mmengine's "Please check ..." advice; the library's keywords
-    of :data:`KEYWORD_FLAGS` in flag words; a refused checkpoint: :func:`refusal_line`)."""
-    if isinstance(err, pickle.UnpicklingError):
-        return refusal_line(err)
-    message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
-    message = message.split('. Please check')[0].strip()
-    for keyword, flag in KEYWORD_FLAGS.items():
-        message = message.replace(keyword, flag)
-    return message.splitlines()[0] if message else type(err).__name__
 
 
 def check_device(device: str) -> None:
@@ -134,29 +93,6 @@ def add_partial_weights_flag(parser):
         'otherwise (those stay random); without it such a checkpoint is refused',
     )
     return parser
-
-
-def main_guard(func):
-    """Run ``func``; print expected failures (bad arguments, files, config values) as one
-    ``error:`` line and exit 1. ``MMCIRC_DEBUG=1`` lets them raise with their traceback."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except (CLIError, FileNotFoundError, pickle.UnpicklingError, ValueError, TypeError) as err:
-            if os.environ.get(DEBUG_ENV, '') not in ('', '0'):
-                raise
-            print(f'error: {error_line(err)}', file=sys.stderr)
-            sys.exit(1)
-        except KeyError as err:  # mmengine: "X is not in the mmdet::model registry ..."
-            message = str(err.args[0]) if err.args else ''
-            if ' registry' not in message or os.environ.get(DEBUG_ENV, '') not in ('', '0'):
-                raise
-            print(f'error: {error_line(err)}', file=sys.stderr)
-            sys.exit(1)
-
-    return wrapper
 
 
 def one_line_warnings(*noise, category=None, wording=str):
