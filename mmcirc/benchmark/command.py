@@ -12,7 +12,7 @@ import sys
 from mmcirc.cli_errors import main_guard
 from mmcirc.utils.fileio import atomic_write
 
-from . import docs, docs_stored, docs_zoo
+from . import docs, docs_stored, metafiles
 from .cases import group
 from .measurement import COMPILE_MODES, PRECISIONS
 from .suites import attention, backbone, compile_train, gpu, isotropic, kernel, launches, sharded
@@ -226,15 +226,11 @@ def run_docs(args, argv) -> None:
     stored = [t for t in args.tables if t in docs_stored.STORED]
     tables = [t for t in args.tables if t in docs.TABLES]
     if 'zoo' in stored and not args.no_run:
-        docs_zoo.count_zoo(args.root)
+        metafiles.count_zoo(args.root)
     if stored:
         write_stored(args.root, stored)
     if 'zoo' in stored:
-        store = docs_stored.load(osp.join(args.root, docs_zoo.ZOO_RESULTS))
-        for rel, text in docs_zoo.metafiles(store).items():
-            os.makedirs(osp.dirname(osp.join(args.root, rel)) or '.', exist_ok=True)
-            atomic_write(osp.join(args.root, rel), text)
-        print(f'[docs] wrote the metafiles and model-index.yml under {args.root}')
+        metafiles.write_metafiles(args.root)
     if not tables:
         return
     headline = args.headline or osp.join(args.out_dir, 'headline.md')

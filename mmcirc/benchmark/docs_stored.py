@@ -1,7 +1,7 @@
 """The documentation's tables whose results file is kept in the repository
 (``docs/results/*.json``): figures measured on machines the suite does not run on (the
 GPU), or by a job rather than a benchmark suite (the main job on toy data), or counted by
-``tools/analysis/get_flops.py`` (the model zoo, :mod:`mmcirc.benchmark.docs_zoo`). Each is rendered between its markers
+``tools/analysis/get_flops.py`` (the model zoo, :mod:`mmcirc.benchmark.metafiles`). Each is rendered between its markers
 (:mod:`mmcirc.benchmark.docs`) in every document that holds them, so a figure shown in two
 documents comes from one file (``python -m mmcirc.benchmark docs --tables gpu ...``;
 ``tests/docs`` checks that every document holds what its files render).
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List
 
 from .docs import marker, replace_blocks
-from .docs_zoo import ZOO_RESULTS, render_zoo
+from .metafiles import ZOO_RESULTS, render_zoo
 from .report import markdown_table, ratio
 from .suites.compile_train import render as render_compile_train
 

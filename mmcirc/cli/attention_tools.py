@@ -15,7 +15,7 @@ from mmcirc.cli.common import (
     check_device,
     one_line_warnings,
 )
-from mmcirc.utils import image_io as imio
+from mmcirc.cli import image_io as imio
 
 
 def add_common_args(parser, tool):

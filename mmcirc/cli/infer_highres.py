@@ -34,7 +34,7 @@ from mmcirc.cli.common import (
     overrides_from_args,
     refused_checkpoints,
 )
-from mmcirc.utils import image_io as imio
+from mmcirc.cli import image_io as imio
 from mmcirc.utils.memory import MB
 
 

@@ -103,7 +103,7 @@ def write_result(
     (the class ids, uint8, uint16 above 256 classes), ``<stem>_mask.png`` (coloured with
     ``palette``), ``<stem>_overlay.png`` (the mask blended over ``img`` at ``opacity``)
     and ``<stem>.json`` (``rec``, its ``outputs`` set to those file names)."""
-    from mmcirc.utils import image_io as imio
+    from mmcirc.cli import image_io as imio
 
     if not 0 <= opacity <= 1:
         raise ValueError(f'opacity must be in [0, 1], got {opacity}')

@@ -1,6 +1,6 @@
 """tools/infer_highres.py: end to end on a tiny all-circulant CA-PVT + Semantic FPN and
 tiny CA-DeiT / VECA UperNets (overrides, progress, one-line errors). Its tools-side
-modules are tested beside them: images and PNGs in tests/utils/test_image_io.py, the
+modules are tested beside them: images and PNGs in tests/cli/test_image_io.py, the
 override flags' messages in tests/cli/test_override_args.py, the memory-capped
 dense-baseline child in tests/cli/test_infer_highres_dense.py; sharded in
 tests/distributed/segmentor/test_tool.py."""

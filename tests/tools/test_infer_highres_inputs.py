@@ -170,7 +170,7 @@ def test_the_size_advice_for_a_thin_image_reaches_the_minimum(tmp_path, capsys):
     """7 x 1500 under CA-PVT-T's paper layout (SRA in stage 3): the advised --size S
     (the longer side) is the smallest whose resize (the tool's own) reaches the minimum."""
     from mmcirc import apis
-    from mmcirc.utils.image_io import resize_image
+    from mmcirc.cli.image_io import resize_image
 
     cfg = tiny_pyramid_config(tmp_path, 'ca_pvt_t_fpn_80k_ade20k.py', 'tiny_sra')
     img = _image(tmp_path / 'thin.png', 7, 1500)

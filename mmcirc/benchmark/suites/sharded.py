@@ -3,14 +3,15 @@
 ``--train``, of one training step instead.
 
 For each config and P: P local gloo ranks (``run_parallel``; P = 1 is the unsharded
-segmentor in one child process), random weights (seed 0, rank 0's on every rank), the
-demo image bicubic-resized to S x S. Each rank measures with the harness's
-:class:`~mmcirc.benchmark.measurement.PeakMeter` (peak RSS above the rank's RSS just before,
-the high-water mark reset first) and the wall time: the backbone alone (preprocessed
-band in, its bands of the stage maps out) and the whole prediction (image on rank 0 ->
-labels on rank 0), plus the bytes each rank hands to torch.distributed during the
-prediction (:func:`mmcirc.distributed.comm.count_bytes`). ``--threads``: torch threads of
-the single process; each of P ranks gets ``max(1, threads // P)``.
+segmentor in one child process), random weights (seed 0, rank 0's on every rank),
+scikit-image's astronaut bicubic-resized to S x S (:func:`astronaut`). Each rank measures
+with the harness's :class:`~mmcirc.benchmark.measurement.PeakMeter` (peak RSS above the
+rank's RSS just before, the high-water mark reset first) and the wall time: the backbone
+alone (preprocessed band in, its bands of the stage maps out) and the whole prediction
+(image on rank 0 -> labels on rank 0), plus the bytes each rank hands to
+torch.distributed during the prediction (:func:`mmcirc.distributed.comm.count_bytes`).
+``--threads``: torch threads of the single process; each of P ranks gets
+``max(1, threads // P)``.
 
 ``--train``: one SGD step of the segmentor in train mode on a batch of that image with
 random labels (seed 0): mmengine's ``train_step`` in one process (P = 1), the
@@ -33,6 +34,17 @@ from ..report import ResultStore, environment, markdown_table, ratio
 MB = 1024**2
 
 
+def astronaut(size):
+    """scikit-image's astronaut, BGR uint8, bicubic-resized to ``size`` x ``size`` (mmcv):
+    the input of every run."""
+    import mmcv
+    import numpy as np
+    import skimage.data
+
+    bgr = np.ascontiguousarray(skimage.data.astronaut()[..., ::-1])
+    return mmcv.imresize(bgr, (size, size), interpolation='bicubic')
+
+
 def _measure(fn):
     """``fn()`` under the peak meter: (its output, {time_s, peak_increase_mb})."""
     with PeakMeter('cpu') as meter:
@@ -51,11 +63,10 @@ def _worker(cfg, size, sharded):
     from mmcirc.distributed.comm import count_bytes, group_rank_size
     from mmcirc.distributed.segmentor.infer import sync_weights
     from mmcirc.distributed.segmentor.model import predict_sharded, scatter_image, shard_model
-    from mmcirc.utils import image_io as imio
 
     rank = group_rank_size()[0]
     model = build_model(hr.load_highres_config(cfg), seed=0)
-    img = imio.resize_image(imio.demo_image('astronaut'), (size, size))
+    img = astronaut(size)
     out = dict(rank=rank)
     with torch.no_grad():
         if not sharded:
@@ -94,11 +105,10 @@ def _train_worker(cfg, size, sharded):
     from mmcirc.distributed.comm import group_rank_size
     from mmcirc.distributed.segmentor.infer import sync_weights
     from mmcirc.distributed.segmentor.train import SpatialParallel
-    from mmcirc.utils import image_io as imio
 
     rank = group_rank_size()[0]
     model = revert_sync_batchnorm(build_model(hr.load_highres_config(cfg), seed=0)).train()
-    img = imio.resize_image(imio.demo_image('astronaut'), (size, size))
+    img = astronaut(size)
     g = torch.Generator().manual_seed(0)
     sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size)))
     k = int(model.decode_head.out_channels)

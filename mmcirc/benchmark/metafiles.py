@@ -1,15 +1,17 @@
-"""The model zoo's counts: every config's parameters and FLOPs, counted by
-``tools/analysis/get_flops.py`` into one results file (``docs/results/model_zoo.json``),
-and what is made from that file alone: the per-task tables of ``configs/README.md``
-(mmdet's "Results and models" form), one ``metafile.yml`` per model family and the
-``model-index.yml`` that imports them (OpenMMLab's format, read by ``mim search``).
+"""The metafiles and the model zoo's counts they are written from: every config's
+parameters and FLOPs, counted by ``tools/analysis/get_flops.py`` into one results file
+(``docs/results/model_zoo.json``), and what is made from that file alone: the per-task
+tables of ``configs/README.md`` (mmdet's "Results and models" form), one
+``metafile.yml`` per model family and the ``model-index.yml`` that imports them
+(OpenMMLab's format, read by ``mim search``).
 ``python -m mmcirc.benchmark docs --tables zoo`` counts and writes them all;
 ``--no-run`` writes them from the file as it is.
 
 * :func:`describe`: what a config is (family, backbone, task, dataset, schedule), from
   its name and its loaded config;
-* :func:`render_zoo`: the tables; :func:`metafiles`: {path: text} of the metafiles and
-  the model index; :func:`count_zoo`: the results file, counted.
+* :func:`render_zoo`: the tables; :func:`render_metafiles`: {path: text} of the metafiles
+  and the model index, :func:`write_metafiles` writes them; :func:`count_zoo`: the
+  results file, counted.
 """
 
 import os
@@ -29,8 +31,9 @@ __all__ = [
     'ZOO_RESULTS',
     'count_zoo',
     'describe',
-    'metafiles',
+    'render_metafiles',
     'render_zoo',
+    'write_metafiles',
 ]
 
 ZOO_RESULTS = 'docs/results/model_zoo.json'
@@ -159,7 +162,7 @@ def _q(text: str) -> str:
     return f"'{text}'" if re.search(r'[:#\[\]{}&*!|>\'"%@`,]', text) else text
 
 
-def metafiles(store: dict) -> Dict[str, str]:
+def render_metafiles(store: dict) -> Dict[str, str]:
     """{path relative to the repository root: text}: ``configs/<family>/metafile.yml``
     for every family with a config, and ``model-index.yml``."""
     configs = store['configs']
@@ -201,6 +204,18 @@ def metafiles(store: dict) -> Dict[str, str]:
     index = ['Import:'] + [f'  - {p}' for p in sorted(files)]
     files['model-index.yml'] = '\n'.join(index) + '\n'
     return files
+
+
+def write_metafiles(root: str) -> None:
+    """Write :func:`render_metafiles` of ``root/``:data:`ZOO_RESULTS` under ``root``."""
+    import json
+
+    with open(osp.join(root, ZOO_RESULTS)) as f:
+        files = render_metafiles(json.load(f))
+    for rel, text in files.items():
+        os.makedirs(osp.dirname(osp.join(root, rel)) or '.', exist_ok=True)
+        atomic_write(osp.join(root, rel), text)
+    print(f'[docs] wrote the metafiles and model-index.yml under {root}')
 
 
 def count_zoo(root: str) -> None:

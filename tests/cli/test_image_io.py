@@ -1,4 +1,4 @@
-"""mmcirc.utils.image_io: sizes, images (files, demo), palettes, overlays and files
+"""mmcirc.cli.image_io: sizes, images (files, demo), palettes, overlays and files
 written all or nothing."""
 
 import os
@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from mmcirc.utils import image_io as imio
+from mmcirc.cli import image_io as imio
 
 
 def test_load_images_reads_every_file_resized(tmp_path):
