@@ -31,10 +31,10 @@ from mmdet.models.backbones.pvt import AbsolutePositionEmbedding
 from mmengine.model import ModuleList
 
 from mmcirc.registry import register_model
-from ..families import register_family
 from ..blocks import CirculantBlock, CoreBlock, SRABlock
-from .contract import check_positive_int, is_int
-from .pyramid import PyramidBackbone, PyramidStage
+from ..families import register_family
+from .contract import is_int
+from .pyramid import PyramidBackbone
 
 __all__ = ['CAPVT', 'CorePVT']
 
@@ -101,6 +101,7 @@ class CAPVT(PyramidBackbone):
     family = 'pvt'
     attention_blocks = dict(circulant=CirculantBlock, core=CoreBlock, sra=SRABlock)
     original_attention = 'sra'
+    ffn_type = 'mixffn'
     default_attention = 'circulant'
     stages_attr = 'layers'
     conv_init = 'fan_out'
@@ -138,24 +139,8 @@ class CAPVT(PyramidBackbone):
         init_cfg=None,
     ):
         super().__init__(init_cfg=init_cfg)
-        self._setup(
-            arch=arch,
-            attention=attention,
-            stage_attentions=stage_attentions,
-            block_cfgs=block_cfgs,
-            out_indices=out_indices,
-            drop_path_rate=drop_path_rate,
-            circulant_heads=circulant_heads,
-            boundary=boundary,
-            scale=scale,
-            num_cores=num_cores,
-            num_cores_max=num_cores_max,
-            frozen_stages=frozen_stages,
-            norm_eval=norm_eval,
-            with_cp=with_cp,
-        )
+        self._setup(locals())
         n = self.num_stages
-        check_positive_int(type(self).__name__, 'in_channels', in_channels)
         patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, lambda v: is_int(v) and v >= 1)
         sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, lambda v: is_int(v) and v >= 1)
         mlp_ratios = self._per_stage(
@@ -177,15 +162,9 @@ class CAPVT(PyramidBackbone):
             )
         self.use_abs_pos_embed = use_abs_pos_embed
 
-        core = dict(  # the core blocks' own arguments, every stage
-            qkv_bias=qkv_bias,
-            attn_drop_rate=attn_drop_rate,
-            use_cpe=core_cpe,
-            chunk_size=core_chunk_size,
-        )
         self.layers = ModuleList()
         stride = 1
-        for i, kind in enumerate(self.stage_attentions):
+        for i in range(n):
             dims = self.embed_dims[i]
             stride *= patch_sizes[i]
             patch_embed = PatchEmbed(
@@ -206,38 +185,15 @@ class CAPVT(PyramidBackbone):
                 if use_abs_pos_embed
                 else None
             )
-            mlp = dict(  # every kind's MLP: PVT's
-                embed_dims=dims,
-                feedforward_channels=int(mlp_ratios[i] * dims),
-                drop_rate=drop_rate,
-                act_cfg=act_cfg,
-                norm_cfg=norm_cfg,
+            own = dict(  # the SRA block's (besides the MLP's)
+                num_heads=self.num_heads[i],
+                qkv_bias=qkv_bias,
+                attn_drop_rate=attn_drop_rate,
+                sr_ratio=sr_ratios[i],
             )
-            args = dict(  # the explicit arguments of each kind (block_cfgs: more)
-                self._attention_args(i, dict(mlp, ffn_type='mixffn'), core),
-                sra=dict(
-                    mlp,
-                    num_heads=self.num_heads[i],
-                    qkv_bias=qkv_bias,
-                    attn_drop_rate=attn_drop_rate,
-                    sr_ratio=sr_ratios[i],
-                ),
-            ).get(kind, dict(mlp, ffn_type='mixffn'))  # a subclass's new kind: the MLP's
-            blocks = self._build_blocks(i, args)
             norm = build_norm_layer(norm_cfg, dims)[1] if norm_after_stage else None
-            self.layers.append(
-                PyramidStage(
-                    kind,
-                    blocks,
-                    dims,
-                    patch_embed=patch_embed,
-                    pos_embed=pos_embed,
-                    norm=norm,
-                    num_cores_max=self.num_cores_max,
-                    num_cores=self.num_cores,
-                    with_cp=self.with_cp,
-                )
-            )
+            parts = dict(patch_embed=patch_embed, pos_embed=pos_embed, norm=norm)
+            self.layers.append(self._build_stage(i, mlp_ratios[i], own, **parts))
         self._finish()
 
     def _stem_modules(self):

@@ -22,10 +22,10 @@ from mmengine.model import ModuleList
 from torch import nn
 
 from mmcirc.registry import register_model
-from ..families import register_family
 from ..blocks import CirculantBlock, CoreBlock, WindowBlock
-from .contract import check_positive, check_positive_int, is_int
-from .pyramid import PyramidBackbone, PyramidStage
+from ..families import register_family
+from .contract import check_positive, is_int
+from .pyramid import PyramidBackbone
 
 __all__ = ['CASwin', 'CoreSwin']
 
@@ -112,27 +112,11 @@ class CASwin(PyramidBackbone):
         init_cfg=None,
     ):
         super().__init__(init_cfg=init_cfg)
-        self._setup(
-            arch=arch,
-            attention=attention,
-            stage_attentions=stage_attentions,
-            block_cfgs=block_cfgs,
-            out_indices=out_indices,
-            drop_path_rate=drop_path_rate,
-            circulant_heads=circulant_heads,
-            boundary=boundary,
-            scale=scale,
-            num_cores=num_cores,
-            num_cores_max=num_cores_max,
-            frozen_stages=frozen_stages,
-            norm_eval=norm_eval,
-            with_cp=with_cp,
-        )
+        self._setup(locals())
         n = self.num_stages
         strides = self._per_stage('strides', strides, n, lambda v: is_int(v) and v >= 1)
         if not is_int(window_size) or window_size < 1:
             raise ValueError(f'CASwin: window_size must be a positive int, got {window_size!r}')
-        check_positive_int(type(self).__name__, 'in_channels', in_channels)
         check_positive(type(self).__name__, 'mlp_ratio', mlp_ratio)
         patch_norm_cfg = norm_cfg if patch_norm else None
         self.patch_embed = PatchEmbed(
@@ -146,35 +130,17 @@ class CASwin(PyramidBackbone):
         )
         self.drop_after_pos = nn.Dropout(p=drop_rate)
 
-        core = dict(  # the core blocks' own arguments, every stage
-            qkv_bias=qkv_bias,
-            attn_drop_rate=attn_drop_rate,
-            use_cpe=core_cpe,
-            chunk_size=core_chunk_size,
-        )
         self.stages = ModuleList()
         for i, kind in enumerate(self.stage_attentions):
             dims = self.embed_dims[i]
-            mlp = dict(  # every kind's MLP: Swin's
-                embed_dims=dims,
-                feedforward_channels=int(mlp_ratio * dims),
-                drop_rate=drop_rate,
-                act_cfg=act_cfg,
-                norm_cfg=norm_cfg,
+            own = dict(  # the window block's (besides the MLP's)
+                num_heads=self.num_heads[i],
+                window_size=window_size,
+                qkv_bias=qkv_bias,
+                qk_scale=qk_scale,
+                attn_drop_rate=attn_drop_rate,
+                with_cp=False,
             )
-            args = dict(  # the explicit arguments of each kind (block_cfgs: more)
-                self._attention_args(i, dict(mlp, ffn_type='ffn'), core),
-                window=dict(
-                    mlp,
-                    num_heads=self.num_heads[i],
-                    window_size=window_size,
-                    qkv_bias=qkv_bias,
-                    qk_scale=qk_scale,
-                    attn_drop_rate=attn_drop_rate,
-                    with_cp=False,
-                ),
-            ).get(kind, dict(mlp, ffn_type='ffn'))  # a subclass's new kind: the MLP's
-            blocks = self._build_blocks(i, args, shifted=kind == 'window')
             downsample = (
                 PatchMerging(
                     in_channels=dims,
@@ -185,17 +151,8 @@ class CASwin(PyramidBackbone):
                 if i < n - 1
                 else None
             )
-            self.stages.append(
-                PyramidStage(
-                    kind,
-                    blocks,
-                    dims,
-                    downsample=downsample,
-                    num_cores_max=self.num_cores_max,
-                    num_cores=self.num_cores,
-                    with_cp=self.with_cp,
-                )
-            )
+            shifted = kind == 'window'
+            self.stages.append(self._build_stage(i, mlp_ratio, own, shifted, downsample=downsample))
         for i in self.out_indices:  # an LN per output, as mmdet's Swin
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, self.embed_dims[i])[1])
         self._finish()

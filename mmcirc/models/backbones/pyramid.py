@@ -29,13 +29,12 @@ from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_
 
 from mmcirc.ops.core import select_cores
 from .contract import BackboneContract, ElasticCores, call_block, check_images
-from .pyramid_build import PyramidBuild, stride_of
+from .pyramid_build import PyramidBuild
 
 __all__ = [
     'PyramidStage',
     'PyramidBackbone',
     'grid_size',
-    'stride_of',
 ]
 
 
@@ -68,8 +67,6 @@ class PyramidStage(BaseModule):
         patch_embed, pos_embed, norm, downsample (nn.Module, optional): see above.
         num_cores_max (int): bank size (core-carrying blocks only). num_cores (int): active C'.
         with_cp (bool): torch.utils.checkpoint each block (saves memory in training).
-        carries_cores (bool, optional): whether the stage owns a core bank; None: when
-            its blocks declare ``carries_cores``.
 
     ``forward(x, hw_shape, out_norm=None, with_out=True) -> (x_next, hw_next, out)``:
     the input of the next stage (tokens (B, N, C) and their grid) and this stage's
@@ -89,7 +86,6 @@ class PyramidStage(BaseModule):
         num_cores_max: int = 64,
         num_cores: int = 64,
         with_cp: bool = False,
-        carries_cores: Optional[bool] = None,
         init_cfg=None,
     ):
         super().__init__(init_cfg=init_cfg)
@@ -101,9 +97,7 @@ class PyramidStage(BaseModule):
         self.blocks = ModuleList(blocks)
         self.norm = norm
         self.downsample = downsample
-        if carries_cores is None:
-            carries_cores = any(getattr(b, 'carries_cores', False) for b in blocks)
-        if carries_cores:
+        if any(getattr(b, 'carries_cores', False) for b in blocks):  # a core bank
             self.cores = nn.Parameter(torch.zeros(num_cores_max, embed_dims))
             self.num_cores = num_cores
         else:
@@ -165,7 +159,7 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     """Family-independent part of the CA/Core pyramids (abstract; see CAPVT, CASwin).
 
     A family's ``__init__`` calls :meth:`_setup`, builds its stem and the stage list
-    named ``stages_attr``, each stage's blocks with :meth:`_build_blocks`, and ends with
+    named ``stages_attr``, each stage with :meth:`_build_stage`, and ends with
     :meth:`_finish`. The stages are public as :attr:`stages`, each with its ``attention``.
 
     Class attributes:
@@ -198,6 +192,19 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
         """The stages (:class:`PyramidStage`, each with its ``attention`` kind), held
         under ``stages_attr`` (``layers`` in PVT, ``stages`` in Swin: mmdet's keys)."""
         return self._modules[self.stages_attr]
+
+    def _build_stage(self, i: int, mlp_ratio, own: dict, shifted=False, **parts) -> PyramidStage:
+        """Stage ``i``: its blocks (:meth:`_build_blocks`) and the family's ``parts``
+        (``patch_embed``, ``pos_embed``, ``norm``, ``downsample``)."""
+        return PyramidStage(
+            self.stage_attentions[i],
+            self._build_blocks(i, mlp_ratio, own, shifted),
+            self.embed_dims[i],
+            num_cores_max=self.num_cores_max,
+            num_cores=self.num_cores,
+            with_cp=self.with_cp,
+            **parts,
+        )
 
     def _stem_modules(self) -> List[nn.Module]:
         """Modules frozen by ``frozen_stages >= 0`` (the first patch embedding)."""

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from mmcirc.registry import model_registries
 from ..blocks import PyramidBlock
-from .contract import check_circulant, check_rate, is_int
+from .contract import check_circulant, check_positive_int, check_rate, is_int
 
 __all__ = ['PyramidBuild', 'stride_of']
 
@@ -34,6 +34,8 @@ class PyramidBuild:
     attention_blocks: Dict[str, type] = {}
     original_attention: str = ''
     default_attention: str = 'circulant'
+    #: the MLP of the circulant and core blocks (:func:`~..blocks.build_ffn`)
+    ffn_type: str = 'ffn'
     #: Stages that take circulant/core attention in the paper's layout.
     num_replaced_stages: int = 2
 
@@ -169,49 +171,37 @@ class PyramidBuild:
             out.append((block, btype, options))
         return out
 
-    def _setup(
-        self,
-        *,
-        arch,
-        attention,
-        stage_attentions,
-        block_cfgs,
-        out_indices,
-        drop_path_rate,
-        circulant_heads,
-        boundary,
-        scale,
-        num_cores,
-        num_cores_max,
-        frozen_stages,
-        norm_eval,
-        with_cp,
-    ):
-        """Parse and check the arguments every pyramid takes (keyword only, as the
-        family's constructor got them; ValueError names the parameter)."""
+    def _setup(self, args: dict) -> None:
+        """Parse and check the arguments every pyramid takes, from ``args``: the family
+        constructor's ``locals()`` (ValueError names the parameter)."""
         cls_name = type(self).__name__
-        self.arch_settings = self._parse_arch(arch)
+        self.arch_settings = self._parse_arch(args['arch'])
         self.embed_dims = self.arch_settings['embed_dims']
         self.depths = self.arch_settings['depths']
         self.num_heads = self.arch_settings['num_heads']
         self.num_features = list(self.embed_dims)
         n = len(self.depths)
-        blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, n)
+        blocks = self._parse_blocks(
+            args['attention'], args['stage_attentions'], args['block_cfgs'], n
+        )
         self.block_types = tuple(b for b, _, _ in blocks)
         self.block_cfg_types = tuple(t for _, t, _ in blocks)
         self.block_options = tuple(o for _, _, o in blocks)
         self.stage_attentions = tuple(b.kind for b in self.block_types)
         self._setup_contract(
             num_stages=n,
-            out_indices=out_indices,
-            frozen_stages=frozen_stages,
-            norm_eval=norm_eval,
-            with_cp=with_cp,
+            out_indices=args['out_indices'],
+            frozen_stages=args['frozen_stages'],
+            norm_eval=args['norm_eval'],
+            with_cp=args['with_cp'],
         )
-        check_circulant(cls_name, boundary, scale)
-        self.boundary, self.scale = boundary, scale
+        check_circulant(cls_name, args['boundary'], args['scale'])
+        self.boundary, self.scale = args['boundary'], args['scale']
         self.circulant_heads = self._per_stage(
-            'circulant_heads', circulant_heads, n, lambda v: v is None or (is_int(v) and v >= 1)
+            'circulant_heads',
+            args['circulant_heads'],
+            n,
+            lambda v: v is None or (is_int(v) and v >= 1),
         )
         for i, kind in enumerate(self.stage_attentions):
             dims, heads = self.embed_dims[i], self.num_heads[i]
@@ -227,32 +217,45 @@ class PyramidBuild:
                     f'{cls_name}: num_heads[{i}]={heads} must divide embed_dims[{i}]={dims} '
                     f'(stage {i} uses {kind!r} attention)'
                 )
-        self._setup_cores(num_cores, num_cores_max)
+        self._setup_cores(args['num_cores'], args['num_cores_max'])
+        drop_path_rate = args['drop_path_rate']
         check_rate(cls_name, 'drop_path_rate', drop_path_rate)
         total = sum(self.depths)
         dpr = [drop_path_rate * k / max(total - 1, 1) for k in range(total)]  # linear, all blocks
         self.drop_path_rates = [
             dpr[sum(self.depths[:i]) : sum(self.depths[: i + 1])] for i in range(n)
         ]
-
-    def _attention_args(self, i: int, mlp: dict, core: dict) -> dict:
-        """``{'circulant': ..., 'core': ...}``: the explicit keyword arguments of stage
-        ``i``'s circulant and core blocks, on top of ``mlp`` (the family's MLP:
-        ``embed_dims``, ``feedforward_channels``, ``drop_rate``, ``ffn_type``, ``act_cfg``,
-        ``norm_cfg``); ``core``: the core blocks' own (``qkv_bias``, ``attn_drop_rate``,
-        ``use_cpe``, ``chunk_size``)."""
-        circulant = dict(
-            num_heads=self.circulant_heads[i], boundary=self.boundary, scale=self.scale
-        )
-        return dict(
-            circulant=dict(mlp, **circulant), core=dict(mlp, num_heads=self.num_heads[i], **core)
+        check_positive_int(cls_name, 'in_channels', args['in_channels'])
+        self._mlp_args = {k: args[k] for k in ('drop_rate', 'act_cfg', 'norm_cfg')}
+        self._core_args = dict(  # the core blocks' own arguments, every stage
+            qkv_bias=args['qkv_bias'],
+            attn_drop_rate=args['attn_drop_rate'],
+            use_cpe=args['core_cpe'],
+            chunk_size=args['core_chunk_size'],
         )
 
-    def _build_blocks(self, i: int, args: dict, shifted: bool = False) -> List[nn.Module]:
+    def _build_blocks(self, i: int, mlp_ratio, own: dict, shifted: bool = False) -> List[nn.Module]:
         """The blocks of stage ``i``: its block class (or its block config's ``type``,
-        through ``MODELS.build``) with the explicit arguments ``args`` of its kind, each
-        block's drop path rate (and with ``shifted``, ``shift`` on every second block:
-        Swin's windows), then its block config's options on top."""
+        through ``MODELS.build``) with the explicit arguments of its kind, each block's
+        drop path rate (and with ``shifted``, ``shift`` on every second block: Swin's
+        windows), then its block config's options on top.
+
+        Every kind takes the family's MLP (``embed_dims``, ``feedforward_channels`` =
+        ``mlp_ratio`` x width, ``drop_rate``, ``act_cfg``, ``norm_cfg``); the family's own
+        block also ``own``; the others the family's ``ffn_type`` and, circulant blocks their
+        heads, ``boundary`` and ``scale``, core blocks their heads and own arguments
+        (``qkv_bias``, ``attn_drop_rate``, ``use_cpe``, ``chunk_size``)."""
+        dims, kind = self.embed_dims[i], self.stage_attentions[i]
+        args = dict(embed_dims=dims, feedforward_channels=int(mlp_ratio * dims), **self._mlp_args)
+        if kind == self.original_attention:
+            args.update(own)
+        else:  # a subclass's new kind: the MLP's
+            args['ffn_type'] = self.ffn_type
+            if kind == 'circulant':
+                heads = self.circulant_heads[i]
+                args.update(num_heads=heads, boundary=self.boundary, scale=self.scale)
+            elif kind == 'core':
+                args.update(num_heads=self.num_heads[i], **self._core_args)
         block, btype, options = self.block_types[i], self.block_cfg_types[i], self.block_options[i]
         blocks = []
         for j in range(self.depths[i]):
