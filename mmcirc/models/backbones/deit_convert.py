@@ -29,8 +29,8 @@ from mmcirc.models.convert.conversion import (
     OUTPUT_ROOT,
     ConversionError,
     ConversionResult,
-    build_result,
     expect_released,
+    isotropic_result,
     shape_mismatches,
     strip_common_prefix,
     tensors_of,
@@ -159,20 +159,7 @@ def convert_cadeit_official(ckpt, arch=None, meta: Optional[dict] = None):
         patch_size=info['patch_size'],
         num_classes=info['num_classes'],
     )
-    result = build_result(
-        model,
-        out,
-        sources,
-        list(sd),
-        'official',
-        converter='mmcirc.models.convert_isotropic',  # the name in the files since the first
-        # release (the module is now this one): converted files stay byte-identical
-        prefix='backbone.',
-        extra=head,
-        whole_model=True,
-        meta=m,
-    )
-    return result, model
+    return isotropic_result(model, out, sources, sd, m, extra=head), model
 
 
 def convert_source(src, load, meta, *, arch=None):

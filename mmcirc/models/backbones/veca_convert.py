@@ -23,8 +23,8 @@ import torch
 from mmcirc.models.convert.conversion import (
     OUTPUT_ROOT,
     ConversionError,
-    build_result,
     expect_released,
+    isotropic_result,
     shape_mismatches,
     tensors_of,
 )
@@ -171,19 +171,7 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
         if isinstance(ckpt.get('config'), dict)
         else [],
     )
-    result = build_result(
-        model,
-        out,
-        sources,
-        list(sd),
-        'official',
-        converter='mmcirc.models.convert_isotropic',  # the name in the files since the first
-        # release (the module is now this one): converted files stay byte-identical
-        prefix='backbone.',
-        whole_model=True,
-        meta=m,
-    )
-    return result, model
+    return isotropic_result(model, out, sources, sd, m), model
 
 
 def convert_source(src, load, meta, *, arch=None):

@@ -35,6 +35,7 @@ __all__ = [
     'ReleasedKind',
     'build_result',
     'expect_released',
+    'isotropic_result',
     'format_summary',
     'load_source',
     'save_checkpoint',
@@ -344,6 +345,24 @@ def build_result(
         **(meta or {}),
     )
     return result
+
+
+def isotropic_result(model, tensors, sources, source_keys, meta, extra=None):
+    """:func:`build_result` of a released CA-DeiT / VECA file converted whole (layout
+    ``'official'``, keys under ``backbone.``, ``extra`` as there)."""
+    return build_result(
+        model,
+        tensors,
+        sources,
+        list(source_keys),
+        'official',
+        converter='mmcirc.models.convert_isotropic',  # the name in the files since the first
+        # release (the module is now this one): converted files stay byte-identical
+        prefix='backbone.',
+        extra=extra,
+        whole_model=True,
+        meta=meta,
+    )
 
 
 # --------------------------------------------------------------------------- report
