@@ -31,22 +31,33 @@ class _Isotropic(TimmModel):
 
     output_fmt = 'NLC'
 
-    def __init__(
-        self, backbone, num_features, num_classes, global_pool, drop_rate, in_chans, dtype
-    ):
-        backbone.out_indices = tuple(range(backbone.num_stages))  # every block's output
-        info = [
-            dict(
-                num_chs=backbone.embed_dims,
-                reduction=backbone.patch_size,
-                module=f'backbone.blocks.{i}',
+    def __init__(self, backbone_cfg, num_classes, global_pool, drop_rate, in_chans, device, dtype):
+        """The family's backbone built on ``device`` with ``backbone_cfg`` (its keyword
+        arguments), returning every block's raw output; the timm arguments as named."""
+        with building_on(device):
+            backbone = self.backbone_class()(in_channels=in_chans, out_type='raw', **backbone_cfg)
+            init_backbone(backbone)
+            backbone.out_indices = tuple(range(backbone.num_stages))  # every block's output
+            info = [
+                dict(
+                    num_chs=backbone.embed_dims,
+                    reduction=backbone.patch_size,
+                    module=f'backbone.blocks.{i}',
+                )
+                for i in range(backbone.num_stages)
+            ]
+            super().__init__(
+                backbone,
+                backbone.num_features,
+                info,
+                num_classes,
+                global_pool,
+                drop_rate,
+                in_chans,
+                dtype,
             )
-            for i in range(backbone.num_stages)
-        ]
-        super().__init__(
-            backbone, num_features, info, num_classes, global_pool, drop_rate, in_chans, dtype
-        )
         self.patch_size = backbone.patch_size
+        self.arch = backbone_cfg['arch']
 
     #: the key of the backbone's arch holding the block count
     depth_key = ''
@@ -67,18 +78,6 @@ class _Isotropic(TimmModel):
         from mmcirc.models.families import FAMILIES
 
         return FAMILIES[cls.released_kind][0]
-
-    def _grid(self, x: torch.Tensor) -> tuple:
-        """(H', W') of the token map of an image x (B, C, H, W), padding included."""
-        p = self.patch_size
-        return -(-x.shape[-2] // p), -(-x.shape[-1] // p)
-
-    @staticmethod
-    def _as_fmt(tokens: torch.Tensor, hw, output_fmt: str) -> torch.Tensor:
-        if output_fmt == 'NLC':
-            return tokens  # (B, N, C)
-        b, n, c = tokens.shape
-        return tokens.transpose(1, 2).reshape(b, c, *hw)  # (B, C, H', W')
 
     def _final(self, outs) -> torch.Tensor:
         """The backbone's block outputs ``outs`` -> :meth:`forward_features`' result."""
@@ -106,26 +105,15 @@ class _Isotropic(TimmModel):
         """x (B, C_in, H, W) -> the final features (see the family's docstring)."""
         return self._final(self.backbone(x))
 
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices=None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = 'NCHW',
-        intermediates_only: bool = False,
-    ):
-        """The patch tokens of the blocks ``indices`` (see
-        :func:`~mmcirc.timm.model.take_indices`; ``norm``: through the final LN) as
-        (B, C, H', W') maps or (B, N, C) tokens (``output_fmt``); with the final
-        features unless ``intermediates_only``. ``stop_early`` changes nothing."""
+    def _intermediates(self, x, indices, norm, output_fmt):
+        """The patch tokens of the blocks (``norm``: through the final LN) as (B, C, H', W')
+        maps or (B, N, C) tokens (``output_fmt``)."""
         if output_fmt not in ('NCHW', 'NLC'):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
-        take, hw = self._check_indices(indices), self._grid(x)
-        outs = self.backbone(x)  # one output per block
-        inter = [self._as_fmt(self._block_tokens(outs, i, norm), hw, output_fmt) for i in take]
-        if intermediates_only:
-            return inter
+        take, outs = self._check_indices(indices), self.backbone(x)  # one output per block
+        inter = [self._block_tokens(outs, i, norm) for i in take]  # (B, N, C)
+        if output_fmt == 'NCHW':
+            inter = [block_map(t, x, self.patch_size, 0) for t in inter]  # (B, C, H', W')
         return self._final(outs), inter
 
     def _keep_blocks(self, keep: int) -> None:
@@ -176,21 +164,14 @@ class CADeiTTimm(_Isotropic):
         dtype=None,
         **backbone_kwargs,
     ):
-        with building_on(device):
-            backbone = self.backbone_class()(
-                arch=arch,
-                in_channels=in_chans,
-                out_type='raw',
-                final_norm=False,  # the final LN is applied here (intermediates stay raw)
-                drop_rate=proj_drop_rate,
-                drop_path_rate=drop_path_rate,
-                **backbone_kwargs,
-            )
-            init_backbone(backbone)
-            super().__init__(
-                backbone, backbone.embed_dims, num_classes, global_pool, drop_rate, in_chans, dtype
-            )
-        self.arch = arch
+        backbone_cfg = dict(
+            arch=arch,
+            final_norm=False,  # the final LN is applied here (intermediates stay raw)
+            drop_rate=proj_drop_rate,
+            drop_path_rate=drop_path_rate,
+            **backbone_kwargs,
+        )
+        super().__init__(backbone_cfg, num_classes, global_pool, drop_rate, in_chans, device, dtype)
 
     @staticmethod
     def fx_leaves():
@@ -256,27 +237,15 @@ class VECATimm(_Isotropic):
         dtype=None,
         **backbone_kwargs,
     ):
-        with building_on(device):
-            backbone = self.backbone_class()(
-                arch=arch,
-                in_channels=in_chans,
-                num_cores=num_cores,
-                out_type='raw',
-                out_norm=False,  # the final LN and projection are applied here
-                dropout=proj_drop_rate,
-                **backbone_kwargs,
-            )
-            init_backbone(backbone)
-            super().__init__(
-                backbone,
-                backbone.num_features,
-                num_classes,
-                global_pool,
-                drop_rate,
-                in_chans,
-                dtype,
-            )
-        self.arch, self.backbone_kwargs = arch, dict(backbone_kwargs)
+        backbone_cfg = dict(
+            arch=arch,
+            num_cores=num_cores,
+            out_norm=False,  # the final LN and projection are applied here
+            dropout=proj_drop_rate,
+            **backbone_kwargs,
+        )
+        super().__init__(backbone_cfg, num_classes, global_pool, drop_rate, in_chans, device, dtype)
+        self.backbone_kwargs = dict(backbone_kwargs)
 
     @property
     def num_prefix_tokens(self) -> int:

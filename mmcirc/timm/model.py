@@ -128,7 +128,7 @@ class TimmModel(nn.Module):
     """timm's classifier interface around an mmcirc backbone (abstract).
 
     A family sets ``pool_types`` (the ``global_pool`` values it takes), ``output_fmt``
-    and implements :meth:`forward_features`, :meth:`_pool`, :meth:`forward_intermediates`,
+    and implements :meth:`forward_features`, :meth:`_pool`, :meth:`_intermediates`,
     :meth:`_prune`, :meth:`group_matcher`, :meth:`_set_with_cp`.
 
     Args:
@@ -279,6 +279,25 @@ class TimmModel(nn.Module):
         """``fn(output, x)``: the map :meth:`forward_intermediates` gives of a
         ``feature_info`` module's ``output`` for an image ``x`` (:class:`FeatureGraph`);
         None: the output is that map."""
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices=None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = 'NCHW',
+        intermediates_only: bool = False,
+    ):
+        """The outputs of the blocks (stages) ``indices`` (see :func:`take_indices`) as the
+        family gives them (:meth:`_intermediates`: ``norm``, ``output_fmt``), with the
+        final features unless ``intermediates_only``. ``stop_early`` changes nothing."""
+        final, inter = self._intermediates(x, indices, norm, output_fmt)
+        return inter if intermediates_only else (final, inter)
+
+    def _intermediates(self, x, indices, norm: bool, output_fmt: str) -> tuple:
+        """(final features, [output of each of ``indices``]) of an image x."""
+        raise NotImplementedError
 
     def _check_indices(self, indices) -> List[int]:
         return take_indices(indices, self.backbone.num_stages, self.backbone.stage_unit)

@@ -157,28 +157,16 @@ class PyramidTimm(TimmModel):
     def _pool(self, x: torch.Tensor) -> torch.Tensor:
         return self.pool(x)  # (B, C) (catavgmax: (B, 2C)) | (B, C, H, W)
 
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices=None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = 'NCHW',
-        intermediates_only: bool = False,
-    ):
-        """The maps (B, C_i, H_i, W_i) of the stages ``indices`` (see
-        :func:`~mmcirc.timm.model.take_indices`), as the backbone gives them (CA-Swin:
-        through the output LN of the stage where the model has one, :mod:`.pyramid`);
-        with the last stage's map unless ``intermediates_only``. ``norm`` and
-        ``stop_early`` change nothing (the output LNs belong to their stages)."""
+    def _intermediates(self, x, indices, norm, output_fmt):
+        """The maps (B, C_i, H_i, W_i) of the stages as the backbone gives them (CA-Swin:
+        through the output LN of the stage where the model has one, :mod:`.pyramid`); the
+        last stage's map the final features. ``norm`` changes nothing (the output LNs
+        belong to their stages)."""
         if output_fmt != 'NCHW':
             raise ValueError(f"output_fmt must be 'NCHW' for the pyramids, got {output_fmt!r}")
         take = self._check_indices(indices)
         maps = self.backbone(x)  # one per stage
-        inter = [maps[i] for i in take]
-        if intermediates_only:
-            return inter
-        return maps[-1], inter
+        return maps[-1], [maps[i] for i in take]
 
     def _prune(self, keep: int, prune_norm: bool) -> int:
         """Stages ``keep`` on (and the patch merging ending stage ``keep - 1``) removed,

@@ -83,9 +83,10 @@ default_cfgs = generate_default_cfgs(
 )
 
 
-def _create(variant: str, pretrained: bool = False, **kwargs):
+def _create(variant: str, pretrained: bool, model_args: dict, **kwargs):
     """Build ``variant`` with timm's builder (``model_args`` of the entry point, then the
     caller's keyword arguments; an arch given overrides the variant's)."""
+    kwargs = dict(model_args, **kwargs)
     family = kwargs.get('family')
     cls = PyramidTimm if family else _CLASSES[variant.rsplit('_', 1)[0]]
     overlay = dict(kwargs.pop('pretrained_cfg_overlay', None) or {})
@@ -118,120 +119,100 @@ def _create(variant: str, pretrained: bool = False, **kwargs):
     )
 
 
-def _args(model_args: dict, kwargs: dict) -> dict:
-    return dict(model_args, **kwargs)
-
-
 @register_model
 def ca_deit_tiny(pretrained: bool = False, **kwargs):
     """CA-DeiT-Tiny: 192 wide, 12 blocks of circulant attention (the released model)."""
-    model_args = dict(arch='tiny')
-    return _create('ca_deit_tiny', pretrained, **_args(model_args, kwargs))
+    return _create('ca_deit_tiny', pretrained, dict(arch='tiny'), **kwargs)
 
 
 @register_model
 def ca_deit_small(pretrained: bool = False, **kwargs):
     """CA-DeiT-Small: 384 wide, 12 blocks of circulant attention (the released model)."""
-    model_args = dict(arch='small')
-    return _create('ca_deit_small', pretrained, **_args(model_args, kwargs))
+    return _create('ca_deit_small', pretrained, dict(arch='small'), **kwargs)
 
 
 @register_model
 def ca_deit_base(pretrained: bool = False, **kwargs):
     """CA-DeiT-Base: 768 wide, 12 blocks of circulant attention (the released model)."""
-    model_args = dict(arch='base')
-    return _create('ca_deit_base', pretrained, **_args(model_args, kwargs))
+    return _create('ca_deit_base', pretrained, dict(arch='base'), **kwargs)
 
 
 @register_model
 def veca_small(pretrained: bool = False, **kwargs):
     """VECA-Small: 384 wide, 12 core-attention blocks, 64 cores (the released encoder)."""
-    model_args = dict(arch='small')
-    return _create('veca_small', pretrained, **_args(model_args, kwargs))
+    return _create('veca_small', pretrained, dict(arch='small'), **kwargs)
 
 
 @register_model
 def veca_base(pretrained: bool = False, **kwargs):
     """VECA-Base: 768 wide, 12 core-attention blocks, 64 cores (the released encoder)."""
-    model_args = dict(arch='base')
-    return _create('veca_base', pretrained, **_args(model_args, kwargs))
+    return _create('veca_base', pretrained, dict(arch='base'), **kwargs)
 
 
 @register_model
 def ca_pvt_tiny(pretrained: bool = False, **kwargs):
     """CA-PVT-Tiny: PVT-Tiny with circulant attention in stages 1-2."""
-    model_args = dict(family='ca_pvt', arch='tiny')
-    return _create('ca_pvt_tiny', pretrained, **_args(model_args, kwargs))
+    return _create('ca_pvt_tiny', pretrained, dict(family='ca_pvt', arch='tiny'), **kwargs)
 
 
 @register_model
 def ca_pvt_small(pretrained: bool = False, **kwargs):
     """CA-PVT-Small: PVT-Small with circulant attention in stages 1-2."""
-    model_args = dict(family='ca_pvt', arch='small')
-    return _create('ca_pvt_small', pretrained, **_args(model_args, kwargs))
+    return _create('ca_pvt_small', pretrained, dict(family='ca_pvt', arch='small'), **kwargs)
 
 
 @register_model
 def ca_pvt_medium(pretrained: bool = False, **kwargs):
     """CA-PVT-Medium: PVT-Medium with circulant attention in stages 1-2."""
-    model_args = dict(family='ca_pvt', arch='medium')
-    return _create('ca_pvt_medium', pretrained, **_args(model_args, kwargs))
+    return _create('ca_pvt_medium', pretrained, dict(family='ca_pvt', arch='medium'), **kwargs)
 
 
 @register_model
 def ca_pvt_large(pretrained: bool = False, **kwargs):
     """CA-PVT-Large: PVT-Large with circulant attention in stages 1-2."""
-    model_args = dict(family='ca_pvt', arch='large')
-    return _create('ca_pvt_large', pretrained, **_args(model_args, kwargs))
+    return _create('ca_pvt_large', pretrained, dict(family='ca_pvt', arch='large'), **kwargs)
 
 
 @register_model
 def ca_swin_tiny(pretrained: bool = False, **kwargs):
     """CA-Swin-T: Swin-T with circulant attention in stages 1-2."""
-    model_args = dict(family='ca_swin', arch='tiny')
-    return _create('ca_swin_tiny', pretrained, **_args(model_args, kwargs))
+    return _create('ca_swin_tiny', pretrained, dict(family='ca_swin', arch='tiny'), **kwargs)
 
 
 @register_model
 def ca_swin_small(pretrained: bool = False, **kwargs):
     """CA-Swin-S: Swin-S with circulant attention in stages 1-2."""
-    model_args = dict(family='ca_swin', arch='small')
-    return _create('ca_swin_small', pretrained, **_args(model_args, kwargs))
+    return _create('ca_swin_small', pretrained, dict(family='ca_swin', arch='small'), **kwargs)
 
 
 @register_model
 def ca_swin_base(pretrained: bool = False, **kwargs):
     """CA-Swin-B: Swin-B with circulant attention in stages 1-2."""
-    model_args = dict(family='ca_swin', arch='base')
-    return _create('ca_swin_base', pretrained, **_args(model_args, kwargs))
+    return _create('ca_swin_base', pretrained, dict(family='ca_swin', arch='base'), **kwargs)
 
 
 @register_model
 def core_pvt_tiny(pretrained: bool = False, **kwargs):
     """Core-PVT-Tiny: PVT-Tiny with core attention in stages 1-2."""
-    model_args = dict(family='core_pvt', arch='tiny')
-    return _create('core_pvt_tiny', pretrained, **_args(model_args, kwargs))
+    return _create('core_pvt_tiny', pretrained, dict(family='core_pvt', arch='tiny'), **kwargs)
 
 
 @register_model
 def core_pvt_small(pretrained: bool = False, **kwargs):
     """Core-PVT-Small: PVT-Small with core attention in stages 1-2."""
-    model_args = dict(family='core_pvt', arch='small')
-    return _create('core_pvt_small', pretrained, **_args(model_args, kwargs))
+    return _create('core_pvt_small', pretrained, dict(family='core_pvt', arch='small'), **kwargs)
 
 
 @register_model
 def core_swin_tiny(pretrained: bool = False, **kwargs):
     """Core-Swin-T: Swin-T with core attention in stages 1-2."""
-    model_args = dict(family='core_swin', arch='tiny')
-    return _create('core_swin_tiny', pretrained, **_args(model_args, kwargs))
+    return _create('core_swin_tiny', pretrained, dict(family='core_swin', arch='tiny'), **kwargs)
 
 
 @register_model
 def core_swin_small(pretrained: bool = False, **kwargs):
     """Core-Swin-S: Swin-S with core attention in stages 1-2."""
-    model_args = dict(family='core_swin', arch='small')
-    return _create('core_swin_small', pretrained, **_args(model_args, kwargs))
+    return _create('core_swin_small', pretrained, dict(family='core_swin', arch='small'), **kwargs)
 
 
 #: the registered names, in registration order
