@@ -134,8 +134,6 @@ class CompileBackboneHook(Hook):
     counts those graphs.
     """
 
-    priority = 'NORMAL'
-
     def __init__(self, backend='inductor', mode=None, dynamic=None, neck=True):
         if not isinstance(neck, bool):
             raise TypeError(f'CompileBackboneHook: neck must be True or False, got {neck!r}')
@@ -148,7 +146,7 @@ class CompileBackboneHook(Hook):
         self._before: Optional[int] = None
         self._first_done = False
 
-    def _compile(self, runner):
+    def before_train(self, runner):
         done = compile_backbone(runner.model, **self.kwargs)
         if done:
             runner.logger.info(
@@ -156,14 +154,7 @@ class CompileBackboneHook(Hook):
                 f'(fullgraph, backend {self.kwargs["backend"]!r}); the heads run eagerly'
             )
 
-    def before_train(self, runner):
-        self._compile(runner)
-
-    def before_val(self, runner):
-        self._compile(runner)
-
-    def before_test(self, runner):
-        self._compile(runner)
+    before_val = before_test = before_train
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         self._before = compiled_graphs()

@@ -71,7 +71,6 @@ class NestedCoreHook(Hook):
             of the official schedule.
     """
 
-    priority = 'NORMAL'
     SCHEDULES = ('pow2', 'official')
 
     def __init__(
