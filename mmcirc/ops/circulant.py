@@ -57,6 +57,7 @@ from .circulant_transforms import (
     export_mode,
     fft_grid,
     get_fft_impl,
+    graph_capture,
     next_fast_len,
     set_fft_impl,
     transforms,
@@ -412,12 +413,7 @@ class CirculantAttention(nn.Module):
         CUDA (at most PLAN_CACHE_SIZE: detection and segmentation see a few sizes); made
         anew in a captured graph (symbolic sizes) and on other devices."""
         dev = getattr(getattr(x, 'device', None), 'type', None)
-        if (
-            dev not in ('cpu', 'cuda')
-            or type(hw_shape) not in (tuple, list)
-            or torch.compiler.is_compiling()
-            or torch.jit.is_tracing()
-        ):
+        if dev not in ('cpu', 'cuda') or type(hw_shape) not in (tuple, list) or graph_capture():
             return self._new_plan(x, hw_shape)
         autocast = torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev)
         key += (x.shape, tuple(hw_shape), x.dtype, x.device, autocast, layout.FORCED)

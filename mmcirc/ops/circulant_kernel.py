@@ -22,7 +22,7 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from .circulant_transforms import check_choice
+from .circulant_transforms import check_choice, graph_capture
 
 __all__ = [
     'KERNELS',
@@ -192,13 +192,11 @@ def layer_core(layer, x, core):
     """The core of a :class:`~mmcirc.ops.circulant.CirculantAttention` ``layer`` on tokens
     x (B, N, C) by :func:`circulant_core`: ``o * SiLU(x W_gate + b_gate)`` (B, N, C), o
     from q, k, v = x W_q, x W_k, x W_v; ``core`` = (h, w, heads, zero, scale) from the
-    layer's plan. With gradients to the weights, and in a compiled graph, the qkv and gate
+    layer's plan. With gradients to the weights, and in a captured graph, the qkv and gate
     linears run apart; otherwise as one product (:func:`pack_weights`)."""
     c = layer.dim
     params = (layer.qkv.weight, layer.gate[0].weight, layer.gate[0].bias)
-    if torch.compiler.is_compiling() or (
-        torch.is_grad_enabled() and any(p.requires_grad for p in params)
-    ):
+    if graph_capture() or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
         qkv = torch.nn.functional.linear(x, params[0])  # (B, N, 3C)
         g = torch.nn.functional.linear(x, params[1], params[2])  # (B, N, C)
     else:

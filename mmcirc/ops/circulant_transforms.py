@@ -41,11 +41,10 @@ import math
 
 import torch
 
-from .capture import graph_capture
-
 __all__ = [
     'FFT_IMPLS',
     'check_choice',
+    'graph_capture',
     'mask_padding',
     'row_mass',
     'export_mode',
@@ -62,6 +61,13 @@ BOUNDARIES = ('circular', 'zero')
 FFT_IMPLS = ('torch', 'dft')
 #: the active one (read only: :func:`set_fft_impl` and :func:`export_mode` set it)
 FFT_IMPL = 'torch'
+
+
+def graph_capture():
+    """Whether torch.jit traces, dynamo compiles or torch.export exports this call: the one
+    check for code that runs a faster eager form of an op only outside a captured graph
+    (the FLOP count, torch.compile and ONNX keep the plain ops)."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
 def check_choice(name, value, allowed):

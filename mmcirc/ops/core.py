@@ -57,8 +57,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .capture import graph_capture
 from .circulant import PLAN_CACHE_SIZE, autocast_dtype
+from .circulant_transforms import graph_capture
 from .core_softmax import Scores, core_softmax, pad_keys, wide
 
 __all__ = [

@@ -22,6 +22,7 @@ This file depends on torch only.
 import torch
 import torch.nn.functional as F
 
+from .circulant_transforms import graph_capture
 from .layout import cpu_layout
 
 __all__ = ['SOFTMAX_WIDTH', 'Scores', 'core_softmax', 'pad_keys', 'wide']
@@ -41,10 +42,10 @@ def wide(t):
 def core_softmax(s):
     """Softmax over the last axis of scores ``s`` (..., C') (the cores), in float32 at
     least; in the CPU layout padded to ``SOFTMAX_WIDTH`` (module docstring), not in
-    traced graphs. Returns (..., C') (a strided view when padded)."""
+    captured graphs. Returns (..., C') (a strided view when padded)."""
     nc = s.shape[-1]
     s = wide(s)
-    if nc >= SOFTMAX_WIDTH or torch.jit.is_tracing() or not cpu_layout(s):
+    if nc >= SOFTMAX_WIDTH or graph_capture() or not cpu_layout(s):
         return torch.softmax(s, dim=-1)
     s = F.pad(s, (0, SOFTMAX_WIDTH - nc), value=float('-inf'))  # (..., SOFTMAX_WIDTH)
     return torch.softmax(s, dim=-1)[..., :nc]  # (..., C')

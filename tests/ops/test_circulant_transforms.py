@@ -205,3 +205,15 @@ def test_transforms_follow_the_active_backend():
     assert isinstance(transforms((3, 4), 'zero', torch.float32, 'cpu'), TorchFFT)
     with export_mode():
         assert isinstance(transforms((3, 4), 'zero', torch.float32, 'cpu'), MatmulDFT)
+
+
+def test_graph_capture_only_while_a_graph_is_captured():
+    seen = []
+
+    def record(x):
+        seen.append(circulant_transforms.graph_capture())
+        return x + 1
+
+    record(torch.zeros(2))  # eager
+    torch.jit.trace(record, torch.zeros(2), check_trace=False)
+    assert seen == [False, True]

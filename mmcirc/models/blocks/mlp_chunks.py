@@ -13,7 +13,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmdet.models.backbones.pvt import MixFFN
 
 from mmcirc.ops.circulant import autocast_dtype
-from mmcirc.ops.capture import graph_capture
+from mmcirc.ops.circulant_transforms import graph_capture
 from mmcirc.ops.layout import cpu_layout
 
 __all__ = ['FFN_CHUNK_TOKENS', 'chunkable', 'mlp_chunked']
