@@ -57,13 +57,6 @@ def _is_complex(val) -> bool:
     return False
 
 
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out
-
-
 def _const(val) -> Any:
     """Python value of a traced constant (also lists of constants), else
     ``_UNKNOWN``."""
@@ -82,27 +75,19 @@ _UNKNOWN = object()
 # arity 1 (n, dim), 2 (s, dim default (-2, -1)), 'n' (s, dim default all) or
 # 'prim' (the primitives _fft_*(self, dim, ...)).
 _FFT_OPS = {
-    'fft_fft': ('c2c', 1),
-    'fft_ifft': ('c2c', 1),
-    'fft_rfft': ('r2c', 1),
-    'fft_irfft': ('c2r', 1),
-    'fft_ihfft': ('r2c', 1),
-    'fft_hfft': ('c2r', 1),
-    'fft_fft2': ('c2c', 2),
-    'fft_ifft2': ('c2c', 2),
-    'fft_rfft2': ('r2c', 2),
-    'fft_irfft2': ('c2r', 2),
-    'fft_ihfft2': ('r2c', 2),
-    'fft_hfft2': ('c2r', 2),
-    'fft_fftn': ('c2c', 'n'),
-    'fft_ifftn': ('c2c', 'n'),
-    'fft_rfftn': ('r2c', 'n'),
-    'fft_irfftn': ('c2r', 'n'),
-    'fft_ihfftn': ('r2c', 'n'),
-    'fft_hfftn': ('c2r', 'n'),
-    '_fft_c2c': ('c2c', 'prim'),
-    '_fft_r2c': ('r2c', 'prim'),
-    '_fft_c2r': ('c2r', 'prim'),
+    **{
+        f'fft_{name}{suffix}': (kind, arity)
+        for name, kind in (
+            ('fft', 'c2c'),
+            ('ifft', 'c2c'),
+            ('rfft', 'r2c'),
+            ('irfft', 'c2r'),
+            ('ihfft', 'r2c'),
+            ('hfft', 'c2r'),
+        )
+        for suffix, arity in (('', 1), ('2', 2), ('n', 'n'))
+    },
+    **{f'_fft_{kind}': (kind, 'prim') for kind in ('c2c', 'r2c', 'c2r')},
 }
 
 
@@ -137,8 +122,8 @@ def _fft_handle(kind: str, arity):
         sizes = [out[d] for d in dims]
         if kind == 'r2c':  # output last dim is n//2+1: take n from n/s/input
             sizes[-1] = last if last is not None else inp[dims[-1]]
-        batch = _prod(out) // max(1, _prod(out[d] for d in dims))
-        macs = fft_macs(_prod(sizes), real=kind != 'c2c', batch=batch)
+        batch = math.prod(out) // max(1, math.prod(out[d] for d in dims))
+        macs = fft_macs(math.prod(sizes), real=kind != 'c2c', batch=batch)
         return Counter({'fft': macs})
 
     return handle
@@ -149,20 +134,20 @@ def _complex_mul_handle(inputs: List[Any], outputs: List[Any]) -> Counter:
     if not n_complex:
         return Counter()  # real elementwise: not counted (mmengine convention)
     per = COMPLEX_MUL_MACS if n_complex == 2 else REAL_COMPLEX_MUL_MACS
-    return Counter({'complex_mul': per * _prod(_shape(outputs[0]))})
+    return Counter({'complex_mul': per * math.prod(_shape(outputs[0]))})
 
 
 def _elementwise_handle(name: str, per: float):
 
     def handle(inputs: List[Any], outputs: List[Any]) -> Counter:
-        return Counter({name: per * _prod(_shape(inputs[0]))})
+        return Counter({name: per * math.prod(_shape(inputs[0]))})
 
     return handle
 
 
 def _sdpa_handle(inputs: List[Any], outputs: List[Any]) -> Counter:
     q, k, v = (_shape(t) for t in inputs[:3])
-    batch = _prod(q[:-2])  # q carries all batch / head dims (also with GQA)
+    batch = math.prod(q[:-2])  # q carries all batch / head dims (also with GQA)
     lq, e = q[-2:]
     lk, ev = k[-2], v[-1]
     return Counter({'sdpa': batch * lq * lk * (e + ev), 'softmax': SOFTMAX_MACS * batch * lq * lk})
@@ -192,7 +177,7 @@ def _matmul_handle(inputs: List[Any], outputs: List[Any]) -> Counter:
     a = [1] + a if len(a) == 1 else a
     b = b + [1] if len(b) == 1 else b
     assert a[-1] == b[-2], (a, b)
-    batch = _prod(torch.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
+    batch = math.prod(torch.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
     return Counter({'matmul': batch * a[-2] * a[-1] * b[-1]})
 
 
@@ -200,7 +185,7 @@ def _baddbmm_handle(name: str):
 
     def handle(inputs: List[Any], outputs: List[Any]) -> Counter:
         b1, b2 = _shape(inputs[1]), _shape(inputs[2])
-        return Counter({name: _prod(b1) * b2[-1]})
+        return Counter({name: math.prod(b1) * b2[-1]})
 
     return handle
 
