@@ -155,12 +155,8 @@ def register_flop_handles():
         ca._DEFAULT_SUPPORTED_FLOP_OPS.update(saved)
 
 
-_COUNTER_CLS = []
-
-
+@functools.lru_cache(maxsize=None)
 def _flop_analyzer_cls():
-    if _COUNTER_CLS:
-        return _COUNTER_CLS[0]
     from mmengine.analysis import FlopAnalyzer
 
     class FlopCounter(FlopAnalyzer):
@@ -174,7 +170,6 @@ def _flop_analyzer_cls():
             add_flop_handles(self, model)
             self.tracer_warnings('none')
 
-    _COUNTER_CLS.append(FlopCounter)
     return FlopCounter
 
 
@@ -210,14 +205,14 @@ def meta_compat():
 
 
 @contextlib.contextmanager
-def _bound_forward(model: nn.Module, kwargs: dict):
-    """Bind non-tensor forward arguments (jit traces tensors only)."""
-    if not kwargs:
+def _forward_as(model: nn.Module, forward):
+    """``model.forward`` replaced by ``forward`` within the block (None: kept)."""
+    if forward is None:
         yield
         return
     had = 'forward' in model.__dict__
     saved = model.__dict__.get('forward')
-    model.forward = functools.partial(model.forward, **kwargs)
+    model.forward = forward
     try:
         yield
     finally:
@@ -227,7 +222,7 @@ def _bound_forward(model: nn.Module, kwargs: dict):
             del model.forward
 
 
-def flop_counter(model: nn.Module, inputs, warn: bool = False, **kwargs):
+def flop_counter(model: nn.Module, inputs, warn: bool = False, forward=None, **kwargs):
     """Run the analysis and return the :class:`FlopCounter` (results cached).
 
     Args:
@@ -236,13 +231,18 @@ def flop_counter(model: nn.Module, inputs, warn: bool = False, **kwargs):
             Model and inputs on the ``meta`` device: shapes only, no compute
             (see :func:`meta_compat`).
         warn: print mmengine's unsupported-op / uncalled-module warnings.
-        **kwargs: further (non-tensor) forward arguments, e.g. ``hw_shape``.
+        forward: the function counted instead of ``model.forward`` (e.g.
+            ``model.extract_feat``), with the module names of ``model``.
+        **kwargs: further (non-tensor) forward arguments, e.g. ``hw_shape``
+            (bound: jit traces tensors only).
     """
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    if kwargs:
+        forward = functools.partial(forward or model.forward, **kwargs)
     fc = _flop_analyzer_cls()(model, inputs)
     fc.unsupported_ops_warnings(warn).uncalled_modules_warnings(warn)
     on_meta = any(isinstance(t, torch.Tensor) and t.is_meta for t in inputs)
-    with _bound_forward(model, kwargs), torch.no_grad(), warnings.catch_warnings(), (
+    with _forward_as(model, forward), torch.no_grad(), warnings.catch_warnings(), (
         meta_compat() if on_meta else contextlib.nullcontext()
     ):
         warnings.simplefilter('ignore')

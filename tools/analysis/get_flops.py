@@ -12,6 +12,7 @@ import os.path as osp
 import sys
 from functools import partial
 
+from mmcirc.analysis import attention_modules, count_params, flop_counter
 from mmcirc.apis.builder import build_model, load_model_config
 from mmcirc.cli.common import (
     CLIError,
@@ -81,42 +82,17 @@ def forward_fn(model, scope, mode, shape, data_samples=None):
         return model.forward
     if mode == 'backbone':
         return model.extract_feat
-    if scope == 'mmdet' and data_samples is not None:
-        return partial(model.forward, data_samples=data_samples, mode='tensor')
     if scope == 'mmdet':
-        from mmdet.structures import DetDataSample
+        if data_samples is None:
+            from mmdet.structures import DetDataSample
 
-        h, w = shape
-        sample = DetDataSample(
-            metainfo=dict(
-                img_id=0,
-                img_shape=(h, w),
-                ori_shape=(h, w),
-                pad_shape=(h, w),
-                batch_input_shape=(h, w),
-                scale_factor=(1.0, 1.0),
-            )
-        )
-        return partial(model.forward, data_samples=[sample], mode='tensor')
+            hw = tuple(shape)
+            meta = dict(img_shape=hw, ori_shape=hw, pad_shape=hw, batch_input_shape=hw)
+            data_samples = [DetDataSample(metainfo=dict(img_id=0, scale_factor=(1.0, 1.0), **meta))]
+        return partial(model.forward, data_samples=data_samples, mode='tensor')
     if scope in ('mmseg', 'mmpretrain'):
         return partial(model.forward, mode='tensor')
     return model.forward
-
-
-def count(model, fn, inputs):
-    """FlopCounter of ``fn(inputs)`` with module names of ``model``."""
-    from mmcirc.analysis import flop_counter
-
-    had = 'forward' in model.__dict__
-    saved = model.__dict__.get('forward')
-    model.forward = fn
-    try:
-        return flop_counter(model, inputs)
-    finally:
-        if had:
-            model.forward = saved
-        else:
-            del model.forward
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -137,8 +113,6 @@ def stage_list(backbone):
 
 
 def attention_kind(stage):
-    from mmcirc.analysis import attention_modules
-
     kind = getattr(stage, 'attention', None)
     if isinstance(kind, str):
         return kind
@@ -150,78 +124,51 @@ def attention_kind(stage):
 
 def report(model, fc):
     """Rows (dicts) per backbone stage and top-level part, and the summary."""
-    from mmcirc.analysis import attention_modules, count_params
-
     by_module = fc.by_module()
-    total = fc.total()
+
+    def row(part, name, module, attention='-'):
+        return dict(
+            part=part,
+            module=name,
+            attention=attention,
+            flops=by_module.get(name, 0),
+            attn_flops=sum(by_module.get(f'{name}.{a}', 0) for a in attention_modules(module)),
+            params=count_params(module),
+        )
+
     rows = []
     has_backbone = hasattr(model, 'backbone')
     backbone = model.backbone if has_backbone else model
     prefix = 'backbone.' if has_backbone else ''
     attr, stages = stage_list(backbone)
-    staged = 0
     if stages is not None:
-        for i, stage in enumerate(stages):
-            name = f'{prefix}{attr}.{i}'
-            flops = by_module.get(name, 0)
-            attn = sum(by_module.get(f'{name}.{a}', 0) for a in attention_modules(stage))
-            rows.append(
-                dict(
-                    part=f'stage {i + 1}',
-                    module=name,
-                    attention=attention_kind(stage),
-                    flops=flops,
-                    attn_flops=attn,
-                    params=count_params(stage),
-                )
-            )
-            staged += flops
-        bb_total = by_module.get(prefix.rstrip('.'), total)
-        bb_params = count_params(backbone) - sum(r['params'] for r in rows)
+        rows = [
+            row(f'stage {i + 1}', f'{prefix}{attr}.{i}', stage, attention_kind(stage))
+            for i, stage in enumerate(stages)
+        ]
+        bb_total = by_module.get(prefix.rstrip('.'), fc.total())
         rows.append(
             dict(
                 part='backbone other',
                 module=prefix + '*',
                 attention='-',
-                flops=bb_total - staged,
+                flops=bb_total - sum(r['flops'] for r in rows),
                 attn_flops=0,
-                params=bb_params,
+                params=count_params(backbone) - sum(r['params'] for r in rows),
             )
         )
     elif has_backbone:
-        rows.append(
-            dict(
-                part='backbone',
-                module='backbone',
-                attention='-',
-                flops=by_module.get('backbone', 0),
-                attn_flops=sum(
-                    by_module.get(f'backbone.{a}', 0) for a in attention_modules(backbone)
-                ),
-                params=count_params(backbone),
-            )
-        )
+        rows.append(row('backbone', 'backbone', backbone))
     if has_backbone:
-        for name, child in model.named_children():
-            if name in ('backbone', 'data_preprocessor'):
-                continue
-            rows.append(
-                dict(
-                    part=name,
-                    module=name,
-                    attention='-',
-                    flops=by_module.get(name, 0),
-                    attn_flops=sum(
-                        by_module.get(f'{name}.{a}', 0) for a in attention_modules(child)
-                    ),
-                    params=count_params(child),
-                )
-            )
-    attn_total = sum(by_module.get(a, 0) for a in attention_modules(model))
+        rows += [
+            row(name, name, child)
+            for name, child in model.named_children()
+            if name not in ('backbone', 'data_preprocessor')
+        ]
     summary = dict(
-        flops=total,
+        flops=fc.total(),
         params=count_params(model),
-        attn_flops=attn_total,
+        attn_flops=sum(by_module.get(a, 0) for a in attention_modules(model)),
         by_operator=dict(fc.by_operator()),
         unsupported_ops=dict(fc.unsupported_ops()),
     )
@@ -236,15 +183,7 @@ def print_table(rows, summary, title):
     print(f'\n{title}\n')
     print('| part | attention | FLOPs | attn FLOPs | attn share | params |')
     print('|---|---|---:|---:|---:|---:|')
-    for r in rows + [
-        dict(
-            part='**total**',
-            attention='',
-            flops=summary['flops'],
-            attn_flops=summary['attn_flops'],
-            params=summary['params'],
-        )
-    ]:
+    for r in rows + [dict(summary, part='**total**', attention='')]:
         share = f'{100 * r["attn_flops"] / r["flops"]:.1f} %' if r['flops'] else '-'
         print(
             f'| {r["part"]} | {r["attention"]} | {fmt_flops(r["flops"])} | '
@@ -289,8 +228,8 @@ def count_one(model, scope, modes, inputs, data_samples=None):
     err = None
     for mode in modes:
         try:
-            shape = tuple(inputs.shape[-2:])
-            return count(model, forward_fn(model, scope, mode, shape, data_samples), inputs), mode
+            fn = forward_fn(model, scope, mode, tuple(inputs.shape[-2:]), data_samples)
+            return flop_counter(model, inputs, forward=fn), mode
         except Exception as e:  # noqa: BLE001 (report and fall back)
             err = e
             print(
