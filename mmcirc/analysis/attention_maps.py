@@ -1,5 +1,5 @@
 """Hook-based capture of the attention matrices (or kernels, or gather weights) a model
-really uses, and (re-exported from :mod:`mmcirc.analysis.bccb`) their BCCB projection.
+really uses (their BCCB projection: :mod:`mmcirc.analysis.bccb`).
 
 :class:`AttentionCapture` registers forward hooks (no edit of any library) on every
 attention layer of a model and, inside the hook, recomputes the layer's weights from
@@ -24,18 +24,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from . import bccb as _bccb
-from .bccb import (  # noqa: F401  (re-exported)
-    bccb_distance,
-    bccb_expand,
-    bccb_kernel,
-    bccb_project,
-    centre_kernel,
-    gather_entropy,
-    offset_index,
-    query_cells,
-    shuffle_tokens,
-)
 from .probes import FORMS, attention_probes, probe_of
 
 __all__ = [
@@ -44,7 +32,6 @@ __all__ = [
     'AttentionCapture',
     'attention_kinds_in',
     'find_attention_layers',
-    *_bccb.__all__,
 ]
 
 
@@ -158,17 +145,12 @@ class AttentionCapture:
     ):
         self.model = model
         self._selected = _select(model, kinds, forms)
-        self.layers = [(name, probe.kind, m) for name, probe, m in self._selected]
         self.callback = callback
         self.records: List[AttentionRecord] = []
         self._handles = []
         self._shared = types.SimpleNamespace()  # what the probes' observers write
         self._hw = {}  # layer name -> hw_shape of the enclosing block's call
         self._calls = {}
-
-    @property
-    def kinds_found(self) -> Tuple[str, ...]:
-        return tuple(sorted({k for _, k, _ in self.layers}))
 
     def __enter__(self):
         observed = []

@@ -129,6 +129,22 @@ def record_header(args, run):
     )
 
 
+def capture(backbone, inputs, form, keep, bar=None):
+    """Run ``backbone(inputs)`` with capture hooks on its attention layers of ``form``:
+    ``keep(key, record)`` for each call (key: the layer's name, ``name#k`` for its k-th
+    later call), then ``bar.update()`` when given; nothing else is kept."""
+    import torch
+    from mmcirc.analysis.attention_maps import AttentionCapture
+
+    def callback(rec):
+        keep(rec.name if rec.call == 0 else f'{rec.name}#{rec.call}', rec)
+        if bar is not None:
+            bar.update()
+
+    with AttentionCapture(backbone, forms=(form,), callback=callback), torch.no_grad():
+        backbone(inputs)
+
+
 def progress(n):
     """mmengine's progress bar over ``n`` tasks (printed to stdout)."""
     from mmengine.utils import ProgressBar

@@ -43,7 +43,7 @@ def _display(mat):
 
 def _example(attn, q_grid, k_grid, head):
     """One head's A, P(A), kernel (centred) and central query row, for display."""
-    from mmcirc.analysis.attention_maps import bccb_expand, bccb_kernel, centre_kernel
+    from mmcirc.analysis.bccb import bccb_expand, bccb_kernel, centre_kernel
 
     w = attn.shape[0] // 2  # the middle window (B = 1: the only matrix otherwise)
     a = attn[w, head]  # (Nq, Nk)
@@ -64,17 +64,12 @@ def score(backbone, inputs, head=0, seed=0, bar=None, shuffle=True):
     (whatever their kind); return {layer: entry} in model order (``bar.update()`` per
     layer when given)."""
     import torch
-    from mmcirc.analysis.attention_maps import (
-        AttentionCapture,
-        bccb_distance,
-        shuffle_tokens,
-    )
+    from mmcirc.analysis.bccb import bccb_distance, shuffle_tokens
 
     out = {}
 
-    def reduce(rec):
+    def reduce(key, rec):
         attn = rec.weights  # (B', heads, Nq, Nk)
-        key = rec.name if rec.call == 0 else f'{rec.name}#{rec.call}'
         heads = attn.shape[1]
         e = dict(
             name=key,
@@ -92,13 +87,9 @@ def score(backbone, inputs, head=0, seed=0, bar=None, shuffle=True):
             ).tolist()
         e['example'] = _example(attn, rec.q_grid, rec.k_grid, min(head, heads - 1))
         e['example_head'] = min(head, heads - 1)
-        out[key] = e
-        if bar is not None:
-            bar.update()
-        return None  # keep nothing of the full matrices
+        out[key] = e  # nothing of the full matrices is kept
 
-    with AttentionCapture(backbone, forms=('matrix',), callback=reduce), torch.no_grad():
-        backbone(inputs)
+    vc.capture(backbone, inputs, 'matrix', reduce, bar)
     return out
 
 
@@ -205,10 +196,6 @@ def example_figure(plt, entry, random_entry):
     return vis.figure_png(fig)
 
 
-def _strip(entry):
-    return {k: v for k, v in entry.items() if k != 'example'}
-
-
 # --------------------------------------------------------------------------- main
 @main_guard
 def main(argv=None):
@@ -234,7 +221,7 @@ def main(argv=None):
     plt = vis.pyplot()
     files = {osp.join(out, 'summary.png'): summary_figure(plt, results, random_results)}
     for name, entry in results.items():
-        rnd = None if random_results is None else random_results.get(name)
+        rnd = (random_results or {}).get(name)
         files[osp.join(out, f'layer_{vis.short_name(name)}.png')] = layer_figure(plt, entry, rnd)
         files[osp.join(out, f'example_{vis.short_name(name)}.png')] = example_figure(
             plt, entry, rnd
@@ -245,23 +232,20 @@ def main(argv=None):
         '(j - cell(i)) mod (Hk, Wk); windows of a head taken together',
         layers=[
             dict(
-                _strip(e),
-                random=None
-                if random_results is None
-                else random_results.get(n, {}).get('distance'),
+                {k: v for k, v in e.items() if k != 'example'},
+                random=(random_results or {}).get(n, {}).get('distance'),
             )
             for n, e in results.items()
         ],
         time_s=round(time.time() - run.t0, 2),
     )
-    allv = [v for e in results.values() for v in e['distance']]
-    record['mean'] = dict(
-        model=_mean(allv), shuffled=_mean([v for e in results.values() for v in e['shuffled']])
-    )
+
+    def pooled(res, key):
+        return _mean([v for e in res.values() for v in e[key]])
+
+    record['mean'] = dict(model=pooled(results, 'distance'), shuffled=pooled(results, 'shuffled'))
     if random_results is not None:
-        record['mean']['random'] = _mean(
-            [v for e in random_results.values() for v in e['distance']]
-        )
+        record['mean']['random'] = pooled(random_results, 'distance')
     vis.write_outputs(files, record, osp.join(out, 'bccb_score.json'))
     means = ', '.join(f'{k} {v:.3f}' for k, v in record['mean'].items() if not math.isnan(v))
     print(f'mean ||A - P(A)|| / ||A|| over {len(results)} layers: {means}')

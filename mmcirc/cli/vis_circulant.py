@@ -49,23 +49,19 @@ def parse_args(argv=None):
 # --------------------------------------------------------------------------- kernels
 def capture_kernels(model, inputs, bar):
     """{layer: dict(kernel (heads, Kh, Kw) centred, grid, boundary)} of every circulant layer."""
-    import torch
-    from mmcirc.analysis.attention_maps import AttentionCapture, centre_kernel
+    from mmcirc.analysis.bccb import centre_kernel
 
     out = {}
 
-    def keep(rec):
-        key = rec.name if rec.call == 0 else f'{rec.name}#{rec.call}'
+    def keep(key, rec):
         boundary = rec.extra['boundary']
         out[key] = dict(
             kernel=centre_kernel(rec.weights[0], boundary).float(),
             grid=rec.q_grid,
             boundary=boundary,
         )
-        bar.update()
 
-    with AttentionCapture(model.backbone, forms=('kernel',), callback=keep), torch.no_grad():
-        model.backbone(inputs)
+    vc.capture(model.backbone, inputs, 'kernel', keep, bar)
     return out
 
 
@@ -219,22 +215,15 @@ def erf_figure(plt, erfs, image):
 def main(argv=None):
     args = parse_args(argv)
     run = vc.setup(args, ('kernel',), 'circulant attention layer')
-    model, inputs, layers, image, (h, w), out = (
-        run.model,
-        run.inputs,
-        run.layers,
-        run.image,
-        run.hw,
-        run.out,
-    )
+    model, inputs, image, (h, w), out = run.model, run.inputs, run.image, run.hw, run.out
     n_out = len(getattr(model.backbone, 'out_indices', ()) or ())
     stages = (
         []
         if args.no_erf
         else (args.erf_stages if args.erf_stages is not None else list(range(n_out or 1)))
     )
-    print(f'{len(layers)} circulant layers, input {h}x{w}', flush=True)
-    bar = vc.progress(len(layers) + len(stages))
+    print(f'{len(run.layers)} circulant layers, input {h}x{w}', flush=True)
+    bar = vc.progress(len(run.layers) + len(stages))
     kernels = capture_kernels(model, inputs, bar)
     erfs = effective_receptive_field(model, inputs, stages, bar) if stages else []
     print('', flush=True)

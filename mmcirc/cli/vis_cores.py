@@ -45,30 +45,24 @@ def parse_counts(values, maximum=None):
 
 def capture_gathers(model, inputs, bar):
     """{layer: (gather (heads, C', N) float64, (h, w))} for the current core count."""
-    import torch
-    from mmcirc.analysis.attention_maps import AttentionCapture
-
     out = {}
 
-    def keep(rec):
-        key = rec.name if rec.call == 0 else f'{rec.name}#{rec.call}'
+    def keep(key, rec):
         if rec.q_grid is None:
             raise CLIError(
                 f'{rec.name}: the patch grid of this core layer is unknown (its block '
                 'does not pass hw_shape)'
             )
         out[key] = (rec.weights[0].double(), tuple(rec.q_grid))
-        bar.update()
 
-    with AttentionCapture(model.backbone, forms=('gather',), callback=keep), torch.no_grad():
-        model.backbone(inputs)
+    vc.capture(model.backbone, inputs, 'gather', keep, bar)
     return out
 
 
 def gather_stats(gather, grid):
     """Per core (mean over heads): entropy, exp(entropy), entropy / log N, max weight,
     strongest patch; and the largest |row sum - 1|."""
-    from mmcirc.analysis.attention_maps import gather_entropy
+    from mmcirc.analysis.bccb import gather_entropy
 
     heads, ncores, n = gather.shape
     ent = gather_entropy(gather)  # (heads, C')
@@ -91,10 +85,12 @@ def gather_stats(gather, grid):
     )
 
 
-def _assignment(mean_map, grid):
-    """(h, w) index of the core with the largest share of each patch (shares per core
-    normalised to sum 1 over the cores first would hide weak cores: use raw weights)."""
-    return mean_map.argmax(0).view(*grid).numpy()
+def core_panel(ax, image, mean_map, c, grid):
+    """Core ``c``'s row of ``mean_map`` (C', N) on the ``grid``, painted over the image."""
+    m = mean_map[c].view(*grid).float().numpy()
+    vis.overlay_map(
+        ax, image, m, cmap='inferno', vmin=None, vmax=None, title=f'core {c}, max {m.max():.4f}'
+    )
 
 
 def compare_figure(plt, name, per_count, image, show):
@@ -112,7 +108,9 @@ def compare_figure(plt, name, per_count, image, show):
         h, w = image.shape[:2]
         ax.imshow(vis.thumbnail(image), extent=(0, w, h, 0))
         ax.imshow(
-            _assignment(mean_map, grid),
+            # the core of the largest raw weight on each patch (weights normalised over
+            # the cores first would hide weak cores)
+            mean_map.argmax(0).view(*grid).numpy(),
             cmap='tab20' if k <= 20 else 'hsv',
             alpha=0.55,
             extent=(0, w, h, 0),
@@ -122,16 +120,7 @@ def compare_figure(plt, name, per_count, image, show):
         )
         ax.set_title(f"C'={k}: strongest core", fontsize=7)
         for c in range(min(show, k)):
-            m = mean_map[c].view(*grid).float().numpy()
-            vis.overlay_map(
-                axes[r][1 + c],
-                image,
-                m,
-                cmap='inferno',
-                vmin=None,
-                vmax=None,
-                title=f'core {c}, max {m.max():.4f}',
-            )
+            core_panel(axes[r][1 + c], image, mean_map, c, grid)
     grid = per_count[counts[0]][1]
     fig.suptitle(
         f'{vis.short_name(name)}: gather weights (mean over heads) on the {grid[0]}x{grid[1]} '
@@ -152,16 +141,7 @@ def cores_figure(plt, name, k, gather, grid, image):
     for ax in axes.flat:
         ax.set_axis_off()
     for c in range(n):
-        m = mean_map[c].view(*grid).float().numpy()
-        vis.overlay_map(
-            axes.flat[c],
-            image,
-            m,
-            cmap='inferno',
-            vmin=None,
-            vmax=None,
-            title=f'core {c}, max {m.max():.4f}',
-        )
+        core_panel(axes.flat[c], image, mean_map, c, grid)
     more = f' (first {n} of {k})' if n < k else ''
     fig.suptitle(
         f"{vis.short_name(name)}, C'={k}{more}: gather weights (mean over heads), "
