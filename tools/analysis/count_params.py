@@ -13,6 +13,7 @@ size, only PVT's position embeddings are stored for 224) and prints a markdown t
 import argparse
 
 import mmcirc  # noqa: F401  (registers the backbones)
+from mmcirc.analysis import count_params
 from mmcirc.cli.common import main_guard
 
 
@@ -45,9 +46,7 @@ def count(backbone_cfg, num_classes=1000):
     backbone = MODELS.build(cfg['backbone'])
     cfg['head']['in_channels'] = backbone.embed_dims[-1]
     model = MODELS.build(cfg)
-    total = sum(p.numel() for p in model.parameters())
-    n_backbone = sum(p.numel() for p in model.backbone.parameters())
-    return n_backbone, total, model.backbone.stage_attentions
+    return count_params(model.backbone), count_params(model), model.backbone.stage_attentions
 
 
 @main_guard

@@ -68,28 +68,15 @@ def run_one(job, attention, seed, out_dir):
     work = osp.join(out_dir, f'{job}_{attention}_seed{seed}')
     opts = ['--cfg-options', f'randomness.seed={seed}', f'model.backbone.attention={attention}']
     t0 = time.time()
-    subprocess.run(
-        [sys.executable, 'tools/train.py', config, '--work-dir', work, *opts],
-        cwd=REPO,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+
+    def run(script, *argv):
+        argv = [sys.executable, script, config, *argv, *opts]
+        subprocess.run(argv, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+
+    run('tools/train.py', '--work-dir', work)
     with open(osp.join(work, 'last_checkpoint')) as f:
         ckpt = f.read().strip()
-    subprocess.run(
-        [
-            sys.executable,
-            'tools/test.py',
-            config,
-            ckpt,
-            '--work-dir',
-            osp.join(work, 'test'),
-            *opts,
-        ],
-        cwd=REPO,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    run('tools/test.py', ckpt, '--work-dir', osp.join(work, 'test'))
     return dict(
         job=job,
         attention=attention,

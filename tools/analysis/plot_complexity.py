@@ -23,9 +23,11 @@ import json
 import os
 import os.path as osp
 import sys
+from functools import partial
 
 import torch
 
+from mmcirc.analysis import vis
 from mmcirc.benchmark.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
 from mmcirc.cli.common import main_guard
 from mmcirc.utils.fileio import atomic_open
@@ -35,12 +37,10 @@ def block_variants(dim):
     from mmcirc.ops import CirculantAttention
 
     return {
-        'self-attention (SDPA)': lambda: SDPASelfAttention(dim),
-        'self-attention (nn.MultiheadAttention)': lambda: MHASelfAttention(dim),
-        'circulant': lambda: CirculantAttention(dim),
-        "core C'=8": lambda: CoreAttentionWithBank(dim, 1, 8),
-        "core C'=16": lambda: CoreAttentionWithBank(dim, 1, 16),
-        "core C'=64": lambda: CoreAttentionWithBank(dim, 1, 64),
+        'self-attention (SDPA)': partial(SDPASelfAttention, dim),
+        'self-attention (nn.MultiheadAttention)': partial(MHASelfAttention, dim),
+        'circulant': partial(CirculantAttention, dim),
+        **{f"core C'={c}": partial(CoreAttentionWithBank, dim, 1, c) for c in (8, 16, 64)},
     }
 
 
@@ -97,12 +97,8 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def _plot(series, xlabel, title, path, xs_label=None):
-    import matplotlib
-
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
+def _plot(series, xlabel, title, path):
+    plt = vis.pyplot()
     fig, ax = plt.subplots(figsize=(7, 5))
     for i, (name, pts) in enumerate(series.items()):
         pts = [(x, y) for x, y in pts if y]
