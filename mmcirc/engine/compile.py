@@ -85,6 +85,21 @@ def _parts(model, neck: bool):
     return parts
 
 
+def _backend_args(backend, mode) -> dict:
+    """torch.compile's ``backend`` and ``mode`` arguments; for inductor the mode's options
+    with ``strict_output_strides``: a view the graph returns or keeps for the backward
+    has eager's strides, which inductor otherwise orders by comparing symbolic strides
+    (``64*(W//4)`` against ``64`` after a size change), a comparison it cannot decide."""
+    if backend != 'inductor':
+        return dict(backend=backend, mode=mode)
+    from torch._inductor import list_mode_options
+
+    return dict(
+        backend=backend,
+        options={**list_mode_options(mode or 'default'), 'strict_output_strides': True},
+    )
+
+
 def compile_backbone(
     model, backend='inductor', mode=None, dynamic=None, neck=True, fullgraph=True
 ) -> List[str]:
@@ -101,7 +116,7 @@ def compile_backbone(
         if is_compiled(part):
             continue
         part.forward = torch.compile(
-            part.forward, backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph
+            part.forward, dynamic=dynamic, fullgraph=fullgraph, **_backend_args(backend, mode)
         )
         _COMPILED.add(part)
         done.append(name)

@@ -21,6 +21,7 @@ from helpers import FIXTURE_CONFIGS
 from mmcirc.engine.compile import (
     CompileBackboneHook,
     add_compile_hook,
+    compile_backbone,
     compiled_graphs,
     is_compiled,
 )
@@ -113,6 +114,38 @@ def test_a_fixed_size_compiles_once_and_a_new_size_once_more():
             counts.append(compiled_graphs() - start)
     assert counts == [2, 2, 4, 4, 4]  # backbone + neck: static, then symbolic
     assert hook.recompiles == 2
+
+
+class _TokenMapBackbone(torch.nn.Module):
+    """A patch embedding (stride 4), a linear on the tokens and a depthwise conv of their
+    (B, C, H/4, W/4) channels-last view, as a pyramid block's positional encoding: the
+    view is kept for the backward, with strides 64 * (W // 4) and 64 when sizes are
+    symbolic."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Conv2d(3, 64, 4, stride=4)
+        self.linear = torch.nn.Linear(64, 64)
+        self.cpe = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64)
+
+    def forward(self, x):
+        e = self.embed(x)
+        b, c, h, w = e.shape
+        t = self.linear(e.flatten(2).transpose(1, 2))  # (B, N, C)
+        return [self.cpe(t.reshape(b, h, w, c).permute(0, 3, 1, 2))]
+
+
+def test_inductor_compiles_a_changed_size_with_symbolic_strides():
+    """A new size compiles symbolic (dynamic=None) and inductor orders the strides of the
+    views a training graph keeps (64 * (W // 4) against 64) without deciding between
+    them; the features equal eager's at both sizes."""
+    model = torch.nn.Module()
+    model.backbone = _TokenMapBackbone()
+    ref = copy.deepcopy(model.backbone)
+    assert compile_backbone(model, backend='inductor', neck=False) == ['backbone']
+    for hw in [(32, 48), (48, 64)]:
+        x = torch.randn(2, 3, *hw)
+        _assert_rounding(model.backbone(x)[0].detach(), ref(x)[0].detach())
 
 
 def test_the_hook_refuses_what_torch_compile_refuses():
