@@ -4,9 +4,7 @@ python tools/infer_highres.py CONFIG [CHECKPOINT] (--img PATH [PATH ...] | --dem
 torchrun --nproc-per-node P tools/infer_highres.py CONFIG [CHECKPOINT] ... --shard
 """
 
-import sys
-
 from mmcirc.cli.infer_highres import main
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

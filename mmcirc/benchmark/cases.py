@@ -126,18 +126,16 @@ for _kind in ('sdpa', 'circ-circ', 'circ-zero', 'circ-linears') + tuple(
 
 
 # ----------------------------------------------------------------------------- backbones
-def _mm_backbone(library, cls_name, **kwargs):
+def _backbone(cls_name, **kwargs):
+    """A backbone class of mmcirc, or of mmdet / mmseg (``'mmdet:Class'``)."""
+
     def builder(hw, depth):
-        import importlib
+        if ':' in cls_name:
+            import importlib
 
-        cls = getattr(importlib.import_module(f'{library}.models.backbones'), cls_name)
-        return _plain(_init_weights(cls(**kwargs, init_cfg=None)))
-
-    return builder
-
-
-def _mmcirc_backbone(cls_name, **kwargs):
-    def builder(hw, depth):
+            library, name = cls_name.split(':')
+            cls = getattr(importlib.import_module(f'{library}.models.backbones'), name)
+            return _plain(_init_weights(cls(**kwargs, init_cfg=None)))
         from mmcirc.models import backbones
 
         return _plain(_init_weights(getattr(backbones, cls_name)(**kwargs)))
@@ -145,62 +143,42 @@ def _mmcirc_backbone(cls_name, **kwargs):
     return builder
 
 
-_B = 'backbone'
-register_case(
-    'pvt_s',
-    _B,
-    'PVT-S (mmdet)',
-    _mm_backbone('mmdet', 'PyramidVisionTransformer', num_layers=[3, 4, 6, 3]),
-    multiple=32,
-)
-for _name, _cls, _kw, _label in (
-    ('circ_pvt_s', 'CAPVT', dict(stage_attentions='circulant'), 'all-circulant PVT-S'),
+_S, _T = dict(arch='small'), dict(arch='tiny')
+_CORE_S = dict(_S, stage_attentions='core')
+for _name, _label, _cls, _kw, _baseline in (
     (
-        'core_pvt_s',
-        'CorePVT',
-        dict(stage_attentions='core', num_cores=64),
-        "all-core PVT-S C'=64",
+        'pvt_s',
+        'PVT-S (mmdet)',
+        'mmdet:PyramidVisionTransformer',
+        dict(num_layers=[3, 4, 6, 3]),
+        None,
     ),
-    ('core_pvt_s_c8', 'CorePVT', dict(stage_attentions='core', num_cores=8), "all-core PVT-S C'=8"),
-    ('ca_pvt_s', 'CAPVT', {}, 'CA-PVT-S (paper layout)'),
-    ('core_pvt_s_paper', 'CorePVT', dict(num_cores=64), "Core-PVT-S (paper layout) C'=64"),
+    ('circ_pvt_s', 'all-circulant PVT-S', 'CAPVT', dict(_S, stage_attentions='circulant'), 'pvt_s'),
+    ('core_pvt_s', "all-core PVT-S C'=64", 'CorePVT', dict(_CORE_S, num_cores=64), 'pvt_s'),
+    ('core_pvt_s_c8', "all-core PVT-S C'=8", 'CorePVT', dict(_CORE_S, num_cores=8), 'pvt_s'),
+    ('ca_pvt_s', 'CA-PVT-S (paper layout)', 'CAPVT', _S, 'pvt_s'),
+    (
+        'core_pvt_s_paper',
+        "Core-PVT-S (paper layout) C'=64",
+        'CorePVT',
+        dict(_S, num_cores=64),
+        'pvt_s',
+    ),
+    ('swin_t', 'Swin-T (mmdet)', 'mmdet:SwinTransformer', {}, None),
+    ('swin_t_mmseg', 'Swin-T (mmseg)', 'mmseg:SwinTransformer', {}, None),
+    ('ca_swin_t', 'CA-Swin-T (paper layout)', 'CASwin', _T, 'swin_t'),
+    (
+        'core_swin_t',
+        "Core-Swin-T (paper layout) C'=64",
+        'CoreSwin',
+        dict(_T, num_cores=64),
+        'swin_t',
+    ),
+    ('ca_pvt_t', 'CA-PVT-T', 'CAPVT', _T, None),
+    ('core_pvt_t', "Core-PVT-T (C'=64)", 'CorePVT', dict(_T, num_cores=64), None),
 ):
-    register_case(
-        _name,
-        _B,
-        _label,
-        _mmcirc_backbone(_cls, arch='small', **_kw),
-        baseline='pvt_s',
-        multiple=32,
-    )
-register_case('swin_t', _B, 'Swin-T (mmdet)', _mm_backbone('mmdet', 'SwinTransformer'), multiple=32)
-register_case(
-    'swin_t_mmseg', _B, 'Swin-T (mmseg)', _mm_backbone('mmseg', 'SwinTransformer'), multiple=32
-)
-register_case(
-    'ca_swin_t',
-    _B,
-    'CA-Swin-T (paper layout)',
-    _mmcirc_backbone('CASwin', arch='tiny'),
-    baseline='swin_t',
-    multiple=32,
-)
-register_case(
-    'core_swin_t',
-    _B,
-    "Core-Swin-T (paper layout) C'=64",
-    _mmcirc_backbone('CoreSwin', arch='tiny', num_cores=64),
-    baseline='swin_t',
-    multiple=32,
-)
-register_case('ca_pvt_t', _B, 'CA-PVT-T', _mmcirc_backbone('CAPVT', arch='tiny'), multiple=32)
-register_case(
-    'core_pvt_t',
-    _B,
-    "Core-PVT-T (C'=64)",
-    _mmcirc_backbone('CorePVT', arch='tiny', num_cores=64),
-    multiple=32,
-)
+    _builder = _backbone(_cls, **_kw)
+    register_case(_name, 'backbone', _label, _builder, baseline=_baseline, multiple=32)
 
 
 # ----------------------------------------------------------------------------- isotropic
@@ -217,43 +195,35 @@ def _timm(arch):
     return builder
 
 
-def _isotropic(cls_name, arch, depth_key, **kwargs):
+def _isotropic(cls_name, arch, **kwargs):
     def builder(hw, depth):
         from mmcirc.models.backbones import CADeiT, VECAViT
 
         cls = dict(CADeiT=CADeiT, VECAViT=VECAViT)[cls_name]
+        depth_key = 'depth' if cls is CADeiT else 'num_layers'
         spec = arch if depth is None else dict(cls.arch_zoo[arch], **{depth_key: depth})
         return _plain(_init_weights(cls(spec, **kwargs)))
 
     return builder
 
 
-_I = 'isotropic'
-for _s, _label, _arch in (('t', 'T', 'tiny'), ('s', 'S', 'small'), ('b', 'B', 'base')):
-    register_case(
-        f'ca_deit_{_s}',
-        _I,
-        f'CA-DeiT-{_label}',
-        _isotropic('CADeiT', _arch, 'depth'),
-        baseline=f'deit_{_s}',
-        multiple=16,
-    )
-register_case(
-    'ca_deit_t_triton',
-    _I,
-    'CA-DeiT-T (Triton kernel)',
-    _isotropic('CADeiT', 'tiny', 'depth', kernel='triton'),
-    multiple=16,
-)
-for _s, _label, _arch in (('s', 'S', 'small'), ('b', 'B', 'base')):
-    register_case(
-        f'veca_{_s}',
-        _I,
-        f'VECA-{_label}',
-        _isotropic('VECAViT', _arch, 'num_layers'),
-        baseline=f'vit_{_s}',
-        multiple=16,
-    )
+for _name, _label, _cls, _arch, _kw, _baseline in (
+    ('ca_deit_t', 'CA-DeiT-T', 'CADeiT', 'tiny', {}, 'deit_t'),
+    ('ca_deit_s', 'CA-DeiT-S', 'CADeiT', 'small', {}, 'deit_s'),
+    ('ca_deit_b', 'CA-DeiT-B', 'CADeiT', 'base', {}, 'deit_b'),
+    (
+        'ca_deit_t_triton',
+        'CA-DeiT-T (Triton kernel)',
+        'CADeiT',
+        'tiny',
+        dict(kernel='triton'),
+        None,
+    ),
+    ('veca_s', 'VECA-S', 'VECAViT', 'small', {}, 'vit_s'),
+    ('veca_b', 'VECA-B', 'VECAViT', 'base', {}, 'vit_b'),
+):
+    _builder = _isotropic(_cls, _arch, **_kw)
+    register_case(_name, 'isotropic', _label, _builder, baseline=_baseline, multiple=16)
 for _name, _arch, _label in (
     ('deit_t', 'deit_tiny_patch16_224', 'DeiT-T'),
     ('deit_s', 'deit_small_patch16_224', 'DeiT-S'),
@@ -261,7 +231,7 @@ for _name, _arch, _label in (
     ('vit_s', 'vit_small_patch16_224', 'ViT-S'),
     ('vit_b', 'vit_base_patch16_224', 'ViT-B'),
 ):
-    register_case(_name, _I, _label, _timm(_arch), flash=True, multiple=16)
+    register_case(_name, 'isotropic', _label, _timm(_arch), flash=True, multiple=16)
 
 
 def group(name: str):

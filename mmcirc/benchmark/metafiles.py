@@ -14,11 +14,14 @@ tables of ``configs/README.md`` (mmdet's "Results and models" form), one
   results file, counted.
 """
 
+import datetime
+import json
 import os
 import os.path as osp
 import re
 import subprocess
 import sys
+import tempfile
 from typing import Dict
 
 from mmcirc.utils.fileio import atomic_write
@@ -208,12 +211,9 @@ def render_metafiles(store: dict) -> Dict[str, str]:
 
 def write_metafiles(root: str) -> None:
     """Write :func:`render_metafiles` of ``root/``:data:`ZOO_RESULTS` under ``root``."""
-    import json
-
     with open(osp.join(root, ZOO_RESULTS)) as f:
         files = render_metafiles(json.load(f))
     for rel, text in files.items():
-        os.makedirs(osp.dirname(osp.join(root, rel)) or '.', exist_ok=True)
         atomic_write(osp.join(root, rel), text)
     print(f'[docs] wrote the metafiles and model-index.yml under {root}')
 
@@ -221,10 +221,6 @@ def write_metafiles(root: str) -> None:
 def count_zoo(root: str) -> None:
     """:data:`ZOO_COMMAND` (``tools/analysis/get_flops.py``, run as a user runs it) on every
     config under ``root/configs`` (``toy/`` aside), into ``root/``:data:`ZOO_RESULTS`."""
-    import datetime
-    import json
-    import tempfile
-
     import mmcv
     import torch
     from mmengine.config import Config

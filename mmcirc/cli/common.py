@@ -14,9 +14,7 @@ import sys
 import warnings
 from typing import Dict
 
-from mmcirc.cli_errors import CLIError, error_line, main_guard, refusal_line
-
-__all__ = ['CLIError', 'error_line', 'main_guard', 'refusal_line']  # the commands' names
+from mmcirc.cli_errors import CLIError, error_line, main_guard, refusal_line  # noqa: F401
 
 
 class _CfgOptions(argparse.Action):

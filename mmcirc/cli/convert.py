@@ -217,7 +217,6 @@ def cadeit_main(argv=None):
     )
     parser.add_argument(
         '--arch',
-        default=None,
         help='target arch name or dict literal (default tiny; deit: read from the checkpoint)',
     )
     add_target_args(parser)
@@ -253,7 +252,6 @@ def veca_main(argv=None):
     add_output_args(parser, 'work_dirs/pretrained/veca_<family>_official.pth')
     parser.add_argument(
         '--arch',
-        default=None,
         help="override the config's model_family: small, splus, base, large or a dict literal "
         'with embed_dims, num_layers, num_heads, mlp_ratio, num_cores',
     )

@@ -1,17 +1,15 @@
 """Image input and output of the image tools (``tools/infer_highres.py`` and the
 attention visualisations in ``tools/analysis``): ``--size`` parsing, reading an image
 file or a scikit-image demo image, bicubic resizing, palettes, overlays and PNG
-encoding, written all or nothing with :mod:`mmcirc.utils.fileio`. It serves the
-commands: its errors are one-line ``ValueError`` messages worded for the command line
-(naming the flag), which the commands print as their ``error:`` line.
+encoding (the commands write them all or nothing:
+:func:`mmcirc.utils.fileio.atomic_write_many`). Its errors are one-line ``ValueError``
+messages naming the flag, which the commands print as their ``error:`` line.
 """
 
 import os.path as osp
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-
-from mmcirc.utils.fileio import atomic_write_many
 
 __all__ = [
     'DEMO_IMAGES',
@@ -24,7 +22,6 @@ __all__ = [
     'colorize',
     'overlay',
     'encode_png',
-    'write_atomic',
 ]
 
 DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
@@ -155,9 +152,3 @@ def encode_png(arr: np.ndarray) -> bytes:
     if not ok:
         raise ValueError(f'cannot encode a PNG of shape {arr.shape}')
     return buf.tobytes()
-
-
-def write_atomic(files: Dict[str, bytes]) -> None:
-    """Write an image's files all or nothing (:func:`mmcirc.utils.fileio.atomic_write_many`;
-    in the given order: put the JSON last)."""
-    atomic_write_many(files)

@@ -35,6 +35,7 @@ from mmcirc.cli.common import (
     refused_checkpoints,
 )
 from mmcirc.cli import image_io as imio
+from mmcirc.utils.fileio import atomic_write
 from mmcirc.utils.memory import MB
 
 
@@ -253,7 +254,7 @@ def main(argv=None):
                 kinds = '-'.join(sorted(set(d.get('stage_attentions') or ['dense'])))
                 stem = rec_io.output_stem(args.out_dir, name, (h, w), args.config, overrides)
                 path = f'{stem}_dense-{kinds}.json'
-                imio.write_atomic({path: json.dumps(d, indent=2).encode()})
+                atomic_write(path, json.dumps(d, indent=2))
     if args.baseline_only:
         return 0
 

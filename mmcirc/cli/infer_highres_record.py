@@ -15,6 +15,7 @@ from mmcirc.apis.builder import has_random_weights
 from mmcirc.apis.decode import image_backbone
 from mmcirc.apis.highres import Progress, predict_labels
 from mmcirc.apis.overrides import backbone_summary
+from mmcirc.utils.fileio import atomic_write_many
 from mmcirc.utils.memory import MB, peak_rss_bytes, rss_baseline
 
 __all__ = ['HighResResult', 'output_stem', 'run_image', 'write_result']
@@ -120,7 +121,7 @@ def write_result(
         for k, p in zip(('labels', 'mask', 'overlay', 'json'), [*files, f'{stem}.json'])
     }
     files[f'{stem}.json'] = json.dumps(rec.to_dict(), indent=2).encode()
-    imio.write_atomic(files)
+    atomic_write_many(files)  # in order: the JSON last
 
 
 def run_image(

@@ -16,10 +16,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('config', help='mmdet / mmseg / mmpretrain config of an mmcirc model')
     p.add_argument(
-        'checkpoint',
-        nargs='?',
-        default=None,
-        help='weights (.pth); without it the weights are random',
+        'checkpoint', nargs='?', help='weights (.pth); without it the weights are random'
     )
     p.add_argument(
         '--shape',

@@ -1,8 +1,6 @@
-"""Deterministic toy datasets for fast smoke-training of mmcirc backbones.
-
-Three tiny datasets of coloured shapes on a textured two-tone background
-("sky" above a slightly tilted horizon, "ground" below), written in the exact
-on-disk layouts the OpenMMLab dataset classes expect:
+"""Deterministic toy datasets for fast smoke-training of mmcirc backbones: three tiny
+datasets of the scenes of :mod:`.toy_scenes`, written in the exact on-disk layouts the
+OpenMMLab dataset classes expect:
 
 * ``toy_coco``: COCO-format detection + instance segmentation, loadable by
   mmdet's ``CocoDataset`` (``ann_file='annotations/instances_train2017.json'``,
@@ -19,15 +17,9 @@ on-disk layouts the OpenMMLab dataset classes expect:
 
 Every image is drawn from its own ``numpy.random.Generator`` seeded by
 ``(seed, dataset, split, index)``, so the same seed gives byte-identical files
-and changing ``num_train`` does not change the validation split. Polygons are
-rasterised with ``PIL.ImageDraw`` and the very same polygon is stored in the
-COCO ``segmentation`` field, shifted by +0.5 from PIL's pixel-index vertices
-to COCO's continuous coordinates (pixel ``i`` spans ``[i, i + 1)``), so the
-painted pixels, the pycocotools-decoded polygon and the ``bbox`` agree to
-within one pixel (circles are 32-gons). Each dataset is written into a temporary sibling directory and moved
-into place only when complete.
-
-This module depends on numpy and Pillow only (no mmengine/mmdet imports).
+and changing ``num_train`` does not change the validation split. Each dataset is
+written into a temporary sibling directory and moved into place only when complete.
+numpy and Pillow only (no mmengine / mmdet imports).
 """
 
 import json
@@ -40,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .toy_scenes import (  # noqa: F401  (re-exported)
+from .toy_scenes import (  # noqa: F401  (the classes and palettes, for the configs)
     TOY_CLS_CLASSES,
     TOY_DET_CLASSES,
     TOY_DET_PALETTE,
@@ -49,20 +41,13 @@ from .toy_scenes import (  # noqa: F401  (re-exported)
     render_scene,
 )
 
-
 __all__ = [
-    'TOY_DET_CLASSES',
-    'TOY_DET_PALETTE',
-    'TOY_SEG_CLASSES',
-    'TOY_SEG_PALETTE',
-    'TOY_CLS_CLASSES',
     'DATASETS',
     'DEFAULT_IMG_SIZES',
     'DEFAULT_NUM_TRAIN',
     'DEFAULT_NUM_VAL',
     'MIN_IMG_SIZE',
     'parse_img_size',
-    'render_scene',
     'make_toy_coco',
     'make_toy_ade',
     'make_toy_imagenet',
@@ -85,36 +70,17 @@ _DATASET_KEYS = {'coco': 1, 'ade': 2, 'imagenet': 3}
 _SPLIT_KEYS = {'train': 0, 'val': 1}
 
 
-# ----------------------------------------------------------------------------
-# argument checking
-# ----------------------------------------------------------------------------
-def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f'{name} must be an integer >= 1, got {value!r}')
+# ------------------------------------------------------------------------------- argument checking
+def _check_int(name, value, least=1, wording='an integer >= 1'):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ValueError(f'{name} must be {wording}, got {value!r}')
     return int(value)
 
 
-def _check_seed(seed):
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
-    return int(seed)
-
-
 def parse_img_size(value, name='img_size'):
-    """Parse an image size into a ``(height, width)`` tuple of ints.
-
-    Args:
-        value: an int ``S`` (square ``S x S``), a ``(height, width)`` pair, or a
-            string ``'S'`` or ``'HxW'`` (e.g. ``'128x160'``: 128 rows, 160 columns).
-        name (str): argument name used in error messages.
-
-    Returns:
-        tuple[int, int]: ``(height, width)``.
-
-    Raises:
-        ValueError: if the value cannot be parsed or a side is smaller than
-            :data:`MIN_IMG_SIZE` (or larger than 4096).
-    """
+    """``(height, width)`` of an int ``S`` (square), a ``(height, width)`` pair or a string
+    ``'S'`` / ``'HxW'`` (``'128x160'``: 128 rows, 160 columns); ``ValueError`` naming
+    ``name`` for anything else or a side outside [:data:`MIN_IMG_SIZE`, 4096]."""
     size = None
     if isinstance(value, str):
         parts = value.lower().replace('*', 'x').split('x')
@@ -166,9 +132,7 @@ def _resolve_datasets(datasets):
     return out
 
 
-# ----------------------------------------------------------------------------
-# rendering
-# ----------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------- rendering
 def _rng(seed, dataset, split, index):
     return np.random.default_rng([seed, _DATASET_KEYS[dataset], _SPLIT_KEYS[split], index])
 
@@ -179,11 +143,6 @@ def _save_jpg(arr, path):
 
 def _save_png(arr, path):
     Image.fromarray(arr, mode='L').save(path, format='PNG')
-
-
-def _write_json(obj, path):
-    with open(path, 'w', encoding='utf-8') as f:
-        f.write(json.dumps(obj, separators=(',', ':')))
 
 
 @contextmanager
@@ -215,16 +174,15 @@ def _atomic_dir(final):
 
 
 def _prepare(out_dir, num_train, num_val, img_size, seed, dataset):
-    num_train = _check_count('num_train', num_train)
-    num_val = _check_count('num_val', num_val)
-    seed = _check_seed(seed)
+    """The checked arguments of a ``make_toy_*`` (``ValueError`` naming a bad one)."""
+    num_train = _check_int('num_train', num_train)
+    num_val = _check_int('num_val', num_val)
+    seed = _check_int('seed', seed, 0, 'a non-negative integer')
     size = parse_img_size(DEFAULT_IMG_SIZES[dataset] if img_size is None else img_size)
     return Path(out_dir), num_train, num_val, size, seed
 
 
-# ----------------------------------------------------------------------------
-# datasets
-# ----------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------- datasets
 def make_toy_coco(
     out_dir='data', num_train=DEFAULT_NUM_TRAIN, num_val=DEFAULT_NUM_VAL, img_size=None, seed=0
 ):
@@ -243,17 +201,8 @@ def make_toy_coco(
     including any part later covered by an overlapping shape), ``iscrowd`` 0
     and ``category_id`` in ``1..len(TOY_DET_CLASSES)``.
 
-    Args:
-        out_dir (str | Path): parent directory (``toy_coco`` is created in it).
-        num_train (int): number of training images (>= 1).
-        num_val (int): number of validation images (>= 1).
-        img_size (int | str | tuple, optional): ``(height, width)``, see
-            :func:`parse_img_size`; default ``(128, 160)``.
-        seed (int): non-negative random seed.
-
-    Returns:
-        dict: ``root`` (Path of ``toy_coco``) and per-split image and
-        annotation counts.
+    Arguments as :func:`make_toy_data`'s; returns ``root`` (the Path of ``toy_coco``) and
+    per split its image and annotation counts.
     """
     out_dir, num_train, num_val, (h, w), seed = _prepare(
         out_dir, num_train, num_val, img_size, seed, 'coco'
@@ -297,7 +246,8 @@ def make_toy_coco(
                 annotations=annotations,
                 categories=categories,
             )
-            _write_json(coco, root / 'annotations' / f'instances_{folder}.json')
+            with open(root / 'annotations' / f'instances_{folder}.json', 'w') as f:
+                f.write(json.dumps(coco, separators=(',', ':')))
             summary[split] = dict(images=num, annotations=len(annotations))
     return summary
 
@@ -319,17 +269,8 @@ def make_toy_ade(
     ``reduce_zero_label=True`` and
     ``metainfo=dict(classes=TOY_SEG_CLASSES, palette=TOY_SEG_PALETTE)``.
 
-    Args:
-        out_dir (str | Path): parent directory (``toy_ade`` is created in it).
-        num_train (int): number of training images (>= 1).
-        num_val (int): number of validation images (>= 1).
-        img_size (int | str | tuple, optional): ``(height, width)``, see
-            :func:`parse_img_size`; default ``(128, 128)``.
-        seed (int): non-negative random seed.
-
-    Returns:
-        dict: ``root`` (Path of ``toy_ade/ADEChallengeData2016``) and
-        per-split image counts.
+    Arguments as :func:`make_toy_data`'s; returns ``root`` (the Path of
+    ``toy_ade/ADEChallengeData2016``) and per split its image count.
     """
     out_dir, num_train, num_val, (h, w), seed = _prepare(
         out_dir, num_train, num_val, img_size, seed, 'ade'
@@ -369,17 +310,8 @@ def make_toy_imagenet(
     either by folder scan (``data_prefix='train'``) or with
     ``ann_file='meta/train.txt'``.
 
-    Args:
-        out_dir (str | Path): parent directory (``toy_imagenet`` is created).
-        num_train (int): number of training images (>= 1).
-        num_val (int): number of validation images (>= 1).
-        img_size (int | str | tuple, optional): ``(height, width)``, see
-            :func:`parse_img_size`; default ``(64, 64)``.
-        seed (int): non-negative random seed.
-
-    Returns:
-        dict: ``root`` (Path of ``toy_imagenet``) and per-split image counts
-        and per-class counts.
+    Arguments as :func:`make_toy_data`'s; returns ``root`` (the Path of ``toy_imagenet``)
+    and per split its image count and per-class counts.
     """
     out_dir, num_train, num_val, (h, w), seed = _prepare(
         out_dir, num_train, num_val, img_size, seed, 'imagenet'
@@ -418,32 +350,17 @@ def make_toy_data(
     img_size=None,
     seed=0,
 ):
-    """Generate one or more toy datasets under ``out_dir``.
+    """Generate one or more toy datasets under ``out_dir``; a bad argument is a
+    ``ValueError`` naming it, before anything is written (each ``make_toy_*`` checks its
+    arguments first).
 
-    All arguments are validated before anything is written.
-
-    Args:
-        datasets (str | list[str]): ``'coco'``, ``'ade'``, ``'imagenet'`` or
-            ``'all'``, or a list of those.
-        out_dir (str | Path): parent output directory (default ``'data'``).
-        num_train (int): training images per dataset (>= 1).
-        num_val (int): validation images per dataset (>= 1).
-        img_size (int | str | tuple, optional): ``(height, width)`` for every
-            selected dataset; None uses :data:`DEFAULT_IMG_SIZES`.
-        seed (int): non-negative random seed.
-
-    Returns:
-        dict: dataset name -> summary dict from the ``make_toy_*`` function.
-
-    Raises:
-        ValueError: naming the offending argument.
+    ``datasets``: ``'coco'``, ``'ade'``, ``'imagenet'``, ``'all'`` or a list of those;
+    ``out_dir``: the parent folder; ``num_train`` / ``num_val``: images per split and
+    dataset (>= 1); ``img_size``: ``(height, width)`` of every dataset's images
+    (:func:`parse_img_size`; None: :data:`DEFAULT_IMG_SIZES`); ``seed``: >= 0. Returns
+    {dataset name: the summary its ``make_toy_*`` returns}.
     """
     names = _resolve_datasets(datasets)
-    _check_count('num_train', num_train)
-    _check_count('num_val', num_val)
-    _check_seed(seed)
-    if img_size is not None:
-        parse_img_size(img_size)
     return {
         name: _MAKERS[name](
             out_dir=out_dir, num_train=num_train, num_val=num_val, img_size=img_size, seed=seed

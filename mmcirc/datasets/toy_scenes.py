@@ -88,31 +88,18 @@ def render_scene(
     size_range=(0.10, 0.22),
     min_center_dist=0.8,
 ):
-    """Render one toy scene: shapes on a textured sky/ground background.
+    """One toy scene from ``rng``: shapes on a textured sky / ground background, a
+    ``width`` x ``height`` image. ``labels``: the shape classes to draw (indices into
+    ``TOY_DET_CLASSES``; None: a random number in the inclusive range ``num_objects`` of
+    random ones); ``size_range``: a shape's circumradius as a fraction of ``min(width,
+    height)``; two shapes' centres lie at least ``min_center_dist`` times the sum of their
+    circumradii apart (a shape not placed in 50 tries is dropped; the first always fits).
 
-    Args:
-        rng (numpy.random.Generator): source of all randomness.
-        width (int): image width in pixels.
-        height (int): image height in pixels.
-        num_objects (tuple[int, int]): inclusive range of the number of
-            shapes; ignored when ``labels`` is given.
-        labels (list[int], optional): fixed shape classes (indices into
-            ``TOY_DET_CLASSES``) to draw; random when None.
-        size_range (tuple[float, float]): range of a shape's circumradius as a
-            fraction of ``min(width, height)``.
-        min_center_dist (float): two shapes' centres are at least this
-            fraction of the sum of their circumradii apart, so overlaps stay
-            partial. A shape that cannot be placed after 50 tries is dropped
-            (the first one always fits).
-
-    Returns:
-        dict: ``image`` (H x W x 3 uint8 RGB); ``seg`` (H x W uint8 with 0 =
-        unlabelled and ``i + 1`` for ``TOY_SEG_CLASSES[i]``; the horizon and
-        every shape outline are left 0); ``objects``, a list of dicts with
-        ``label`` (index into ``TOY_DET_CLASSES``), ``polygon`` (list of
-        integer ``(x, y)`` vertices, drawing order) and ``mask`` (H x W bool,
-        the PIL rasterisation of ``polygon``, including pixels later covered
-        by shapes drawn on top).
+    Returns ``image`` (H x W x 3 uint8 RGB), ``seg`` (H x W uint8: 0 unlabelled, the
+    horizon and every shape outline; ``i + 1`` for ``TOY_SEG_CLASSES[i]``) and
+    ``objects``: per shape ``label`` (index into ``TOY_DET_CLASSES``), ``polygon``
+    (integer ``(x, y)`` vertices, drawing order) and ``mask`` (H x W bool, PIL's
+    rasterisation of ``polygon``, pixels later covered by shapes on top included).
     """
     w, h = int(width), int(height)
     ys = np.arange(h, dtype=np.float64)[:, None]

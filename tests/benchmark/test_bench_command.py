@@ -4,13 +4,14 @@ of the JSON."""
 
 import json
 import os.path as osp
+import pkgutil
 
 import pytest
 
 from command_run import run_benchmark
 from helpers import REPO, run_torch_only, torch_only_origin
+from mmcirc.benchmark import suites
 from mmcirc.benchmark.command import check_stride_sizes, main, parse_hw
-from mmcirc.benchmark.suites import SUITES
 
 
 def _load(path):
@@ -18,7 +19,9 @@ def _load(path):
         return json.load(f)
 
 
-@pytest.mark.parametrize('suite', [*SUITES, 'docs'])
+@pytest.mark.parametrize(
+    'suite', [*(m.name for m in pkgutil.iter_modules(suites.__path__)), 'docs']
+)
 def test_every_suite_has_its_subcommand(suite, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([suite, '--help'])

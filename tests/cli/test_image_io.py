@@ -1,7 +1,4 @@
-"""mmcirc.cli.image_io: sizes, images (files, demo), palettes, overlays and files
-written all or nothing."""
-
-import os
+"""mmcirc.cli.image_io: sizes, images (files, demo), palettes and overlays."""
 
 import cv2
 import numpy as np
@@ -54,14 +51,3 @@ def test_colorize_and_overlay():
     np.testing.assert_array_equal(
         imio.overlay(img, color, 0.75), np.array([[[48, 40, 33], [25, 100, 175]]], np.uint8)
     )
-
-
-def test_write_atomic_leaves_nothing_on_failure(tmp_path):
-    out = tmp_path / 'out'
-    blocker = tmp_path / 'file'
-    blocker.write_text('x')
-    with pytest.raises(OSError):
-        imio.write_atomic({str(out / 'a.png'): b'1', str(blocker / 'b.json'): b'2'})
-    assert not list(out.iterdir())
-    imio.write_atomic({str(out / 'a.png'): b'1', str(out / 'a.json'): b'2'})
-    assert sorted(os.listdir(out)) == ['a.json', 'a.png']

@@ -5,9 +5,7 @@ python tools/model_converters/cadeit_to_mmcirc.py ca_deit_tiny.pth OUT.pth --bas
 python tools/model_converters/cadeit_to_mmcirc.py ca_deit_small.pth --family deit
 """
 
-import sys
-
 from mmcirc.cli.convert import cadeit_main as main
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

@@ -3,9 +3,7 @@
 python tools/model_converters/pvt_to_mmcirc.py pvt_small.pth --arch small
 """
 
-import sys
-
 from mmcirc.cli.convert import pvt_main as main
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

@@ -3,9 +3,7 @@
 python tools/model_converters/swin_to_mmcirc.py swin_tiny_patch4_window7_224.pth
 """
 
-import sys
-
 from mmcirc.cli.convert import swin_main as main
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

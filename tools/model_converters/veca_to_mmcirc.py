@@ -3,9 +3,7 @@
 python tools/model_converters/veca_to_mmcirc.py veca_base.pt
 """
 
-import sys
-
 from mmcirc.cli.convert import veca_main as main
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

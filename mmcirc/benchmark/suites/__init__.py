@@ -19,15 +19,3 @@ suite              what
 ``python -m mmcirc.benchmark docs`` runs the suites of the documentation's tables and
 rewrites them (:mod:`mmcirc.benchmark.docs`).
 """
-
-SUITES = (
-    'attention',
-    'backbone',
-    'isotropic',
-    'compile',
-    'compile_train',
-    'gpu',
-    'sharded',
-    'launches',
-    'kernel',
-)
