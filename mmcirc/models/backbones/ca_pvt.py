@@ -193,7 +193,8 @@ class CAPVT(PyramidBackbone):
             )
             norm = build_norm_layer(norm_cfg, dims)[1] if norm_after_stage else None
             parts = dict(patch_embed=patch_embed, pos_embed=pos_embed, norm=norm)
-            self.layers.append(self._build_stage(i, mlp_ratios[i], own, **parts))
+            blocks = self._build_blocks(i, mlp_ratios[i], own)
+            self.layers.append(self._build_stage(i, blocks, **parts))
         self._finish()
 
     def _stem_modules(self):

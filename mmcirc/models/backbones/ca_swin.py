@@ -141,6 +141,8 @@ class CASwin(PyramidBackbone):
                 attn_drop_rate=attn_drop_rate,
                 with_cp=False,
             )
+            # the blocks before the merging, as mmdet builds them (the same seeded init)
+            blocks = self._build_blocks(i, mlp_ratio, own, shifted=kind == 'window')
             downsample = (
                 PatchMerging(
                     in_channels=dims,
@@ -151,8 +153,7 @@ class CASwin(PyramidBackbone):
                 if i < n - 1
                 else None
             )
-            shifted = kind == 'window'
-            self.stages.append(self._build_stage(i, mlp_ratio, own, shifted, downsample=downsample))
+            self.stages.append(self._build_stage(i, blocks, downsample=downsample))
         for i in self.out_indices:  # an LN per output, as mmdet's Swin
             self.add_module(f'norm{i}', build_norm_layer(norm_cfg, self.embed_dims[i])[1])
         self._finish()

@@ -193,12 +193,12 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
         under ``stages_attr`` (``layers`` in PVT, ``stages`` in Swin: mmdet's keys)."""
         return self._modules[self.stages_attr]
 
-    def _build_stage(self, i: int, mlp_ratio, own: dict, shifted=False, **parts) -> PyramidStage:
-        """Stage ``i``: its blocks (:meth:`_build_blocks`) and the family's ``parts``
+    def _build_stage(self, i: int, blocks: List[nn.Module], **parts) -> PyramidStage:
+        """Stage ``i``: its ``blocks`` (:meth:`_build_blocks`) and the family's ``parts``
         (``patch_embed``, ``pos_embed``, ``norm``, ``downsample``)."""
         return PyramidStage(
             self.stage_attentions[i],
-            self._build_blocks(i, mlp_ratio, own, shifted),
+            blocks,
             self.embed_dims[i],
             num_cores_max=self.num_cores_max,
             num_cores=self.num_cores,
