@@ -85,19 +85,22 @@ def _parts(model, neck: bool):
     return parts
 
 
-def _backend_args(backend, mode) -> dict:
+def _backend_args(backend, mode, device) -> dict:
     """torch.compile's ``backend`` and ``mode`` arguments; for inductor the mode's options
     with ``strict_output_strides``: a view the graph returns or keeps for the backward
     has eager's strides, which inductor otherwise orders by comparing symbolic strides
-    (``64*(W//4)`` against ``64`` after a size change), a comparison it cannot decide."""
+    (``64*(W//4)`` against ``64`` after a size change), a comparison it cannot decide.
+    On the CPU (``device``) also without inductor's layout optimization, which turns the
+    convolutions channels-last and makes mkldnn's forward and backward slower than
+    eager's layout."""
     if backend != 'inductor':
         return dict(backend=backend, mode=mode)
     from torch._inductor import list_mode_options
 
-    return dict(
-        backend=backend,
-        options={**list_mode_options(mode or 'default'), 'strict_output_strides': True},
-    )
+    options = {**list_mode_options(mode or 'default'), 'strict_output_strides': True}
+    if device == 'cpu':
+        options['layout_optimization'] = False
+    return dict(backend=backend, options=options)
 
 
 def compile_backbone(
@@ -115,9 +118,9 @@ def compile_backbone(
     for name, part in _parts(model, neck):
         if is_compiled(part):
             continue
-        part.forward = torch.compile(
-            part.forward, dynamic=dynamic, fullgraph=fullgraph, **_backend_args(backend, mode)
-        )
+        device = next(part.parameters(), torch.empty(0)).device.type
+        args = _backend_args(backend, mode, device)
+        part.forward = torch.compile(part.forward, dynamic=dynamic, fullgraph=fullgraph, **args)
         _COMPILED.add(part)
         done.append(name)
     return done
