@@ -109,8 +109,9 @@ def compile_backbone(
     """Compile the forward of ``model``'s image backbone and, with ``neck``, of its neck
     (a model wrapper's module), each with ``torch.compile(fullgraph=fullgraph)`` and
     ``backend``, ``mode``, ``dynamic``; the rest of the model stays eager. A part already
-    compiled is left as it is. Returns the names of the parts compiled (``'backbone'``,
-    ``'neck'``)."""
+    compiled is left as it is; each part's options follow the device of its parameters
+    (:func:`_backend_args`), so move the model first. Returns the names of the parts
+    compiled (``'backbone'``, ``'neck'``)."""
     import torch
 
     check_compile_options(backend, mode, dynamic)
