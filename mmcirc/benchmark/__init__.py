@@ -1,6 +1,5 @@
-"""Time and peak memory measured (the benchmark harness) and the documentation's tables
-of them; what a model computes (FLOPs, attention maps) is :mod:`mmcirc.analysis`'s. The
-command: ``python -m mmcirc.benchmark SUITE`` (:mod:`~mmcirc.benchmark.command`, one
+"""Time and peak memory measured (the benchmark harness); what a model computes (FLOPs,
+attention maps) is :mod:`mmcirc.analysis`'s. The command: ``python -m mmcirc.benchmark SUITE`` (:mod:`~mmcirc.benchmark.command`, one
 parser). Torch only; mmdet / mmseg / timm imported by the cases that need them.
 
 * :mod:`~mmcirc.benchmark.runner`: the isolated child (timeout, ``RLIMIT_AS`` cap,
@@ -12,10 +11,13 @@ parser). Torch only; mmdet / mmseg / timm imported by the cases that need them.
 * :mod:`~mmcirc.benchmark.tasks`: measurements of cases in children (``measure``);
 * :mod:`~mmcirc.benchmark.report`: environment, the merging JSON store, markdown
   tables with ratios against a baseline;
+* :mod:`~mmcirc.benchmark.grid`: the one driver of the timing suites (store -> measure ->
+  record -> save -> table, one record layout) and the checks of their flags;
 * :mod:`~mmcirc.benchmark.baselines`: the baseline attention layers the cases build;
-* :mod:`~mmcirc.benchmark.suites`: the suites;
-* :mod:`~mmcirc.benchmark.docs`: the documentation's tables (which suite, which flags,
-  how rendered) and their markers (``python -m mmcirc.benchmark docs``).
+* :mod:`~mmcirc.benchmark.suites`: the suites, one module each.
+
+The documentation's tables are rendered from the suites' stores by
+``.dev_scripts/benchmark_docs.py`` (repository upkeep, not part of the package).
 
 Submodules are imported on use (``python -m mmcirc.benchmark.runner`` must not find
 itself imported already).

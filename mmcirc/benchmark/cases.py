@@ -3,12 +3,15 @@ built by its class (random weights, seed 0, nothing downloaded) with size, batch
 depth as arguments; precision, device, eager / compile and forward / backward are the
 axes of :func:`mmcirc.benchmark.measurement.make_step`.
 
-* ``attention``: one layer on a (B, H*W, 64) token map (:data:`ATTENTION_DIM`):
-  ``sdpa`` (:class:`~mmcirc.benchmark.baselines.SDPASelfAttention`, 1 head of 64: PVT
-  stage 1 without the reduction), ``circ-circ`` / ``circ-zero``
+* ``attention``: one layer on a (B, H*W, C) token map (C = ``dim``, default 64,
+  :data:`ATTENTION_DIM`): ``sdpa`` (:class:`~mmcirc.benchmark.baselines.SDPASelfAttention`,
+  heads of 64: at C = 64 PVT stage 1 without the reduction; flash-pinned like the
+  plain-attention models), ``circ-circ`` / ``circ-zero``
   (:class:`~mmcirc.ops.CirculantAttention`, d = 1, circular / zero boundary),
   ``circ-linears`` (its gate + qkv + proj Linears alone), ``core-K``
   (:class:`~mmcirc.benchmark.baselines.CoreAttentionWithBank`, 1 head, K cores of 64);
+  ``fft`` / ``kernel-ieee`` / ``kernel-tf32``: circulant attention on the FFT path and
+  with the Triton kernel of its core (``tl.dot`` in float32 or TF32);
 * ``backbone``: mmdet's / mmseg's PVT-S and Swin-T and mmcirc's pyramids (need
   mmdet / mmseg: imported by the builder that needs them);
 * ``isotropic``: mmcirc's CA-DeiT / VECA (torch only) and timm's DeiT / ViT
@@ -16,7 +19,7 @@ axes of :func:`mmcirc.benchmark.measurement.make_step`.
   the Triton kernel of the attention core (``kernel='triton'``; on CPU tensors it runs in
   Triton's interpreter, with ``TRITON_INTERPRET=1``).
 
-``CASES[name].build(hw, batch=1, depth=None, device='cpu')`` returns ``(model, call, x)``:
+``CASES[name].build(hw, batch=1, depth=None, device='cpu', dim=64)`` returns ``(model, call, x)``:
 ``call(x)`` runs the model on its input ``x``. ``baseline`` names the plain-attention
 twin a case is compared with; ``flash`` marks the plain-attention models whose SDPA is
 pinned to the flash kernel under half precision on CUDA.
@@ -26,7 +29,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
-__all__ = ['ATTENTION_DIM', 'CASES', 'Case', 'case', 'count_macs', 'register_case']
+__all__ = ['ATTENTION_DIM', 'CASES', 'LAYERS', 'Case', 'case', 'count_macs', 'register_case']
 
 ATTENTION_DIM = 64
 CORE_COUNTS = (8, 16, 64)
@@ -39,27 +42,29 @@ class Case:
     name: str
     group: str
     label: str
-    builder: Callable  # (hw, depth) -> (model, call)
+    builder: Callable  # (hw, depth, dim) -> (model, call); dim: tokens' channels
     inputs: str = 'image'  # 'image': (B, 3, H, W); 'tokens': (B, H*W, ATTENTION_DIM)
     baseline: Optional[str] = None
     flash: bool = False
     multiple: int = 1  # H and W must be multiples of this
 
-    def build(self, hw, batch: int = 1, depth: Optional[int] = None, device='cpu') -> Tuple:
+    def build(
+        self, hw, batch: int = 1, depth: Optional[int] = None, device='cpu', dim=ATTENTION_DIM
+    ) -> Tuple:
         import torch
 
         hw = (hw, hw) if isinstance(hw, int) else tuple(hw)
         torch.manual_seed(0)
-        model, call = self.builder(hw, depth)
-        return model.to(device), call, self.make_input(hw, batch, device)
+        model, call = self.builder(hw, depth, dim)
+        return model.to(device), call, self.make_input(hw, batch, device, dim)
 
-    def make_input(self, hw, batch: int = 1, device='cpu'):
-        """The random input of this case at ``hw``: (B, 3, H, W) or (B, H*W, C) tokens."""
+    def make_input(self, hw, batch: int = 1, device='cpu', dim=ATTENTION_DIM):
+        """The random input of this case at ``hw``: (B, 3, H, W) or (B, H*W, dim) tokens."""
         import torch
 
         hw = (hw, hw) if isinstance(hw, int) else tuple(hw)
         if self.inputs == 'tokens':
-            return torch.randn(batch, hw[0] * hw[1], ATTENTION_DIM, device=device)
+            return torch.randn(batch, hw[0] * hw[1], dim, device=device)
         return torch.randn(batch, 3, *hw, device=device)
 
 
@@ -100,36 +105,47 @@ def _plain(model):
 
 # ----------------------------------------------------------------------------- attention
 def _attention(kind):
-    def builder(hw, depth):
+    def builder(hw, depth, dim=ATTENTION_DIM):
         from mmcirc import ops
         from mmcirc.benchmark.baselines import CoreAttentionWithBank, SDPASelfAttention
 
-        if kind == 'sdpa':
-            return _plain(SDPASelfAttention(ATTENTION_DIM, 1))
+        if kind == 'sdpa':  # heads of 64 (DeiT's; one head at C = 64)
+            return _plain(SDPASelfAttention(dim, max(1, dim // ATTENTION_DIM)))
         if kind.startswith('core-'):
             k = int(kind.split('-')[1])
-            return _plain(CoreAttentionWithBank(ATTENTION_DIM, 1, k, bank_size=max(CORE_COUNTS)))
+            return _plain(CoreAttentionWithBank(dim, 1, k, bank_size=max(CORE_COUNTS)))
+        kernel = 'triton' if kind.startswith('kernel-') else 'torch' if kind == 'fft' else None
         m = ops.CirculantAttention(
-            ATTENTION_DIM, boundary='zero' if kind == 'circ-zero' else 'circular'
+            dim, boundary='zero' if kind == 'circ-zero' else 'circular', kernel=kernel
         )
         if kind == 'circ-linears':
             return m, lambda x: (m.proj(m.gate(x)), m.qkv(x))
+        if kernel == 'triton':  # tl.dot in float32 ('ieee') or TF32, set at every call
+            from mmcirc.ops import circulant_kernel
+
+            precision = kind.split('-')[1]
+            return m, lambda x: (circulant_kernel.set_precision(precision), m(x, hw))[1]
         return m, lambda x: m(x, hw)
 
     return builder
 
 
-for _kind in ('sdpa', 'circ-circ', 'circ-zero', 'circ-linears') + tuple(
+#: the layers of one attention call on a token map; ``fft`` / ``kernel-*``: the FFT path
+#: and the Triton kernel of the core (tl.dot in float32 or TF32), same weights
+LAYERS = ('sdpa', 'circ-circ', 'circ-zero', 'circ-linears') + tuple(
     f'core-{k}' for k in CORE_COUNTS
-):
-    register_case(_kind, 'attention', _kind, _attention(_kind), inputs='tokens')
+)
+for _kind in LAYERS + ('fft', 'kernel-ieee', 'kernel-tf32'):
+    register_case(
+        _kind, 'attention', _kind, _attention(_kind), inputs='tokens', flash=_kind == 'sdpa'
+    )
 
 
 # ----------------------------------------------------------------------------- backbones
 def _backbone(cls_name, **kwargs):
     """A backbone class of mmcirc, or of mmdet / mmseg (``'mmdet:Class'``)."""
 
-    def builder(hw, depth):
+    def builder(hw, depth, dim=None):
         if ':' in cls_name:
             import importlib
 
@@ -183,7 +199,7 @@ for _name, _label, _cls, _kw, _baseline in (
 
 # ----------------------------------------------------------------------------- isotropic
 def _timm(arch):
-    def builder(hw, depth):
+    def builder(hw, depth, dim=None):
         import timm
 
         extra = {} if depth is None else dict(depth=depth)
@@ -196,7 +212,7 @@ def _timm(arch):
 
 
 def _isotropic(cls_name, arch, **kwargs):
-    def builder(hw, depth):
+    def builder(hw, depth, dim=None):
         from mmcirc.models.backbones import CADeiT, VECAViT
 
         cls = dict(CADeiT=CADeiT, VECAViT=VECAViT)[cls_name]

@@ -29,6 +29,7 @@ __all__ = [
     'PRECISIONS',
     'COMPILE_MODES',
     'PeakMeter',
+    'failure',
     'finite',
     'make_step',
     'pin_threads',
@@ -190,7 +191,8 @@ def make_step(
     return step
 
 
-def _failure(err) -> dict:
+def failure(err) -> dict:
+    """A step's exception as a result: ``status`` 'oom' or 'error' and its ``error``."""
     from mmcirc.utils.memory import is_out_of_memory
 
     text = str(err).strip()
@@ -240,7 +242,7 @@ def round_robin(
         except Exception as err:  # noqa: BLE001  (one model failing is its result)
             if not record_errors:
                 raise
-            failed[name] = _failure(err)
+            failed[name] = failure(err)
             del steps[name]
             continue
         first[name] = time.perf_counter() - t

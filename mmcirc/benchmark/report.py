@@ -20,7 +20,7 @@ import os
 import os.path as osp
 import platform
 import sys
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from mmcirc.utils.fileio import atomic_write
 
@@ -29,7 +29,6 @@ __all__ = [
     'device_name',
     'environment',
     'markdown_table',
-    'plot_series',
     'ratio',
     'speedup',
 ]
@@ -104,13 +103,10 @@ def environment(command: Optional[str] = None, device: str = 'cpu', **extra) -> 
 
 class ResultStore:
     """The JSON file of a benchmark: ``{'environment': ..., 'results': {key: record},
-    **extra}`` written atomically. ``as_list``: the file keeps ``results`` as a list of
-    records (older layout of some tables) and ``key(record)`` names each."""
+    **extra}`` written atomically."""
 
-    def __init__(self, path: str, as_list: bool = False, key: Optional[Callable] = None):
-        if as_list and key is None:
-            raise ValueError('ResultStore: as_list needs key (record -> its key)')
-        self.path, self.as_list, self.key = path, as_list, key
+    def __init__(self, path: str):
+        self.path = path
         self.results: Dict[str, dict] = {}
         self.extra: dict = {}
 
@@ -126,10 +122,7 @@ class ResultStore:
             data = json.load(f)
         if settings is not None and data.get('settings') != json.loads(json.dumps(settings)):
             return self
-        results = data.pop('results', {})
-        if isinstance(results, list):
-            results = {self.key(r): r for r in results}
-        self.results = dict(results, **self.results)
+        self.results = dict(data.pop('results', {}), **self.results)
         for k, v in data.items():
             self.extra.setdefault(k, v)
         return self
@@ -138,17 +131,11 @@ class ResultStore:
         self.results.update(records)
         return self
 
-    def drop(self, keys: Iterable[str]) -> 'ResultStore':
-        for k in list(keys):
-            self.results.pop(k, None)
-        return self
-
     def save(self, **extra) -> str:
         """Write the file atomically (``extra``: top-level entries such as
         ``environment``, replacing those of earlier runs); returns its path."""
         self.extra.update(extra)
-        results = list(self.results.values()) if self.as_list else self.results
-        atomic_write(self.path, json.dumps(dict(self.extra, results=results), indent=1))
+        atomic_write(self.path, json.dumps(dict(self.extra, results=self.results), indent=1))
         return self.path
 
 
@@ -172,42 +159,3 @@ def markdown_table(head: Sequence[str], rows: List[Sequence], align: Optional[st
     lines = ['| ' + ' | '.join(head) + ' |', sep]
     lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
     return '\n'.join(lines)
-
-
-def plot_series(
-    series: Dict[str, list],
-    path: str,
-    xlabel: str,
-    ylabel: str,
-    title: str,
-    *,
-    log_base_x: int = 10,
-    styles: Optional[Dict[str, str]] = None,
-) -> Optional[str]:
-    """One log-log line per ``series`` entry (label -> [(x, y), ...], non-positive y
-    dropped) written to ``path`` (PNG); None (and nothing written) without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for i, (label, pts) in enumerate(series.items()):
-        pts = sorted((x, y) for x, y in pts if y is not None and y > 0)
-        if pts:
-            style = (styles or {}).get(label, '-o')
-            ax.plot(*zip(*pts), style, color=f'C{i % 10}', label=label)
-    ax.set_xscale('log', base=log_base_x)
-    ax.set_yscale('log')
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which='both', alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path

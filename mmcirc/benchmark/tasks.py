@@ -5,8 +5,11 @@ Spec keys (all but ``case`` / ``cases`` optional): ``hw`` [H, W], ``batch`` (1),
 ``depth`` (None: the real model), ``device`` ('cpu'), ``precision`` ('fp32'),
 ``backward`` (False), ``compile`` (``torch.compile`` keyword arguments or None),
 ``threads`` (None: torch's), ``repeat`` (5), ``warmup`` (1), ``budget_s``,
-``min_runs`` (1), ``single_run_above``, ``cuda_memory`` (True), ``flops`` (None,
-'direct' or 'extrapolate').
+``min_runs`` (1), ``single_run_above``, ``cuda_memory`` (True), ``flops`` (count the
+multiply-adds: the isotropic models' extrapolated from 1 and 2 blocks), ``dim`` (the
+channels of a token case, 64), ``explain`` (with ``compile``: ``torch._dynamo.explain``'s
+graphs and breaks, and the largest difference of the compiled output from eager,
+``max_rel_diff``: max |compiled - eager| / max |eager| over the outputs).
 """
 
 import time
@@ -18,11 +21,46 @@ from .measurement import PeakMeter, finite, make_step, pin_threads, round_robin
 __all__ = ['measure', 'measure_group', 'measure_memory']
 
 
+def _outputs(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _explain(call, x) -> dict:
+    """Graphs and breaks of ``call(x)`` under dynamo, and the eager output."""
+    import torch
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        explain = torch._dynamo.explain(call)(x)
+        eager = call(x)
+    torch._dynamo.reset()
+    return dict(
+        graphs=explain.graph_count,
+        graph_breaks=explain.graph_break_count,
+        break_reasons=[str(r.reason)[:200] for r in explain.break_reasons],
+        eager=eager,
+    )
+
+
+def max_rel_diff(out, ref) -> float:
+    """max over outputs of max|out - ref| / max|ref|."""
+    worst = 0.0
+    for o, r in zip(_outputs(out), _outputs(ref)):
+        scale = float(r.abs().max()) or 1.0
+        worst = max(worst, float((o.float() - r.float()).abs().max()) / scale)
+    return worst
+
+
 def _step(name, spec):
     c = case(name)
     model, call, x = c.build(
-        spec['hw'], spec.get('batch', 1), spec.get('depth'), spec.get('device', 'cpu')
-    )
+        spec['hw'], spec.get('batch', 1), spec.get('depth'), spec.get('device', 'cpu'),
+        spec.get('dim', 64),
+    )  # fmt: skip
+    info = dict(params=sum(p.numel() for p in model.parameters()))
+    if spec.get('explain') and spec.get('compile'):
+        model.eval()
+        info.update(_explain(call, x))
     step = make_step(
         model,
         call,
@@ -33,7 +71,7 @@ def _step(name, spec):
         compile=spec.get('compile'),
         flash=c.flash,
     )
-    return step, dict(params=sum(p.numel() for p in model.parameters()))
+    return step, info
 
 
 def _dtype(out):
@@ -73,6 +111,10 @@ def measure_group(spec: dict) -> dict:
 
     def on_first(name, out):
         extra[name].update(finite=finite(out), dtype=_dtype(out))
+        if 'eager' in extra[name]:
+            eager = extra[name].pop('eager')
+            extra[name]['max_rel_diff'] = max_rel_diff(out, eager)
+            extra[name]['shapes'] = [list(o.shape) for o in _outputs(out)]
 
     res = round_robin(
         steps,
@@ -85,6 +127,7 @@ def measure_group(spec: dict) -> dict:
         record_errors=True,
     )
     for name, r in res.items():
+        extra[name].pop('eager', None)  # a case that failed before its first output
         r.update(extra[name], threads=threads)
         r.setdefault('status', 'ok')
         if r['status'] == 'ok' and device != 'cpu' and spec.get('cuda_memory', True):
@@ -97,9 +140,8 @@ def measure_group(spec: dict) -> dict:
             if r['status'] != 'ok':
                 continue
             try:
-                r['macs'] = count_macs(
-                    name, spec['hw'], spec.get('depth'), spec['flops'] == 'extrapolate'
-                )
+                extrapolate = case(name).group == 'isotropic'
+                r['macs'] = count_macs(name, spec['hw'], spec.get('depth'), extrapolate)
             except Exception as err:  # noqa: BLE001  (the timing stands)
                 r['flops_error'] = f'{type(err).__name__}: {str(err)[:200]}'
     return dict(results=res)
@@ -112,6 +154,7 @@ def measure(
     timeout: Optional[float] = None,
     mem_cap_gb: Optional[float] = None,
     memory_children: Optional[bool] = None,
+    in_process: bool = False,
 ) -> Dict[str, dict]:
     """Measure the cases ``names`` side by side under ``spec`` in isolated children:
     on the CPU (``memory_children``, default: when the device is the CPU) one child per
@@ -120,8 +163,20 @@ def measure(
     than ``single_run_above`` keeps that call as its time (one run). A failed child is
     the result of its cases: ``status`` 'oom', 'timeout' or 'error' with ``error``.
     ``timeout``: seconds per memory child, times the number of cases for the timing
-    child."""
+    child. ``in_process``: :func:`measure_group` in this process (no child, no CPU
+    memory; on a GPU the cells of a grid without a new process each)."""
     from .runner import run_isolated
+
+    if in_process:
+        import torch
+
+        torch._dynamo.reset()  # a compiled cell: its own graphs, not the last cell's cache
+        try:
+            return measure_group(dict(spec, cases=list(names)))['results']
+        except Exception as err:  # noqa: BLE001  (a cell that fails to build is its result)
+            from .measurement import failure
+
+            return {name: failure(err) for name in names}
 
     device = spec.get('device', 'cpu')
     if memory_children is None:

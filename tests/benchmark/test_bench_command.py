@@ -1,6 +1,6 @@
-"""``python -m mmcirc.benchmark SUITE``: every suite behind the one parser; each runs end
-to end at a tiny size and writes its JSON and table, the ratios in the tables are those
-of the JSON."""
+"""``python -m mmcirc.benchmark SUITE``: every suite module behind the one parser; each
+runs end to end at a tiny size and writes its JSON and table, the ratios in the tables are
+those of the JSON; every bad value is one ``error:`` line, exit 1."""
 
 import json
 import os.path as osp
@@ -11,7 +11,8 @@ import pytest
 from command_run import run_benchmark
 from helpers import REPO, run_torch_only, torch_only_origin
 from mmcirc.benchmark import suites
-from mmcirc.benchmark.command import check_stride_sizes, main, parse_hw
+from mmcirc.benchmark.command import main
+from mmcirc.benchmark.grid import check_stride_sizes, parse_hw
 
 
 def _load(path):
@@ -19,9 +20,7 @@ def _load(path):
         return json.load(f)
 
 
-@pytest.mark.parametrize(
-    'suite', [*(m.name for m in pkgutil.iter_modules(suites.__path__)), 'docs']
-)
+@pytest.mark.parametrize('suite', [m.name for m in pkgutil.iter_modules(suites.__path__)])
 def test_every_suite_has_its_subcommand(suite, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([suite, '--help'])
@@ -29,167 +28,111 @@ def test_every_suite_has_its_subcommand(suite, capsys):
     assert capsys.readouterr().out.startswith(f'usage: python -m mmcirc.benchmark {suite} ')
 
 
-def test_benchmark_attention_reports_every_method(tmp_path):
+def test_benchmark_layer_reports_every_method(tmp_path):
     methods = ['sdpa', 'circ-circ', 'core-8']
-    run_benchmark(
-        [
-            'attention',
-            '--sizes',
-            '8',
-            '--repeat',
-            '2',
-            '--threads',
-            '1',
-            '--no-backward',
-            '--methods',
-            *methods,
-            '--out-dir',
-            str(tmp_path),
-        ],
-        tmp_path,
-    )
-    res = _load(tmp_path / 'results.json')
+    args = ['layer', '--sizes', '8', '--repeat', '2', '--threads', '1', '--no-backward']
+    run_benchmark([*args, '--methods', *methods, '--out-dir', str(tmp_path)], tmp_path)
+    res = _load(tmp_path / 'results_cpu.json')
     for m in methods:
         r = res['results'][f'{m}|8|fwd']
         assert r['status'] == 'ok' and r['runs'] == 2 and r['threads'] == 1, (m, r)
         assert r['time_ms'] > 0 and r['peak_mb'] >= 0 and r['finite'], (m, r)
     # the CPU targets need 128^2 and 256^2: not measured here, never a verdict
     assert {verdict for _, _, verdict in res['targets']} == {'not measured'}
-    table = (tmp_path / 'table.md').read_text()
-    assert table.count('| 8x8 |') == 7  # every method row
+    table = (tmp_path / 'table_cpu.md').read_text()
+    assert table.count('| 8x8 |') == 3  # every method row
     ratio = res['results']['sdpa|8|fwd']['time_ms'] / res['results']['circ-circ|8|fwd']['time_ms']
     assert '| circ-circ | 8x8 | 64 | ' in table and f'{ratio:.1f}x |' in table
     assert res['environment']['threads'] >= 1 and res['settings']['threads'] == 1
 
 
-def test_benchmark_backbone_side_by_side(tmp_path):
-    run_benchmark(
-        [
-            'backbone',
-            '--models',
-            'pvt_s',
-            'circ_pvt_s',
-            '--sizes',
-            '64',
-            '--repeats',
-            '2',
-            '--min-repeats',
-            '1',
-            '--threads',
-            '1',
-            '--flops',
-            '--out-dir',
-            str(tmp_path),
-        ],
-        tmp_path,
-    )
-    res = {r['model']: r for r in _load(tmp_path / 'results_cpu.json')['results']}
-    assert set(res) == {'pvt_s', 'circ_pvt_s'}
+def test_layer_errors_are_against_float64(tmp_path):
+    """``--errors``: the FFT path in float32 is within float32 rounding of float64, in
+    bf16 autocast (the FFTs stay in float32, the linears in bf16) within bf16's."""
+    args = ['layer', '--sizes', '8', '--repeat', '1', '--threads', '1', '--no-backward']
+    args += ['--methods', 'sdpa', 'fft', '--errors', '--precision']
+    for precision, low, high in (('fp32', 0, 1e-5), ('bf16', 1e-4, 3e-2)):
+        out = tmp_path / precision
+        run_benchmark([*args, precision, '--out-dir', str(out)], tmp_path)
+        res = _load(out / 'results_cpu.json')['results']
+        assert low <= res['fft|8|fwd']['rel_error'] < high, res['fft|8|fwd']
+        assert 'rel_error' not in res['sdpa|8|fwd']
+
+
+def _model(tmp_path, *args):
+    run_benchmark(['model', *args, '--threads', '1', '--out-dir', str(tmp_path)], tmp_path)
+
+
+def test_benchmark_model_backbones_side_by_side(tmp_path):
+    _model(tmp_path, '--models', 'pvt_s', 'circ_pvt_s', '--sizes', '64', '--repeat', '2', '--flops')
+    res = _load(tmp_path / 'results_cpu.json')['results']
+    assert set(res) == {'pvt_s|64x64|1|fp32|eager', 'circ_pvt_s|64x64|1|fp32|eager'}
     for r in res.values():
-        assert r['status'] == 'ok' and r['size'] == 64, r
-        assert r['time_s'] > 0 and r['mem_mb'] >= 0 and r['flops'] > 0
+        assert r['status'] == 'ok' and r['time_ms'] > 0 and r['peak_mb'] >= 0 and r['macs'] > 0
     table = (tmp_path / 'table_cpu.md').read_text()
-    ratio = res['pvt_s']['time_s'] / res['circ_pvt_s']['time_s']
-    assert '| 64 | all-circulant PVT-S |' in table and f'{ratio:.2f}x' in table
+    base, circ = res['pvt_s|64x64|1|fp32|eager'], res['circ_pvt_s|64x64|1|fp32|eager']
+    assert f'| all-circulant PVT-S | {circ["params"] / 1e6:.2f} |' in table
+    assert f'{base["time_ms"] / circ["time_ms"]:.2f}x' in table
 
 
-def test_benchmark_backbone_bf16_has_its_own_table(tmp_path):
-    """``--precisions bf16`` (autocast: tests/benchmark/test_bench_core.py) writes
-    results_cpu_bf16.json / table_cpu_bf16.md, not into the float32 table."""
-    run_benchmark(
-        [
-            'backbone',
-            '--models',
-            'circ_pvt_s',
-            '--sizes',
-            '64',
-            '--repeats',
-            '1',
-            '--threads',
-            '1',
-            '--precisions',
-            'bf16',
-            '--out-dir',
-            str(tmp_path),
-        ],
-        tmp_path,
-    )
-    (r,) = _load(tmp_path / 'results_cpu_bf16.json')['results']
-    assert r['status'] == 'ok' and r['model'] == 'circ_pvt_s' and r['time_s'] > 0, r
-    assert _load(tmp_path / 'results_cpu_bf16.json')['environment']['precision'] == 'bf16'
-    assert (tmp_path / 'table_cpu_bf16.md').is_file()
+def test_benchmark_model_training_step_bf16_has_its_own_file(tmp_path):
+    """``--backward --precisions bf16``: results_cpu_fwdbwd.json, the bf16 cell."""
+    _model(tmp_path, '--models', 'circ_pvt_s', '--sizes', '64', '--repeat', '1',
+           '--precisions', 'bf16', '--backward')  # fmt: skip
+    store = _load(tmp_path / 'results_cpu_fwdbwd.json')
+    (key,) = store['results']
+    assert key == 'circ_pvt_s|64x64|1|bf16|eager' and store['settings']['backward']
+    assert store['results'][key]['status'] == 'ok' and store['results'][key]['time_ms'] > 0
+    assert (tmp_path / 'table_cpu_fwdbwd.md').is_file()
     assert not (tmp_path / 'results_cpu.json').exists()
 
 
-def test_isotropic_benchmark_writes_its_table_and_merges_a_secondrun_benchmark(tmp_path):
-    tool = 'isotropic'
-    common = ['--depth', '1', '--repeat', '1', '--out-dir', str(tmp_path)]
-    run_benchmark([tool, '--models', 'ca_deit_t', 'deit_t', '--sizes', '32', *common], tmp_path)
-    rows = _load(tmp_path / 'results.json')['results']
-    assert set(rows) == {'ca_deit_t|32x32', 'deit_t|32x32'}
-    table = (tmp_path / 'table.md').read_text()
-    assert table.count('32x32') == 2
-    ca, deit = rows['ca_deit_t|32x32'], rows['deit_t|32x32']
-    assert ca['finite'] and deit['finite'] and ca['gmacs'] > 0
-    assert f'{deit["time_ms"] / ca["time_ms"]:.2f}x' in table  # speed-up vs its baseline
+def test_model_isotropic_writes_its_table_and_merges_a_second_run(tmp_path):
+    common = ['--depth', '1', '--repeat', '1']
+    _model(tmp_path, '--models', 'ca_deit_t', 'deit_t', '--sizes', '32', '--flops', *common)
+    rows = _load(tmp_path / 'results_cpu.json')['results']
+    ca, deit = rows['ca_deit_t|32x32|1|fp32|eager'], rows['deit_t|32x32|1|fp32|eager']
+    assert set(rows) == {'ca_deit_t|32x32|1|fp32|eager', 'deit_t|32x32|1|fp32|eager'}
+    table = (tmp_path / 'table_cpu.md').read_text()
+    assert table.count('| 32x32 |') == 2
+    assert ca['finite'] and deit['finite'] and ca['macs'] > 0
+    assert f'{deit["time_ms"] / ca["time_ms"]:.2f}x' in table  # speed-up vs its peer
     # a second run of another size: the first run's rows stay (same depth and threads)
-    run_benchmark([tool, '--models', 'ca_deit_t', '--no-flops', '--sizes', '48', *common], tmp_path)
-    merged = _load(tmp_path / 'results.json')['results']
-    assert set(merged) == {'ca_deit_t|32x32', 'deit_t|32x32', 'ca_deit_t|48x48'}
-    assert merged['deit_t|32x32'] == deit
-    assert '48x48' in (tmp_path / 'table.md').read_text()
+    _model(tmp_path, '--models', 'ca_deit_t', '--sizes', '48', *common)
+    merged = _load(tmp_path / 'results_cpu.json')['results']
+    assert set(merged) == set(rows) | {'ca_deit_t|48x48|1|fp32|eager'}
+    assert merged['deit_t|32x32|1|fp32|eager'] == deit
+    assert '48x48' in (tmp_path / 'table_cpu.md').read_text()
 
 
-def test_isotropic_benchmark_bad_size_is_one_line(tmp_path):
-    out = run_benchmark(
-        ['isotropic', '--sizes', '0', '--out-dir', str(tmp_path)],
-        tmp_path,
-        check=False,
-    )
-    assert out.returncode == 1
-    assert out.stderr.strip().splitlines()[-1].startswith('error: --sizes')
-    assert not list(tmp_path.iterdir())
+def test_model_compile_with_the_eager_backend_equals_eager(tmp_path):
+    _model(tmp_path, '--models', 'ca_deit_t', '--sizes', '32', '--depth', '1', '--repeat', '1',
+           '--modes', 'eager', 'compile', '--compile-backend', 'eager', '--explain')  # fmt: skip
+    res = _load(tmp_path / 'results_cpu.json')['results']
+    e, c = res['ca_deit_t|32x32|1|fp32|eager'], res['ca_deit_t|32x32|1|fp32|compile']
+    assert c['max_rel_diff'] == 0 and c['graph_breaks'] == 0 and c['graphs'] >= 1 and c['shapes']
+    assert c['first_ms'] > 0 and 'graphs' not in e
+    row = next(ln for ln in (tmp_path / 'table_cpu.md').read_text().splitlines() if 'CA-DeiT' in ln)
+    assert f'| {e["time_ms"]:.2f} | - | {c["time_ms"]:.2f} | - |' in row
+    assert row.endswith(f'| {c["first_ms"] / 1e3:.1f} | {c["graphs"]} / 0 | 0.0e+00 |')
 
 
-def test_compile_benchmark_eager_backend_equals_eager(tmp_path):
-    run_benchmark(
-        [
-            'compile',
-            '--models',
-            'ca_deit_t',
-            '--sizes',
-            '32',
-            '--backend',
-            'eager',
-            '--repeat',
-            '1',
-            '--out-dir',
-            str(tmp_path),
-        ],
-        tmp_path,
-    )
-    text = (tmp_path / 'table.md').read_text()
-    r = _load(tmp_path / 'results.json')['results']['ca_deit_t|32x32']
-    assert 'CA-DeiT-T' in text and r['max_rel_diff'] == 0 and r['graph_breaks'] == 0
-    assert f'{r["speedup"]:.2f}x' in text and r['shapes']
-
-
-def test_an_unknown_suite_is_a_usage_error_naming_the_suites(tmp_path):
+def test_an_unknown_suite_is_one_error_line_naming_the_suites(tmp_path):
     out = run_benchmark(['nope'], tmp_path, check=False)
-    assert out.returncode == 2
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith('python -m mmcirc.benchmark: error: argument SUITE: invalid choice:')
-    assert "(choose from 'attention', 'backbone', 'isotropic', 'compile', 'compile_train', " in last
-    assert "'gpu', 'sharded', 'launches', 'kernel', 'docs')" in last
+    assert out.returncode == 1
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: argument SUITE: invalid choice: 'nope' (choose from ")
+    for name in (m.name for m in pkgutil.iter_modules(suites.__path__)):
+        assert f"'{name}'" in line
 
 
-def _benchmark_gpu_bare(args, cwd):
-    code = 'import sys\nfrom mmcirc.benchmark.command import main\nmain(["gpu", *sys.argv[1:]])'
+def _model_bare(args, cwd):
+    code = 'import sys\nfrom mmcirc.benchmark.command import main\nmain(["model", *sys.argv[1:]])'
     return run_torch_only(code=code, args=args, cwd=cwd)
 
 
-def test_benchmark_gpu_runs_on_cpu_with_torch_and_timm_alone(tmp_path):
-    """The GPU suite's code paths (eager and torch.compile, bf16 and fp32, the table)
+def test_model_runs_the_gpu_checks_grid_with_torch_and_timm_alone(tmp_path):
+    """The GPU check's grid (eager and torch.compile, bf16 and fp32, the table)
     on the CPU at a tiny size with 2 blocks (compile with the 'eager' backend), on a
     machine like the lent GPU one: no OpenMMLab library, mmcirc not installed, the
     repository on PYTHONPATH. The CA-DeiT it times is mmcirc's CADeiT (same parameters
@@ -197,37 +140,21 @@ def test_benchmark_gpu_runs_on_cpu_with_torch_and_timm_alone(tmp_path):
     pytest.importorskip('timm')
     from mmcirc.models.backbones.ca_deit import CADeiT
 
-    proc = _benchmark_gpu_bare(
-        [
-            '--device',
-            'cpu',
-            '--sizes',
-            '32',
-            '--batches',
-            '1',
-            '--depth',
-            '2',
-            '--repeat',
-            '1',
-            '--compile-backend',
-            'eager',
-            '--out-dir',
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-    )
+    args = ['--models', 'deit_t', 'ca_deit_t', '--device', 'cpu', '--sizes', '32', '--depth', '2']
+    args += ['--repeat', '1', '--precisions', 'bf16', 'fp32', '--modes', 'eager', 'compile']
+    proc = _model_bare([*args, '--compile-backend', 'eager', '--out-dir', str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert torch_only_origin(proc) == dict(mmcirc=osp.join(REPO, 'mmcirc', '__init__.py'), mm=[])
     res = json.loads((tmp_path / 'results_cpu.json').read_text())
     cells = res['results']
     assert set(cells) == {
-        f'{m}|32|1|{p}|{mode}'
+        f'{m}|32x32|1|{p}|{mode}'
         for m in ('deit_t', 'ca_deit_t')
         for p in ('bf16', 'fp32')
         for mode in ('eager', 'compile')
     }
     assert res['skipped'] == []
-    assert all(c['finite'] and c['time_ms'] > 0 and c['first_call_s'] > 0 for c in cells.values())
+    assert all(c['finite'] and c['time_ms'] > 0 and c['first_ms'] > 0 for c in cells.values())
     ca_params = sum(p.numel() for p in CADeiT(arch=dict(embed_dims=192, depth=2)).parameters())
     C = 192  # DeiT-T: 5,717,416 published with its 1000-class head; 12 blocks of 12C^2 + 13C
     deit_params = 5_717_416 - (C * 1000 + 1000) - 10 * (12 * C * C + 13 * C)
@@ -237,7 +164,7 @@ def test_benchmark_gpu_runs_on_cpu_with_torch_and_timm_alone(tmp_path):
     assert '2 blocks' in table
     for p in ('bf16', 'fp32'):
         for mode in ('eager', 'compile'):
-            ca, deit = cells[f'ca_deit_t|32|1|{p}|{mode}'], cells[f'deit_t|32|1|{p}|{mode}']
+            ca, deit = cells[f'ca_deit_t|32x32|1|{p}|{mode}'], cells[f'deit_t|32x32|1|{p}|{mode}']
             assert f'{deit["time_ms"] / ca["time_ms"]:.2f}x' in table
     assert table.count('| CA-DeiT-T |') == table.count('| DeiT-T |') == 2
 
@@ -246,18 +173,28 @@ def test_benchmark_gpu_runs_on_cpu_with_torch_and_timm_alone(tmp_path):
     'args,message',
     [
         (['--device', 'cuda'], 'error: --device cuda: CUDA is not available'),
-        (['--sizes', '100'], 'error: --sizes must be multiples of the patch size 16, got [100]'),
-        (['--depth', '0'], 'error: --depth must be > 0, got 0'),
+        (
+            ['--sizes', '100'],
+            "error: --sizes: each size must be S or HxW with multiples of 16 (>= 16), got '100'",
+        ),
+        (['--depth', '0'], 'error: --depth must be >= 1, got 0'),
+        (
+            ['--precisions', 'fp8'],
+            "error: argument --precisions: invalid choice: 'fp8' (choose from 'fp32', 'bf16', "
+            "'fp16')",
+        ),
     ],
 )
-def test_benchmark_gpu_errors_are_one_line(tmp_path, args, message):
-    """Bad flags and a missing GPU: one line ``error: ...`` on stderr, exit 1, no
-    traceback, nothing written (also without OpenMMLab: main_guard is torch-free)."""
+def test_model_errors_are_one_line(tmp_path, args, message):
+    """Bad flags (argparse's and the suite's checks alike) and a missing GPU: one line
+    ``error: ...`` on stderr, exit 1, no traceback, nothing written (also without
+    OpenMMLab: main_guard is torch-free)."""
     import torch
 
     if args[:2] == ['--device', 'cuda'] and torch.cuda.is_available():
         pytest.skip('this machine has CUDA')
-    proc = _benchmark_gpu_bare([*args, '--out-dir', str(tmp_path / 'out')], cwd=tmp_path)
+    args = ['--models', 'ca_deit_t', 'deit_t', *args, '--out-dir', str(tmp_path / 'out')]
+    proc = _model_bare(args, cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [message]
     assert not (tmp_path / 'out').exists()

@@ -51,7 +51,7 @@ def test_the_table_shows_compiled_over_eager_of_its_records():
     [
         (['--jobs', 'nope'], "--jobs: unknown ['nope']"),
         (['--warmup', '20'], '--warmup must be in [0, --iters)'),
-        (['--backend', 'nope'], '--backend must be one of'),
+        (['--backend', 'nope'], "argument --backend: invalid choice: 'nope' (choose from"),
     ],
 )
 def test_bad_flags_are_one_error_line(argv, message, capsys):

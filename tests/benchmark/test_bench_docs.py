@@ -1,7 +1,7 @@
-"""mmcirc.benchmark.docs and ``python -m mmcirc.benchmark docs``: the tables are rendered
-from the suites' stores, written between their markers with the command and the machine,
-and nothing outside the markers changes; a missing marker is one ``error:`` line before
-anything is measured."""
+""".dev_scripts/docs_tables.py and ``python .dev_scripts/benchmark_docs.py``: the tables
+are rendered from the suites' stores, written between their markers with the command and
+the machine, and nothing outside the markers changes; a missing marker is one ``error:``
+line before anything is measured."""
 
 import json
 import os.path as osp
@@ -9,8 +9,9 @@ import shutil
 
 import pytest
 
+import benchmark_docs
+import docs_tables as docs
 from helpers import REPO
-from mmcirc.benchmark import docs
 
 FIXTURES = osp.join(REPO, 'tests', 'fixtures', 'docs')
 
@@ -33,17 +34,15 @@ class Result:
 
 @pytest.fixture
 def run_docs(tmp_path, monkeypatch, capsys):
-    """``python -m mmcirc.benchmark docs ARGS`` in this process, in tmp_path (the suites
-    measure in their own child processes): its exit status and stderr."""
-    from mmcirc.benchmark.command import main
-
+    """``python .dev_scripts/benchmark_docs.py ARGS`` in this process, in tmp_path (the
+    suites measure in their own child processes): its exit status and stderr."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
 
     def run(*args):
         capsys.readouterr()
         try:
-            main(['docs', *map(str, args)])
+            benchmark_docs.main(list(map(str, args)))
             rc = 0
         except SystemExit as err:
             rc = err.code
@@ -111,13 +110,13 @@ def test_backbone_tables_come_from_one_run_of_the_suite(tmp_path, run_docs):
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(tmp_path / 'out' / 'backbones' / 'results_cpu.json') as f:
         store = json.load(f)
-    rec = {r['model']: r for r in store['results']}
+    rec = {k.split('|')[0]: r for k, r in store['results'].items()}
     assert set(rec) == {'pvt_s', 'circ_pvt_s'}
     text = doc.read_text()
     assert _outside(text, ['backbones']) == _outside(before, ['backbones'])
     block = _between(text, 'backbones')
     command = block.strip().splitlines()[0]
-    assert command.startswith('`python -m mmcirc.benchmark backbone --models pvt_s circ_pvt_s')
+    assert command.startswith('`python -m mmcirc.benchmark model --models pvt_s circ_pvt_s')
     assert '--sizes 64 --flops' in command
     env = store['environment']
     machine = block.strip().splitlines()[-1]
@@ -127,18 +126,20 @@ def test_backbone_tables_come_from_one_run_of_the_suite(tmp_path, run_docs):
     for model, label in (('pvt_s', 'PVT-S (mmdet)'), ('circ_pvt_s', 'all-circulant PVT-S')):
         r, cells = rec[model], rows[label].strip('| ').split(' | ')
         assert cells[1] == f'{r["params"] / 1e6:.2f}'
-        assert cells[2:5] == [f'{r["flops"] / 1e9:.1f}', f'{r["time_s"]:.2f}', f'{r["mem_mb"]:.0f}']
-    speed = rec['pvt_s']['time_s'] / rec['circ_pvt_s']['time_s']
+        seconds = r['time_ms'] / 1e3
+        assert cells[2:5] == [f'{r["macs"] / 1e9:.1f}', f'{seconds:.2f}', f'{r["peak_mb"]:.0f}']
+    speed = rec['pvt_s']['time_ms'] / rec['circ_pvt_s']['time_ms']
     assert rows['all-circulant PVT-S'].strip('| ').split(' | ')[5] == f'{speed:.2f}x'
     head = readme.read_text()
     assert _outside(head, ['headline']) == _outside(readme_before, ['headline'])
-    assert f'{rec["circ_pvt_s"]["time_s"]:.2f} ({speed:.2f}x)' in _between(head, 'headline')
+    circ_s = rec['circ_pvt_s']['time_ms'] / 1e3
+    assert f'{circ_s:.2f} ({speed:.2f}x)' in _between(head, 'headline')
 
     # --no-run renders the same store again: the same file; an edited store shows in it
     assert run_docs(*args, '--no-run').returncode == 0
     assert doc.read_text() == text
-    for r in store['results']:
-        r['time_s'] = 123.456 if r['model'] == 'pvt_s' else r['time_s']
+    for k, r in store['results'].items():
+        r['time_ms'] = 123456 if k.startswith('pvt_s|') else r['time_ms']
     with open(tmp_path / 'out' / 'backbones' / 'results_cpu.json', 'w') as f:
         json.dump(store, f)
     assert run_docs(*args, '--no-run').returncode == 0
@@ -160,27 +161,56 @@ def test_no_run_without_a_store_is_one_error_line(tmp_path, run_docs):
     assert proc.stderr.startswith('error: ') and doc.read_text() == _copy_text('benchmarks.md')
 
 
-def test_the_attention_table_is_the_suites_store(tmp_path, monkeypatch):
+def test_the_attention_table_is_the_layer_suites_store(tmp_path, monkeypatch):
     from mmcirc.benchmark.command import main
 
     out = tmp_path / 'attention'
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     main(
-        ['attention', '--sizes', '8', '--repeat', '2', '--threads', '1', '--no-backward']
+        ['layer', '--sizes', '8', '--repeat', '2', '--threads', '1', '--no-backward']
         + ['--methods', 'circ-circ', '--out-dir', str(out)]
     )
-    store = docs.load_store(str(out / 'results.json'))
+    store = docs.load_store(str(out / 'results_cpu.json'))
     md = docs.render_attention(store)
     time_row, mem_row = [ln for ln in md.splitlines() if ln.startswith('| 8x8 | fwd |')]
     for row, key in ((time_row, 'time_ms'), (mem_row, 'peak_mb')):
         cells = row.strip('| ').split(' | ')[2:]
         want = [f'{store["results"][f"{m}|8|fwd"][key]:.1f}' for m in ('circ-circ',)]
         assert cells == want
+    assert 'float32, 1 thread(s)' in md
+
+
+def _cell(**r):
+    return dict(dict(status='ok', runs=3, time_ms=10.0, peak_mb=100.0, params=2e6), **r)
+
+
+def test_the_isotropic_and_compile_tables_of_a_model_store():
+    """The docs' isotropic and compile tables from the ``model`` suite's one record
+    layout (ms, MiB, counts): the figures, each model before its peer, the ratios."""
+    store = dict(
+        results={
+            'ca_deit_t|32x32|1|fp32|eager': _cell(runs=1, macs=1e9),
+            'deit_t|32x32|1|fp32|eager': _cell(time_ms=30.0, peak_mb=400.0, macs=2e9),
+            'ca_deit_t|32x32|1|fp32|compile': _cell(
+                time_ms=4.0, first_ms=2500.0, graphs=2, graph_breaks=1, max_rel_diff=1e-6
+            ),
+            'veca_s|32x32|1|fp32|eager': dict(status='oom', error='out of memory'),
+            'ca_deit_t|32x32|2|fp32|eager': _cell(time_ms=1.0),  # not batch 1: left out
+        },
+        environment=dict(backend='inductor', mode='default'),
+    )
+    iso = docs.render_isotropic(store).splitlines()
+    assert iso[2] == '| 32x32 | CA-DeiT-T | 2.00 | 1.00 | 10.0* | 100 | 3.00x | 0.25 |'
+    assert iso[3] == '| 32x32 | DeiT-T | 2.00 | 2.00 | 30.0 | 400 | - | - |'
+    assert iso[4] == '| 32x32 | VECA-S | - | - | oom (out of memory) | - | - | - |'
+    comp = docs.render_compile(store).splitlines()
+    assert comp[0].startswith("torch.compile backend='inductor', mode='default'; batch 1")
+    assert comp[4] == '| CA-DeiT-T | 32x32 | 10.0 | 4.0 | 2.50x | 2.5 | 2 / 1 | 1.0e-06 |'
 
 
 @pytest.mark.parametrize('name', list(docs.TABLES))
 def test_every_table_s_flags_are_its_suite_s(name):
-    from mmcirc.benchmark.command import build_parser
+    from mmcirc.benchmark.command import build_parser, suite_modules
 
     table = docs.TABLES[name]
     argv = (
@@ -190,3 +220,6 @@ def test_every_table_s_flags_are_its_suite_s(name):
     )
     args = build_parser().parse_args([table.suite, *argv, '--out-dir', 'out'])
     assert args.suite == table.suite and args.out_dir == 'out'
+    module = suite_modules()[table.suite]
+    if hasattr(module, 'check') and table.suite != 'sharded':
+        module.check(args)  # the values pass the suite's checks too

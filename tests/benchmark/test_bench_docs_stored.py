@@ -7,7 +7,7 @@ import os.path as osp
 
 import pytest
 
-from mmcirc.benchmark import docs_stored
+import docs_stored
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 

@@ -44,21 +44,6 @@ def test_runs_of_other_settings_are_not_merged(tmp_path):
     assert _read(path)['settings'] == dict(amp='bfloat16')
 
 
-def test_list_layout_keeps_a_list_and_merges_by_key(tmp_path):
-    path = str(tmp_path / 'results_cpu.json')
-    key = lambda r: f'{r["model"]}|{r["size"]}'  # noqa: E731
-    ResultStore(path, as_list=True, key=key).update({'m|64': dict(model='m', size=64, t=1)}).save(
-        device='cpu'
-    )
-    store = ResultStore(path, as_list=True, key=key).load()
-    store.update({'m|128': dict(model='m', size=128, t=2)}).drop(['nope']).save()
-    data = _read(path)
-    assert data['device'] == 'cpu'
-    assert data['results'] == [dict(model='m', size=64, t=1), dict(model='m', size=128, t=2)]
-    with pytest.raises(ValueError, match='as_list needs key'):
-        ResultStore(path, as_list=True)
-
-
 def test_save_is_atomic(tmp_path, monkeypatch):
     """A failure while writing leaves the previous file whole and no temporary file."""
     path = str(tmp_path / 'results.json')

@@ -1,4 +1,4 @@
-"""``python -m mmcirc.benchmark docs`` on the tables kept in results files: each is
+"""``python .dev_scripts/benchmark_docs.py`` on the tables kept in results files: each is
 written from its file into every document that holds its markers, nothing outside the
 markers changes, a table no document holds is one ``error:`` line, and the zoo's file
 gives the metafiles and the model index."""
@@ -10,18 +10,19 @@ import shutil
 import pytest
 import yaml
 
+import docs_stored
+import docs_tables as docs
 from helpers import REPO
-from mmcirc.benchmark import docs, docs_stored
 
 
 @pytest.fixture
 def run_docs(capsys):
-    from mmcirc.benchmark.command import main
+    from benchmark_docs import main
 
     def run(*args):
         capsys.readouterr()
         try:
-            main(['docs', *map(str, args)])
+            main(list(map(str, args)))
             rc = 0
         except SystemExit as err:
             rc = err.code

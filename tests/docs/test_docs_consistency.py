@@ -10,8 +10,9 @@ import re
 
 import pytest
 
+import docs_stored
+import docs_tables as docs
 from helpers import REPO
-from mmcirc.benchmark import docs, docs_stored
 
 #: every markdown page a user reads
 PAGES = sorted(
@@ -41,7 +42,7 @@ def _between(text, name):
 def test_every_stored_table_is_what_its_results_file_renders(rel):
     text = _read(rel)
     assert docs_stored.render_document(text, REPO, where=rel) == text, (
-        f'{rel} differs from its results files: python -m mmcirc.benchmark docs --tables '
+        f'{rel} differs from its results files: python .dev_scripts/benchmark_docs.py --tables '
         + ' '.join(docs_stored.held(text))
     )
 

@@ -5,14 +5,14 @@
 # important first; each step's log, JSON and tables are written as soon as it ends:
 #   (a) tests/ops/test_cuda.py: the operators on CUDA against float64 dense references;
 #   (b) CA-DeiT-T against DeiT-T (flash attention under bf16; fp32), batch 1 and 32, eager
-#       and CUDA graphs (torch.compile mode=reduce-overhead): python -m mmcirc.benchmark gpu;
+#       and CUDA graphs (torch.compile mode=reduce-overhead): python -m mmcirc.benchmark model;
 #   (e) (run after (b)) the Triton kernel of circulant attention's core against the FFT path
 #       and SDPA (flash), one layer of 192 channels, batch 32, 14x14 / 32x32 / 64x64 maps,
 #       forward and training, bf16, tl.dot in float32 (ieee) and tf32, time and error:
-#       python -m mmcirc.benchmark kernel;
+#       python -m mmcirc.benchmark layer;
 #   (c) backbone forward of PVT-S, CA-PVT-S, all-circulant PVT-S, all-core PVT-S, Swin-T and
 #       CA-Swin-T at 512-4096 px, fp32 and bf16, time and peak memory:
-#       python -m mmcirc.benchmark backbone (needs the carried OpenMMLab wheels and mmcv);
+#       python -m mmcirc.benchmark model (needs the carried OpenMMLab wheels and mmcv);
 #   (d) with mmcv's CUDA ops: tools/misc/check_mmcv_cuda.py, 20 iterations of the toy CA-PVT-T
 #       RetinaNet on CUDA, tools/test.py on it (bbox mAP from the JSON), one training step of
 #       CA-Swin-T Mask R-CNN, then the compiled training step: the toy RetinaNet and Semantic
@@ -229,25 +229,27 @@ fi
 # --- (b) --------------------------------------------------------------------------------
 if want b; then
   if [ "$DEVICE" = cuda ]; then
-    B=(--sizes 224 512 1024 1536 2048 3072 4096 --batches 1 32 --budget-s $((${LIMIT_B:-170} - 30)))
+    B=(--sizes 224 512 1024 1536 2048 3072 4096 --batches 1 32 --repeat 10
+      --total-budget $((${LIMIT_B:-170} - 30)))
   else
-    B=(--sizes 32 --batches 1 2 --depth 1 --repeat 1 --compile-backend eager --budget-s 30)
+    B=(--sizes 32 --batches 1 2 --depth 1 --repeat 1 --compile-backend eager --total-budget 30)
   fi
   step b_cadeit "${LIMIT_B:-170}" "CA-DeiT-T vs DeiT-T, bf16 (flash) + fp32, eager + CUDA graphs" \
-    "${BENCH[@]}" "$PY" -m mmcirc.benchmark gpu --device "$DEVICE" \
-    --models deit_t ca_deit_t --precisions bf16 fp32 --modes eager compile \
-    --compile-mode reduce-overhead "${B[@]}" --out-dir "$OUT_DIR/b_cadeit"
+    "${BENCH[@]}" "$PY" -m mmcirc.benchmark model --device "$DEVICE" --in-process \
+    --models deit_t ca_deit_t --precisions bf16 fp32 --modes eager compile --warmup 3 \
+    --compile-mode reduce-overhead --compile-max-size 2048 "${B[@]}" --out-dir "$OUT_DIR/b_cadeit"
 fi
 
 # --- (e) --------------------------------------------------------------------------------
 if want e; then
   if [ "$DEVICE" = cuda ]; then
-    E=(--sizes 14 32 64 --batch 32 --repeat 10)
+    E=(--sizes 14 32 64 --batch 32 --dim 192 --repeat 10)
   else  # the kernel in Triton's interpreter: the code paths at a tiny size
     E=(--sizes 4 --batch 1 --dim 8 --repeat 1)
   fi
   step e_kernel "${LIMIT_E:-150}" "Triton core vs FFT path vs SDPA (flash), bf16, tl.dot ieee + tf32" \
-    "${BENCH[@]}" "$PY" -m mmcirc.benchmark kernel --device "$DEVICE" \
+    "${BENCH[@]}" "$PY" -m mmcirc.benchmark layer --device "$DEVICE" --in-process \
+    --methods sdpa fft kernel-ieee kernel-tf32 --precision bf16 --warmup 3 --errors \
     "${E[@]}" --out-dir "$OUT_DIR/e_kernel"
 fi
 
@@ -264,10 +266,10 @@ if want c; then
       --timeout 60 --budget 1)
   else
     PRECS=(bf16)  # alone: the CPU suite runs fp32 (the default) all the time
-    C=(--sizes 64 --models ca_swin_t --timeout 60 --budget 0.1 --repeats 1)
+    C=(--sizes 64 --models ca_swin_t --timeout 60 --budget 0.1 --repeat 1)
   fi
   step c_backbones "${LIMIT_C:-150}" "backbone forward, ${PRECS[*]}, with $mmcv_note" \
-    "${BENCH[@]}" "$PY" -m mmcirc.benchmark backbone --device "$DEVICE" \
+    "${BENCH[@]}" "$PY" -m mmcirc.benchmark model --device "$DEVICE" \
     --precisions "${PRECS[@]}" "${C[@]}" --out-dir "$OUT_DIR/c_backbones"
 fi
 

@@ -1,21 +1,20 @@
-"""The benchmark suites: each measures its cases over the harness and writes its results
-and tables (``run(options)``); ``python -m mmcirc.benchmark SUITE`` is their command
-(:mod:`mmcirc.benchmark.command`, one parser), ``SUITE --help`` lists the flags.
+"""The benchmark suites, one module each: ``python -m mmcirc.benchmark SUITE``
+(:mod:`mmcirc.benchmark.command` builds a subcommand per module; ``SUITE --help`` lists
+the flags). A suite declares itself: its docstring, ``SHARED`` (the shared flags it takes,
+with its defaults), ``add_arguments(parser)``, ``check(options)`` and ``run(options)``;
+the timing suites run on :func:`mmcirc.benchmark.grid.run_grid`. Adding a suite is adding
+a module here.
 
 =================  ==========================================
 suite              what
 =================  ==========================================
-``attention``      one attention layer vs N (+ CPU targets)
-``backbone``       pyramids vs mmdet / mmseg PVT-S, Swin-T
-``isotropic``      CA-DeiT / VECA vs DeiT / ViT
-``compile``        eager vs torch.compile per family
+``layer``          one attention layer vs N (+ CPU targets)
+``model``          whole models vs their peers, eager / compile
 ``compile_train``  toy training, eager vs compiled backbone
-``gpu``            CA-DeiT-T vs DeiT-T, precisions, compile
 ``sharded``        sharded whole-image inference vs P = 1
 ``launches``       ops per eager forward, host time vs peers
-``kernel``         the Triton core vs FFT path vs SDPA (GPU)
 =================  ==========================================
 
-``python -m mmcirc.benchmark docs`` runs the suites of the documentation's tables and
-rewrites them (:mod:`mmcirc.benchmark.docs`).
+The documentation's tables are rendered from the suites' stores by repository upkeep
+outside the package (``.dev_scripts/benchmark_docs.py``).
 """

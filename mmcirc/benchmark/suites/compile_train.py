@@ -24,8 +24,8 @@ breaks (``torch._dynamo``'s ``graph_break`` count; fullgraph=True makes a break 
 and the loss of each iteration.
 
 Writes ``--out`` (a JSON store, atomically after each run); the documentation's table
-(:func:`render`) is rendered from ``docs/results/compile_train_cpu.json`` by
-``python -m mmcirc.benchmark docs --no-run --tables compile_train``.
+(:func:`table`) is rendered from ``docs/results/compile_train_cpu.json`` by
+``python .dev_scripts/benchmark_docs.py --no-run --tables compile_train``.
 """
 
 import os
@@ -35,7 +35,10 @@ import statistics
 import tempfile
 import time
 
+from ..grid import at_least, known
 from ..report import ResultStore, environment, markdown_table, ratio
+
+SHARED = dict(threads=None, timeout=1800)
 
 #: job -> (label, config, the toy dataset it reads, BatchSyncRandomResize's range or None)
 JOBS = {
@@ -209,18 +212,30 @@ def table(store: dict) -> str:
     )
 
 
-def render(store: dict) -> str:
-    """The documentation's block (its command, :func:`table`, its machine) of a results
-    file of this suite (``docs/results/compile_train_cpu.json``)."""
-    from ..docs import block
+def add_arguments(p):
+    jobs = list(JOBS)
+    p.add_argument('--jobs', nargs='+', default=['det', 'seg'], metavar='JOB',
+                   help=f'from {jobs} (default: det seg)')  # fmt: skip
+    p.add_argument('--iters', type=int, default=20, help='training iterations per run (20)')
+    p.add_argument('--warmup', type=int, default=2, help='iterations left out of the median (2)')
+    p.add_argument('--backend', default='inductor', choices=BACKENDS)
+    out = osp.join('work_dirs', 'benchmark_compile_train')
+    p.add_argument('--data-root', default=out, help='its data/ holds the toy datasets')
+    p.add_argument('--out', default=osp.join(out, 'results.json'), help='results file (JSON)')
 
-    env = store['environment']
-    return block(env['command'], table(store), env)
+
+def check(options):
+    known(options.jobs, JOBS, '--jobs')
+    at_least(options, ['iters', 'threads'])
+    if options.timeout <= 0:
+        raise ValueError(f'--timeout must be > 0, got {options.timeout}')
+    if not 0 <= options.warmup < options.iters:
+        raise ValueError(f'--warmup must be in [0, --iters), got {options.warmup}')
 
 
-def run(options, command: str):
+def run(options):
     """Every job of ``options.jobs``, eager then compiled, each in an isolated child;
-    the store written after each run."""
+    the store written after each run (``options``: the flags, checked by :func:`check`)."""
     import torch
 
     from ..runner import run_isolated
@@ -230,7 +245,7 @@ def run(options, command: str):
         iters=options.iters, warmup=options.warmup, backend=options.backend, threads=options.threads
     )
     device = 'cuda' if torch.cuda.is_available() else 'cpu'  # where mmengine's Runner trains
-    env = environment(command, device=device, backend=options.backend)
+    env = environment(options.command, device=device, backend=options.backend)
     store = ResultStore(options.out).load(settings)
     repo = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
     for job in options.jobs:

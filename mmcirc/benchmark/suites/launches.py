@@ -24,14 +24,16 @@ Writes ``DIR/results.json`` and ``DIR/table.md`` after every model.
 """
 
 import os
-import os.path as osp
 import statistics
 import time
 from collections import Counter
 
 from ..cases import case
+from ..grid import at_least, known, parse_hw, run_grid
 from ..measurement import pin_threads
-from ..report import ResultStore, environment, markdown_table, ratio
+from ..report import markdown_table, ratio
+
+SHARED = dict(out_dir=None, threads=1, repeat=20, fresh=False)
 
 #: model -> its peer
 PAIRS = {
@@ -164,36 +166,46 @@ def table(results: dict, sizes, host_size) -> str:
     )
 
 
-def run(options, command: str):
-    """Every model (and its peer) at every size, layout and precision; write the results
-    and the table after each model. ``options``: the flags of
-    ``python -m mmcirc.benchmark launches`` (checked there)."""
-    threads = pin_threads(options.threads)
-    env = environment(command, threads=threads)
-    store = ResultStore(osp.join(options.out_dir, 'results.json'))
+def add_arguments(p):
+    p.add_argument('--models', nargs='+', default=list(PAIRS), metavar='MODEL',
+                   help=f'from {list(PAIRS)} (each beside its peer)')  # fmt: skip
+    p.add_argument('--sizes', nargs='+', default=DEFAULT_SIZES, metavar='S')
+    p.add_argument('--host-size', type=int, default=64, help='the size of the host time')
+
+
+def check(options):
+    known(options.models, PAIRS, '--models')
+    at_least(options, ['repeat', 'threads', 'host_size'])
+    options.sizes = [parse_hw(s, '--sizes', MULTIPLE) for s in options.sizes]
+    if any(h != w for h, w in options.sizes):
+        raise ValueError(f'--sizes must be square sizes S, got {options.sizes}')
+    if (options.host_size, options.host_size) not in options.sizes:
+        raise ValueError(f'--host-size {options.host_size} must be one of --sizes')
+
+
+def run(options):
+    """Every model (and its peer) at every size, layout and precision; the results and
+    the table written after each model (``options``: the flags, checked by :func:`check`)."""
+    pin_threads(options.threads)
     sizes = [hw[0] for hw in options.sizes]
     names = [m for m in options.models if m in PAIRS]
     peers = list(dict.fromkeys(PAIRS[m] for m in names))
-    from mmcirc.utils.fileio import atomic_write
 
-    for name in names + peers:
+    def measure_model(name, store):
         layouts = _layouts(name) if name in PAIRS else ('any',)
-        t = time.perf_counter()
-        for hw in options.sizes:
-            for layout in layouts:
-                for precision in PRECISIONS:
-                    r = measure(
-                        name,
-                        hw,
-                        None if layout == 'any' else layout,
-                        precision,
-                        options.host_size,
-                        options.repeat,
-                    )
-                    store.update({key(name, hw[0], layout, precision): r})
-        print(f'{case(name).label}: [{time.perf_counter() - t:.0f} s]', flush=True)
-        text = table(store.results, sizes, options.host_size)
-        store.save(environment=env, sizes=sizes, host_size=options.host_size)
-        atomic_write(osp.join(options.out_dir, 'table.md'), text)
-    print('\n' + text + f'\nwritten: {osp.join(options.out_dir, "table.md")}')
+        return {
+            key(name, hw[0], layout, precision): measure(
+                name, hw, None if layout == 'any' else layout, precision,
+                options.host_size, options.repeat,
+            )
+            for hw in options.sizes
+            for layout in layouts
+            for precision in PRECISIONS
+        }  # fmt: skip
+
+    settings = dict(threads=options.threads, sizes=sizes, host_size=options.host_size)
+    store = run_grid(
+        options, names + peers, measure_model,
+        lambda store: table(store.results, sizes, options.host_size), settings=settings,
+    )  # fmt: skip
     return store.results

@@ -4,7 +4,7 @@ parameters and FLOPs, counted by ``tools/analysis/get_flops.py`` into one result
 tables of ``configs/README.md`` (mmdet's "Results and models" form), one
 ``metafile.yml`` per model family and the ``model-index.yml`` that imports them
 (OpenMMLab's format, read by ``mim search``).
-``python -m mmcirc.benchmark docs --tables zoo`` counts and writes them all;
+``python .dev_scripts/benchmark_docs.py --tables zoo`` counts and writes them all;
 ``--no-run`` writes them from the file as it is.
 
 * :func:`describe`: what a config is (family, backbone, task, dataset, schedule), from
@@ -26,7 +26,7 @@ from typing import Dict
 
 from mmcirc.utils.fileio import atomic_write
 
-from .report import markdown_table
+from mmcirc.benchmark.report import markdown_table
 
 __all__ = [
     'FAMILIES',
@@ -177,7 +177,7 @@ def render_metafiles(store: dict) -> Dict[str, str]:
         lines = [
             f'# {collection}: no trained weights exist, so no model has Results or Weights.',
             '# FLOPs: multiply-adds of extract_feat at 224 x 224 (GMACs in configs/README.md).',
-            f'# Written by `python -m mmcirc.benchmark docs --tables zoo` from {ZOO_RESULTS}.',
+            f'# Written by `python .dev_scripts/benchmark_docs.py --tables zoo` from {ZOO_RESULTS}.',
             'Collections:',
             f'  - Name: {collection}',
             '    Metadata:',

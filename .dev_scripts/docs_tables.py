@@ -1,6 +1,6 @@
 """The benchmark tables of the documentation: which suite measures each, with which flags,
 how each is rendered from its suite's store, and how a rendered table replaces the old
-one in a markdown file (``python -m mmcirc.benchmark docs``).
+one in a markdown file (``python .dev_scripts/benchmark_docs.py``).
 
 A table lives in its document between two marker lines::
 
@@ -13,8 +13,9 @@ block its store's :func:`~mmcirc.benchmark.report.environment` recorded. Everyth
 outside the markers is left as it is.
 
 * :data:`TABLES`: name -> :class:`DocTable` (suite, flags, store file, renderer);
-* :func:`render_backbones` / :func:`render_headline`: the backbone store as the docs' wide
-  table and the README's short one; the other tables reuse their suite's own table;
+* :func:`render_backbones` / :func:`render_headline`: the ``model`` suite's store of the
+  backbones as the docs' wide table and the README's short one; the other renderers read
+  the stores of the ``model``, ``layer``, ``sharded`` and ``launches`` suites;
 * :func:`machine_block`, :func:`block`, :func:`check_markers`, :func:`replace_blocks`.
 """
 
@@ -24,7 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .report import markdown_table, ratio
+from mmcirc.benchmark.measurement import PRECISIONS
+from mmcirc.benchmark.report import markdown_table, ratio
 
 __all__ = [
     'BACKBONE_MODELS',
@@ -72,9 +74,19 @@ def load_store(path: str) -> dict:
 
 
 def _cases():
-    from .cases import CASES
+    from mmcirc.benchmark.cases import CASES
 
     return CASES
+
+
+def model_records(store: dict) -> Dict[Tuple[str, int, str], dict]:
+    """{(model, size label, mode): record} of the ``model`` suite's batch-1 float32 cells."""
+    out = {}
+    for key, r in store['results'].items():
+        name, hw, batch, precision, mode = key.split('|')
+        if batch == '1' and precision == 'fp32':
+            out[name, hw, mode] = r
+    return out
 
 
 def _ok(r: Optional[dict]) -> bool:
@@ -84,7 +96,12 @@ def _ok(r: Optional[dict]) -> bool:
 def _backbone_records(store: dict) -> Tuple[Dict[Tuple[str, int], dict], List[str], List[int]]:
     """{(model, size): record}, the models (in the harness's order) and the sizes."""
     cases = _cases()
-    by = {(r['model'], r['size']): r for r in store['results'].values()}
+    by = {}
+    for (name, hw, mode), r in model_records(store).items():
+        if mode == 'eager':
+            by[name, int(hw.split('x')[0])] = dict(
+                r, time_s=r.get('time_ms', 0) / 1e3, mem_mb=r.get('peak_mb'), flops=r.get('macs')
+            )
     models = [m for m in cases if any(k[0] == m for k in by)]
     if not by:
         raise ValueError('the backbone store holds no results')
@@ -199,8 +216,8 @@ def render_attention(store: dict) -> str:
     def cell(r, key):
         if r is None:
             return '-'
-        if 'skipped' in r:
-            return 'N^2 memory' if 'N^2' in r['skipped'] else 'skipped'
+        if r['status'] == 'skipped':
+            return 'N^2 memory' if 'N^2' in r.get('error', '') else 'skipped'
         return f'{r[key]:.1f}' if _ok(r) and key in r else r.get('status', '-')
 
     out = []
@@ -214,36 +231,109 @@ def render_attention(store: dict) -> str:
         out.append(markdown_table(head, rows, 'll' + 'r' * len(methods)))
     settings = store.get('settings') or {}
     return (
-        '\n\n'.join(out)
-        + f'\n\nOne layer on a (1, H*W, 64) token map, {settings.get("amp") or "float32"}, '
-        f'{store.get("threads", settings.get("threads"))} thread(s); time: median of the '
+        '\n\n'.join(out) + f'\n\nOne layer on a (1, H*W, 64) token map, '
+        f'{PRECISIONS[settings.get("precision", "fp32")] or "float32"}, '
+        f'{settings.get("threads")} thread(s); time: median of the '
         'round-robin runs; memory: the peak above the setup, one fresh process per entry.'
     )
 
 
-def render_compile(store: dict) -> str:
-    from .suites.compile import table
+#: the labels of the compile table
+COMPILE_LABELS = {
+    'ca_pvt_t': 'CA-PVT-T',
+    'core_pvt_t': "Core-PVT-T (C'=64)",
+    'ca_swin_t': 'CA-Swin-T',
+    'ca_deit_t': 'CA-DeiT-T',
+    'veca_s': "VECA-S (C'=64)",
+}
 
+
+def render_compile(store: dict) -> str:
+    """Eager against compiled per backbone and size (the ``model`` suite's cells of both
+    modes with ``--explain``)."""
+    recs, rows = model_records(store), []
+    for (name, hw, mode), e in recs.items():
+        c = recs.get((name, hw, 'compile'))
+        if mode != 'eager' or c is None:
+            continue
+        if not (_ok(e) and _ok(c)):
+            bad = e if not _ok(e) else c
+            error = bad.get('error') or bad['status']
+            rows.append([COMPILE_LABELS[name], hw, error, '-', '-', '-', '-', '-'])
+            continue
+        rows.append(
+            [
+                COMPILE_LABELS[name],
+                hw,
+                f'{e["time_ms"]:.1f}',
+                f'{c["time_ms"]:.1f}',
+                f'{e["time_ms"] / c["time_ms"]:.2f}x',
+                f'{c["first_ms"] / 1e3:.1f}',
+                f'{c["graphs"]} / {c["graph_breaks"]}',
+                f'{c["max_rel_diff"]:.1e}',
+            ]
+        )
+    head = ['backbone', 'size', 'eager (ms)', 'compiled (ms)', 'speed-up', 'first call (s)',
+            'graphs / breaks', 'max rel diff']  # fmt: skip
     env = store.get('environment', {})
-    return table(store['results'], env.get('backend'), env.get('mode')).rstrip('\n')
+    return (
+        f'torch.compile backend={env.get("backend")!r}, mode={env.get("mode")!r}; batch 1, '
+        'float32, no grad.\n\n' + markdown_table(head, rows, 'llrrrrrr')
+    )
 
 
 def render_isotropic(store: dict) -> str:
-    from .suites.isotropic import table
-
-    return table(store['results']).rstrip('\n')
+    """The isotropic models against their peers (the ``model`` suite's eager cells):
+    params, GMACs, time, peak memory, ratios against the peer."""
+    cases, recs = _cases(), model_records(store)
+    names, sizes = [], []
+    for name, hw, _ in recs:
+        names += [name] if name not in names else []
+        sizes += [hw] if hw not in sizes else []
+    ordered = []
+    for name in names:
+        ordered += [n for n in (name, cases[name].baseline) if n in names and n not in ordered]
+    rows = []
+    for size in sizes:
+        for name in ordered:
+            r = recs.get((name, size, 'eager'))
+            if r is None:
+                continue
+            if not _ok(r):
+                error = f'{r["status"]} ({r.get("error", "")[:120]})'
+                rows.append([size, cases[name].label, '-', '-', error, '-', '-', '-'])
+                continue
+            base = recs.get((cases[name].baseline, size, 'eager')) or {}
+            base = base if _ok(base) else {}
+            peak, bpeak = r.get('peak_mb'), base.get('peak_mb')
+            rows.append(
+                [
+                    size,
+                    cases[name].label,
+                    f'{r["params"] / 1e6:.2f}',
+                    f'{r["macs"] / 1e9:.2f}' if r.get('macs') else '-',
+                    f'{r["time_ms"]:.1f}' + ('*' if r['runs'] == 1 else ''),
+                    f'{peak:.0f}' if peak is not None else '-',
+                    ratio(base.get('time_ms'), r.get('time_ms'), suffix='x'),
+                    ratio(peak, bpeak) if bpeak and bpeak > 0 and peak is not None else '-',
+                ]
+            )
+    head = ['size', 'model', 'params (M)', 'GMACs', 'time (ms)', 'peak mem (MiB)',
+            'speed-up vs baseline', 'memory vs baseline']  # fmt: skip
+    return markdown_table(head, rows, 'llrrrrrr')
 
 
 def render_sharded(store: dict) -> str:
-    from .suites.sharded import table
+    from mmcirc.benchmark.suites.sharded import table
 
     return table(store['results']).rstrip('\n')
 
 
 def render_launches(store: dict) -> str:
-    from .suites.launches import table
+    from mmcirc.benchmark.suites.launches import table
 
-    return table(store['results'], store['sizes'], store['host_size']).rstrip('\n')
+    settings = store['settings']
+    return table(store['results'], settings['sizes'], settings['host_size']).rstrip('\n')
 
 
 # ----------------------------------------------------------------------------- the tables
@@ -262,53 +352,43 @@ class DocTable:
     render: Callable[[dict], str]
 
 
+_COMPILE_MODELS = tuple(COMPILE_LABELS)
+_ISOTROPIC_MODELS = ('ca_deit_s', 'deit_s', 'veca_b', 'vit_b')
 #: name -> table, in the order the command runs them
 TABLES: Dict[str, DocTable] = {
     t.name: t
     for t in (
         DocTable(
-            'backbones',
-            'backbone',
-            ('--flops', '--fresh', '--device', 'cpu'),
-            'results_cpu.json',
-            render_backbones,
+            'backbones', 'model', ('--flops', '--fresh', '--device', 'cpu'),
+            'results_cpu.json', render_backbones,
         ),
         DocTable(
-            'attention',
-            'attention',
-            ('--threads', '1', '--no-backward', '--fresh', '--device', 'cpu'),
-            'results.json',
-            render_attention,
+            'attention', 'layer', ('--threads', '1', '--no-backward', '--fresh', '--device', 'cpu'),
+            'results_cpu.json', render_attention,
         ),
         DocTable(
-            'isotropic',
-            'isotropic',
-            ('--threads', '1', '--repeat', '3', '--single-run-above', '30', '--fresh'),
-            'results.json',
-            render_isotropic,
+            'isotropic', 'model',
+            ('--models', *_ISOTROPIC_MODELS, '--sizes', '224', '512', '1024', '2048',
+             '--threads', '1', '--repeat', '3', '--single-run-above', '30', '--budget', '3600',
+             '--timeout', '3600', '--flops', '--fresh', '--device', 'cpu'),
+            'results_cpu.json', render_isotropic,
         ),
         DocTable(
-            'compile',
-            'compile',
-            ('--sizes', '224', '512', '--threads', '1'),
-            'results.json',
-            render_compile,
+            'compile', 'model',
+            ('--models', *_COMPILE_MODELS, '--sizes', '224', '512', '--threads', '1',
+             '--repeat', '5', '--warmup', '2', '--modes', 'eager', 'compile', '--explain',
+             '--device', 'cpu'),
+            'results_cpu.json', render_compile,
         ),
         DocTable(
-            'sharded',
-            'sharded',
-            (
-                'configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py',
-                'configs/core_pvt_t-allcore_fpn_80k_ade20k.py',
-                '--size',
-                '2048',
-            ),
-            'results.json',
-            render_sharded,
+            'sharded', 'sharded',
+            ('configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py',
+             'configs/core_pvt_t-allcore_fpn_80k_ade20k.py', '--size', '2048'),
+            'results.json', render_sharded,
         ),
         DocTable('launches', 'launches', ('--threads', '1'), 'results.json', render_launches),
     )
-}
+}  # fmt: skip
 
 
 def backbone_argv(models: Sequence[str], sizes: Sequence[int]) -> Tuple[str, ...]:

@@ -1,9 +1,10 @@
 """The documentation's tables whose results file is kept in the repository
 (``docs/results/*.json``): figures measured on machines the suite does not run on (the
 GPU), or by a job rather than a benchmark suite (the main job on toy data), or counted by
-``tools/analysis/get_flops.py`` (the model zoo, :mod:`mmcirc.benchmark.metafiles`). Each is rendered between its markers
-(:mod:`mmcirc.benchmark.docs`) in every document that holds them, so a figure shown in two
-documents comes from one file (``python -m mmcirc.benchmark docs --tables gpu ...``;
+``tools/analysis/get_flops.py`` (the model zoo, ``docs_metafiles.py``). Each is rendered
+between its markers (``docs_tables.py``) in every document that holds them, so a figure
+shown in two documents comes from one file (``python .dev_scripts/benchmark_docs.py
+--tables gpu ...``;
 ``tests/docs`` checks that every document holds what its files render).
 
 * :data:`STORED`: name -> :class:`StoredTable` (results file, renderer);
@@ -16,10 +17,11 @@ import os.path as osp
 from dataclasses import dataclass
 from typing import Callable, Dict, List
 
-from .docs import marker, replace_blocks
-from .metafiles import ZOO_RESULTS, render_zoo
-from .report import markdown_table, ratio
-from .suites.compile_train import render as render_compile_train
+from docs_metafiles import ZOO_RESULTS, render_zoo
+from docs_tables import block, marker, replace_blocks
+
+from mmcirc.benchmark.report import markdown_table, ratio
+from mmcirc.benchmark.suites import compile_train
 
 __all__ = [
     'DOCUMENTS',
@@ -182,6 +184,13 @@ def render_toy_runs(store: dict) -> str:
         f'numerics since commit {store["numerics"]["commit"]} ({store["numerics"]["what"]})\n\n'
         + markdown_table(head, rows, 'l' * 5 + 'r' * len(metrics))
     )
+
+
+def render_compile_train(store: dict) -> str:
+    """The compiled training step's block (its command, the table, its machine) of
+    ``docs/results/compile_train_cpu.json``."""
+    env = store['environment']
+    return block(env['command'], compile_train.table(store), env)
 
 
 # ----------------------------------------------------------------------------- the tables
