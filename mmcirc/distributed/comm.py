@@ -1,7 +1,8 @@
 """The row exchange of band-sharded maps (halo exchange), over torch.distributed.
 
 A map is band-sharded along one dimension (the rows, ``dim=-2`` of an NCHW map or
-``dim=1`` of (B, H, W, C)): rank ``r`` holds the global rows
+``dim=1`` of (B, H, W, C)) over a process group (its ranks numbered in the group:
+:func:`data_space_mesh` makes spatial groups of a world): rank ``r`` holds the global rows
 ``[offsets[r], offsets[r + 1])``. Every row-local layer (a convolution, an
 interpolation, a gather of small reduced maps) needs some contiguous range of global
 rows, which may reach into the neighbours' bands or past the image, where the rows are
@@ -47,8 +48,11 @@ __all__ = [
     'Layout',
     'all_reduce_sum',
     'all_to_all',
+    'check_shard_size',
     'comm_device',
     'count_bytes',
+    'data_rank',
+    'data_space_mesh',
     'empty_band',
     'exchange_rows',
     'gather_rows',
@@ -62,6 +66,53 @@ def group_rank_size(group=None) -> Tuple[int, int]:
     if not (dist.is_available() and dist.is_initialized()):
         return 0, 1
     return dist.get_rank(group), dist.get_world_size(group)
+
+
+def check_shard_size(shard_size: Optional[int], world_size: int) -> int:
+    """The ranks of one spatial group: ``shard_size`` (None: all ``world_size``), else a
+    one-line ValueError naming the divisors of the world size it may be."""
+    if shard_size is None:
+        return world_size
+    if (
+        isinstance(shard_size, bool)
+        or not isinstance(shard_size, int)
+        or shard_size < 1
+        or world_size % shard_size
+    ):
+        divisors = tuple(s for s in range(1, world_size + 1) if world_size % s == 0)
+        raise ValueError(
+            f'shard_size must divide the world size {world_size} (one of {divisors}), '
+            f'got {shard_size!r}'
+        )
+    return shard_size
+
+
+def data_space_mesh(shard_size: Optional[int] = None):
+    """The world as W / S data-parallel groups of S = ``shard_size`` spatial ranks:
+    torch's ``DeviceMesh`` (W / S, S) with dims ``('data', 'space')`` on
+    :func:`comm_device`'s device type, world rank d * S + s at (d, s) (a spatial group is
+    a run of consecutive ranks: one node's where S divides the ranks per node); None
+    where S = W (None, the default: the whole world is one spatial group). Every rank
+    calls it together (it creates the groups); :func:`check_shard_size`'s ValueError
+    before any group is made."""
+    world = group_rank_size()[1]
+    size = check_shard_size(shard_size, world)
+    if size == world:
+        return None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(
+        comm_device().type, (world // size, size), mesh_dim_names=('data', 'space')
+    )
+
+
+def data_rank(shard_size: Optional[int] = None) -> Tuple[int, int]:
+    """(this process's data-parallel rank, the number of data-parallel groups) on
+    :func:`data_space_mesh`'s mesh: (world rank // S, W // S); (0, 1) for None (the
+    world is one group); :func:`check_shard_size`'s ValueError."""
+    rank, world = group_rank_size()
+    size = check_shard_size(shard_size, world)
+    return rank // size, world // size
 
 
 def comm_device(group=None, like: Optional[torch.Tensor] = None) -> torch.device:
@@ -186,12 +237,13 @@ def _move_rows(x, holds, needs, rank: int, dim: int, group, add: bool) -> torch.
             continue
         a, b = max(needs[q][0], start), min(needs[q][1], stop)  # what q needs from me
         if a < b:
-            ops.append(dist.isend(x.narrow(dim, a - start, b - a).contiguous(), q, group=group))
+            part = x.narrow(dim, a - start, b - a).contiguous()
+            ops.append(dist.isend(part, group=group, group_dst=q))
         a, b = max(lo, holds[q][0]), min(hi, holds[q][1])  # what I need from q
         if a < b:
             shape[dim] = b - a
             buf = x.new_empty(shape)
-            ops.append(dist.irecv(buf, q, group=group))
+            ops.append(dist.irecv(buf, group=group, group_src=q))
             recvs.append((a, b, buf))
     for op in ops:
         op.wait()

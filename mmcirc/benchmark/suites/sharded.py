@@ -17,7 +17,11 @@ torch.distributed during the prediction (:func:`mmcirc.distributed.comm.count_by
 random labels (seed 0): mmengine's ``train_step`` in one process (P = 1), the
 :class:`~mmcirc.distributed.segmentor.train.SpatialParallel` wrapper's on P ranks (the
 check before the first step outside the measurement); each rank's peak RSS increase and
-wall time of the step (forward, backward, gradient sum, update).
+wall time of the step (forward, backward, gradient sum, update). With ``shard_sizes``
+(the values of S), each P whose ranks S divides is also run as a data x space mesh of
+P / S data groups of S spatial ranks, each group one image: the time per image (the
+step's over the P / S images) and the memory per rank of D x S against 1 x P
+(``DIR/table_mesh.md``).
 
 Writes ``DIR/results.json`` (merged across runs of the same settings) and
 ``DIR/table.md`` (ratios against P = 1 of the same config and size) after every P.
@@ -92,7 +96,7 @@ def _worker(cfg, size, sharded):
     return out
 
 
-def _train_worker(cfg, size, sharded):
+def _train_worker(cfg, size, sharded, shard_size=None):
     import torch
     import torch.distributed as dist
     from mmengine.model import revert_sync_batchnorm
@@ -118,13 +122,39 @@ def _train_worker(cfg, size, sharded):
     step = model.train_step
     if sharded:
         sync_weights(model)
-        wrapped = SpatialParallel(model)
+        wrapped = SpatialParallel(model, shard_size=shard_size)  # one image per data group
         step = wrapped.train_step
         dist.barrier()
     optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=1e-3))
     torch.manual_seed(0)
     log, out = _measure(lambda: step(data, optim))
     return dict(rank=rank, train_step=out, loss=float(log['loss']))
+
+
+def mesh_table(results):
+    """The training steps of every P run as several meshes (D x S, D = P / S images a
+    step): the slowest rank's step time over D, the largest rank's peak RSS increase."""
+    rows = []
+    runs = [r for r in results.values() if r.get('train') and r['nproc'] > 1]
+    for row in sorted(runs, key=lambda r: (r['config'], r['size'], r['nproc'], -_shard(r))):
+        if sum(_same_p(r, row) for r in runs) < 2:
+            continue
+        s, p = _shard(row), row['nproc']
+        step = max(x['train_step']['time_s'] for x in row['ranks'])
+        gb = max(x['train_step']['peak_increase_mb'] for x in row['ranks']) / 1024
+        rows.append([osp.basename(row['config']), f'{row["size"]}x{row["size"]}', p,
+                     f'{p // s} x {s}', f'{gb:.2f}', f'{step:.1f}', f'{step * s / p:.1f}'])  # fmt: skip
+    head = ['config', 'size', 'W', 'mesh (data x space)', 'train step per rank (GB)',
+            'step time (s)', 'time per image (s)']  # fmt: skip
+    return markdown_table(head, rows, 'llrrrrr') + '\n'
+
+
+def _shard(row):
+    return row.get('shard_size') or row['nproc']
+
+
+def _same_p(a, b):
+    return (a['config'], a['size'], a['nproc']) == (b['config'], b['size'], b['nproc'])
 
 
 def summary(row):
@@ -142,7 +172,7 @@ def summary(row):
 def train_table(results):
     rows = []
     for key, row in sorted(results.items()):
-        if not row.get('train'):
+        if not row.get('train') or _shard(row) != row['nproc']:  # meshes: mesh_table
             continue
         gb = max(x['train_step']['peak_increase_mb'] for x in row['ranks']) / 1024
         one = results.get(f'{row["config"]}@{row["size"]}@1@train')
@@ -202,8 +232,15 @@ def table(results):
     return markdown_table(head, rows, 'llrrrrrrrr') + '\n'
 
 
+def _sizes(p, shard_sizes):
+    """The shard sizes to run P ranks as: P itself (one spatial group), then each of
+    ``shard_sizes`` below P that divides it."""
+    return [p] + [s for s in shard_sizes if s < p and p % s == 0]
+
+
 def run(args):
-    """Every config at every P; write the results and the table after each.
+    """Every config at every P (with ``shard_sizes``, every mesh of P: :func:`_sizes`);
+    write the results and the table after each.
 
     ``args``: the suite's settings as attributes, those of its command's flags
     (``python -m mmcirc.benchmark sharded``, which checks them).
@@ -213,12 +250,13 @@ def run(args):
     store = ResultStore(osp.join(args.out_dir, 'results.json'))
     store.load(settings=dict(threads=args.threads))
     train = getattr(args, 'train', False)
+    meshes = getattr(args, 'shard_sizes', None) or ()
     for cfg in args.configs:
-        for p in args.nprocs:
+        for p, s in [(p, s) for p in args.nprocs for s in _sizes(p, meshes if train else ())]:
             ranks = run_parallel(
                 _train_worker if train else _worker,
                 p,
-                args=(cfg, args.size, p > 1),
+                args=(cfg, args.size, p > 1) + ((s,) if train else ()),
                 # training ranks run backward: not forked from a process that may have
                 # started autograd's worker threads (see run_parallel)
                 start_method='forkserver' if train else 'fork',
@@ -227,12 +265,19 @@ def run(args):
             )
             row = dict(config=cfg, size=args.size, nproc=p, sharded=p > 1, ranks=ranks)
             if train:
-                row['train'] = True
-                store.update({f'{cfg}@{args.size}@{p}@train': row})
+                row.update(train=True, shard_size=s)
+                mesh = '' if s == p else f'@S{s}'  # 1 x P: the key of the rows before meshes
+                store.update({f'{cfg}@{args.size}@{p}@train{mesh}': row})
                 store.save(environment=environment(threads=args.threads))
                 top = max(x['train_step']['peak_increase_mb'] for x in ranks) / 1024
-                print(f'{cfg} {args.size} px P={p}: train step +{top:.2f} GB/rank', flush=True)
+                step = max(x['train_step']['time_s'] for x in ranks)
+                print(
+                    f'{cfg} {args.size} px P={p} ({p // s} x {s}): train step +{top:.2f} '
+                    f'GB/rank, {step:.1f} s, {step * s / p:.1f} s per image',
+                    flush=True,
+                )
                 atomic_write(osp.join(args.out_dir, 'table_train.md'), train_table(store.results))
+                atomic_write(osp.join(args.out_dir, 'table_mesh.md'), mesh_table(store.results))
                 continue
             store.update({f'{cfg}@{args.size}@{p}': row})
             store.save(environment=environment(threads=args.threads))

@@ -5,30 +5,33 @@
   built on P processes are otherwise P different models);
 * :func:`run_image_sharded`: :func:`~.model.predict_sharded` of one image
   with the wall time (slowest rank), every rank's peak RSS (high-water mark reset before
-  the image where Linux allows it) and bytes sent, gathered on every rank.
+  the image where Linux allows it) and bytes sent, gathered on every rank;
+* :func:`share_images`: several images over the data groups of a data x space mesh
+  (:func:`~mmcirc.distributed.comm.data_space_mesh`), each to its group's first rank.
 """
 
 import time
-from typing import Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
 from mmcirc.utils.memory import peak_rss_bytes, rss_baseline
 
-from ..comm import count_bytes, group_rank_size
+from ..comm import count_bytes, data_rank, group_rank_size
 from .model import ShardedSegmentor, predict_sharded
 
-__all__ = ['run_image_sharded', 'sync_weights']
+__all__ = ['run_image_sharded', 'share_images', 'sync_weights']
 
 MB = 1024**2
 
 
 def sync_weights(model: torch.nn.Module, group=None) -> None:
-    """Broadcast rank 0's parameters and buffers (in module order) to every rank."""
+    """Broadcast the parameters and buffers (in module order) of ``group``'s rank 0 to
+    every rank of it."""
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
-            dist.broadcast(t.data, 0, group=group)
+            dist.broadcast(t.data, group=group, group_src=0)
 
 
 def run_image_sharded(sharded: ShardedSegmentor, img, hw: Sequence[int], group=None) -> tuple:
@@ -64,3 +67,28 @@ def run_image_sharded(sharded: ShardedSegmentor, img, hw: Sequence[int], group=N
         torch_threads=torch.get_num_threads(),
     )
     return (None if labels is None else labels.numpy()), rec
+
+
+def share_images(
+    images: Optional[List], shapes: Sequence[Sequence[int]], shard_size: Optional[int] = None
+) -> Dict[int, object]:
+    """World rank 0's ``images`` ((H, W, 3) uint8 arrays; None elsewhere) of sizes
+    ``shapes`` (known to every rank), image k to data group k mod G of the mesh of
+    ``shard_size`` ranks per spatial group (:func:`~mmcirc.distributed.comm.data_rank`):
+    ``{k: image}`` of this rank's group on its first rank (rank 0 keeps its own group's,
+    the others' go to theirs point-to-point), ``{}`` on the other ranks."""
+    rank, world = group_rank_size()
+    d, groups = data_rank(shard_size)
+    first = d * (world // groups)  # the world rank of this group's first rank
+    mine = {}
+    for k, hw in enumerate(shapes):
+        owner = (k % groups) * (world // groups)
+        if rank == 0 and owner == 0:
+            mine[k] = images[k]
+        elif rank == 0:
+            dist.send(torch.from_numpy(images[k]).contiguous(), dst=owner)
+        elif rank == first and owner == rank:
+            buf = torch.empty(int(hw[0]), int(hw[1]), 3, dtype=torch.uint8)
+            dist.recv(buf, src=0)
+            mine[k] = buf.numpy()
+    return mine

@@ -72,11 +72,14 @@ def all_sum(values: List[torch.Tensor], group) -> torch.Tensor:
     return t.cpu()
 
 
-def _band_loss_by_feat(head, seg_logits, batch_data_samples) -> Dict[str, torch.Tensor]:
+def _band_loss_by_feat(
+    head, seg_logits, batch_data_samples, data_group=None
+) -> Dict[str, torch.Tensor]:
     """``BaseDecodeHead.loss_by_feat`` on a band of the logits: each loss is this band's
     part of the whole image's (mmseg's own loss module on the band, its mean taken over
     the whole image's pixel count, or non-ignored count with ``avg_non_ignore``, as
-    ``avg_factor``), ``acc_seg`` the whole image's (counts summed over the group)."""
+    ``avg_factor``), ``acc_seg`` the whole image's (counts summed over the group), or
+    with a ``data_group`` the global batch's (the counts then summed over it too)."""
     from mmseg.models.utils import resize
 
     labels = torch.stack([s.gt_sem_seg.data for s in batch_data_samples])  # (B, 1, H, W)
@@ -93,6 +96,10 @@ def _band_loss_by_feat(head, seg_logits, batch_data_samples) -> Dict[str, torch.
          ((local.detach().argmax(1) == band) & valid).sum()],
         group,
     )  # fmt: skip
+    if data_group is not None:  # the other data groups' counts: the global batch's accuracy
+        n_valid_all, correct = all_sum([n_valid, correct], data_group)
+    else:
+        n_valid_all = n_valid
     eps = torch.finfo(torch.float32).eps
     losses = {}
     for module in _losses_of(head):
@@ -105,19 +112,21 @@ def _band_loss_by_feat(head, seg_logits, batch_data_samples) -> Dict[str, torch.
         name = module.loss_name
         losses[name] = losses[name] + part if name in losses else part
     # mmseg's accuracy: float32 count plus eps, times 100 / (the count of non-ignored + eps)
-    acc = (correct.float() + eps) * (100.0 / (float(n_valid) + eps))
+    acc = (correct.float() + eps) * (100.0 / (float(n_valid_all) + eps))
     losses['acc_seg'] = acc.reshape(1).to(local.device)
     return losses
 
 
 @contextlib.contextmanager
-def band_losses(model):
+def band_losses(model, data_group=None):
     """While active, every head of ``model`` takes :func:`_band_loss_by_feat` as its
-    ``loss_by_feat`` (mmseg's ``BaseDecodeHead.loss`` calls it on its banded logits)."""
+    ``loss_by_feat`` (mmseg's ``BaseDecodeHead.loss`` calls it on its banded logits);
+    ``data_group``: the data-parallel group of a data x space mesh (None: no data
+    groups), whose counts make the accuracy the global batch's."""
     heads = _heads(model)
     for head in heads:
         head.loss_by_feat = lambda logits, samples, head=head: _band_loss_by_feat(
-            head, logits, samples
+            head, logits, samples, data_group
         )
     try:
         yield

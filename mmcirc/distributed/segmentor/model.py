@@ -94,8 +94,9 @@ def trace_size(model, world_size: int) -> Tuple[int, int]:
             s += 16
 
 
-def trace(model, group, run, outside: str, label: str) -> None:
-    """``run(model, x)`` once on a small random banded image ``x`` (:func:`trace_size`);
+def trace(model, group, run, outside: str, label: str, batch: int = 1) -> None:
+    """``run(model, x)`` once on a small random banded batch ``x`` of ``batch`` images
+    (:func:`trace_size`);
     an error raised inside is re-raised as a one-line ValueError naming the innermost
     module (dotted path) whose forward was running, else ``<decode head>.<outside>``
     (its own code outside a forward); an error that is not a handler's refusal (a
@@ -107,7 +108,7 @@ def trace(model, group, run, outside: str, label: str) -> None:
             hooks.append(m.register_forward_hook(lambda m, a, o: stack.pop() and None))
     h, w = trace_size(model, group_rank_size(group)[1])
     torch.manual_seed(0)
-    x = BandedMap.scatter(torch.randn(1, 3, h, w), group=group)
+    x = BandedMap.scatter(torch.randn(batch, 3, h, w), group=group)
     try:
         run(model, x)
     except Exception as err:

@@ -1,4 +1,4 @@
-"""Spatially sharded training of a built mmseg segmentor: every rank of the spatial group
+"""Spatially sharded training of a built mmseg segmentor: every rank of a spatial group
 reads the same samples (augmented once, identically: the same seeds, the data-parallel
 rank in place of the process rank), keeps its band of rows of the image, runs mmseg's
 own ``EncoderDecoder.loss`` on the bands (the backbone, neck, decode and auxiliary
@@ -8,18 +8,26 @@ part of the whole-image loss; every parameter's gradient is then summed over the
 before the optimizer step, so that the loss and the update are one process's on the
 whole image.
 
+The ranks form a data x space mesh (:func:`~mmcirc.distributed.comm.data_space_mesh`,
+``shard_size`` S; default: the whole world is one spatial group): W / S data-parallel
+groups of S spatial ranks, each group reading its own samples (the sampler's rank and
+world: the data-parallel rank and the number of groups), the gradients summed over
+space and averaged over the data groups as DDP averages them, BatchNorm's statistics
+taken over the global batch (SyncBN over the world): the step is one process's on the
+global batch (the groups' batches together).
+
 * :class:`SpatialParallel`: the mmengine model wrapper (``MODEL_WRAPPERS``), with
   ``train_step`` / ``val_step`` / ``test_step`` as ``MMDistributedDataParallel``
-  (validation and test run whole images, spread over the ranks as data parallel);
+  (validation and test run whole images, spread over all the ranks as data parallel);
 * :func:`check_trainable`: the one-line refusals before the first step;
 * :func:`sum_gradients`: the parameters' gradients summed over the group;
 * :func:`shard_config`: the config edits of ``tools/train.py --shard`` (the wrapper,
   the samplers and the data workers' seeds of the data-parallel rank).
-
-The data-parallel x spatial mesh is not built: the spatial group is the whole world.
 """
 
-from typing import Dict, List
+import contextlib
+import inspect
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -29,10 +37,11 @@ import torch.nn.functional as F
 from mmcirc.apis.decode import check_label_segmentor, predict_head
 
 from ..banded_map import BandedMap, func_name, functions_of, shard_operators, tensors_in
-from ..comm import comm_device, group_rank_size
+from ..comm import comm_device, data_rank, data_space_mesh, group_rank_size
+from ..layers import batch_norm_rows
 from .infer import sync_weights
 from .loss import LABEL, all_sum, band_losses, check_losses, refusal
-from .model import check_backbone, load_operators, trace
+from .model import check_backbone, check_size, load_operators, trace
 
 __all__ = [
     'SpatialParallel',
@@ -88,6 +97,34 @@ def _module_check(module, args, out) -> None:
 _DETACH = {torch.Tensor.detach, torch.Tensor.detach_, torch.detach}
 _DROPOUT = ('dropout', 'alpha_dropout', 'feature_alpha_dropout')
 _ELEMENTWISE_DROPOUT = set(functions_of(F, *_DROPOUT) + functions_of(torch, *_DROPOUT))
+_BATCH_NORM = inspect.signature(F.batch_norm)
+_NORM_ARGS = ('running_mean', 'running_var', 'weight', 'bias', 'momentum', 'eps')
+
+
+class _GlobalBatchNorm(torch.overrides.TorchFunctionMode):
+    """While active, ``F.batch_norm`` in training takes its statistics over the global
+    batch of the data x space mesh (SyncBN over the world): a row-banded map's over
+    every band of every data group (the world), a plain map's (held alike by every rank
+    of a spatial group, e.g. a pooled map) over the ranks of ``data_group``. Anything
+    else runs as it would (a band over the channels: its handler's refusal)."""
+
+    def __init__(self, data_group):
+        super().__init__()
+        self.data_group = data_group
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.batch_norm:
+            bound = _BATCH_NORM.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            x = a['input']
+            stats = [a[k] for k in _NORM_ARGS]
+            if a['training'] and not isinstance(x, BandedMap):
+                return batch_norm_rows(x, *stats, group=self.data_group)
+            if a['training'] and x.band_dim != 1:
+                return x.like(batch_norm_rows(x.local, *stats, group=None))
+        return func(*args, **kwargs)
 
 
 def check_trainable(model, group=None) -> None:
@@ -97,7 +134,7 @@ def check_trainable(model, group=None) -> None:
     ``EncoderDecoder`` only: a cascade refines its heads' outputs in turn), the
     backbone family, a head's loss (per-pixel softmax cross-entropy only, no pixel
     sampler), then the first module and op of one traced training step (forward and
-    backward on a small random image, every rank together) that has no handler, no
+    backward on two small random images, every rank together) that has no handler, no
     backward, or draws elementwise dropout on a band. The model's parameters, buffers,
     gradients and the random state are left as they were."""
     from mmseg.models.segmentors import EncoderDecoder
@@ -119,14 +156,17 @@ def check_trainable(model, group=None) -> None:
 
         h, w = x.shape[-2:]
         k = int(predict_head(model).out_channels)
-        sample = SegDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(0, max(k, 2), (1, h, w)))
+        samples = []
+        for _ in range(x.shape[0]):
+            meta = dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w))
+            samples.append(SegDataSample(metainfo=meta))
+            samples[-1].gt_sem_seg = PixelData(data=torch.randint(0, max(k, 2), (1, h, w)))
         p = next(model.parameters())
         model.train()
         hooks = [m.register_forward_hook(_module_check, prepend=True) for m in model.modules()]
         try:
             with _NoBackward(), band_losses(model):
-                losses = model(x.to(device=p.device, dtype=p.dtype), [sample], mode='loss')
+                losses = model(x.to(device=p.device, dtype=p.dtype), samples, mode='loss')
         finally:
             for hk in hooks:
                 hk.remove()
@@ -136,7 +176,8 @@ def check_trainable(model, group=None) -> None:
     try:
         dev = next(model.parameters()).device
         with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == 'cuda' else []):
-            trace(model, group, run, 'loss', LABEL)
+            # two images: BatchNorm on a pooled map needs more than one value per channel
+            trace(model, group, run, 'loss', LABEL, batch=2)
     finally:
         with torch.no_grad():
             for k, v in model.state_dict(keep_vars=True).items():
@@ -146,10 +187,12 @@ def check_trainable(model, group=None) -> None:
         model.train(was_training)
 
 
-def sum_gradients(params, group=None, bucket: int = 1 << 24) -> None:
+def sum_gradients(params, group=None, bucket: int = 1 << 24, divisor: int = 1) -> None:
     """Every parameter's ``.grad`` (this rank's part) summed over ``group`` in place, in
-    flat buckets of at most ``bucket`` elements per dtype; a parameter some rank holds a
-    gradient of and another does not (its band took no part) gets a zero one there."""
+    flat buckets of at most ``bucket`` elements per dtype, and divided by ``divisor``
+    (the number of data-parallel groups: their average, as DDP takes it); a parameter
+    some rank holds a gradient of and another does not (its band took no part) gets a
+    zero one there."""
     params = [p for p in params if p.requires_grad]
     if group_rank_size(group)[1] == 1:
         return
@@ -174,6 +217,8 @@ def sum_gradients(params, group=None, bucket: int = 1 << 24) -> None:
                 j += 1
             flat = torch.cat([g.reshape(-1) for g in same[i:j]])
             dist.all_reduce(flat, group=group)
+            if divisor != 1:
+                flat /= divisor
             for g, part in zip(same[i:j], flat.split([g.numel() for g in same[i:j]])):
                 g.copy_(part.view_as(g))
             i = j
@@ -213,52 +258,69 @@ def _check_same(inputs, data_samples, group) -> None:
 
 # --------------------------------------------------------------------------- wrapper
 class SpatialParallel(nn.Module):
-    """mmengine model wrapper: the segmentor ``module`` trained spatially sharded over the
-    whole world (every rank one band of rows of every sample). SyncBatchNorm is made
+    """mmengine model wrapper: the segmentor ``module`` trained spatially sharded, every
+    rank of a spatial group one band of rows of every sample of its group's batch;
+    ``shard_size`` S ranks per spatial group, W / S data-parallel groups
+    (:func:`~mmcirc.distributed.comm.data_space_mesh`; None: one group, the whole
+    world; ValueError, one line, for an S that does not divide W). SyncBatchNorm is made
     plain BatchNorm, whose training statistics the row-banded maps take over every band
     (one process's BatchNorm on the whole image, as mmengine's one-process runner makes
-    it); :func:`check_trainable` refuses what cannot be computed exactly, every rank
+    it), and with several data groups over the global batch (:class:`_GlobalBatchNorm`);
+    :func:`check_trainable` refuses what cannot be computed exactly, every rank
     together, before the first step.
 
     ``train_step``: rank 0's weights to every rank before the first step, mmseg's data
-    preprocessor on the whole batch (every rank), a check that every rank holds the
-    same batch and random state, the band of the images,
+    preprocessor on the group's whole batch (every rank), a check that every map has a
+    row for every rank (:func:`~.model.check_size`) and that every rank of the spatial
+    group holds the same batch and random state, the band of the images,
     mmseg's ``loss`` on it (:func:`band_losses`), the backward of this rank's part,
-    :func:`sum_gradients`, the optimizer step (mmengine's ``update_params``, the sum
-    between its backward and step); the logged losses are the whole image's.
+    :func:`sum_gradients` over the world divided by the number of data groups (the sum
+    over space, the average over the data groups), the optimizer step (mmengine's
+    ``update_params``, the sum between its backward and step); the logged losses are
+    the global batch's (the data groups' whole-image losses averaged), the accuracy
+    the global batch's.
     ``val_step`` / ``test_step``: the module's own on whole images."""
 
-    def __init__(self, module, group=None):
+    def __init__(self, module, shard_size: Optional[int] = None):
         super().__init__()
         from mmengine.model import revert_sync_batchnorm
 
-        self.group = group
+        self.mesh = data_space_mesh(shard_size)  # None: the world is one spatial group
+        self.group = None if self.mesh is None else self.mesh.get_group('space')
+        self.data_group = None if self.mesh is None else self.mesh.get_group('data')
+        self.data_size = 1 if self.mesh is None else self.mesh.size(0)
         self.module = revert_sync_batchnorm(module)
-        check_trainable(self.module, group)
+        check_trainable(self.module, self.group)
         self._synced = False
 
     def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
-        if not self._synced and group_rank_size(self.group)[1] > 1:
+        if not self._synced and group_rank_size()[1] > 1:
             # the weights as they enter the first step (initialised, loaded or resumed
             # after the wrapper was built): rank 0's on every rank, as DDP does
-            sync_weights(self.module, self.group)
+            sync_weights(self.module)
         self._synced = True
+        global_norm = (
+            _GlobalBatchNorm(self.data_group) if self.data_size > 1 else contextlib.nullcontext()
+        )
         with optim_wrapper.optim_context(self):
             data = self.module.data_preprocessor(data, training=True)
             inputs, samples = data['inputs'], data['data_samples']
-            if group_rank_size(self.group)[1] > 1:
+            spatial = group_rank_size(self.group)[1]
+            check_size(self.module, inputs.shape[-2:], spatial)  # a row for every rank
+            if spatial > 1:
                 _check_same(inputs, samples, self.group)
             x = BandedMap.scatter(inputs, group=self.group)  # (B, 3, h_r, W) of (B, 3, H, W)
-            with band_losses(self.module):
+            with band_losses(self.module, self.data_group), global_norm:
                 losses = self.module(x, samples, mode='loss')
         parsed, _ = self.module.parse_losses(losses)  # this rank's part
         names = [k for k in losses if 'loss' in k]
-        whole = all_sum([losses[k].mean() for k in names], self.group)
+        # every rank's part: the data groups' whole-image losses, summed
+        whole = all_sum([losses[k].mean() for k in names], None) / self.data_size
         logged = dict(losses, **{k: v.to(parsed.dtype) for k, v in zip(names, whole)})
         _, log_vars = self.module.parse_losses(logged)
         optim_wrapper.backward(optim_wrapper.scale_loss(parsed))
         if optim_wrapper.should_update():
-            sum_gradients(list(self.module.parameters()), self.group)
+            sum_gradients(list(self.module.parameters()), None, divisor=self.data_size)
             optim_wrapper.step()
             optim_wrapper.zero_grad()
         return log_vars
@@ -271,35 +333,43 @@ class SpatialParallel(nn.Module):
 
 
 # --------------------------------------------------------------------------- data
-def data_rank_sampler(dataset, sampler: dict, seed=None):
-    """The ``sampler`` config built as the data-parallel rank's: rank 0 of 1 (the
-    spatial group is the whole world), so that every rank draws the indices one
-    process would. mmengine's samplers read the rank from ``get_dist_info`` when they
-    are built; it answers the data-parallel rank while this one is built."""
+def data_rank_sampler(dataset, sampler: dict, seed=None, shard_size: Optional[int] = None):
+    """The ``sampler`` config built as the data-parallel rank's
+    (:func:`~mmcirc.distributed.comm.data_rank`): every
+    rank of a spatial group draws the indices that rank of a data-parallel run over the
+    data groups would (one process's, with one group). mmengine's samplers read the rank
+    from ``get_dist_info`` when they are built; it answers the data-parallel rank and
+    the number of data groups while this one is built."""
     import mmengine.dataset.sampler as samplers
     from mmengine.registry import DATA_SAMPLERS
 
+    rank_size = data_rank(shard_size)
     before = samplers.get_dist_info
-    samplers.get_dist_info = lambda group=None: (0, 1)
+    samplers.get_dist_info = lambda group=None: rank_size
     try:
         return DATA_SAMPLERS.build(sampler, default_args=dict(dataset=dataset, seed=seed))
     finally:
         samplers.get_dist_info = before
 
 
-def data_rank_worker_init(worker_id: int, num_workers: int, seed: int) -> None:
-    """mmengine's data worker seeding of the data-parallel rank (0) on every rank."""
+def data_rank_worker_init(
+    worker_id: int, num_workers: int, seed: int, shard_size: Optional[int] = None
+) -> None:
+    """mmengine's data worker seeding of the data-parallel rank
+    (:func:`~mmcirc.distributed.comm.data_rank`)."""
     from mmengine.dataset.utils import worker_init_fn
 
-    worker_init_fn(worker_id, num_workers, 0, seed)
+    worker_init_fn(worker_id, num_workers, data_rank(shard_size)[0], seed)
 
 
-def shard_config(cfg) -> None:
-    """Make a train config spatially sharded over the whole world, in place: the model
-    wrapper :class:`SpatialParallel`, the train sampler and data workers of the
-    data-parallel rank (:func:`data_rank_sampler`, :func:`data_rank_worker_init`).
-    ValueError (one line) for a config whose ranks would not draw the same samples
-    (no ``randomness.seed``, ``diff_rank_seed``) or would scale the LR by the world."""
+def shard_config(cfg, shard_size: Optional[int] = None) -> None:
+    """Make a train config spatially sharded, in place: the model wrapper
+    :class:`SpatialParallel` over spatial groups of ``shard_size`` ranks (None: the
+    config's ``model_wrapper_cfg.shard_size``, else the whole world), the train sampler
+    and data workers of the data-parallel rank (:func:`data_rank_sampler`,
+    :func:`data_rank_worker_init`). ValueError (one line) for a ``shard_size`` that is
+    no positive int, a config whose ranks would not draw the same samples (no
+    ``randomness.seed``, ``diff_rank_seed``) or would scale the LR by the world."""
     rnd = cfg.get('randomness') or {}
     if rnd.get('seed') is None:
         raise ValueError(
@@ -310,8 +380,8 @@ def shard_config(cfg) -> None:
         raise ValueError('randomness.diff_rank_seed must be False for sharded training')
     if (cfg.get('auto_scale_lr') or {}).get('enable'):
         raise ValueError(
-            'auto_scale_lr.enable must be False for sharded training: the ranks share '
-            'one batch, the world size does not multiply it'
+            'auto_scale_lr.enable must be False for sharded training: the ranks of a '
+            'spatial group share one batch, the world size does not multiply it'
         )
     wrapper = cfg.get('model_wrapper_cfg') or {}
     if wrapper.get('type', WRAPPER) != WRAPPER:
@@ -319,12 +389,21 @@ def shard_config(cfg) -> None:
             f'model_wrapper_cfg.type must be {WRAPPER!r} for sharded training, '
             f'got {wrapper.get("type")!r}'
         )
-    cfg.model_wrapper_cfg = dict(wrapper, type=WRAPPER)
+    size = wrapper.get('shard_size') if shard_size is None else shard_size
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(
+            f'shard_size must be a positive int (ranks per spatial group), got {size!r}'
+        )
+    cfg.model_wrapper_cfg = dict(wrapper, type=WRAPPER, shard_size=size)
     loader = cfg.train_dataloader
     if loader.sampler.get('type') != 'DataRankSampler':
         loader.sampler = dict(type='DataRankSampler', sampler=loader.sampler)
+    loader.sampler.shard_size = size
     loader.worker_init_fn = dict(
-        type='data_rank_worker_init', num_workers=loader.get('num_workers', 0), seed=rnd['seed']
+        type='data_rank_worker_init',
+        num_workers=loader.get('num_workers', 0),
+        seed=rnd['seed'],
+        shard_size=size,
     )
 
 

@@ -220,3 +220,35 @@ def test_a_checkpoint_that_does_not_fit_is_one_error_line_sharded(setup):
         and '--allow-partial-weights' in (errors[0])
     )
     assert not (tmp / 'no_bias').exists()
+
+
+def test_groups_of_two_ranks_predict_three_images_as_one_process(setup):
+    """--nproc 4 --shard-size 2: two groups of two ranks, images 1 and 3 in one, 2 in the
+    other; every image's labels equal one process's, the lines in the images' order;
+    a shard size that does not divide --nproc is one error line before any rank starts."""
+    from PIL import Image
+
+    cfg, ckpt, tmp = setup
+    paths = []
+    for k, (h, w) in enumerate([(64, 72), (72, 64), (70, 70)]):
+        paths.append(str(tmp / f'im{k}.png'))
+        Image.fromarray(np.random.RandomState(k).randint(0, 256, (h, w, 3)).astype(np.uint8)).save(
+            paths[-1]
+        )
+    outs = {}
+    for name, extra in (('one3', []), ('mesh3', ['--nproc', '4', '--shard-size', '2'])):
+        proc = run_tool(['tools/infer_highres.py', cfg, ckpt, '--img', *paths, *extra,
+                         '--out-dir', str(tmp / name)], cwd=tmp)  # fmt: skip
+        outs[name] = [ln.split(' | ')[0] for ln in proc.stdout.splitlines() if ' | ' in ln]
+    assert outs['mesh3'] == outs['one3'] == ['im0 64x72', 'im1 72x64', 'im2 70x70']
+    for k in range(3):
+        stem = f'im{k}_{outs["one3"][k].split()[1]}_tiny_pvt_labels.png'
+        one = np.array(Image.open(tmp / 'one3' / stem))
+        assert np.array_equal(np.array(Image.open(tmp / 'mesh3' / stem)), one), stem
+    rec = json.load(open(tmp / 'mesh3' / 'im1_72x64_tiny_pvt.json'))
+    assert rec['world_size'] == 2 and [r['rank'] for r in rec['per_rank']] == [0, 1]
+    proc = _run(setup, 'mesh_bad', '--nproc', '4', '--shard-size', '3', check=False)
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip().splitlines()[-1] == 'error: --shard-size must divide --nproc 4, got 3'
+    )

@@ -2,7 +2,8 @@
 process: a tiny CA-PVT FPN on the toy ADE20K shapes (random crops, flips and resizes
 drawn by two data workers per rank): every logged loss and the validation mIoU equal
 one process's, rank 0 alone writes the checkpoint, and ``--resume`` continues from it.
-Bad use is one ``error:`` line."""
+``--shard-size 1`` (two data groups of one rank, a fixed resize: no random draws) against
+one process on the global batch of both groups' images. Bad use is one ``error:`` line."""
 
 import json
 import os
@@ -69,7 +70,7 @@ def _scalars(work):
     return losses, miou
 
 
-def _torchrun(setup, work, *extra):
+def _torchrun(setup, work, *extra, check=True):
     from mmcirc.distributed import free_port
 
     cfg, tmp = setup
@@ -78,7 +79,7 @@ def _torchrun(setup, work, *extra):
            '--master-port', str(free_port()), osp.join(REPO, 'tools', 'train.py'), cfg,
            '--launcher', 'pytorch', '--shard', '--work-dir', str(tmp / work), *extra]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert (proc.returncode == 0) == check, proc.stderr[-6000:]
     return proc
 
 
@@ -120,3 +121,37 @@ def test_shard_without_a_distributed_launch_is_one_error_line(setup):
         'error: --shard needs a distributed launch: torchrun --nproc-per-node P '
         'tools/train.py CONFIG --launcher pytorch --shard'
     )
+
+
+MESH = """_base_ = {base!r}
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='Resize', scale=(64, 64), keep_ratio=False),
+    dict(type='PackSegInputs'),
+]
+train_dataloader = dict(batch_size={batch}, dataset=dict(pipeline=train_pipeline))
+train_cfg = dict(max_iters=2, val_interval=2)
+param_scheduler = [dict(type='PolyLR', power=1.0, eta_min=1e-5, by_epoch=False, begin=0, end=2)]
+default_hooks = dict(checkpoint=dict(by_epoch=False, interval=2), logger=dict(interval=1))
+"""
+
+
+def test_data_groups_of_one_rank_step_as_one_process_on_the_global_batch(setup):
+    """2 ranks as 2 x 1: each reads its own image (batch 1 per group), the step and the
+    validation mIoU (the val images spread over both ranks) equal one process's with
+    batch 2; S = 3 is one error line on each rank."""
+    cfg, tmp = setup
+    for batch in (1, 2):
+        (tmp / f'mesh{batch}.py').write_text(MESH.format(base=cfg, batch=batch))
+    run_tool(['tools/train.py', str(tmp / 'mesh2.py'), '--work-dir', str(tmp / 'mesh_one')],
+             cwd=tmp)  # fmt: skip
+    _torchrun((str(tmp / 'mesh1.py'), tmp), 'mesh', '--shard-size', '1')
+    (one, one_miou), (two, two_miou) = _scalars(tmp / 'mesh_one'), _scalars(tmp / 'mesh')
+    assert sorted(one) == sorted(two) == [1, 2]
+    for step, loss in one.items():
+        assert abs(two[step] - loss) <= 1e-4, f'step {step}: {two[step]} vs {loss}'
+    assert abs(two_miou[-1] - one_miou[-1]) < 0.1
+    proc = _torchrun((str(tmp / 'mesh1.py'), tmp), 'mesh3', '--shard-size', '3', check=False)
+    errors = {line for line in proc.stderr.splitlines() if line.startswith('error:')}
+    assert errors == {'error: shard_size must divide the world size 2 (one of (1, 2)), got 3'}
