@@ -1,5 +1,5 @@
-"""Fake released checkpoints for the converter tests (tests/models/test_convert.py,
-tests/models/backbones/test_*_convert.py, tests/tools/test_model_converters.py).
+"""Fake released checkpoints for the converter tests (tests/models/convert/test_*.py,
+tests/tools/test_model_converters.py).
 
 The official PVT v1 / Swin / CA-DeiT layouts are written here from scratch from the
 released key layouts (no mapping of the code under test is inverted); the tests check

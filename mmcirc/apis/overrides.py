@@ -125,8 +125,8 @@ def overridable_backbones() -> Tuple[str, ...]:
     override."""
     return tuple(
         cls.__name__
-        for classes in FAMILIES.values()
-        for cls in classes
+        for family in FAMILIES.values()
+        for cls in family.classes
         if backbone_overrides_of(cls)
     )
 

@@ -135,7 +135,7 @@ def _convert(family, args, paths, **options):
 
 
 def _pyramid_options(args, cadeit=False) -> dict:
-    """The :func:`~mmcirc.models.backbones.pyramid_convert.convert_source` options of
+    """The :func:`~mmcirc.models.convert.pyramid.convert_source` options of
     the parsed flags."""
     kinds = args.stage_attentions
     if kinds is not None and len(kinds) == 1:
@@ -154,7 +154,7 @@ def _pyramid_options(args, cadeit=False) -> dict:
 
 def _pyramid_parser(family, description, src_help, arch_help):
     """SRC [OUT] --arch ... (:func:`add_target_args`) --src-layout {auto, the family's layouts}."""
-    from mmcirc.models.backbones.pyramid_convert import layouts_of
+    from mmcirc.models.convert.pyramid import layouts_of
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('src', help=src_help)

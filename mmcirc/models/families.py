@@ -1,31 +1,74 @@
 """The one table of mmcirc's backbone families: :data:`FAMILIES` maps a family
-(``'pvt'``, ``'swin'``, ``'deit'``, ``'veca'``) to its backbone classes, the family's
-base class first (``CAPVT``, ``CorePVT``; ``CASwin``, ``CoreSwin``; ``CADeiT``;
-``VECAViT``). A class enters it where it is defined, with :func:`register_family`, as
-does a subclass that adds an attention kind (``family`` names its family); the
-converters, the backbone overrides and timm read it. Torch only: it imports nothing.
+(``'pvt'``, ``'swin'``, ``'deit'``, ``'veca'``) to its row, a :class:`Family`: its
+backbone classes, the family's base class first (``CAPVT``, ``CorePVT``; ``CASwin``,
+``CoreSwin``; ``CADeiT``; ``VECAViT``), and its checkpoint converter. A class enters it
+where it is defined, with :func:`register_family`, as does a subclass that adds an
+attention kind (``family`` names its family); a converter where it is defined
+(``mmcirc/models/convert``), with :func:`register_converter`. The converters, the
+backbone overrides and timm read it. Torch only: it imports nothing.
 """
 
-from typing import Dict, List
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
 
-__all__ = ['FAMILIES', 'attention_blocks', 'pyramid_families', 'register_family']
+__all__ = [
+    'FAMILIES',
+    'Family',
+    'attention_blocks',
+    'converters',
+    'pyramid_families',
+    'register_converter',
+    'register_family',
+]
 
-#: family -> its backbone classes, in the order they were added (the base class first).
-FAMILIES: Dict[str, List[type]] = {}
+
+@dataclass
+class Family:
+    """A row of :data:`FAMILIES`.
+
+    Attributes:
+        classes: the family's backbone classes, in the order they were added.
+        convert: ``convert(src, load, meta, **options) -> (result, default_out, title)``,
+            a checkpoint file for the family (:func:`mmcirc.models.convert.convert_file`).
+        layouts: a pyramid family's source layouts (the module of its key converters).
+    """
+
+    classes: List[type] = field(default_factory=list)
+    convert: Optional[Callable] = None
+    layouts: Optional[object] = None
+
+
+#: family -> its row, in the order the families were added.
+FAMILIES: Dict[str, Family] = {}
 
 
 def register_family(cls: type) -> type:
-    """Add ``cls`` to ``FAMILIES[cls.family]`` (once); returns ``cls`` (a decorator)."""
-    classes = FAMILIES.setdefault(cls.family, [])
+    """Add ``cls`` to ``FAMILIES[cls.family].classes`` (once); returns ``cls`` (a decorator)."""
+    classes = FAMILIES.setdefault(cls.family, Family()).classes
     if cls not in classes:
         classes.append(cls)
     return cls
 
 
+def register_converter(family: str, convert: Callable, layouts=None) -> None:
+    """Set the converter columns of ``family`` (see :class:`Family`)."""
+    row = FAMILIES.setdefault(family, Family())
+    row.convert, row.layouts = convert, layouts
+
+
+def converters() -> Dict[str, Callable]:
+    """``{family: convert}`` of the families with a converter, in table order."""
+    return {f: row.convert for f, row in FAMILIES.items() if row.convert is not None}
+
+
 def pyramid_families() -> Dict[str, List[type]]:
     """The families whose backbones take attention kinds per stage (the pyramids:
-    their classes have ``attention_blocks``)."""
-    return {f: c for f, c in FAMILIES.items() if hasattr(c[0], 'attention_blocks')}
+    their classes have ``attention_blocks``) -> their classes."""
+    return {
+        f: row.classes
+        for f, row in FAMILIES.items()
+        if row.classes and hasattr(row.classes[0], 'attention_blocks')
+    }
 
 
 def attention_blocks() -> Dict[str, type]:

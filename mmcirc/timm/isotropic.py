@@ -77,7 +77,7 @@ class _Isotropic(TimmModel):
         import mmcirc.models.backbones  # noqa: F401  (adds the backbones to the table)
         from mmcirc.models.families import FAMILIES
 
-        return FAMILIES[cls.released_kind][0]
+        return FAMILIES[cls.released_kind].classes[0]
 
     def _final(self, outs) -> torch.Tensor:
         """The backbone's block outputs ``outs`` -> :meth:`forward_features`' result."""

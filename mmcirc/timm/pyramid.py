@@ -21,25 +21,23 @@ from .model import TimmModel, building_on, init_backbone
 
 __all__ = ['PyramidTimm', 'pyramid_backbones']
 
-#: The timm name's prefix of a pyramid by its default attention (``ca_pvt``: CAPVT).
-PREFIXES = {'circulant': 'ca', 'core': 'core'}
-
 
 def pyramid_backbones() -> dict:
     """timm family name -> backbone class of :data:`~mmcirc.models.families.FAMILIES`:
-    ``ca_pvt`` (CAPVT), ``core_pvt``, ``ca_swin``, ``core_swin``."""
+    ``ca_pvt`` (CAPVT), ``core_pvt``, ``ca_swin``, ``core_swin`` (the ``variant_prefix``
+    of the class's default attention block, then its family)."""
     from mmcirc.registry import registries_by_library
 
     registries_by_library()  # without mmdet: one error naming the package to install
     import mmcirc.models.backbones  # noqa: F401  (adds the pyramids to the table)
     from mmcirc.models.families import pyramid_families
 
-    return {
-        f'{PREFIXES[c.default_attention]}_{family}': c
-        for family, classes in pyramid_families().items()
+    blocks = {
+        c: c.attention_blocks[c.default_attention]
+        for classes in pyramid_families().values()
         for c in classes
-        if c.default_attention in PREFIXES
     }
+    return {f'{b.variant_prefix}_{c.family}': c for c, b in blocks.items() if b.variant_prefix}
 
 
 class PyramidTimm(TimmModel):

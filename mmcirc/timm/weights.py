@@ -4,9 +4,9 @@
 ``timm.models.load_checkpoint(model, path, filter_fn=checkpoint_filter_fn)``) takes
 
 * the released CA-DeiT file (``{'model': state_dict}``, timm's ViT layout without a
-  position embedding): :func:`~mmcirc.models.backbones.deit_convert.convert_cadeit_official`;
+  position embedding): :func:`~mmcirc.models.convert.deit.convert_cadeit_official`;
 * the released VECA file (``{'student': ..., 'config': ...}``):
-  :func:`~mmcirc.models.backbones.veca_convert.convert_veca_official`; the config's
+  :func:`~mmcirc.models.convert.veca.convert_veca_official`; the config's
   settings that change the model (RoPE, patch size, output projection, ...) must be
   those the timm model was created with (ValueError naming them otherwise);
 * mmcirc's own checkpoints (an mmpretrain classifier of ``configs/*_in1k.py``:
@@ -26,9 +26,8 @@ from collections import OrderedDict
 
 import torch
 
-from mmcirc.models.backbones import deit_convert, veca_convert
 from mmcirc.models.backbones.contract import HAS_MMENGINE
-from mmcirc.models.convert import RELEASED, ConversionError, strip_common_prefix
+from mmcirc.models.convert import RELEASED, ConversionError, deit, strip_common_prefix, veca
 
 __all__ = ['checkpoint_filter_fn', 'load_checkpoint_file', 'load_into']
 
@@ -47,8 +46,8 @@ def load_checkpoint_file(path: str):
 def _check_veca_settings(trained: dict, model) -> None:
     """The settings a VECA checkpoint was trained with (``trained``: VECAViT arguments)
     equal those the timm model was created with
-    (:func:`~mmcirc.models.backbones.veca_convert.settings_differ`); ValueError naming them."""
-    differ = veca_convert.settings_differ(trained, model.backbone_kwargs)
+    (:func:`~mmcirc.models.convert.veca.settings_differ`); ValueError naming them."""
+    differ = veca.settings_differ(trained, model.backbone_kwargs)
     if differ:
         args = ', '.join(f'{k}={v!r}' for k, v in differ.items())
         raise ValueError(
@@ -73,8 +72,8 @@ def checkpoint_filter_fn(state_dict, model):
     if RELEASED['veca'].detect(ckpt):
         if kind != 'veca':
             raise ConversionError(f'a VECA checkpoint does not fit {type(model).__name__}')
-        _check_veca_settings(veca_convert.veca_settings_of(ckpt.get('config', {}))[1], model)
-        result, _ = veca_convert.convert_veca_official(ckpt, arch=model.arch)
+        _check_veca_settings(veca.veca_settings_of(ckpt.get('config', {}))[1], model)
+        result, _ = veca.convert_veca_official(ckpt, arch=model.arch)
         return _from_mmcirc(result.state_dict)
     if not isinstance(ckpt, dict):
         raise ConversionError(f'expected a checkpoint dict, got {type(ckpt).__name__}')
@@ -87,7 +86,7 @@ def checkpoint_filter_fn(state_dict, model):
     if not any(k.startswith('backbone.') for k in sd) and RELEASED['deit'].detect({'model': sd}):
         if kind != 'deit':
             raise ConversionError(f'a CA-DeiT checkpoint does not fit {type(model).__name__}')
-        result, _ = deit_convert.convert_cadeit_official({'model': sd}, arch=model.arch)
+        result, _ = deit.convert_cadeit_official({'model': sd}, arch=model.arch)
         return _from_mmcirc(result.state_dict)
     backbone = (
         (ckpt.get('meta') or {}).get('backbone') if isinstance(ckpt.get('meta'), dict) else None

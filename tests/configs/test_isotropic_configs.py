@@ -77,7 +77,7 @@ def test_cadeit_in1k_evaluates_converted_file(tmp_path):
     from mmengine.runner import load_checkpoint
 
     from mmcirc.models.convert import save_checkpoint
-    from mmcirc.models.backbones.deit_convert import convert_cadeit_official
+    from mmcirc.models.convert.deit import convert_cadeit_official
 
     fix = torch.load(
         osp.join(REPO, 'tests', 'fixtures', 'official', 'ca_deit_official.pth'), weights_only=True

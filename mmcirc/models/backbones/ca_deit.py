@@ -22,7 +22,7 @@ Parameter names are the official (timm) ones without the classifier ``head``:
 ``patch_embed.proj``, ``blocks.{k}.{cpe, norm1, attn.{gate.0, qkv, proj}, norm2,
 mlp.fc1, mlp.fc2}``, ``norm``. The official checkpoint converts with
 ``tools/model_converters/cadeit_to_mmcirc.py --family deit``
-(:func:`mmcirc.models.backbones.deit_convert.convert_cadeit_official`).
+(:func:`mmcirc.models.convert.deit.convert_cadeit_official`).
 
 This file needs torch only; with mmengine installed, :class:`CADeiT` is an mmengine
 ``BaseModule`` (``init_cfg``) registered in the MODELS registries of mmdet, mmseg and

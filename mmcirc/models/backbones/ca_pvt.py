@@ -9,7 +9,7 @@ then its blocks. ``'sra'`` stages use mmdet's ``PVTEncoderLayer`` unchanged
 (mmdet ``MixFFN`` without conv, MLP ratios 8-8-4-4): ``CAPVT.attention_blocks``.
 
 Parameter names follow mmdet's ``PyramidVisionTransformer``; a converter maps an
-mmdet-format state dict with these renames (``pvt_convert.MMDET_PVT_KEY_MAP``)::
+mmdet-format state dict with these renames (``mmcirc.models.convert.pvt.MMDET_PVT_KEY_MAP``)::
 
     mmdet                                ours
     layers.{i}.0.*                       layers.{i}.patch_embed.*
@@ -139,7 +139,30 @@ class CAPVT(PyramidBackbone):
         init_cfg=None,
     ):
         super().__init__(init_cfg=init_cfg)
-        self._setup(locals())
+        self._setup(
+            arch=arch,
+            attention=attention,
+            stage_attentions=stage_attentions,
+            block_cfgs=block_cfgs,
+            in_channels=in_channels,
+            qkv_bias=qkv_bias,
+            out_indices=out_indices,
+            drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            drop_path_rate=drop_path_rate,
+            circulant_heads=circulant_heads,
+            boundary=boundary,
+            scale=scale,
+            num_cores=num_cores,
+            num_cores_max=num_cores_max,
+            core_chunk_size=core_chunk_size,
+            core_cpe=core_cpe,
+            act_cfg=act_cfg,
+            norm_cfg=norm_cfg,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            with_cp=with_cp,
+        )
         n = self.num_stages
         patch_sizes = self._per_stage('patch_sizes', patch_sizes, n, lambda v: is_int(v) and v >= 1)
         sr_ratios = self._per_stage('sr_ratios', sr_ratios, n, lambda v: is_int(v) and v >= 1)

@@ -78,6 +78,8 @@ class CASwin(PyramidBackbone):
     original_attention = 'window'
     default_attention = 'circulant'
     stages_attr = 'stages'
+    stem = ('patch_embed', 'drop_after_pos')
+    out_norm = 'norm{}'
     conv_init = None
 
     def __init__(
@@ -112,7 +114,30 @@ class CASwin(PyramidBackbone):
         init_cfg=None,
     ):
         super().__init__(init_cfg=init_cfg)
-        self._setup(locals())
+        self._setup(
+            arch=arch,
+            attention=attention,
+            stage_attentions=stage_attentions,
+            block_cfgs=block_cfgs,
+            in_channels=in_channels,
+            qkv_bias=qkv_bias,
+            out_indices=out_indices,
+            drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            drop_path_rate=drop_path_rate,
+            circulant_heads=circulant_heads,
+            boundary=boundary,
+            scale=scale,
+            num_cores=num_cores,
+            num_cores_max=num_cores_max,
+            core_chunk_size=core_chunk_size,
+            core_cpe=core_cpe,
+            act_cfg=act_cfg,
+            norm_cfg=norm_cfg,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            with_cp=with_cp,
+        )
         n = self.num_stages
         strides = self._per_stage('strides', strides, n, lambda v: is_int(v) and v >= 1)
         if not is_int(window_size) or window_size < 1:

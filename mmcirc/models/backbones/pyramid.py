@@ -170,6 +170,11 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
         original_attention (str): the kind of the family's own block (``'sra'``/``'window'``).
         default_attention (str): ``attention`` when none is given.
         stages_attr (str): attribute holding the stage ModuleList (mmdet's name).
+        stem (tuple[str, str], optional): the names of the patch embedding before the
+            first stage (it returns the tokens and their grid) and of the dropout after
+            it; None: each stage embeds its input.
+        out_norm (str): the name of stage ``i``'s output norm, ``out_norm.format(i)``
+            (``''``: none).
         conv_init (str | None): ``'fan_out'`` to init convs as mmdet's PVT does.
 
     Per-stage blocks: ``block_cfgs`` (a dict for every stage, or one dict / None per
@@ -183,6 +188,8 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     arch_zoo: Dict[str, dict] = {}
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     stages_attr: str = 'stages'
+    stem: Optional[Tuple[str, str]] = None
+    out_norm: str = ''
     conv_init: Optional[str] = None
     #: the smallest H (and W) a built backbone accepts (set by :meth:`_finish`)
     min_input_size: int = 1
@@ -212,11 +219,8 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
 
     def _stage_modules(self, i: int) -> List[nn.Module]:
         """Modules frozen with stage ``i`` (0-based) by ``frozen_stages > i``."""
-        modules = [self.stages[i]]
-        norm = getattr(self, f'norm{i}', None)
-        if norm is not None:
-            modules.append(norm)
-        return modules
+        norm = self._modules.get(self.out_norm.format(i)) if self.out_norm else None
+        return [self.stages[i]] if norm is None else [self.stages[i], norm]
 
     # ------------------------------------------------------------------ contract
     def _apply_num_cores(self, num_cores: int) -> None:
@@ -261,13 +265,13 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
                 'needs a map of at least sr_ratio x sr_ratio in its stage)'
             )
         hw_shape = None
-        if 'patch_embed' in self._modules:  # Swin's stem (PVT embeds in every stage)
-            x, hw_shape = self.patch_embed(x)
-            x = self.drop_after_pos(x)
+        if self.stem is not None:  # else the first stage embeds the image
+            x, hw_shape = self._modules[self.stem[0]](x)
+            x = self._modules[self.stem[1]](x)
         outs = []
         for i, stage in enumerate(self._modules[self.stages_attr]):
             taken = i in self.out_indices
-            norm = getattr(self, f'norm{i}', None) if taken else None
+            norm = self._modules.get(self.out_norm.format(i)) if taken and self.out_norm else None
             x, hw_shape, out = stage(x, hw_shape, norm, taken)  # out: its map, made last
             if taken:
                 outs.append(out)

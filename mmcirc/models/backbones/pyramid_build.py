@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch.nn as nn
 
 from mmcirc.registry import model_registries
-from ..blocks import PyramidBlock
+from ..blocks import PyramidBlock, StageOptions
 from .contract import check_circulant, check_positive_int, check_rate, is_int
 
 __all__ = ['PyramidBuild', 'stride_of']
@@ -171,68 +171,86 @@ class PyramidBuild:
             out.append((block, btype, options))
         return out
 
-    def _setup(self, args: dict) -> None:
-        """Parse and check the arguments every pyramid takes, from ``args``: the family
-        constructor's ``locals()`` (ValueError names the parameter)."""
+    def _setup(
+        self,
+        *,
+        arch,
+        attention,
+        stage_attentions,
+        block_cfgs,
+        in_channels,
+        qkv_bias,
+        out_indices,
+        drop_rate,
+        attn_drop_rate,
+        drop_path_rate,
+        circulant_heads,
+        boundary,
+        scale,
+        num_cores,
+        num_cores_max,
+        core_chunk_size,
+        core_cpe,
+        act_cfg,
+        norm_cfg,
+        frozen_stages,
+        norm_eval,
+        with_cp,
+    ) -> None:
+        """Parse and check the arguments every pyramid takes (ValueError names the
+        parameter); each stage's block class takes its part of them (``stage_args``)."""
         cls_name = type(self).__name__
-        self.arch_settings = self._parse_arch(args['arch'])
+        self.arch_settings = self._parse_arch(arch)
         self.embed_dims = self.arch_settings['embed_dims']
         self.depths = self.arch_settings['depths']
         self.num_heads = self.arch_settings['num_heads']
         self.num_features = list(self.embed_dims)
         n = len(self.depths)
-        blocks = self._parse_blocks(
-            args['attention'], args['stage_attentions'], args['block_cfgs'], n
-        )
+        blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, n)
         self.block_types = tuple(b for b, _, _ in blocks)
         self.block_cfg_types = tuple(t for _, t, _ in blocks)
         self.block_options = tuple(o for _, _, o in blocks)
         self.stage_attentions = tuple(b.kind for b in self.block_types)
         self._setup_contract(
             num_stages=n,
-            out_indices=args['out_indices'],
-            frozen_stages=args['frozen_stages'],
-            norm_eval=args['norm_eval'],
-            with_cp=args['with_cp'],
+            out_indices=out_indices,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            with_cp=with_cp,
         )
-        check_circulant(cls_name, args['boundary'], args['scale'])
-        self.boundary, self.scale = args['boundary'], args['scale']
+        check_circulant(cls_name, boundary, scale)
+        self.boundary, self.scale = boundary, scale
         self.circulant_heads = self._per_stage(
-            'circulant_heads',
-            args['circulant_heads'],
-            n,
-            lambda v: v is None or (is_int(v) and v >= 1),
+            'circulant_heads', circulant_heads, n, lambda v: v is None or (is_int(v) and v >= 1)
         )
-        for i, kind in enumerate(self.stage_attentions):
-            dims, heads = self.embed_dims[i], self.num_heads[i]
-            if kind == 'circulant':  # its own heads (None: d = 1)
-                heads = self.circulant_heads[i]
-                if heads is not None and dims % heads:
-                    raise ValueError(
-                        f'{cls_name}: circulant_heads[{i}]={heads} must divide '
-                        f'embed_dims[{i}]={dims}'
-                    )
-            elif dims % heads:
-                raise ValueError(
-                    f'{cls_name}: num_heads[{i}]={heads} must divide embed_dims[{i}]={dims} '
-                    f'(stage {i} uses {kind!r} attention)'
+        self._stage_args = tuple(
+            block.stage_args(
+                StageOptions(
+                    owner=cls_name,
+                    index=i,
+                    embed_dims=self.embed_dims[i],
+                    num_heads=self.num_heads[i],
+                    ffn_type=self.ffn_type,
+                    circulant_heads=self.circulant_heads[i],
+                    boundary=boundary,
+                    scale=scale,
+                    qkv_bias=qkv_bias,
+                    attn_drop_rate=attn_drop_rate,
+                    core_cpe=core_cpe,
+                    core_chunk_size=core_chunk_size,
                 )
-        self._setup_cores(args['num_cores'], args['num_cores_max'])
-        drop_path_rate = args['drop_path_rate']
+            )
+            for i, block in enumerate(self.block_types)
+        )
+        self._setup_cores(num_cores, num_cores_max)
         check_rate(cls_name, 'drop_path_rate', drop_path_rate)
         total = sum(self.depths)
         dpr = [drop_path_rate * k / max(total - 1, 1) for k in range(total)]  # linear, all blocks
         self.drop_path_rates = [
             dpr[sum(self.depths[:i]) : sum(self.depths[: i + 1])] for i in range(n)
         ]
-        check_positive_int(cls_name, 'in_channels', args['in_channels'])
-        self._mlp_args = {k: args[k] for k in ('drop_rate', 'act_cfg', 'norm_cfg')}
-        self._core_args = dict(  # the core blocks' own arguments, every stage
-            qkv_bias=args['qkv_bias'],
-            attn_drop_rate=args['attn_drop_rate'],
-            use_cpe=args['core_cpe'],
-            chunk_size=args['core_chunk_size'],
-        )
+        check_positive_int(cls_name, 'in_channels', in_channels)
+        self._mlp_args = dict(drop_rate=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg)
 
     def _build_blocks(self, i: int, mlp_ratio, own: dict, shifted: bool = False) -> List[nn.Module]:
         """The blocks of stage ``i``: its block class (or its block config's ``type``,
@@ -242,20 +260,12 @@ class PyramidBuild:
 
         Every kind takes the family's MLP (``embed_dims``, ``feedforward_channels`` =
         ``mlp_ratio`` x width, ``drop_rate``, ``act_cfg``, ``norm_cfg``); the family's own
-        block also ``own``; the others the family's ``ffn_type`` and, circulant blocks their
-        heads, ``boundary`` and ``scale``, core blocks their heads and own arguments
-        (``qkv_bias``, ``attn_drop_rate``, ``use_cpe``, ``chunk_size``)."""
-        dims, kind = self.embed_dims[i], self.stage_attentions[i]
+        block also ``own``, the other kinds what their class takes of the backbone's
+        options (``stage_args``: e.g. circulant heads, ``boundary``, ``scale``)."""
+        dims = self.embed_dims[i]
         args = dict(embed_dims=dims, feedforward_channels=int(mlp_ratio * dims), **self._mlp_args)
-        if kind == self.original_attention:
-            args.update(own)
-        else:  # a subclass's new kind: the MLP's
-            args['ffn_type'] = self.ffn_type
-            if kind == 'circulant':
-                heads = self.circulant_heads[i]
-                args.update(num_heads=heads, boundary=self.boundary, scale=self.scale)
-            elif kind == 'core':
-                args.update(num_heads=self.num_heads[i], **self._core_args)
+        original = self.stage_attentions[i] == self.original_attention
+        args.update(own if original else self._stage_args[i])
         block, btype, options = self.block_types[i], self.block_cfg_types[i], self.block_options[i]
         blocks = []
         for j in range(self.depths[i]):
@@ -294,7 +304,7 @@ class PyramidBuild:
 
     def stage_strides(self) -> List[int]:
         """Total stride of the map each stage's blocks see."""
-        stride, strides = stride_of(getattr(self, 'patch_embed', None)), []
+        stride, strides = stride_of(self._modules[self.stem[0]] if self.stem else None), []
         for stage in self.stages:
             stride *= stride_of(stage.patch_embed)
             strides.append(stride)
@@ -304,15 +314,12 @@ class PyramidBuild:
     def _min_input_size(self) -> int:
         """The smallest H (and W) this backbone accepts (``min_input_size``).
 
-        Circulant, core and window attention take any map, down to 1 x 1. PVT's
-        spatial-reduction attention does not: its keys come from a stride-r, kernel-r
-        convolution (``attn.sr_ratio`` = r), which needs an r x r map; a stage at total
-        stride s sees ceil(H / s) rows (:meth:`stage_grids`), so H >= s * (r - 1) + 1.
+        A block takes an r x r map at least (its ``min_grid``: 1 but where it reduces
+        its keys by a stride-r convolution); a stage at total stride s sees ceil(H / s) rows
+        (:meth:`stage_grids`), so H >= s * (r - 1) + 1.
         """
         size = 1
         for stage, stride in zip(self.stages, self.stage_strides()):
-            ratio = max(
-                (getattr(getattr(b, 'attn', None), 'sr_ratio', 1) for b in stage.blocks), default=1
-            )
-            size = max(size, stride * (ratio - 1) + 1)
+            grid = max((b.min_grid() for b in stage.blocks), default=1)
+            size = max(size, stride * (grid - 1) + 1)
         return size

@@ -8,12 +8,13 @@ operator (``mmcirc/ops``) declaring its attention (``attention_kind``, see
 ``attention_blocks`` (a subclass of :class:`~mmcirc.models.backbones.CAPVT` / ``CASwin``).
 """
 
-from .pyramid_blocks import CirculantBlock, CoreBlock, PyramidBlock
+from .pyramid_blocks import CirculantBlock, CoreBlock, PyramidBlock, StageOptions
 from .sra import SRABlock
 from .window import WindowBlock
 
 __all__ = [
     'PyramidBlock',
+    'StageOptions',
     'CirculantBlock',
     'CoreBlock',
     'SRABlock',

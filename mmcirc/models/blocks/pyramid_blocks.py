@@ -14,8 +14,14 @@ keyword arguments. Every block declares, as class attributes (:class:`PyramidBlo
 * ``options``: the backbone-level options it reads (e.g. ``boundary``), so a tool
   can tell whether an option has any effect;
 * ``quadratic``: its attention matrix grows with the square of the map area;
+* ``variant_prefix``: the name prefix of a pyramid whose replaced stages are of this
+  kind (``'ca'``: ``ca_pvt_s``, in config, checkpoint and timm names), if it has one;
 * ``fx_leaves``: the module classes inside it whose forward branches on sizes or makes
   them ints, which ``torch.fx`` records whole instead of tracing (mmcirc.timm).
+
+A block also says how it takes the backbone's options (:meth:`PyramidBlock.stage_args`
+of a :class:`StageOptions`) and the smallest map it takes (:meth:`PyramidBlock.min_grid`),
+so that the shared builder knows no kind by name.
 
 The shared parts run on the tokens (B, N, C) as they come, with the parameter names of
 the families' own layers: :class:`TokenCPE` (the 3x3 depthwise positional conv),
@@ -23,7 +29,8 @@ the families' own layers: :class:`TokenCPE` (the 3x3 depthwise positional conv),
 ``MixFFN`` without its depthwise conv), made by :func:`build_ffn`.
 """
 
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -40,6 +47,7 @@ from . import mlp_chunks
 
 __all__ = [
     'PyramidBlock',
+    'StageOptions',
     'FFN_TYPES',
     'TokenCPE',
     'TokenFFN',
@@ -52,6 +60,36 @@ __all__ = [
 FFN_TYPES = ('ffn', 'mixffn')
 
 
+@dataclass(frozen=True)
+class StageOptions:
+    """What a pyramid offers the blocks of stage ``index`` (its options, checked): each
+    block class takes its part (:meth:`PyramidBlock.stage_args`). ``owner`` names the
+    backbone in errors; ``ffn_type`` is the family's MLP."""
+
+    owner: str
+    index: int
+    embed_dims: int
+    num_heads: int
+    ffn_type: str
+    circulant_heads: Optional[int]
+    boundary: str
+    scale: Union[str, float]
+    qkv_bias: bool
+    attn_drop_rate: float
+    core_cpe: bool
+    core_chunk_size: Optional[int]
+
+    def dividing(self, name: str, heads: Optional[int], note: str = '') -> Optional[int]:
+        """``heads`` (the option ``name`` of this stage) if it divides the width (or is None)."""
+        i = self.index
+        if heads is not None and self.embed_dims % heads:
+            raise ValueError(
+                f'{self.owner}: {name}[{i}]={heads} must divide embed_dims[{i}]='
+                f'{self.embed_dims}{note}'
+            )
+        return heads
+
+
 class PyramidBlock:
     """Mixin of the declarations above (see the module docstring)."""
 
@@ -60,7 +98,21 @@ class PyramidBlock:
     added_keys: Tuple[str, ...] = ()
     options: Tuple[str, ...] = ()
     quadratic: bool = False
+    variant_prefix: str = ''
     fx_leaves: tuple = ()
+
+    @classmethod
+    def stage_args(cls, stage: StageOptions) -> dict:
+        """The arguments this block takes from its backbone in ``stage``, beside the MLP's
+        that every kind takes: here the family's ``ffn_type``, once ``num_heads`` is found
+        to divide the width. A family's own block gets its family's arguments instead."""
+        note = f' (stage {stage.index} uses {cls.kind!r} attention)'
+        stage.dividing('num_heads', stage.num_heads, note)
+        return dict(ffn_type=stage.ffn_type)
+
+    def min_grid(self) -> int:
+        """The smallest map (rows and columns) this block takes: 1."""
+        return 1
 
     def added_state_keys(self) -> List[str]:
         """This block's state-dict keys that the family's original block lacks."""
@@ -181,6 +233,15 @@ class CirculantBlock(PyramidBlock, BaseModule):
     fx_leaves = (CirculantAttention,)
     added_keys = ('cpe.', 'attn.')
     options = ('circulant_heads', 'boundary', 'scale')
+    variant_prefix = 'ca'
+
+    @classmethod
+    def stage_args(cls, stage: StageOptions) -> dict:
+        """Its own heads (``circulant_heads``, None: d = 1), ``boundary``, ``scale``."""
+        heads = stage.dividing('circulant_heads', stage.circulant_heads)
+        return dict(
+            ffn_type=stage.ffn_type, num_heads=heads, boundary=stage.boundary, scale=stage.scale
+        )
 
     def __init__(
         self,
@@ -252,6 +313,20 @@ class CoreBlock(PyramidBlock, BaseModule):
     carries_cores = True
     added_keys = ('cpe.', 'attn.')
     options = ('num_cores', 'num_cores_max', 'core_cpe', 'core_chunk_size')
+    variant_prefix = 'core'
+
+    @classmethod
+    def stage_args(cls, stage: StageOptions) -> dict:
+        """The stage's heads, ``qkv_bias``, ``attn_drop_rate``, ``core_cpe`` (as
+        ``use_cpe``) and ``core_chunk_size`` (as ``chunk_size``)."""
+        return dict(
+            super().stage_args(stage),
+            num_heads=stage.num_heads,
+            qkv_bias=stage.qkv_bias,
+            attn_drop_rate=stage.attn_drop_rate,
+            use_cpe=stage.core_cpe,
+            chunk_size=stage.core_chunk_size,
+        )
 
     def __init__(
         self,

@@ -37,6 +37,11 @@ class SRABlock(PyramidBlock, PVTEncoderLayer):
         super().__init__(*args, **kwargs)
         self.attn.attn.register_forward_pre_hook(_per_head_weights, with_kwargs=True)
 
+    def min_grid(self) -> int:
+        """Its keys come from a stride-r, kernel-r convolution (``attn.sr_ratio`` = r),
+        which needs an r x r map."""
+        return self.attn.sr_ratio
+
     def attention_matrix(self, hw: Sequence[int]) -> dict:
         """``nn.MultiheadAttention`` with ``need_weights``: every token queries the
         (h // sr) x (w // sr) reduced keys (all h x w keys when sr = 1)."""

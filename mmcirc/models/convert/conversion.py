@@ -1,10 +1,9 @@
 """What every checkpoint converter shares: read a file through mmcirc's safe loader,
 unwrap its tensors, trace where each converted tensor came from, build the one
 :class:`ConversionResult` against the target model, report it (:func:`format_summary`)
-and write it atomically (:func:`save_checkpoint`). The family converters beside their
-backbones (``mmcirc/models/backbones/*_convert.py``, the way mmdet keeps
-``pvt_convert`` and ``swin_converter`` beside its backbones) import it;
-:func:`mmcirc.models.convert.files.convert_file` calls them, from file to file. The
+and write it atomically (:func:`save_checkpoint`). The family converters of this package
+import it; :func:`mmcirc.models.convert.files.convert_file` calls them, from file to
+file. The
 released whole-model files (CA-DeiT, VECA) are told apart here (:data:`RELEASED`), so
 that a file of one given to the other is named as such.
 

@@ -1,25 +1,14 @@
 """A checkpoint file converted to a file, for any family (:func:`convert_file`): the
-dispatcher above the family converters beside their backbones
-(``mmcirc/models/backbones/*_convert.py``), which import only the shared
-:mod:`.conversion`."""
+dispatcher above the family converters, which it finds in the family table (their
+``convert`` column, :func:`mmcirc.models.families.converters`)."""
 
 import os.path as osp
 from typing import Optional
 
-from mmcirc.models.backbones import deit_convert, pyramid_convert, veca_convert
+from ..families import converters
 from .conversion import ConversionError, load_source, save_checkpoint
 
-__all__ = ['CONVERTERS', 'convert_file']
-
-#: family -> ``convert(src, load, meta, **options) -> (result, default_out, title)``, its
-#: module's ``convert_source`` (looked up when called: a family module importing
-#: :mod:`.conversion` may be the one that imports this module).
-CONVERTERS = {
-    'pvt': lambda *args, **kw: pyramid_convert.convert_source('pvt', *args, **kw),
-    'swin': lambda *args, **kw: pyramid_convert.convert_source('swin', *args, **kw),
-    'deit': lambda *args, **kw: deit_convert.convert_source(*args, **kw),
-    'veca': lambda *args, **kw: veca_convert.convert_source(*args, **kw),
-}
+__all__ = ['convert_file']
 
 
 def _same_file(a: Optional[str], b: Optional[str]) -> bool:
@@ -39,7 +28,7 @@ def convert_file(
     overwrite: bool = False,
     **options,
 ):
-    """Convert the checkpoint file ``src`` for a ``family`` model (:data:`CONVERTERS`)
+    """Convert the checkpoint file ``src`` for a ``family`` model (its converter)
     and save it atomically to ``out`` (default: the family's name under
     :data:`OUTPUT_ROOT`, named by the options that change the weights). ``out`` naming a
     file read (``src``, ``base``) is refused before anything is read; an existing
@@ -51,7 +40,7 @@ def convert_file(
     ``'swin'`` the target (``arch``, ``attention``, ``stage_attentions``,
     ``backbone_options``, ``pos_embed_size``), ``src_layout``, or ``cadeit=True`` with
     ``source_blocks`` and ``base`` (a CA-DeiT source, see
-    :func:`mmcirc.models.backbones.deit_convert.convert_cadeit`); for ``'deit'`` /
+    :func:`mmcirc.models.convert.deit.convert_cadeit`); for ``'deit'`` /
     ``'veca'`` (the released files) ``arch``.
 
     Returns ``(result, out, title)``: the :class:`ConversionResult`, the path written and
@@ -63,13 +52,14 @@ def convert_file(
             raise ConversionError(
                 f'out {out} is the {name} checkpoint: the output must be another file'
             )
-    if family not in CONVERTERS:
-        raise ConversionError(f'family must be one of {tuple(CONVERTERS)}, got {family!r}')
+    convert = converters()
+    if family not in convert:
+        raise ConversionError(f'family must be one of {tuple(convert)}, got {family!r}')
 
     def load(path):
         return load_source(path, trust=trust)
 
-    result, default_out, title = CONVERTERS[family](
+    result, default_out, title = convert[family](
         src, load, dict(source=osp.basename(src)), **options
     )
     if out is None and osp.exists(osp.expanduser(default_out)) and not overwrite:

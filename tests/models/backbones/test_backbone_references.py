@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mmcirc.models.backbones import CAPVT, CASwin
-from mmcirc.models.backbones.pvt_convert import convert_mmdet_pvt_keys
+from mmcirc.models.convert.pvt import convert_mmdet_pvt_keys
 from mmcirc.ops.circulant import CirculantAttention
 from ops import dense_reference
 

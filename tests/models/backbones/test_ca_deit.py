@@ -17,7 +17,7 @@ import torch
 
 from helpers import REPO
 from mmcirc.models.backbones import CADeiT
-from mmcirc.models.backbones.deit_convert import convert_cadeit_official
+from mmcirc.models.convert.deit import convert_cadeit_official
 
 FIXTURE = osp.join(REPO, 'tests', 'fixtures', 'official', 'ca_deit_official.pth')
 

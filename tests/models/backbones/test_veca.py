@@ -18,7 +18,7 @@ import torch
 
 from helpers import REPO
 from mmcirc.models.backbones import VECAViT
-from mmcirc.models.backbones.veca_convert import convert_veca_official
+from mmcirc.models.convert.veca import convert_veca_official
 
 FIXTURE = osp.join(REPO, 'tests', 'fixtures', 'official', 'veca_official.pth')
 SMALL = dict(embed_dims=16, num_layers=3, num_heads=2, mlp_ratio=2.0, num_cores=24)

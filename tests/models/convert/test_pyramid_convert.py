@@ -1,4 +1,4 @@
-"""What the pyramid families share (mmcirc.models.backbones.pyramid_convert): building
+"""What the pyramid families share (mmcirc.models.convert.pyramid): building
 the target, errors that name the tensor and the archs that fit, output names, the saved
 file, on the fakes of tests/checkpoint_fakes.py."""
 
@@ -18,8 +18,8 @@ from checkpoint_fakes import (
 )
 from mmcirc.engine import load_from_local
 from mmcirc.models.backbones import CAPVT, CoreSwin
-from mmcirc.models.backbones.pyramid_convert import convert_pyramid, default_output_path
-from mmcirc.models.backbones.pyramid_target import build_backbone, replaced_attention_keys
+from mmcirc.models.convert.pyramid import convert_pyramid, default_output_path
+from mmcirc.models.convert.pyramid_target import build_backbone, replaced_attention_keys
 from mmcirc.models.convert import ConversionError, save_checkpoint
 
 

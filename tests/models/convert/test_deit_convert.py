@@ -1,4 +1,4 @@
-"""CA-DeiT checkpoints (mmcirc.models.backbones.deit_convert): the released file for
+"""CA-DeiT checkpoints (mmcirc.models.convert.deit): the released file for
 CADeiT + LinearClsHead on the official-code fixture (tests/fixtures/official, see
 make_official_fixtures.py; what is loaded, new and unused is compared with the official
 state dict's own keys), and its blocks in the circulant stages of a pyramid on the fakes
@@ -21,8 +21,8 @@ from checkpoint_fakes import (
 )
 from helpers import REPO
 from mmcirc.models.backbones import CAPVT
-from mmcirc.models.backbones.deit_convert import convert_cadeit, convert_cadeit_official
-from mmcirc.models.backbones.pyramid_convert import convert_pyramid
+from mmcirc.models.convert.deit import convert_cadeit, convert_cadeit_official
+from mmcirc.models.convert.pyramid import convert_pyramid
 from mmcirc.models.convert import CheckpointKindError, ConversionError
 
 FIXTURES = osp.join(REPO, 'tests', 'fixtures', 'official')

@@ -1,6 +1,6 @@
 """PVT v1 checkpoints for CA-PVT / Core-PVT (``tools/model_converters/pvt_to_mmcirc.py``):
 the source layouts, how to tell them apart and how their keys map to :class:`CAPVT`'s
-(the shared checks and report: :mod:`~mmcirc.models.backbones.pyramid_convert`).
+(the shared checks and report: :mod:`.pyramid`).
 
 * ``'official'`` (github.com/whai362/PVT: ``patch_embed1.proj``, ``pos_embed1``,
   ``block1.0.attn.q`` / ``.kv`` / ``.sr``, ``norm``, ``cls_token``, ``head``): mmdet's
@@ -16,11 +16,15 @@ Position tables of another image size are resized (bilinear, mmdet's
 
 import math
 import re
+import sys
 from collections import OrderedDict
+from functools import partial
 
 import torch
 
-from mmcirc.models.convert.conversion import ConversionError
+from ..families import register_converter
+from .conversion import ConversionError
+from .pyramid import convert_source
 
 __all__ = [
     'LAYOUTS',
@@ -108,3 +112,6 @@ def resize_position_table(key: str, value: torch.Tensor, model) -> torch.Tensor:
         )
     src = AbsolutePositionEmbedding(pos_shape=(side, side), pos_dim=value.shape[2])
     return src.resize_pos_embed(value.float(), tuple(stage.pos_embed.pos_shape)).to(value.dtype)
+
+
+register_converter('pvt', partial(convert_source, 'pvt'), layouts=sys.modules[__name__])

@@ -1,4 +1,4 @@
-"""Shared settings of the backbone tests."""
+"""Shared settings of the model tests."""
 
 import pytest
 import torch
@@ -6,7 +6,7 @@ import torch
 
 @pytest.fixture(autouse=True, scope='package')
 def single_torch_thread():
-    """The backbone tests run tiny tensors: one intra-op thread is 2-3x faster than
+    """The model tests run tiny tensors: one intra-op thread is 2-3x faster than
     several on a loaded 2-core machine. Restored afterwards."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""VECA checkpoints (mmcirc.models.backbones.veca_convert) on the official-code fixture
+"""VECA checkpoints (mmcirc.models.convert.veca) on the official-code fixture
 (tests/fixtures/official, see make_official_fixtures.py): what is loaded, new and unused
 is compared with the official state dict's own keys."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import REPO
-from mmcirc.models.backbones.veca_convert import (
+from mmcirc.models.convert.veca import (
     convert_veca_official,
     settings_differ,
     veca_settings_of,

@@ -1,4 +1,4 @@
-"""Swin checkpoints for CA-Swin / Core-Swin (mmcirc.models.backbones.swin_convert) on the
+"""Swin checkpoints for CA-Swin / Core-Swin (mmcirc.models.convert.swin) on the
 fake official and mmdet checkpoints of tests/checkpoint_fakes.py."""
 
 import re
@@ -9,7 +9,7 @@ from mmdet.models.backbones.swin import swin_converter
 
 from checkpoint_fakes import SWIN_ARCH, WINDOW, caswin, mmdet_swin, official_swin, replaced_params
 from mmcirc.models.backbones import CoreSwin
-from mmcirc.models.backbones.pyramid_convert import convert_pyramid, detect_layout
+from mmcirc.models.convert.pyramid import convert_pyramid, detect_layout
 
 
 def test_fake_official_swin_is_what_mmdet_reads():

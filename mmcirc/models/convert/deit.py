@@ -24,7 +24,8 @@ import re
 from collections import OrderedDict
 from typing import Optional, Sequence
 
-from mmcirc.models.convert.conversion import (
+from ..families import register_converter
+from .conversion import (
     ARCH_LETTERS,
     OUTPUT_ROOT,
     ConversionError,
@@ -69,7 +70,7 @@ CADEIT_BLOCK_KEY_MAP = {
 
 
 def _cadeit_class():
-    from .ca_deit import CADeiT
+    from ..backbones.ca_deit import CADeiT
 
     return CADeiT
 
@@ -189,7 +190,7 @@ def convert_cadeit(
     (default 0, 1, 2, ...); each tensor of :data:`CADEIT_BLOCK_KEY_MAP` whose shape
     fits is copied (the MLP is skipped, and reported unused, where the MLP ratio
     differs, e.g. PVT's 8). ``base`` (a checkpoint in mmcirc's layout, e.g. the output
-    of :func:`~mmcirc.models.backbones.pyramid_convert.convert_pyramid`) supplies
+    of :func:`.pyramid.convert_pyramid`) supplies
     everything else; CA-DeiT tensors replace its entries. Raises
     :class:`ConversionError` if nothing fits.
     """
@@ -280,3 +281,6 @@ def convert_cadeit(
         base=base is not None,
     )
     return pyramid_result(model, out, loaded_from, list(sd) + outside, 'ca-deit', meta=meta)
+
+
+register_converter('deit', convert_source)

@@ -1,4 +1,4 @@
-"""PVT v1 checkpoints for CA-PVT / Core-PVT (mmcirc.models.backbones.pvt_convert) on the
+"""PVT v1 checkpoints for CA-PVT / Core-PVT (mmcirc.models.convert.pvt) on the
 fake official and mmdet checkpoints of tests/checkpoint_fakes.py."""
 
 import re
@@ -10,8 +10,8 @@ from mmdet.models.backbones.pvt import pvt_convert
 
 from checkpoint_fakes import PVT_ARCH, PVT_IMG, capvt, mmdet_pvt, official_pvt, replaced_params
 from mmcirc.models.backbones import CAPVT, CorePVT
-from mmcirc.models.backbones.pvt_convert import LAYOUTS, convert_mmdet_pvt_keys
-from mmcirc.models.backbones.pyramid_convert import convert_pyramid, detect_layout
+from mmcirc.models.convert.pvt import LAYOUTS, convert_mmdet_pvt_keys
+from mmcirc.models.convert.pyramid import convert_pyramid, detect_layout
 from mmcirc.models.convert import ConversionError, format_summary
 
 

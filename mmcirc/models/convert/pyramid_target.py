@@ -1,18 +1,17 @@
 """The target of a conversion into a CA/Core pyramid (PVT / Swin families): which
-class of the family table (:data:`mmcirc.models.families.FAMILIES`) is built, which of its keys are the replaced attention, how it is
-described in reports and errors, and the one :class:`ConversionResult` of a pyramid.
-Shared by the pyramid converter (:mod:`~mmcirc.models.backbones.pyramid_convert`) and
-CA-DeiT blocks into a pyramid (:func:`~mmcirc.models.backbones.deit_convert.convert_cadeit`).
+class of the family table (:data:`mmcirc.models.families.FAMILIES`) is built, which of
+its keys are the replaced attention, how it is described in reports and errors, and the
+one :class:`ConversionResult` of a pyramid. Shared by the pyramid converter
+(:mod:`.pyramid`) and CA-DeiT blocks into a pyramid (:func:`.deit.convert_cadeit`).
 """
 
 from typing import List, Optional, Sequence
 
-from mmcirc.models.convert.conversion import ConversionError, build_result
 from ..families import FAMILIES
-from . import pvt_convert, swin_convert
+from .conversion import ConversionError, build_result
 
 __all__ = [
-    'PYRAMID_SOURCES',
+    'pyramid_sources',
     'family_of',
     'build_backbone',
     'replaced_attention_keys',
@@ -20,18 +19,22 @@ __all__ = [
     'pyramid_result',
 ]
 
-#: The pyramid families with a converter -> the module of their source layouts.
-PYRAMID_SOURCES = {'pvt': pvt_convert, 'swin': swin_convert}
+
+def pyramid_sources() -> dict:
+    """The pyramid families with a converter -> the module of their source layouts
+    (the ``layouts`` column of the family table)."""
+    return {f: row.layouts for f, row in FAMILIES.items() if row.layouts is not None}
 
 
 def family_of(model) -> str:
     """The family (``'pvt'``, ``'swin'``) of a built CA/Core pyramid."""
-    from .pyramid import PyramidBackbone
+    from ..backbones.pyramid import PyramidBackbone
 
-    if isinstance(model, PyramidBackbone) and model.family in PYRAMID_SOURCES:
+    families = tuple(pyramid_sources())
+    if isinstance(model, PyramidBackbone) and model.family in families:
         return model.family
     raise ConversionError(
-        f'not an mmcirc pyramid with a converter ({tuple(PYRAMID_SOURCES)}): {type(model).__name__}'
+        f'not an mmcirc pyramid with a converter ({families}): {type(model).__name__}'
     )
 
 
@@ -46,9 +49,11 @@ def build_backbone(
     the one whose default attention is the one replaced kind (``CorePVT`` / ``CoreSwin``
     when the replaced stages are all core), else the family's base class (``CAPVT`` /
     ``CASwin``), with the constructor's weights, in eval mode."""
-    if family not in PYRAMID_SOURCES:
-        raise ConversionError(f'family must be one of {tuple(PYRAMID_SOURCES)}, got {family!r}')
-    classes = FAMILIES[family]
+    from .. import backbones  # noqa: F401  (the pyramids enter the family table)
+
+    if family not in pyramid_sources():
+        raise ConversionError(f'family must be one of {tuple(pyramid_sources())}, got {family!r}')
+    classes = FAMILIES[family].classes
     kinds = (
         [attention]
         if stage_attentions is None

@@ -3,6 +3,7 @@ result builder and report, the released-kind check and the file-to-file entry po
 Expectations are written from the inputs (hand-made modules and converters, the fakes of
 tests/checkpoint_fakes.py, the official-code fixtures), not from the code under test."""
 
+import os
 import os.path as osp
 import re
 from collections import OrderedDict
@@ -14,11 +15,10 @@ from torch import nn
 from checkpoint_fakes import PVT_ARCH, PVT_IMG, capvt, official_pvt
 from helpers import REPO, run_torch_only
 from mmcirc.engine import load_from_local
-from mmcirc.models.backbones.deit_convert import convert_cadeit_official
-from mmcirc.models.backbones.pyramid_convert import convert_pyramid
-from mmcirc.models.backbones.veca_convert import convert_veca_official
+from mmcirc.models.convert.deit import convert_cadeit_official
+from mmcirc.models.convert.pyramid import convert_pyramid
+from mmcirc.models.convert.veca import convert_veca_official
 from mmcirc.models.convert import (
-    CONVERTERS,
     CheckpointKindError,
     ConversionError,
     build_result,
@@ -29,6 +29,7 @@ from mmcirc.models.convert import (
     trace_provenance,
     unwrap_state_dict,
 )
+from mmcirc.models.families import converters
 
 FIXTURES = osp.join(REPO, 'tests', 'fixtures', 'official')
 
@@ -287,7 +288,7 @@ def test_convert_file_released_kinds(tmp_path, monkeypatch, family):
 def test_convert_file_unknown_family(tmp_path):
     torch.save(official_pvt(), tmp_path / 'src.pth')
     with pytest.raises(
-        ConversionError, match=re.escape(f"family must be one of {tuple(CONVERTERS)}, got 'vit'")
+        ConversionError, match=re.escape(f"family must be one of {tuple(converters())}, got 'vit'")
     ):
         convert_file('vit', str(tmp_path / 'src.pth'))
     with pytest.raises(FileNotFoundError, match='checkpoint not found'):
@@ -297,8 +298,8 @@ def test_convert_file_unknown_family(tmp_path):
 TORCH_ONLY = r"""
 import torch
 from mmcirc.models.convert import format_summary
-from mmcirc.models.backbones.deit_convert import convert_cadeit_official
-from mmcirc.models.backbones.veca_convert import convert_veca_official
+from mmcirc.models.convert.deit import convert_cadeit_official
+from mmcirc.models.convert.veca import convert_veca_official
 fix = torch.load(REPO + '/tests/fixtures/official/ca_deit_official.pth', weights_only=True)
 result, _ = convert_cadeit_official(fix['checkpoint'])
 print(format_summary(result, 'ca').splitlines()[2])
@@ -316,3 +317,30 @@ def test_isotropic_converters_need_torch_only():
         'new (not in the checkpoint): 0 tensors',
         'unused (in the checkpoint, not loaded): 0 tensors',
     ]
+
+
+def test_converters_import_the_models_never_the_reverse():
+    """Read from the source: no module of mmcirc/models outside mmcirc/models/convert
+    imports the converters (at module level or in a function), and none calls
+    ``locals()``; the family table holds every converter."""
+    import ast
+
+    models = osp.join(REPO, 'mmcirc', 'models')
+    for root, _, files in os.walk(models):
+        for name in files:
+            path = osp.join(root, name)
+            if not name.endswith('.py') or osp.join(models, 'convert') in path:
+                continue
+            tree = ast.parse(open(path).read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    module = '.' * node.level + (node.module or '')
+                    names = [module] + [f'{module}.{a.name}' for a in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                else:
+                    names = []
+                assert not any(re.search(r'(^|\.)convert(\.|$)', n) for n in names), path
+                if isinstance(node, ast.Call):
+                    assert getattr(node.func, 'id', None) != 'locals', path
+    assert tuple(converters()) == ('pvt', 'swin', 'deit', 'veca')

@@ -20,7 +20,8 @@ from typing import Optional
 
 import torch
 
-from mmcirc.models.convert.conversion import (
+from ..families import register_converter
+from .conversion import (
     OUTPUT_ROOT,
     ConversionError,
     expect_released,
@@ -62,7 +63,7 @@ _FUNCTION_ARGS = tuple(a for a in _VECA_CONFIG_ARGS.values() if a not in ('in_ch
 
 
 def _defaults() -> dict:
-    from .veca import VECAViT
+    from ..backbones.veca import VECAViT
 
     return {k: p.default for k, p in inspect.signature(VECAViT.__init__).parameters.items()}
 
@@ -96,7 +97,7 @@ def veca_settings_of(config: dict) -> tuple:
         config['nested_chunk_size'] = config['matryoshka_chunk_size']
     kwargs = {arg: config[key] for key, arg in _VECA_CONFIG_ARGS.items() if key in config}
     if kwargs.get('out_channels') is not None and family in VECA_FAMILIES:
-        from .veca import VECAViT
+        from ..backbones.veca import VECAViT
 
         if kwargs['out_channels'] == VECAViT.arch_zoo[family]['embed_dims']:
             kwargs['out_channels'] = None
@@ -115,7 +116,7 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
             if k.startswith(prefix):
                 k = k[len(prefix) :]
         sd[k] = v
-    from .veca import VECAViT
+    from ..backbones.veca import VECAViT
 
     try:
         model = VECAViT(arch=family if arch is None else arch, **kwargs)
@@ -184,3 +185,6 @@ def convert_source(src, load, meta, *, arch=None):
         f'{model.num_cores_max} cores) -> VECAViT'
     )
     return result, osp.join(OUTPUT_ROOT, f'veca_{family}_official.pth'), title
+
+
+register_converter('veca', convert_source)

@@ -7,14 +7,13 @@ original pyramid initialises all of it: patch embeddings, position embeddings, n
 the MLPs of every stage (same shapes in circulant/core stages) and the attention of
 the stages that keep it (PVT spatial-reduction attention, Swin shifted windows). What
 is left new (initialised by the model) is the replaced attention, as the blocks
-declare it (:func:`~mmcirc.models.backbones.pyramid_target.replaced_attention_keys`).
+declare it (:func:`.pyramid_target.replaced_attention_keys`).
 What the source has and the target cannot use (stage 1-2 SRA / window attention,
 classifier head, ...) is reported as unused.
 
 A family's source layouts (their key patterns, the key converter of each, PVT's
-position tables) are in its module beside its backbone
-(:mod:`~mmcirc.models.backbones.pvt_convert`,
-:mod:`~mmcirc.models.backbones.swin_convert`); this module detects the layout, maps
+position tables) are its module (:mod:`.pvt`, :mod:`.swin`: the ``layouts`` column of
+the family table, with :func:`convert_source` its converter); this module detects the layout, maps
 the keys with provenance (:func:`mmcirc.models.convert.trace_provenance`), checks
 every tensor against the target built through mmcirc's registered class (a shape or
 depth mismatch raises :class:`ConversionError` naming the tensor, both shapes and the
@@ -28,7 +27,7 @@ import re
 from collections import OrderedDict
 from typing import Optional, Sequence
 
-from mmcirc.models.convert.conversion import (
+from .conversion import (
     ARCH_LETTERS,
     OUTPUT_ROOT,
     ConversionError,
@@ -37,13 +36,7 @@ from mmcirc.models.convert.conversion import (
     unwrap_state_dict,
 )
 
-from .pyramid_target import (
-    PYRAMID_SOURCES,
-    build_backbone,
-    describe,
-    family_of,
-    pyramid_result,
-)
+from .pyramid_target import build_backbone, describe, family_of, pyramid_result, pyramid_sources
 
 __all__ = [
     'layouts_of',
@@ -56,9 +49,10 @@ __all__ = [
 
 
 def _module(family: str):
-    if family not in PYRAMID_SOURCES:
-        raise ConversionError(f'family must be one of {tuple(PYRAMID_SOURCES)}, got {family!r}')
-    return PYRAMID_SOURCES[family]
+    sources = pyramid_sources()
+    if family not in sources:
+        raise ConversionError(f'family must be one of {tuple(sources)}, got {family!r}')
+    return sources[family]
 
 
 def layouts_of(family: str) -> tuple:
@@ -231,9 +225,10 @@ def default_output_path(
         '_' + re.sub(r'[^\w.-]+', '', f'{key}-{value}')
         for key, value in sorted((options or {}).items())
     )
-    for attention, prefix in (('circulant', 'ca'), ('core', 'core')):
-        if kinds == (attention,) * k + (model.original_attention,) * (len(kinds) - k):
-            return osp.join(root, f'{prefix}_{family}_{letter}{extra}_{suffix}.pth')
+    for kind, block in model.attention_blocks.items():  # a name's prefix: its blocks'
+        paper = (kind,) * k + (model.original_attention,) * (len(kinds) - k)
+        if block.variant_prefix and kinds == paper:
+            return osp.join(root, f'{block.variant_prefix}_{family}_{letter}{extra}_{suffix}.pth')
     return osp.join(root, f'{family}_{letter}_{"-".join(kinds)}{extra}_{suffix}.pth')
 
 
@@ -258,7 +253,7 @@ def convert_source(
     with ``backbone_options``; ``pos_embed_size``: its ``pretrain_img_size``, source
     position tables resized to it), then ``load(src)`` and convert it
     (:func:`convert_pyramid` with ``src_layout``, or with ``cadeit`` a CA-DeiT source:
-    :func:`~mmcirc.models.backbones.deit_convert.convert_cadeit` with ``source_blocks``
+    :func:`.deit.convert_cadeit` with ``source_blocks``
     and ``load(base)``). Returns ``(result, default_out, title)``."""
     if backbone_options is not None and not isinstance(backbone_options, dict):
         raise ConversionError(
@@ -281,7 +276,7 @@ def convert_source(
     ckpt = load(src)
     meta = dict(meta, arch=repr(arch), backbone_options={k: repr(v) for k, v in kwargs.items()})
     if cadeit:
-        from .deit_convert import convert_cadeit, width_letter
+        from .deit import convert_cadeit, width_letter
 
         base_ckpt = load(base) if base else None
         result = convert_cadeit(ckpt, model, source_blocks=source_blocks, base=base_ckpt, meta=meta)

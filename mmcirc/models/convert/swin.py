@@ -1,6 +1,6 @@
 """Swin checkpoints for CA-Swin / Core-Swin (``tools/model_converters/swin_to_mmcirc.py``):
 the source layouts, how to tell them apart and how their keys map to :class:`CASwin`'s
-(the shared checks and report: :mod:`~mmcirc.models.backbones.pyramid_convert`).
+(the shared checks and report: :mod:`.pyramid`).
 
 * ``'official'`` (github.com/microsoft/Swin-Transformer: ``patch_embed.proj``,
   ``layers.{i}.blocks.{j}.attn.qkv``, ``layers.{i}.downsample.reduction``, ``norm``,
@@ -13,8 +13,12 @@ the source layouts, how to tell them apart and how their keys map to :class:`CAS
 """
 
 import re
+import sys
 from collections import OrderedDict
+from functools import partial
 
+from ..families import register_converter
+from .pyramid import convert_source
 
 __all__ = ['LAYOUTS', 'LAYOUT_PATTERNS', 'key_converter']
 
@@ -48,3 +52,6 @@ def _official_to_mmdet(sd):
 def key_converter(layout: str):
     """``convert(state_dict) -> state_dict in CASwin's keys`` for a source layout."""
     return _official_to_mmdet if layout == 'official' else OrderedDict
+
+
+register_converter('swin', partial(convert_source, 'swin'), layouts=sys.modules[__name__])
