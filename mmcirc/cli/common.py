@@ -81,6 +81,36 @@ def check_device(device: str) -> None:
             raise CLIError(f'--device {device}: CUDA is not available here')
 
 
+def show_or_warn(show: bool, saves: str) -> bool:
+    """``--show`` where a window can open: matplotlib's backend (what mmengine's
+    visualizers show with) is interactive. Where it is not (no display: Agg), the
+    visualizers would wait ``--wait-time`` per image, forever at 0, and show nothing:
+    False, with one warning line on stderr naming ``saves`` (the flag that saves the
+    pictures); the run goes on."""
+    if not show:
+        return False
+    import matplotlib
+
+    backend = matplotlib.get_backend()
+    try:  # matplotlib >= 3.9
+        from matplotlib.backends import BackendFilter, backend_registry
+
+        windows = backend_registry.list_builtin(BackendFilter.INTERACTIVE)
+    except ImportError:
+        from matplotlib import rcsetup
+
+        windows = rcsetup.interactive_bk
+    if backend.lower() in {b.lower() for b in windows}:
+        return True
+    print(
+        f"WARNING: --show: matplotlib's backend {backend} opens no window (no display?); "
+        f'nothing is shown ({saves} saves the pictures)',
+        file=sys.stderr,
+        flush=True,
+    )
+    return False
+
+
 def add_partial_weights_flag(parser):
     """``--allow-partial-weights``: load a checkpoint that leaves weights of the model
     unset (``build_model(..., allow_partial_weights=True)``); refused without it."""
