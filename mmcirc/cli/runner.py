@@ -7,7 +7,7 @@ import os
 import os.path as osp
 
 from mmcirc.apis.builder import load_model_config
-from mmcirc.cli.common import add_cfg_options
+from mmcirc.cli.common import CLIError, add_cfg_options
 
 
 def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
@@ -40,10 +40,58 @@ def apply_common_args(parser):
 
 def parse_run_args(parser, argv=None):
     """``parser``'s arguments with :func:`apply_common_args`' (``LOCAL_RANK`` set from
-    ``--local-rank`` unless the launcher set it)."""
+    ``--local-rank`` unless the launcher set it; ``--launcher slurm`` outside a Slurm task
+    refused: :func:`check_slurm_env`)."""
     args = apply_common_args(parser).parse_args(argv)
+    if args.launcher == 'slurm':
+        check_slurm_env()
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
+
+
+#: What srun sets for each task and ``--launcher slurm`` reads (mmengine's as well).
+SLURM_VARS = ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID', 'SLURM_NODELIST')
+
+
+def check_slurm_env():
+    """``--launcher slurm`` outside a Slurm task: one line naming what is missing."""
+    missing = [name for name in SLURM_VARS if name not in os.environ]
+    if missing:
+        raise CLIError(
+            f'--launcher slurm: {", ".join(missing)} not set; start the command with srun '
+            '(tools/slurm_train.sh, tools/slurm_test.sh)'
+        )
+
+
+def slurm_env_to_torch(port=None):
+    """torch.distributed's variables from Slurm's, as mmengine's ``_init_dist_slurm``
+    sets them before it joins NCCL: ``RANK`` = ``SLURM_PROCID``, ``WORLD_SIZE`` =
+    ``SLURM_NTASKS``, ``LOCAL_RANK`` = ``SLURM_LOCALID``, ``MASTER_ADDR`` (unless set) the
+    first host of ``SLURM_NODELIST`` (``scontrol show hostnames``), ``MASTER_PORT`` the
+    config's ``env_cfg.dist_cfg.port`` if given, else as set, else 29500."""
+    import subprocess
+
+    nodes = os.environ['SLURM_NODELIST']
+    if 'MASTER_ADDR' not in os.environ:
+        try:
+            hosts = subprocess.run(
+                ['scontrol', 'show', 'hostnames', nodes],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except OSError as err:
+            raise CLIError(f'--launcher slurm: scontrol: {err.strerror}') from None
+        if hosts.returncode != 0 or not hosts.stdout.split():
+            why = (hosts.stderr.strip().splitlines() or ['no hosts'])[0]
+            raise CLIError(f'--launcher slurm: scontrol show hostnames {nodes}: {why}')
+        os.environ['MASTER_ADDR'] = hosts.stdout.split()[0]
+    if port is not None:
+        os.environ['MASTER_PORT'] = str(port)
+    os.environ.setdefault('MASTER_PORT', '29500')
+    os.environ['WORLD_SIZE'] = os.environ['SLURM_NTASKS']
+    os.environ['RANK'] = os.environ['SLURM_PROCID']
+    os.environ['LOCAL_RANK'] = os.environ['SLURM_LOCALID']
 
 
 def build_runner(cfg):
@@ -58,8 +106,11 @@ def build_runner(cfg):
     if cfg.get('launcher', 'none') != 'none' and not torch.cuda.is_available():
         # mmengine assumes GPUs in distributed runs: init_dist calls cuda.set_device and
         # the default DDP wrapper passes device_ids. Without GPUs, join the torchrun group
-        # over gloo here (the Runner reuses it) and wrap with DDP on the CPU.
-        if cfg.launcher == 'pytorch' and not dist.is_initialized():
+        # (or the srun tasks') over gloo here (the Runner reuses it) and wrap with DDP on
+        # the CPU.
+        if cfg.launcher == 'slurm':
+            slurm_env_to_torch(cfg.get('env_cfg', {}).get('dist_cfg', {}).get('port'))
+        if cfg.launcher in ('pytorch', 'slurm') and not dist.is_initialized():
             dist.init_process_group(backend='gloo')
         cfg.setdefault(
             'model_wrapper_cfg',
