@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Distributed testing with torchrun: tools/dist_test.sh CONFIG CHECKPOINT NPROC [test.py args]
+#   Several nodes: the same command on each, with NNODES, NODE_RANK (0 .. NNODES-1),
+#   MASTER_ADDR (node 0's address) and PORT (a free port there) set alike.
+# A process exits when its node's torchrun agent dies (util-linux's setpriv).
 CONFIG=$1
 CHECKPOINT=$2
 NPROC=$3
@@ -8,8 +11,10 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 DIR="$(cd "$(dirname "$0")" && pwd)"
+LAUNCH=(--no-python)  # each process under setpriv where util-linux has it, then Python
+if command -v setpriv >/dev/null 2>&1; then LAUNCH+=(setpriv --pdeathsig KILL --); fi
 PYTHONPATH="$DIR/..":${PYTHONPATH:-} \
-"${PYTHON:-python}" -m torch.distributed.run \
-    --nnodes=$NNODES --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR \
-    --nproc_per_node=$NPROC --master_port=$PORT \
-    "$DIR/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "${@:4}"
+exec "${PYTHON:-python}" -m torch.distributed.run \
+    --nnodes="$NNODES" --node-rank="$NODE_RANK" --master-addr="$MASTER_ADDR" \
+    --nproc-per-node="$NPROC" --master-port="$PORT" \
+    "${LAUNCH[@]}" "${PYTHON:-python}" -u "$DIR/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "${@:4}"
