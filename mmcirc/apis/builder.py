@@ -178,7 +178,7 @@ def build_model(
             constructors' defaults (enough for FLOPs and shapes, and faster).
         seed: ``torch.manual_seed(seed)`` before building and before ``init_weights``.
         warn_random: warn when the weights are random (no checkpoint, or some not
-            loaded).
+            loaded): one :class:`~mmcirc.apis.weights.RandomWeightsWarning`.
         allow_partial_weights: load what fits and keep the rest of the model's tensors
             random (named by a one-line warning with ``warn_random``).
 
@@ -197,7 +197,7 @@ def build_model(
     from mmcirc.utils.quiet import quiet_logger
 
     from .overrides import apply_backbone_overrides
-    from .weights import WeightsMismatchError, recording_fit
+    from .weights import RandomWeightsWarning, WeightsMismatchError, recording_fit
 
     if checkpoint is not None and not osp.isfile(checkpoint):
         raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
@@ -242,12 +242,13 @@ def build_model(
         if warn_random:
             warnings.warn(
                 f'checkpoint {checkpoint} loaded in part: {fit.summary()}; the rest is '
-                "random, the predictions are not the checkpoint's"
+                "random, the results are not the checkpoint's",
+                RandomWeightsWarning,
             )
     if checkpoint is None and warn_random:
         warnings.warn(
-            'no checkpoint: the weights are random, only the time and memory figures '
-            'are meaningful, not the predictions'
+            "no checkpoint: the weights are random, the results are no trained model's",
+            RandomWeightsWarning,
         )
     model = revert_sync_batchnorm(model)
     model.to(device)
@@ -267,25 +268,21 @@ def has_random_weights(model) -> bool:
 
 
 def _read_checkpoint(load_checkpoint, model, checkpoint: str, logger):
-    """mmengine's ``load_checkpoint`` of a local file; a file that is not a torch
-    checkpoint (empty, truncated, text) is a one-line ``ValueError`` naming it. A
-    pickle the safe loader refuses (``pickle.UnpicklingError``) passes unchanged."""
-    import pickle
+    """mmengine's ``load_checkpoint`` of a local file. A file that is not a torch
+    checkpoint (empty, truncated, text) is the safe loader's one-line
+    :class:`~mmcirc.engine.CheckpointReadError` (a ``ValueError``) naming it and what is
+    wrong, a pickle it refuses its ``UnsafeCheckpointError``; a checkpoint that holds
+    no state dict (a list, a tensor) a one-line ``ValueError``."""
+    from mmcirc.engine import CheckpointReadError
 
-    from mmcirc.engine import UnsafeCheckpointError
-
-    unreadable = (RuntimeError, EOFError, IndexError, KeyError, ValueError, AttributeError)
     try:
         return load_checkpoint(model, checkpoint, map_location='cpu', logger=logger)
-    except pickle.UnpicklingError as err:
-        if isinstance(err, UnsafeCheckpointError):
-            raise
-        reason = ' '.join(str(err).split())[:300] or type(err).__name__
-        raise ValueError(reason if checkpoint in reason else f'{checkpoint}: {reason}') from None
-    except unreadable as err:
+    except CheckpointReadError:
+        raise
+    except (RuntimeError, IndexError, KeyError, AttributeError, TypeError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
-            f'checkpoint {checkpoint}: not a readable torch checkpoint '
+            f'cannot read {checkpoint}: not a checkpoint of weights: no state dict '
             f'({type(err).__name__}: {reason[:200]})'
         ) from None
 

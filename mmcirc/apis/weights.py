@@ -6,18 +6,33 @@ model has no place for (``unexpected``) are listed in a multi-line log message a
 loading goes on. :func:`recording_fit` collects those lists while mmengine loads, as
 a :class:`WeightsFit`; :func:`~mmcirc.apis.builder.build_model` refuses a checkpoint
 that leaves weights of the model unset (:class:`WeightsMismatchError`) unless asked for
-partial loading. Training keeps mmengine's behaviour (fine-tuning from a backbone
-checkpoint is normal); :class:`OneLineLoadSummary` turns mmengine's message into one
-line (:meth:`WeightsFit.from_message`).
+partial loading. A Runner's loads (``tools/test.py``, ``tools/train.py``) are checked by
+:class:`WeightsFitHook`: testing as ``build_model``, training fine-tunes (heads of other
+shapes start new) but refuses another model's backbone, resuming needs the whole model.
+:class:`OneLineLoadSummary` turns mmengine's message into one line
+(:meth:`WeightsFit.from_message`).
 """
 
 import contextlib
 import logging
 import re
+import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field, fields
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
-__all__ = ['OneLineLoadSummary', 'WeightsFit', 'WeightsMismatchError', 'recording_fit']
+from mmengine.hooks import Hook
+
+__all__ = [
+    'OneLineLoadSummary',
+    'RandomWeightsWarning',
+    'WeightsFit',
+    'WeightsFitHook',
+    'WeightsMismatchError',
+    'another_model',
+    'checkpoint_fit',
+    'recording_fit',
+]
 
 #: torch's per-tensor message for a tensor of another shape (``_load_from_state_dict``).
 _SIZE_MISMATCH = re.compile(
@@ -114,15 +129,38 @@ class WeightsFit:
         return '; '.join(parts) if parts else 'every tensor loaded'
 
 
-class WeightsMismatchError(ValueError):
-    """A checkpoint that leaves weights of the model unset; ``fit`` says which."""
+#: What :class:`WeightsMismatchError` advises by default (the library's keyword; the
+#: commands print their flag, ``--allow-partial-weights``).
+PARTIAL_ADVICE = 'allow_partial_weights=True loads it anyway, the rest random'
 
-    def __init__(self, checkpoint: str, fit: WeightsFit):
+
+class WeightsMismatchError(ValueError):
+    """A checkpoint that leaves weights of ``what`` unset; ``fit`` says which. One line:
+    ``checkpoint PATH does not fit WHAT: <fit.summary()> (ADVICE)``."""
+
+    def __init__(
+        self, checkpoint: str, fit: WeightsFit, what: str = 'the model', advice=PARTIAL_ADVICE
+    ):
         self.checkpoint, self.fit = checkpoint, fit
         super().__init__(
-            f'checkpoint {checkpoint} does not fit the model: {fit.summary()} '
-            '(allow_partial_weights=True loads it anyway, the rest random)'
+            f'checkpoint {checkpoint} does not fit {what}: {fit.summary()}'
+            + (f' ({advice})' if advice else '')
         )
+
+
+class RandomWeightsWarning(UserWarning):
+    """Weights of the model are random: no checkpoint, or one loaded in part."""
+
+
+def _root_lists(loads: list):
+    """A ``load_state_dict`` pre-hook that appends, for each load rooted at the module it
+    is registered on, the (missing, unexpected, errors) lists that load fills."""
+
+    def keep(module, state_dict, prefix, metadata, strict, missing, unexpected, errors):
+        if not prefix:  # the root: mmengine's (torch's) own lists, filled while it loads
+            loads.append((missing, unexpected, errors))
+
+    return keep
 
 
 @contextlib.contextmanager
@@ -130,22 +168,54 @@ def recording_fit(model):
     """Inside the block, loading a state dict into ``model`` through mmengine's
     ``load_state_dict`` (``load_checkpoint``) records its lists; yields a
     :class:`WeightsFit` filled in when the block ends."""
-    lists = {}
-
-    def keep(module, state_dict, prefix, metadata, strict, missing, unexpected, errors):
-        if not prefix:  # the root: mmengine's own lists, filled while it loads
-            lists.update(missing=missing, unexpected=unexpected, errors=errors)
-
+    loads = []
     fit = WeightsFit()
-    handle = model.register_load_state_dict_pre_hook(keep)
+    handle = model.register_load_state_dict_pre_hook(_root_lists(loads))
     try:
         yield fit
     finally:
         handle.remove()
-    if lists:
-        done = WeightsFit.from_lists(lists['missing'], lists['unexpected'], lists['errors'])
+    if loads:
+        done = WeightsFit.from_lists(*loads[-1])
         for f in fields(done):
             setattr(fit, f.name, getattr(done, f.name))
+
+
+def checkpoint_fit(model, checkpoint: dict) -> WeightsFit:
+    """How a loaded ``checkpoint`` (a dict) fits ``model``, found by loading it as
+    mmengine's Runner does (its ``state_dict``, else the dict itself, ``module.``
+    prefixes dropped, mmengine's ``load_state_dict``) while recording (quiet)."""
+    from mmengine.runner.checkpoint import load_state_dict
+
+    from mmcirc.utils.quiet import quiet_logger
+
+    state = checkpoint.get('state_dict', checkpoint)
+    revised = OrderedDict((re.sub(r'^module\.', '', k), v) for k, v in state.items())
+    revised._metadata = getattr(state, '_metadata', OrderedDict())
+    with quiet_logger(logging.ERROR) as logger, recording_fit(model) as fit:
+        load_state_dict(model, revised, strict=False, logger=logger)
+    return fit
+
+
+def another_model(fit: WeightsFit, model, prefix: str = '') -> bool:
+    """Whether ``fit`` (a load into ``model``) shows a checkpoint of another model for
+    the tensors under ``prefix`` (``'backbone.'``; ``''``: all): some shaped otherwise,
+    or none of them loaded."""
+    keys = [k for k in model.state_dict() if k.startswith(prefix)]
+    keys = [k for k in keys if 'num_batches_tracked' not in k]
+    missing = [k for k in fit.missing if k.startswith(prefix)]
+    shaped = [m for m in fit.mismatched if m[0].startswith(prefix)]
+    return bool(shaped) or (bool(keys) and len(missing) >= len(keys))
+
+
+def part_of(fit: WeightsFit, prefix: str) -> WeightsFit:
+    """The tensors of ``fit`` under ``prefix``."""
+    return WeightsFit(
+        missing=[k for k in fit.missing if k.startswith(prefix)],
+        unexpected=[k for k in fit.unexpected if k.startswith(prefix)],
+        mismatched=[m for m in fit.mismatched if m[0].startswith(prefix)],
+        errors=list(fit.errors),
+    )
 
 
 class OneLineLoadSummary(logging.Filter):
@@ -162,3 +232,130 @@ class OneLineLoadSummary(logging.Filter):
                 record.msg += ' (those model tensors keep their initial values)'
             record.args = ()
         return True
+
+
+#: The checks of :class:`WeightsFitHook`, by what the run does with the weights.
+FIT_MODES = ('test', 'train', 'resume')
+
+
+class WeightsFitHook(Hook):
+    """A Runner's loaded weights, checked against its model as they load (the commands
+    register it: ``tools/test.py`` with ``mode='test'``, ``tools/train.py`` with
+    ``'train'`` or ``'resume'``). Its ``after_load_checkpoint`` (priority LOWEST: the
+    checkpoint as the other hooks leave it, just before mmengine loads it) loads the
+    checkpoint into the model while recording (:func:`checkpoint_fit`):
+
+    - ``'test'``: a checkpoint that leaves weights of the model unset is refused
+      (:class:`WeightsMismatchError`, before anything is scored) unless
+      ``allow_partial``; a partial load warns once (:class:`RandomWeightsWarning`).
+    - ``'train'`` (``load_from``, and ``init_cfg`` loads into the backbone, recorded
+      from ``before_run``): fine-tuning loads what fits (heads of other shapes start
+      new, in mmengine's one-line report), but a checkpoint whose backbone does not
+      fit the config's (:func:`another_model`: a tensor shaped otherwise, or none
+      loaded) is refused.
+    - ``'resume'``: the checkpoint must fit the model in full (a config that changed
+      the model's shapes is refused naming the first keys) and leave iterations or
+      epochs to train (``train_cfg.max_iters`` / ``max_epochs`` above the
+      checkpoint's), else a one-line ``ValueError``.
+
+    ``checkpoint``: the path the messages name.
+    """
+
+    priority = 'LOWEST'
+
+    def __init__(self, mode: str, checkpoint: Optional[str] = None, allow_partial=False):
+        if mode not in FIT_MODES:
+            raise ValueError(f'WeightsFitHook: mode must be one of {FIT_MODES}, got {mode!r}')
+        self.mode, self.checkpoint, self.allow_partial = mode, checkpoint, allow_partial
+        self._init_loads, self._handle = [], None
+
+    @staticmethod
+    def _model(runner):
+        from mmengine.model import is_model_wrapper
+
+        return runner.model.module if is_model_wrapper(runner.model) else runner.model
+
+    def before_run(self, runner) -> None:
+        backbone = getattr(self._model(runner), 'backbone', None)
+        if self.mode == 'train' and backbone is not None:  # init_cfg=dict(type='Pretrained')
+            init = getattr(backbone, 'init_cfg', None)
+            inits = init if isinstance(init, list) else [init]
+            files = [i['checkpoint'] for i in inits if isinstance(i, dict) and i.get('checkpoint')]
+            self._init_checkpoint = f'{files[0]} (init_cfg)' if files else 'of init_cfg'
+            self._handle = backbone.register_load_state_dict_pre_hook(_root_lists(self._init_loads))
+
+    def _check_init_loads(self, runner) -> None:
+        if self._handle is None:
+            return
+        self._handle.remove()
+        self._handle = None
+        backbone = self._model(runner).backbone
+        for lists in self._init_loads:
+            fit = WeightsFit.from_lists(*lists)
+            if another_model(fit, backbone):
+                raise WeightsMismatchError(
+                    self._init_checkpoint,
+                    fit,
+                    "the config's backbone (a checkpoint of another model?)",
+                    None,
+                )
+        self._init_loads.clear()
+
+    def before_train(self, runner) -> None:
+        self._check_init_loads(runner)
+
+    def after_load_checkpoint(self, runner, checkpoint) -> None:
+        self._check_init_loads(runner)
+        if not isinstance(checkpoint, dict):
+            return
+        model = self._model(runner)
+        fit = checkpoint_fit(model, checkpoint)
+        path = self.checkpoint or 'load_from'
+        if self.mode == 'resume':
+            if not fit.complete:
+                raise WeightsMismatchError(
+                    path,
+                    fit,
+                    'the model of the config (changed since the checkpoint was saved?)',
+                    'resume with the config it was saved with',
+                )
+            _check_left_to_train(runner, path, checkpoint.get('meta') or {})
+        elif self.mode == 'train':
+            prefix = 'backbone.' if hasattr(model, 'backbone') else ''
+            if another_model(fit, model, prefix):
+                raise WeightsMismatchError(
+                    path,
+                    part_of(fit, prefix),
+                    "the config's backbone (a checkpoint of another model?)",
+                    None,
+                )
+        elif not fit.complete:
+            if not self.allow_partial:
+                raise WeightsMismatchError(path, fit)
+            from mmengine.dist import is_main_process
+
+            if is_main_process():
+                warnings.warn(
+                    f'checkpoint {path} loaded in part: {fit.summary()}; the rest is random, '
+                    "the results are not the checkpoint's",
+                    RandomWeightsWarning,
+                )
+
+
+def _check_left_to_train(runner, path: str, meta: dict) -> None:
+    """A one-line ``ValueError`` when resuming from ``meta`` (a checkpoint's) leaves no
+    iteration or epoch of the run's train loop to train."""
+    from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
+
+    loop = runner.train_loop
+    if isinstance(loop, IterBasedTrainLoop):
+        done, end, unit, key = meta.get('iter', 0), loop.max_iters, 'iteration', 'max_iters'
+    elif isinstance(loop, EpochBasedTrainLoop):
+        done, end, unit, key = meta.get('epoch', 0), loop.max_epochs, 'epoch', 'max_epochs'
+    else:
+        return
+    if isinstance(done, int) and done >= end:
+        raise ValueError(
+            f'nothing left to train: checkpoint {path} is at {unit} {done} and '
+            f'train_cfg.{key} is {end}; raise train_cfg.{key} to train on'
+        )

@@ -5,9 +5,11 @@ config, model, the attention layers asked for, the network input)."""
 import os.path as osp
 import time
 import types
+import warnings
 
 from mmcirc.analysis import vis
 from mmcirc.apis.builder import build_model, has_random_weights, load_model_config
+from mmcirc.apis.weights import RandomWeightsWarning
 from mmcirc.cli.common import (
     CLIError,
     add_cfg_options,
@@ -75,6 +77,7 @@ def setup(args, forms, what):
     from mmcirc.analysis.attention_maps import find_attention_layers
 
     one_line_warnings(category=UserWarning)
+    warnings.filterwarnings('always', category=RandomWeightsWarning)  # shown, in one line
     size = check_args(args)
     [(img_name, img, _, img_src)] = imio.load_images([args.img], args.demo, size)
     cfg = load_model_config(args.config, args.cfg_options)
@@ -84,6 +87,7 @@ def setup(args, forms, what):
         args.checkpoint,
         args.device,
         seed=args.seed,
+        warn_random=args.checkpoint is not None,  # one line if loaded in part
         allow_partial_weights=args.allow_partial_weights,
     )
     if not hasattr(model, 'backbone'):

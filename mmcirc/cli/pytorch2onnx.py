@@ -2,14 +2,22 @@
 
 ``tools/deployment/pytorch2onnx.py`` (the library side is :mod:`mmcirc.deployment.onnx`;
 what the graph holds and what ``--dynamic`` and ``--verify`` do: docs/deployment.md).
-Without CHECKPOINT the weights are random; the file appears only when everything
+Without CHECKPOINT the weights are random (the last line says so); a checkpoint that
+leaves weights of the model unset is refused unless ``--allow-partial-weights`` (then one
+``WARNING:`` line names what stays random). The file appears only when everything
 succeeded.
 """
 
 import argparse
 import os.path as osp
 
-from mmcirc.cli.common import CLIError, add_cfg_options, add_partial_weights_flag, main_guard
+from mmcirc.cli.common import (
+    CLIError,
+    add_cfg_options,
+    add_partial_weights_flag,
+    main_guard,
+    one_line_warnings,
+)
 
 
 def parse_args(argv=None):
@@ -73,14 +81,20 @@ def _check_args(args):
 
 @main_guard
 def main(argv=None):
+    one_line_warnings('build_loss', 'avg_non_ignore')  # mmseg's deprecation notes aside
     args = parse_args(argv)
     _check_args(args)
-    from mmcirc.apis.builder import build_model, load_model_config
+    from mmcirc.apis.builder import build_model, has_random_weights, load_model_config
     from mmcirc.deployment.onnx import ExportError, TensorModel, export_onnx
 
     cfg = load_model_config(args.config, args.cfg_options)
     try:
-        model = build_model(cfg, args.checkpoint, allow_partial_weights=args.allow_partial_weights)
+        model = build_model(
+            cfg,
+            args.checkpoint,
+            warn_random=args.checkpoint is not None,  # one line if loaded in part
+            allow_partial_weights=args.allow_partial_weights,
+        )
         tensor_model = TensorModel(model, features=args.features)
         in_channels = int(getattr(getattr(model, 'backbone', None), 'in_channels', 3) or 3)
         result = export_onnx(
@@ -96,9 +110,11 @@ def main(argv=None):
     except ExportError as err:
         raise CLIError(str(err)) from err
     h, w = args.shape
+    random = ', random weights' if has_random_weights(model) else ''
     print(
         f'wrote {args.out} ({"dynamic batch/H/W" if args.dynamic else f"{h}x{w}"}, opset '
-        f'{args.opset}, {len(result["outputs"])} outputs: {", ".join(result["outputs"])})'
+        f'{args.opset}, {len(result["outputs"])} outputs: {", ".join(result["outputs"])}'
+        f'{random})'
     )
     for r in result.get('verify', []):
         print(

@@ -5,10 +5,13 @@ import argparse
 import os.path as osp
 
 from mmcirc.apis.overrides import apply_backbone_overrides
+from mmcirc.apis.weights import WeightsFitHook
 from mmcirc.cli.common import (
     CLIError,
     add_override_args,
+    add_partial_weights_flag,
     main_guard,
+    one_line_warnings,
     overrides_from_args,
     refused_checkpoints,
 )
@@ -43,6 +46,7 @@ def parse_args(argv=None):
         action='store_true',
         help='allow full unpickling of CHECKPOINT (only for files you trust)',
     )
+    add_partial_weights_flag(parser)
     add_override_args(parser)
     return parse_run_args(parser, argv)
 
@@ -90,6 +94,7 @@ OUTPUTS = dict(mmdet=_mmdet_outputs, mmseg=_mmseg_outputs, mmpretrain=_mmpretrai
 @main_guard
 def main(argv=None):
     args = parse_args(argv)
+    one_line_warnings()
     if not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
@@ -107,5 +112,8 @@ def main(argv=None):
     runner = build_runner(OUTPUTS[scope](cfg, args))
     if args.out and scope != 'mmseg':
         runner.test_evaluator.metrics.append(_dump_metric(scope, args.out))
+    # the checkpoint must fit the model before anything is scored (or loads in part with
+    # the flag, and a warning line)
+    runner.register_hook(WeightsFitHook('test', args.checkpoint, args.allow_partial_weights))
     with refused_checkpoints('--trust-checkpoint'):
         return run_and_release(runner, 'test')

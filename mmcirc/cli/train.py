@@ -2,11 +2,13 @@
 its ``default_scope``)."""
 
 import argparse
+import contextlib
 import logging
 import sys
 
 from mmengine.logging import print_log
 
+from mmcirc.apis.weights import WeightsFitHook
 from mmcirc.cli.common import CLIError, main_guard
 from mmcirc.cli.runner import build_runner, load_config, parse_run_args, run_and_release
 from mmcirc.engine.compile import add_compile_hook
@@ -99,7 +101,27 @@ def main(argv=None):
         cfg.resume, cfg.load_from = True, resume_from(cfg.work_dir, args.resume)
     if args.shard or sharded_config(cfg):
         shard(cfg, args)
-    run_and_release(build_runner(cfg), 'train')
+    with work_dir_lock(cfg):
+        runner = build_runner(cfg)
+        # weights that do not fit: load_from's or init_cfg's backbone of another model,
+        # a resume into a changed model or with nothing left to train: one line
+        mode = 'resume' if cfg.get('resume') else 'train'
+        runner.register_hook(WeightsFitHook(mode, cfg.get('load_from')))
+        run_and_release(runner, 'train')
+
+
+def work_dir_lock(cfg):
+    """One run per work dir: the global rank 0 of the job holds the work dir's lock
+    (:class:`mmcirc.engine.WorkDirLock`) while it trains; a work dir another run holds
+    is a one-line error. The other ranks take nothing."""
+    from mmcirc.engine import WorkDirBusyError, WorkDirLock, launcher_rank
+
+    if launcher_rank(cfg.launcher) != 0:
+        return contextlib.nullcontext()
+    try:
+        return WorkDirLock(cfg.work_dir).acquire()
+    except WorkDirBusyError as err:
+        raise CLIError(str(err)) from None
 
 
 def resume_from(work_dir, resume):

@@ -31,7 +31,6 @@ blocks are refused (:func:`check_exportable`).
 import os
 import os.path as osp
 import re
-import tempfile
 from typing import Dict, List, Sequence, Tuple
 
 import torch
@@ -369,8 +368,8 @@ def export_onnx(
     out = osp.abspath(out)
     folder = osp.dirname(out)
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(out) + '.', suffix='.tmp', dir=folder)
-    os.close(fd)
+    # a fresh name the exporter creates as open() does (the umask's mode, not mkstemp's 0600)
+    tmp = osp.join(folder, f'.{osp.basename(out)}.{os.getpid()}.{os.urandom(4).hex()}.tmp')
     try:
         program = _export(tensor_model, example, names, dynamic, size_divisor, opset)
         program.save(tmp)

@@ -112,6 +112,68 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
         return type(self), (self.path, self.globals)
 
 
+class CheckpointReadError(pickle.UnpicklingError, ValueError):
+    """A file that is not a readable checkpoint: ``cannot read <path>: <reason>``, the
+    reason in words (:func:`unreadable_reason`: ``empty``, ``truncated ...``, ``not a
+    checkpoint: text``, ...); ``path`` and ``reason`` are kept as attributes. A
+    ``ValueError`` (and, as torch's unpickler raises, an ``UnpicklingError``)."""
+
+    def __init__(self, path, reason):
+        self.path, self.reason = str(path), str(reason)
+        super().__init__(f'cannot read {self.path}: {self.reason}')
+
+    def __reduce__(self):
+        return type(self), (self.path, self.reason)
+
+
+#: What torch.load raises for a file that is no checkpoint, besides UnpicklingError:
+#: an empty legacy file (EOFError), a zip cut short (RuntimeError: central directory, or
+#: OSError: Invalid argument), a text file read as a pickle (KeyError / IndexError /
+#: ValueError of an opcode).
+_UNREADABLE = (RuntimeError, EOFError, IndexError, KeyError, ValueError, AttributeError, OSError)
+#: ... but not what the system says of the file itself (raised as they are).
+_NOT_THE_CONTENT = (PermissionError, FileNotFoundError, IsADirectoryError, MemoryError)
+
+
+#: What torch and pickle say of a legacy checkpoint or pickle cut short.
+_ENDS_EARLY = re.compile(r'Ran out of input|unexpected EOF|pickle data was truncated')
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        text = head.decode('utf-8')
+    except UnicodeDecodeError as err:  # a character cut at the end of the sample
+        if err.start < len(head) - 3:
+            return False
+        text = head[: err.start].decode('utf-8')
+    return bool(text) and all(c.isprintable() or c in '\t\n\r\f\v' for c in text)
+
+
+def unreadable_reason(filename, err: BaseException) -> str:
+    """Why ``filename`` did not load (``err``: what torch raised), in words read from
+    the file itself: ``empty``, ``truncated`` (a zip checkpoint without its end record,
+    or a pickle that ends early), ``not a checkpoint: text``, else ``not a torch
+    checkpoint or damaged`` with the loader's own reason."""
+    import zipfile
+
+    size = osp.getsize(filename)
+    if size == 0:
+        return 'empty (0 bytes)'
+    with open(filename, 'rb') as f:
+        head = f.read(4096)
+    if head.startswith(b'PK\x03\x04') and not zipfile.is_zipfile(filename):
+        return f'truncated ({size} bytes: a zip checkpoint without its end record)'
+    if head[:1] == b'\x80' and (isinstance(err, EOFError) or _ENDS_EARLY.search(str(err))):
+        return f'truncated ({size} bytes: the pickle ends early)'
+    if _looks_like_text(head):
+        return 'not a checkpoint: text'
+    if isinstance(err, pickle.UnpicklingError):
+        why = _unpickler_reason(err)
+    else:
+        why = _first_line(err)
+    return f'not a torch checkpoint or damaged ({why[:200]})'
+
+
 def trust_checkpoint(path):
     """Allow full (unsafe) unpickling of the file at ``path``, and only that file."""
     _trusted.add(osp.realpath(osp.expanduser(path)))
@@ -137,18 +199,24 @@ def load_from_local(filename, map_location):
             'it can run arbitrary code',
             stacklevel=2,
         )
-        return torch.load(filename, map_location=map_location, weights_only=False)
+        try:
+            return torch.load(filename, map_location=map_location, weights_only=False)
+        except (pickle.UnpicklingError, *_UNREADABLE) as err:
+            if isinstance(err, _NOT_THE_CONTENT):
+                raise
+            raise CheckpointReadError(filename, unreadable_reason(filename, err)) from None
     try:
         with torch.serialization.safe_globals(MMENGINE_CHECKPOINT_GLOBALS):
             return torch.load(filename, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         names = _refused_globals(filename, err)
         if not names:
-            raise pickle.UnpicklingError(
-                f'cannot read {filename}: not a torch checkpoint or damaged '
-                f'({_unpickler_reason(err)})'
-            ) from None
+            raise CheckpointReadError(filename, unreadable_reason(filename, err)) from None
         raise UnsafeCheckpointError(filename, names) from None
+    except _UNREADABLE as err:  # an empty, truncated or text file: torch's own exceptions
+        if isinstance(err, _NOT_THE_CONTENT):
+            raise
+        raise CheckpointReadError(filename, unreadable_reason(filename, err)) from None
 
 
 def _refused_globals(filename, err):
@@ -335,6 +403,8 @@ _STEP_FILE = re.compile(r'^(epoch|iter)_(\d+)\.pth$')
 
 
 def _first_line(err: BaseException) -> str:
+    if isinstance(err, CheckpointReadError):
+        return err.reason
     text = str(err).strip().splitlines()
     return f'{type(err).__name__}: {text[0] if text else ""}'.rstrip(': ')
 

@@ -108,6 +108,8 @@ def test_an_unreadable_checkpoint_is_a_one_line_value_error_naming_it(tmp_path, 
     with pytest.raises(ValueError) as info:
         build_model(SEG, str(path))
     assert '\n' not in str(info.value) and str(path) in str(info.value)
+    words = {b'': 'empty (0 bytes)', b'model weights, see the README\n': 'not a checkpoint: text'}
+    assert str(info.value).startswith(f'cannot read {path}: {words.get(content, "truncated (")}')
 
 
 def test_the_fit_read_from_mmengines_message_is_the_recorded_one(tmp_path):

@@ -251,3 +251,21 @@ def test_core_count_above_the_bank_is_one_line(tmp_path, capsys):
         capsys,
     )
     assert '--num-cores must be an int in [1, num_cores_max=8]' in msg and "'16'" in msg
+
+
+def test_partial_weights_are_named_in_one_warning_line(tmp_path, capsys):
+    """A checkpoint of 5 classes into the 3-class config: drawn only with
+    --allow-partial-weights, and then one WARNING line on stderr says so."""
+    import torch
+
+    from mmcirc.apis.builder import build_model
+
+    five = build_model(CA_PVT, cfg_options={'model.bbox_head.num_classes': 5}, seed=1)
+    ckpt = tmp_path / 'five.pth'
+    torch.save(dict(state_dict=five.state_dict(), meta={}), ckpt)
+    argv = [CA_PVT, str(ckpt), '--demo', 'astronaut', '--size', '64x96', '--out-dir']
+    assert _tool('bccb_score').main(argv + [str(tmp_path / 'out'), '--allow-partial-weights']) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    warned = [ln for ln in err if 'loaded in part' in ln]
+    assert len(warned) == 1 and warned[0].startswith(f'WARNING: checkpoint {ckpt} loaded in part')
+    assert 'bbox_head.retina_cls.weight' in warned[0]

@@ -102,3 +102,49 @@ def test_out_must_be_onnx(tmp_path, export_main, capsys):
         export_main, [DET, '--shape', '64', '96', '--out', str(tmp_path / 'm.pt')], capsys
     )
     assert code == 1 and err == [f'error: --out must name a .onnx file, got {tmp_path / "m.pt"}']
+
+
+@pytest.fixture(scope='module')
+def partial_export(tmp_path_factory, export_main):
+    """pytorch2onnx with a checkpoint of 5 classes into the 3-class config, loaded in
+    part (``--allow-partial-weights``), under umask 022: (exit code, stderr lines, file)."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from helpers import REPO
+    from mmcirc.apis.builder import build_model
+
+    root = tmp_path_factory.mktemp('partial')
+    five = build_model(DET, cfg_options={'model.bbox_head.num_classes': 5}, seed=0)
+    ckpt = root / 'five.pth'
+    torch.save(dict(state_dict=five.state_dict(), meta={}), ckpt)
+    out = root / 'm.onnx'
+    argv = [DET, str(ckpt), '--shape', '64', '96', '--out', str(out), '--allow-partial-weights']
+    code = (
+        f'import os, sys; os.umask(0o022); from mmcirc.cli.pytorch2onnx import main; main({argv!r})'
+    )
+    proc = subprocess.run(
+        [sys.executable, '-c', code],
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS='2'),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return proc.returncode, proc.stderr.strip().splitlines(), out, str(ckpt)
+
+
+def test_partial_weights_export_warns_in_one_line(partial_export):
+    code, err, _, ckpt = partial_export
+    assert code == 0, err[-20:]
+    warned = [ln for ln in err if 'loaded in part' in ln]
+    assert len(warned) == 1 and warned[0].startswith(f'WARNING: checkpoint {ckpt} loaded in part')
+    assert 'bbox_head.retina_cls.weight: checkpoint (45, ' in warned[0]
+
+
+def test_the_onnx_file_gets_the_umasks_mode(partial_export):
+    code, err, out, _ = partial_export
+    assert code == 0, err[-20:]
+    assert os.stat(out).st_mode & 0o777 == 0o644
