@@ -6,11 +6,11 @@
 #   bash tools/misc/local_slurm.sh stop
 #
 # start installs Debian's slurm-wlm and munge with apt-get where missing, writes a
-# slurm.conf for this machine (one node: nproc CPUs, the memory `free` reports; one
-# partition) and a munge key under its own folder DIR, starts munged, slurmctld and slurmd
-# as root on that folder's files and waits until `srun -n 1 hostname` runs. Nothing under
-# /etc is read or written: the clients find the cluster through SLURM_CONF. stop ends the
-# daemons (and the cluster's jobs) and removes DIR.
+# slurm.conf for this machine (one node: nproc CPUs, 90% of MemTotal; one partition) and
+# a munge key under its own folder DIR, starts munged, slurmctld and slurmd as root on
+# that folder's files and waits until `srun -n 1 hostname` runs. Nothing under /etc is
+# read or written: the clients find the cluster through SLURM_CONF. stop ends the daemons
+# (and the cluster's jobs) and removes DIR.
 #
 # Environment: MMCIRC_SLURM_DIR (DIR, default /tmp/mmcirc-slurm), MMCIRC_SLURM_PORT
 # (slurmctld's port, slurmd's is the next one; default 16817), MMCIRC_SLURM_PARTITION
@@ -50,7 +50,7 @@ write_conf() {
     local host cpus mem
     host=$(hostname -s)
     cpus=$(nproc)
-    mem=$(free -m | awk '/^Mem:/ {print int($2 * 0.9)}')
+    mem=$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
     cat >"$CONF" <<EOF
 # Written by tools/misc/local_slurm.sh: one node, this machine.
 ClusterName=mmcirc-local
