@@ -156,7 +156,7 @@ class CASwin(PyramidBackbone):
         self.drop_after_pos = nn.Dropout(p=drop_rate)
 
         self.stages = ModuleList()
-        for i, kind in enumerate(self.stage_attentions):
+        for i in range(n):
             dims = self.embed_dims[i]
             own = dict(  # the window block's (besides the MLP's)
                 num_heads=self.num_heads[i],
@@ -167,7 +167,7 @@ class CASwin(PyramidBackbone):
                 with_cp=False,
             )
             # the blocks before the merging, as mmdet builds them (the same seeded init)
-            blocks = self._build_blocks(i, mlp_ratio, own, shifted=kind == 'window')
+            blocks = self._build_blocks(i, mlp_ratio, own)
             downsample = (
                 PatchMerging(
                     in_channels=dims,

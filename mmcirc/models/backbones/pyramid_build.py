@@ -252,11 +252,11 @@ class PyramidBuild:
         check_positive_int(cls_name, 'in_channels', in_channels)
         self._mlp_args = dict(drop_rate=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg)
 
-    def _build_blocks(self, i: int, mlp_ratio, own: dict, shifted: bool = False) -> List[nn.Module]:
+    def _build_blocks(self, i: int, mlp_ratio, own: dict) -> List[nn.Module]:
         """The blocks of stage ``i``: its block class (or its block config's ``type``,
         through ``MODELS.build``) with the explicit arguments of its kind, each block's
-        drop path rate (and with ``shifted``, ``shift`` on every second block: Swin's
-        windows), then its block config's options on top.
+        drop path rate and what its class gives the ``j``-th block (``block_args``), then
+        its block config's options on top.
 
         Every kind takes the family's MLP (``embed_dims``, ``feedforward_channels`` =
         ``mlp_ratio`` x width, ``drop_rate``, ``act_cfg``, ``norm_cfg``); the family's own
@@ -269,9 +269,7 @@ class PyramidBuild:
         block, btype, options = self.block_types[i], self.block_cfg_types[i], self.block_options[i]
         blocks = []
         for j in range(self.depths[i]):
-            kwargs = dict(args, drop_path_rate=self.drop_path_rates[i][j])
-            if shifted:
-                kwargs['shift'] = j % 2 == 1
+            kwargs = dict(args, drop_path_rate=self.drop_path_rates[i][j], **block.block_args(j))
             kwargs.update(options)
             try:
                 blocks.append(

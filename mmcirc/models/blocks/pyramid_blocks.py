@@ -20,8 +20,9 @@ keyword arguments. Every block declares, as class attributes (:class:`PyramidBlo
   them ints, which ``torch.fx`` records whole instead of tracing (mmcirc.timm).
 
 A block also says how it takes the backbone's options (:meth:`PyramidBlock.stage_args`
-of a :class:`StageOptions`) and the smallest map it takes (:meth:`PyramidBlock.min_grid`),
-so that the shared builder knows no kind by name.
+of a :class:`StageOptions`), what varies along a stage (:meth:`PyramidBlock.block_args`)
+and the smallest map it takes (:meth:`PyramidBlock.min_grid`), so that the shared
+builder knows no kind by name.
 
 The shared parts run on the tokens (B, N, C) as they come, with the parameter names of
 the families' own layers: :class:`TokenCPE` (the 3x3 depthwise positional conv),
@@ -109,6 +110,11 @@ class PyramidBlock:
         note = f' (stage {stage.index} uses {cls.kind!r} attention)'
         stage.dividing('num_heads', stage.num_heads, note)
         return dict(ffn_type=stage.ffn_type)
+
+    @classmethod
+    def block_args(cls, j: int) -> dict:
+        """The arguments of a stage's ``j``-th block of this kind that vary along the stage."""
+        return {}
 
     def min_grid(self) -> int:
         """The smallest map (rows and columns) this block takes: 1."""

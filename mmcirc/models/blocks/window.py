@@ -56,6 +56,11 @@ class WindowBlock(PyramidBlock, SwinBlock):
             self._mask_hook.remove()
             self._mask_hook = None
 
+    @classmethod
+    def block_args(cls, j: int) -> dict:
+        """Every second block of a stage shifts its windows."""
+        return dict(shift=j % 2 == 1)
+
     def attention_matrix(self, hw: Sequence[int]) -> dict:
         """Each query of the padded map attends to the window**2 keys of its window."""
         h, w = hw

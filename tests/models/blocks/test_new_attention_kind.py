@@ -237,6 +237,37 @@ def test_subclass_arguments_reach_its_blocks(base, ffn_type, ratio):
     assert [b.ffn.feedforward_channels for b in blocks] == [8 * ratio, 16 * ratio, 16 * ratio]
 
 
+class HeadedBlock(PooledBlock):
+    """A pooled block that also takes the backbone's heads and circulant boundary: it
+    says so in ``stage_args``, and the shared builder passes them on unedited."""
+
+    def __init__(self, *args, num_heads=None, boundary=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.taken = (num_heads, boundary)
+
+    @classmethod
+    def stage_args(cls, stage):
+        return dict(super().stage_args(stage), num_heads=stage.num_heads, boundary=stage.boundary)
+
+
+@pytest.mark.parametrize('base', [CAPVT, CASwin])
+def test_a_kind_takes_the_backbone_options_its_class_names(base):
+    headed = type(
+        'Headed', (base,), dict(attention_blocks=dict(base.attention_blocks, pooled=HeadedBlock))
+    )
+    model = headed(arch=TINY, attention='pooled', boundary='zero')
+    assert [b.taken for s in model.stages[:2] for b in s.blocks] == [
+        (1, 'zero'),
+        (2, 'zero'),
+        (2, 'zero'),
+    ]
+    arch = dict(TINY, num_heads=[1, 3, 2, 4])  # 3 does not divide 16: the default check
+    with pytest.raises(
+        ValueError, match=r"num_heads\[1\]=3 must divide embed_dims\[1\]=16 \(stage 1 uses 'pooled'"
+    ):
+        headed(arch=arch, attention='pooled')
+
+
 @pytest.mark.parametrize('base', [CAPVT, CASwin])
 def test_gain_reaches_the_output(base):
     torch.manual_seed(0)
