@@ -68,7 +68,7 @@ class CheckpointKindError(ConversionError):
 def load_source(path: str, trust: bool = False):
     """Load a checkpoint file with mmcirc's safe loader (tensors, containers and the
     types mmengine writes; ``trust=True`` allows full unpickling of this one file)."""
-    from mmcirc.engine import load_from_local, trust_checkpoint
+    from mmcirc.engine import CheckpointReadError, load_from_local, trust_checkpoint
 
     if not osp.isfile(osp.expanduser(path)):
         raise FileNotFoundError(f'checkpoint not found: {path}')
@@ -76,6 +76,8 @@ def load_source(path: str, trust: bool = False):
         trust_checkpoint(path)
     try:
         return load_from_local(path, map_location='cpu')
+    except CheckpointReadError as err:  # empty, truncated, text: in words, naming the file
+        raise ConversionError(f'cannot read {path}: {err.reason}') from None
     except (RuntimeError, EOFError, IndexError, KeyError, ValueError) as err:  # not one
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConversionError(f'cannot read {path}: {reason}') from None
