@@ -271,9 +271,14 @@ class WeightsFitHook(Hook):
 
     @staticmethod
     def _model(runner):
-        from mmengine.model import is_model_wrapper
+        """The model the weights load into: without a DDP or test-time-augmentation
+        wrapper (mmengine's ``load_state_dict`` unwraps both)."""
+        from mmengine.model import BaseTTAModel, is_model_wrapper
 
-        return runner.model.module if is_model_wrapper(runner.model) else runner.model
+        model = runner.model
+        while is_model_wrapper(model) or isinstance(model, BaseTTAModel):
+            model = model.module
+        return model
 
     def before_run(self, runner) -> None:
         backbone = getattr(self._model(runner), 'backbone', None)

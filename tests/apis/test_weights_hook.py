@@ -185,3 +185,15 @@ def test_resuming_with_iterations_left_passes(models):
     WeightsFitHook('resume', 'iter_4.pth').after_load_checkpoint(
         _runner(_fresh(models), max_iters=5), _checkpoint(models.seg, iter=4)
     )
+
+
+def test_testing_through_a_test_time_augmentation_wrapper_is_checked_too(models):
+    """``--tta``: the Runner's model is mmseg's SegTTAModel around the config's; the
+    checkpoint loads into the inner model (mmengine unwraps it) and is checked there."""
+    from mmseg.models import SegTTAModel
+
+    wrapped = SegTTAModel(module=_fresh(models))
+    with pytest.raises(WeightsMismatchError, match=HEAD):
+        WeightsFitHook('test', 'three.pth').after_load_checkpoint(
+            _runner(wrapped), _checkpoint(models.three)
+        )
