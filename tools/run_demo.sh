@@ -2,19 +2,31 @@
 # The README's main job: train CA-PVT-T RetinaNet on the generated shapes data with the
 # same tools/train.py users run on COCO, evaluate COCO mAP with tools/test.py and paint
 # detections on validation images; then the same for CA-PVT-T Semantic FPN on the
-# generated ADE20K-format data (mIoU). Installs what is missing first.
+# generated ADE20K-format data (mIoU).
 #   bash tools/run_demo.sh            # both jobs
 #   bash tools/run_demo.sh det        # detection only (seg: segmentation only)
+# In a checkout it installs what is missing first (tools/setup_env.sh: .venv/) and runs in
+# the repository root. From a wheel (mmcirc/.mim/tools/run_demo.sh, no setup_env.sh there)
+# it runs with $PYTHON (default: python3, the one mmcirc is installed in) and writes data/
+# and work_dirs/ in the current folder.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-bash tools/setup_env.sh
-PY=.venv/bin/python
 JOBS="${1:-all}"
+case "$JOBS" in
+  all|det|seg) ;;
+  *) echo "error: job must be all, det or seg, got '$JOBS'" >&2; exit 2 ;;
+esac
+if [ -f "$ROOT/tools/setup_env.sh" ]; then
+  cd "$ROOT"
+  bash tools/setup_env.sh
+  PY=.venv/bin/python
+else
+  PY="${PYTHON:-python3}"
+fi
 
 if [ ! -f data/toy_coco/annotations/instances_val2017.json ] || [ ! -d data/toy_ade ]; then
   echo "[demo] generating the toy datasets into data/"
-  $PY tools/dataset_converters/make_toy_data.py coco ade
+  "$PY" "$ROOT/tools/dataset_converters/make_toy_data.py" coco ade
 fi
 
 # train_then_test CONFIG WORK_DIR METRIC SHOW_DIR THREADS (mmdet reads --show-dir below
@@ -25,10 +37,10 @@ train_then_test() {
   local env=()
   [ -n "$threads" ] && env=(env OMP_NUM_THREADS="$threads")
   echo "[demo] training $cfg -> $work${threads:+ ($threads thread(s))}"
-  "${env[@]}" $PY tools/train.py "$cfg" --work-dir "$work"
+  "${env[@]}" "$PY" "$ROOT/tools/train.py" "$ROOT/$cfg" --work-dir "$work"
   local ckpt="$work/$(xargs basename < "$work/last_checkpoint")"
   echo "[demo] evaluating $ckpt ($metric); painted predictions under $work/test"
-  "${env[@]}" $PY tools/test.py "$cfg" "$ckpt" --work-dir "$work/test" --show-dir "$show"
+  "${env[@]}" "$PY" "$ROOT/tools/test.py" "$ROOT/$cfg" "$ckpt" --work-dir "$work/test" --show-dir "$show"
 }
 
 if [ "$JOBS" = all ] || [ "$JOBS" = det ]; then
