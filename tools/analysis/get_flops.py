@@ -175,8 +175,16 @@ def report(model, fc):
     return rows, summary
 
 
+def unsigned_zero(value: float, digits: int) -> float:
+    """``value`` rounded to ``digits`` decimals, a negative zero made 0.0: the backbone's
+    remainder after its stages is a difference of float sums (FFT counts are not whole),
+    which may leave -1e-9 where nothing is left."""
+    return round(value, digits) + 0.0
+
+
 def fmt_flops(x):
-    return f'{x / 1e9:.3f} G' if x >= 1e7 else f'{x / 1e6:.3f} M'
+    """``x`` multiply-adds in G (from 10 M) or M, three decimals."""
+    return f'{x / 1e9:.3f} G' if x >= 1e7 else f'{unsigned_zero(x / 1e6, 3):.3f} M'
 
 
 def print_table(rows, summary, title):
@@ -184,7 +192,9 @@ def print_table(rows, summary, title):
     print('| part | attention | FLOPs | attn FLOPs | attn share | params |')
     print('|---|---|---:|---:|---:|---:|')
     for r in rows + [dict(summary, part='**total**', attention='')]:
-        share = f'{100 * r["attn_flops"] / r["flops"]:.1f} %' if r['flops'] else '-'
+        share = '-'
+        if r['flops']:
+            share = f'{unsigned_zero(100 * r["attn_flops"] / r["flops"], 1):.1f} %'
         print(
             f'| {r["part"]} | {r["attention"]} | {fmt_flops(r["flops"])} | '
             f'{fmt_flops(r["attn_flops"])} | {share} | {r["params"] / 1e6:.2f} M |'
