@@ -1,11 +1,10 @@
 """The one table of mmcirc's backbone families: :data:`FAMILIES` maps a family
-(``'pvt'``, ``'swin'``, ``'deit'``, ``'veca'``) to its row, a :class:`Family`: its
-backbone classes, the family's base class first (``CAPVT``, ``CorePVT``; ``CASwin``,
-``CoreSwin``; ``CADeiT``; ``VECAViT``), and its checkpoint converter. A class enters it
-where it is defined, with :func:`register_family`, as does a subclass that adds an
-attention kind (``family`` names its family); a converter where it is defined
-(``mmcirc/models/convert``), with :func:`register_converter`. The converters, the
-backbone overrides and timm read it. Torch only: it imports nothing.
+(``'pvt'``, ``'swin'``, ``'deit'``, ``'veca'``) to its :class:`Family` row: its backbone
+classes, the base class first (``CAPVT``, ``CorePVT``; ``CASwin``, ``CoreSwin``;
+``CADeiT``; ``VECAViT``), entered where each is defined (:func:`register_family`, as does
+a subclass that adds an attention kind), and its converter, entered where it is defined
+(:func:`register_converter`, ``mmcirc/models/convert``). The converters, the backbone
+overrides and timm read it. Torch only: it imports nothing.
 """
 
 from dataclasses import dataclass, field
@@ -24,14 +23,10 @@ __all__ = [
 
 @dataclass
 class Family:
-    """A row of :data:`FAMILIES`.
-
-    Attributes:
-        classes: the family's backbone classes, in the order they were added.
-        convert: ``convert(src, load, meta, **options) -> (result, default_out, title)``,
-            a checkpoint file for the family (:func:`mmcirc.models.convert.convert_file`).
-        layouts: a pyramid family's source layouts (the module of its key converters).
-    """
+    """A row of :data:`FAMILIES`: the family's backbone classes in the order they were
+    added; its converter, ``convert(src, load, meta, **options) -> (result, default_out,
+    title)`` (:func:`mmcirc.models.convert.convert_file`); a pyramid's source layouts
+    (the module of its key converters)."""
 
     classes: List[type] = field(default_factory=list)
     convert: Optional[Callable] = None
