@@ -48,15 +48,17 @@ def load(path: str) -> dict:
 # ----------------------------------------------------------------------------- the GPU
 
 
-def _gpu_machine(store: dict, part: dict) -> str:
+def _gpu_machine(store: dict, part: dict, commit: bool = False) -> str:
     """The machine line of one part of the GPU results: its device and versions, its
     ``command`` (the exact command line) or, where none is known, its
-    ``command_not_recorded`` (what is known instead), and the code it measured."""
+    ``command_not_recorded`` (what is known instead), and the code it measured (with
+    ``commit``: the commit it measured, for the record of docs/benchmarks.md)."""
     env = store['environment']
     ran = f'`{part["command"]}`' if part.get('command') else part['command_not_recorded']
+    code = env['code'] + (f'; commit {env["commit"]}' if commit else '')
     return (
         f'GPU: {env["device"]}, torch {env["torch"]} + CUDA {env["cuda"]}, mmcv {env["mmcv"]}, '
-        f'{env["date"]}; {ran}; {env["code"]}.'
+        f'{env["date"]}; {ran}; {code}.'
     )
 
 
@@ -75,14 +77,15 @@ def _gpu_backbone_table(store: dict) -> str:
     return markdown_table(head, table, 'l' + 'r' * len(part['columns']))
 
 
-def render_gpu_headline(store: dict) -> str:
-    """The README's GPU table: the backbones' times with the speed-up against the peer."""
+def render_gpu_headline(store: dict, commit: bool = False) -> str:
+    """The README's GPU table: the backbones' times with the speed-up against the peer
+    (``commit``: :func:`_gpu_machine`'s)."""
     part = store['backbones']
     return (
         _gpu_backbone_table(store)
         + f'\n\nGPU, {part["settings"]}; in brackets: against PVT-S (the PVT-S '
         'variants) or Swin-T (CA-Swin-T) in the same run, below 1x: slower than the peer.\n\n'
-        + _gpu_machine(store, part)
+        + _gpu_machine(store, part, commit)
     )
 
 
@@ -102,12 +105,12 @@ def render_gpu(store: dict) -> str:
     ]
     head = ['batch', 'input', 'precision', 'CA-DeiT-T (ms)', 'DeiT-T (ms)', 'speed-up']
     return (
-        render_gpu_headline(store)
+        render_gpu_headline(store, commit=True)
         + '\n\n'
         + markdown_table(head, rows, 'rllrrr')
         + f'\n\n{iso["settings"]}. The official CA-DeiT-T code (its own model file, not '
         f"mmcirc's): {iso['official_ca_deit_t_224_fp32_ms']} ms at 224 px, fp32, batch 1.\n\n"
-        + _gpu_machine(store, iso)
+        + _gpu_machine(store, iso, commit=True)
     )
 
 
@@ -118,9 +121,9 @@ RUN_KEYS = ('date', 'machine', 'commit', 'torch', 'threads')
 
 
 def toy_runs(store: dict, which: str = 'runs') -> List[dict]:
-    """The main job's runs of ``which`` (``'runs'``: at the current numerics, the commit
-    ``store['numerics']['commit']`` and later; ``'earlier_runs'``), each checked to name
-    its date, machine, commit, torch and threads."""
+    """The main job's runs of ``which`` (``'runs'``: of code with the numerics it has,
+    ``store['numerics']``; ``'earlier_runs'``: of code with other numerics), each checked
+    to name its date, machine, commit, torch and threads."""
     runs = store.get(which, [])
     for i, run in enumerate(runs):
         missing = [k for k in RUN_KEYS if k not in run]
@@ -137,7 +140,8 @@ def _spread(runs: List[dict], job: str, key: str) -> str:
 
 def render_toy(store: dict) -> str:
     """The README's main-job table: per job its data, schedule and the spread of its
-    seed-0 result over the runs at the current numerics (at least two CPU types)."""
+    seed-0 result over the runs with the code's numerics (at least two CPU types); their
+    commits are docs/benchmarks.md's."""
     runs, rows = toy_runs(store), []
     cpus = sorted({r['machine'] for r in runs})
     if len(cpus) < 2:
@@ -149,13 +153,13 @@ def render_toy(store: dict) -> str:
             [job['label'], job['data'], job['schedule'], f'{metric} ({also})', job['untrained']]
         )
     head = ['job', 'data', 'schedule', f'result, seed {store["seed"]}', 'untrained model']
-    machines = '; '.join(f'{r["machine"]}, {r["date"]}, commit {r["commit"]}' for r in runs)
+    machines = '; '.join(f'{r["machine"]}, {r["date"]}' for r in runs)
     return (
         markdown_table(head, rows)
         + f'\n\nThe lowest and highest of {len(runs)} runs of `{store["command"]}` on '
-        f'{len(cpus)} CPU types ({machines}), all at the current numerics (commit '
-        f'{store["numerics"]["commit"]}, {store["numerics"]["what"]}, and later). Other CPUs '
-        'and a change of the arithmetic may differ by about that spread; each run, its figures: '
+        f'{len(cpus)} CPU types ({machines}), all with the numerics the code has: '
+        f'{store["numerics"]["what"]}. Other CPUs and a change of the arithmetic may differ by '
+        'about that spread; each run, its commit and figures: '
         '[docs/benchmarks.md](docs/benchmarks.md#the-main-job).'
     )
 
@@ -180,8 +184,9 @@ def render_toy_runs(store: dict) -> str:
     ]
     return (
         f'`{store["command"]}` (seed {store["seed"]}; detection: '
-        f'`{jobs["det"]["config"]}`, segmentation: `{jobs["seg"]["config"]}`); the current '
-        f'numerics since commit {store["numerics"]["commit"]} ({store["numerics"]["what"]})\n\n'
+        f'`{jobs["det"]["config"]}`, segmentation: `{jobs["seg"]["config"]}`); the rows without '
+        f'a mark have the numerics the code has ({store["numerics"]["what"]}), from commit '
+        f'{store["numerics"]["commit"]} on\n\n'
         + markdown_table(head, rows, 'l' * 5 + 'r' * len(metrics))
     )
 

@@ -1,5 +1,6 @@
 """``tools/test.py``: evaluate a checkpoint on an mmdet, mmseg or mmpretrain config's test
-set; the backbone overrides are written into the config before the model is built."""
+set, with mmdet's command line (``--show``, ``--show-dir``, ``--wait-time``, ``--tta``,
+``--out``); the backbone overrides are written into the config before the model is built."""
 
 import argparse
 import os.path as osp
@@ -14,6 +15,7 @@ from mmcirc.cli.common import (
     one_line_warnings,
     overrides_from_args,
     refused_checkpoints,
+    show_or_warn,
 )
 from mmcirc.cli.runner import build_runner, load_config, parse_run_args, run_and_release
 from mmcirc.engine.compile import add_compile_hook
@@ -29,9 +31,22 @@ def parse_args(argv=None):
         'mmpretrain; a directory of label PNGs for mmseg)',
     )
     parser.add_argument(
+        '--show',
+        action='store_true',
+        help='show the painted predictions in a window (none without a display)',
+    )
+    parser.add_argument(
         '--show-dir',
         help='save painted predictions under '
         'work_dir/<timestamp>/<show_dir> (mmdet) or this directory',
+    )
+    parser.add_argument(
+        '--wait-time', type=float, default=2, help='seconds each shown image stays (--show)'
+    )
+    parser.add_argument(
+        '--tta',
+        action='store_true',
+        help="test-time augmentation: the config's tta_pipeline and tta_model",
     )
     parser.add_argument(
         '--compile',
@@ -54,15 +69,18 @@ def parse_args(argv=None):
 def _mmdet_outputs(cfg, args):
     from mmdet.engine.hooks.utils import trigger_visualization_hook
 
-    if args.show_dir:
-        args.show, args.wait_time = False, 0
+    if args.show or args.show_dir:
         cfg = trigger_visualization_hook(cfg, args)
     return cfg
 
 
 def _mmseg_outputs(cfg, args):
+    vis = cfg.default_hooks.visualization
+    if args.show or args.show_dir:
+        vis.draw = True
+    if args.show:
+        vis.show, vis.wait_time = True, args.wait_time
     if args.show_dir:
-        cfg.default_hooks.visualization.draw = True
         cfg.visualizer.save_dir = args.show_dir
     if args.out:
         cfg.test_evaluator.output_dir = args.out
@@ -71,10 +89,30 @@ def _mmseg_outputs(cfg, args):
 
 
 def _mmpretrain_outputs(cfg, args):
+    vis = cfg.default_hooks.visualization
+    if args.show or args.show_dir:
+        vis.enable = True
+    if args.show:
+        vis.show, vis.wait_time = True, args.wait_time
     if args.show_dir:
-        cfg.default_hooks.visualization.enable = True
-        cfg.default_hooks.visualization.out_dir = args.show_dir
+        vis.out_dir = args.show_dir
     return cfg
+
+
+def _test_time_aug(cfg, config: str) -> None:
+    """``--tta``: the config's ``tta_model`` wraps its model and its ``tta_pipeline``
+    feeds the test set, as mmdet's and mmseg's ``test.py`` do; a config without them is
+    a one-line :class:`CLIError`."""
+    from mmengine.config import ConfigDict
+
+    missing = [key for key in ('tta_model', 'tta_pipeline') if not cfg.get(key)]
+    if missing:
+        raise CLIError(
+            f'--tta: {config} has no {" and no ".join(missing)} (the test-time augmentation '
+            f"to run: as in {cfg.default_scope}'s *_tta.py configs)"
+        )
+    cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
 
 
 def _dump_metric(scope, out):
@@ -109,7 +147,11 @@ def main(argv=None):
     cfg.load_from = args.checkpoint
     if args.compile:
         add_compile_hook(cfg, args.compile)
-    runner = build_runner(OUTPUTS[scope](cfg, args))
+    args.show = show_or_warn(args.show, '--show-dir DIR')
+    cfg = OUTPUTS[scope](cfg, args)
+    if args.tta:
+        _test_time_aug(cfg, args.config)
+    runner = build_runner(cfg)
     if args.out and scope != 'mmseg':
         runner.test_evaluator.metrics.append(_dump_metric(scope, args.out))
     # the checkpoint must fit the model before anything is scored (or loads in part with
