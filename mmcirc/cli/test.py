@@ -75,11 +75,10 @@ def _mmdet_outputs(cfg, args):
 
 
 def _mmseg_outputs(cfg, args):
-    vis = cfg.default_hooks.visualization
     if args.show or args.show_dir:
-        vis.draw = True
+        cfg.default_hooks.visualization.draw = True
     if args.show:
-        vis.show, vis.wait_time = True, args.wait_time
+        cfg.default_hooks.visualization.update(show=True, wait_time=args.wait_time)
     if args.show_dir:
         cfg.visualizer.save_dir = args.show_dir
     if args.out:
@@ -89,13 +88,12 @@ def _mmseg_outputs(cfg, args):
 
 
 def _mmpretrain_outputs(cfg, args):
-    vis = cfg.default_hooks.visualization
     if args.show or args.show_dir:
-        vis.enable = True
+        cfg.default_hooks.visualization.enable = True
     if args.show:
-        vis.show, vis.wait_time = True, args.wait_time
+        cfg.default_hooks.visualization.update(show=True, wait_time=args.wait_time)
     if args.show_dir:
-        vis.out_dir = args.show_dir
+        cfg.default_hooks.visualization.out_dir = args.show_dir
     return cfg
 
 
