@@ -12,7 +12,7 @@ PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 DIR="$(cd "$(dirname "$0")" && pwd)"
 LAUNCH=(--no-python)  # each process under setpriv where util-linux has it, then Python
-if command -v setpriv >/dev/null 2>&1; then LAUNCH+=(setpriv --pdeathsig KILL --); fi
+if setpriv --pdeathsig KILL true 2>/dev/null; then LAUNCH+=(setpriv --pdeathsig KILL --); fi
 PYTHONPATH="$DIR/..":${PYTHONPATH:-} \
 exec "${PYTHON:-python}" -m torch.distributed.run \
     --nnodes="$NNODES" --node-rank="$NODE_RANK" --master-addr="$MASTER_ADDR" \

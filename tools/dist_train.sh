@@ -19,7 +19,7 @@ MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 MAX_RESTARTS=${MAX_RESTARTS:-0}
 DIR="$(cd "$(dirname "$0")" && pwd)"
 LAUNCH=(--no-python)  # each process under setpriv where util-linux has it, then Python
-if command -v setpriv >/dev/null 2>&1; then LAUNCH+=(setpriv --pdeathsig KILL --); fi
+if setpriv --pdeathsig KILL true 2>/dev/null; then LAUNCH+=(setpriv --pdeathsig KILL --); fi
 if [ "$MAX_RESTARTS" -gt 0 ]; then
     # static rendezvous keeps one store for all rounds: restarted processes would read the
     # previous round's addresses
