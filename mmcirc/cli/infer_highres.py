@@ -9,7 +9,8 @@ Per image, under --out-dir (atomically, the JSON last): ``<name>_<H>x<W>_<config
 (:mod:`.infer_highres_dense`). ``--shard`` (this process is one torchrun rank) and
 ``--nproc P`` (P local gloo ranks) run sharded inference
 (:mod:`mmcirc.distributed.segmentor`): every rank holds a band of rows, rank 0 writes the
-same files; a failing rank stops all with one line and no file.
+same files; a failing rank stops all with one line and no file. ``--shard-size S``: groups
+of S ranks, each predicting its share of the images (the first rank of each writes them).
 """
 
 import argparse
@@ -119,6 +120,13 @@ def parse_args(argv=None):
         '--shard', action='store_true', help='one rank of a torchrun group (sharded inference)'
     )
     shard.add_argument('--nproc', type=int, help='sharded inference on P local processes')
+    parser.add_argument(
+        '--shard-size',
+        type=int,
+        metavar='S',
+        help='with --shard / --nproc: S ranks per image, the ranks as groups of S that '
+        'predict their share of the images at once (default: every rank on each image)',
+    )
     return parser.parse_args(argv)
 
 
@@ -185,6 +193,8 @@ def _check_args(args):
         raise CLIError(f'--out-dir {args.out_dir} is a file, not a folder')
     if args.img:
         imio.output_names(args.img)  # two inputs writing the same outputs: refused now
+    if args.shard_size is not None and not (args.shard or args.nproc is not None):
+        raise CLIError('--shard-size needs --shard or --nproc')
     if args.compile is not None:
         import torch
 
@@ -313,12 +323,14 @@ def main(argv=None):
 
 
 def _rank(args, overrides, size):
-    """One rank of ``--shard`` / ``--nproc``: build, shard (errors before any image),
-    predict each image band-wise; rank 0 writes the files and returns its lines."""
+    """One rank of ``--shard`` / ``--nproc``: build, shard over its spatial group of
+    ``--shard-size`` ranks (errors before any image), predict its group's images
+    band-wise (image k: group k mod G, every group at once); each group's first rank
+    writes its images' files, world rank 0 returns every image's line."""
     import torch.distributed as dist
 
     from mmcirc import apis
-    from mmcirc.distributed.comm import group_rank_size
+    from mmcirc.distributed.comm import data_rank, data_space_mesh, group_rank_size
     from mmcirc.distributed.segmentor import infer as pinf
     from mmcirc.distributed.segmentor.model import check_size, shard_model
 
@@ -328,6 +340,8 @@ def _rank(args, overrides, size):
 
         trust_checkpoint(args.checkpoint)
     with as_cli_errors(), refused_checkpoints('--trust-checkpoint'):
+        mesh = data_space_mesh(args.shard_size)  # None: every rank on each image
+        group = None if mesh is None else mesh.get_group('space')
         cfg = apis.load_highres_config(args.config, args.cfg_options, overrides)
         model = apis.build_model(
             cfg,
@@ -337,18 +351,26 @@ def _rank(args, overrides, size):
             allow_partial_weights=args.allow_partial_weights,
         )
         backbone = apis.backbone_summary(apis.image_backbone(model))
-        sharded = shard_model(model)  # an unsupported layer: ValueError, nothing read yet
+        sharded = shard_model(model, group)  # an unsupported layer: ValueError, nothing read yet
     pinf.sync_weights(model)  # random weights: rank 0's everywhere
     images = imio.load_images(args.img, args.demo, size) if rank == 0 else None
     meta = [[(n, i.shape[:2], s, w) for n, i, s, w in images] if rank == 0 else None]
     dist.broadcast_object_list(meta, 0)
-    lines = []
-    for k, (name, hw, source_size, where) in enumerate(meta[0]):
+    d, groups = data_rank(args.shard_size)
+    ranks = world // groups
+    for _, hw, _, _ in meta[0]:  # every rank refuses alike, before any image
         with as_cli_errors():
-            check_size(model, hw, world)
-        img = images[k][1] if rank == 0 else None
-        labels, rec = pinf.run_image_sharded(sharded, img, hw)
-        if rank != 0:
+            check_size(model, hw, ranks)
+    mine = pinf.share_images(
+        [i for _, i, _, _ in images] if rank == 0 else None,
+        [hw for _, hw, _, _ in meta[0]],
+        args.shard_size,
+    )
+    lines = {}
+    for k in range(d, len(meta[0]), groups):
+        name, hw, source_size, where = meta[0][k]
+        labels, rec = pinf.run_image_sharded(sharded, mine.get(k), hw, group)
+        if k not in mine:
             continue
         rec = rec_io.HighResResult(
             image=where, input_size=list(hw), source_size=list(source_size), config=args.config,
@@ -358,16 +380,17 @@ def _rank(args, overrides, size):
             labels_present=int(len(set(labels.ravel().tolist()))),
         )  # fmt: skip
         base = rec_io.output_stem(args.out_dir, name, hw, args.config, overrides)
-        rec_io.write_result(
-            base, rec, images[k][1], labels, model.dataset_meta['palette'], args.opacity
-        )
-        lines.append(
-            f'{name} {hw[0]}x{hw[1]} | {backbone["type"]} sharded over {world} ranks | '
+        rec_io.write_result(base, rec, mine[k], labels, model.dataset_meta['palette'], args.opacity)
+        lines[k] = (
+            f'{name} {hw[0]}x{hw[1]} | {backbone["type"]} sharded over {ranks} ranks | '
             f'{rec.time_s:.2f} s | peak RSS per rank '
             + ', '.join(f'{r["peak_rss_mb"] / 1024:.2f}' for r in rec.per_rank)
             + f' GB | {rec.bytes_sent / MB:.1f} MB sent | {base}_overlay.png'
         )
-    return lines
+    every = [None] * world if rank == 0 else None
+    dist.gather_object(lines, every, dst=0)  # the groups' lines, in the images' order
+    merged = {k: v for g in every or () for k, v in g.items()}
+    return [merged[k] for k in sorted(merged)]
 
 
 def main_sharded(args, overrides, size):
@@ -383,6 +406,8 @@ def main_sharded(args, overrides, size):
 
         if args.nproc < 1:
             raise CLIError(f'--nproc must be a positive int, got {args.nproc}')
+        if args.shard_size is not None and (args.shard_size < 1 or args.nproc % args.shard_size):
+            raise CLIError(f'--shard-size must divide --nproc {args.nproc}, got {args.shard_size}')
         threads = max(1, torch.get_num_threads() // args.nproc)
         try:
             lines = run_parallel(_rank, args.nproc, (args, overrides, size), threads=threads)[0]

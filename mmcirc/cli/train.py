@@ -46,6 +46,13 @@ def parse_args(argv=None):
         'torchrun world computes one band of rows of every sample; the loss, gradients '
         "and updates are one process's (mmcirc.distributed.segmentor.train.SpatialParallel)",
     )
+    parser.add_argument(
+        '--shard-size',
+        type=int,
+        metavar='S',
+        help='with --shard: S ranks per spatial group, the W ranks as W / S data-parallel '
+        'groups, each reading its own samples (default: the whole world, one group)',
+    )
     return parse_run_args(parser, argv)
 
 
@@ -70,9 +77,9 @@ def sharded_config(cfg) -> bool:
 
 
 def shard(cfg, args):
-    """``--shard``: the config made spatially sharded
-    (:func:`mmcirc.distributed.segmentor.train.shard_config`); a distributed launch is
-    required."""
+    """``--shard`` (``--shard-size S``: S ranks per spatial group): the config made
+    spatially sharded (:func:`mmcirc.distributed.segmentor.train.shard_config`); a
+    distributed launch is required."""
     from mmcirc.distributed.segmentor.train import shard_config
 
     if cfg.launcher == 'none':
@@ -82,7 +89,9 @@ def shard(cfg, args):
         )
     if args.auto_scale_lr:
         raise CLIError('--shard and --auto-scale-lr: the ranks share one batch')
-    shard_config(cfg)
+    if args.shard_size is not None and args.shard_size < 1:
+        raise CLIError(f'--shard-size must be a positive int, got {args.shard_size}')
+    shard_config(cfg, args.shard_size)
 
 
 @main_guard
@@ -101,6 +110,8 @@ def main(argv=None):
         cfg.resume, cfg.load_from = True, resume_from(cfg.work_dir, args.resume)
     if args.shard or sharded_config(cfg):
         shard(cfg, args)
+    elif args.shard_size is not None:
+        raise CLIError('--shard-size needs --shard')
     with work_dir_lock(cfg):
         runner = build_runner(cfg)
         # weights that do not fit: load_from's or init_cfg's backbone of another model,
