@@ -176,6 +176,8 @@ def main(argv=None):
     with as_cli_errors():
         scope = load_model_config(args.config).default_scope
     _check_flags(scope, args)
+    if osp.exists(args.out_dir) and not osp.isdir(args.out_dir):
+        raise CLIError(f'--out-dir {args.out_dir} is a file, not a folder')
     files = image_files(args.inputs)
     written = output_files(files, scope, args)
     show = show_or_warn(args.show, '--out-dir DIR')

@@ -109,3 +109,12 @@ def test_a_flag_of_the_other_library_is_refused(toy_root, tmp_path, toy_checkpoi
     code, _, err = _run(argv, capsys)
     assert code == 1 and err == [f"error: --opacity is mmseg's; {DET} is an mmdet config"]
     assert not (tmp_path / 'out').exists()
+
+
+def test_an_out_dir_that_is_a_file_is_one_line(toy_root, tmp_path, toy_checkpoints, capsys):
+    folder = _images(toy_root, tmp_path, ['000000000001.jpg'])
+    out = tmp_path / 'out'
+    out.write_text('mine')
+    code, _, err = _run([folder, DET, toy_checkpoints['det'], '--out-dir', out], capsys)
+    assert code == 1 and err == [f'error: --out-dir {out} is a file, not a folder']
+    assert out.read_text() == 'mine'
