@@ -44,33 +44,7 @@ class Parser(argparse.ArgumentParser):
 def suite_modules() -> dict:
     """name -> module of every suite (the modules of :mod:`mmcirc.benchmark.suites`)."""
     names = sorted(m.name for m in pkgutil.iter_modules(suites.__path__))
-    out = {n: importlib.import_module(f'{suites.__name__}.{n}') for n in names}
-    if not hasattr(out['sharded'], 'add_arguments'):  # TEMPORARY: the sharded suite's interface
-        _sharded_interface(out['sharded'])
-    return out
-
-
-def _sharded_interface(m):  # TEMPORARY, moves into suites/sharded.py
-    def add_arguments(p):
-        p.add_argument('configs', nargs='+', help='mmseg configs of shardable segmentors')
-        p.add_argument('--size', type=int, default=2048, help='image side S (S x S)')
-        p.add_argument('--nprocs', nargs='+', type=int, default=[1, 2], help='values of P')
-        p.add_argument('--train', action='store_true', help='one training step, not inference')
-        p.add_argument('--shard-sizes', nargs='+', type=int, default=[],
-                       help='with --train: also run each P as P / S data groups of S ranks')  # fmt: skip
-
-    def check(args):
-        if args.size < 32:
-            raise ValueError(f'--size must be >= 32, got {args.size}')
-        if min(args.nprocs) < 1 or args.threads < 1:
-            raise ValueError(
-                f'--nprocs and --threads must be >= 1, got {args.nprocs} {args.threads}'
-            )
-        for cfg in args.configs:
-            if not osp.isfile(cfg):
-                raise ValueError(f'config file not found: {cfg}')
-
-    m.SHARED, m.add_arguments, m.check = dict(out_dir=None, threads=2), add_arguments, check
+    return {n: importlib.import_module(f'{suites.__name__}.{n}') for n in names}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,15 @@ full count."""
 import pytest
 import torch
 
-from mmcirc.benchmark.cases import ATTENTION_DIM, CASES, case, count_macs, group, register_case
+from mmcirc.benchmark.cases import (
+    ATTENTION_DIM,
+    CASES,
+    LAYERS,
+    case,
+    count_macs,
+    group,
+    register_case,
+)
 
 
 def _params(model):
@@ -13,15 +21,9 @@ def _params(model):
 
 
 def test_groups_and_baselines_are_registered():
-    assert group('attention') == [
-        'sdpa',
-        'circ-circ',
-        'circ-zero',
-        'circ-linears',
-        'core-8',
-        'core-16',
-        'core-64',
-    ]
+    layers = ['sdpa', 'circ-circ', 'circ-zero', 'circ-linears', 'core-8', 'core-16', 'core-64']
+    assert list(LAYERS) == layers
+    assert group('attention') == layers + ['fft', 'kernel-ieee', 'kernel-tf32']
     assert {n: CASES[n].baseline for n in group('isotropic') if CASES[n].baseline} == {
         'ca_deit_t': 'deit_t',
         'ca_deit_s': 'deit_s',
@@ -54,6 +56,15 @@ def test_circulant_case_is_circulant_attention(boundary):
     ref.load_state_dict(model.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(call(x), ref(x, (6, 8)))
+
+
+def test_layers_of_other_widths_keep_heads_of_64_and_one_set_of_weights():
+    sdpa, _, x = case('sdpa').build(4, dim=192)
+    assert x.shape == (1, 16, 192) and sdpa.num_heads == 3
+    fft, kernel = case('fft').build(4, dim=192)[0], case('kernel-ieee').build(4, dim=192)[0]
+    assert (fft.kernel, kernel.kernel) == ('torch', 'triton')
+    for a, b in zip(fft.state_dict().values(), kernel.state_dict().values()):
+        assert torch.equal(a, b)
 
 
 def test_core_case_uses_k_cores_of_a_bank_of_64():

@@ -32,10 +32,29 @@ import time
 
 from mmcirc.utils.fileio import atomic_write
 
+from ..grid import at_least
 from ..measurement import PeakMeter
 from ..report import ResultStore, environment, markdown_table, ratio
 
 MB = 1024**2
+SHARED = dict(out_dir=None, threads=2)
+
+
+def add_arguments(p):
+    p.add_argument('configs', nargs='+', help='mmseg configs of shardable segmentors')
+    p.add_argument('--size', type=int, default=2048, help='image side S (S x S)')
+    p.add_argument('--nprocs', nargs='+', type=int, default=[1, 2], help='values of P')
+    p.add_argument('--train', action='store_true', help='one training step, not inference')
+    p.add_argument('--shard-sizes', nargs='+', type=int, default=[],
+                   help='with --train: also each P as P / S data groups of S ranks')  # fmt: skip
+
+
+def check(args):
+    at_least(args, ['size'], 32)
+    at_least(args, ['nprocs', 'threads', 'shard_sizes'])
+    for cfg in args.configs:
+        if not osp.isfile(cfg):
+            raise ValueError(f'config file not found: {cfg}')
 
 
 def astronaut(size):
