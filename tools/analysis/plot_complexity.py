@@ -9,7 +9,7 @@ multi-head attention (``nn.MultiheadAttention``, unfused), circulant attention
 (``CirculantAttention``, d = 1) and core attention with C' = 8, 16, 64, on an
 H x H map of ``--dims`` channels, traced on meta tensors (shapes only: no compute,
 so 512 x 512 tokens of self-attention cost nothing). Backbones: the backbone cases
-of :mod:`mmcirc.benchmark.cases` (those of ``python -m mmcirc.benchmark backbone``) at square input
+of :mod:`mmcirc.benchmark.cases` (those of ``python -m mmcirc.benchmark model``) at square input
 sizes, traced on CPU (the tracer runs each forward once: PVT-S at 2048 px takes about
 a minute; the patch-embedding convolutions cannot be traced on meta tensors). A model whose
 count at one size took longer than ``--max-seconds`` is not run at larger sizes.
