@@ -1,5 +1,5 @@
 """The one ``error:`` line of every command: :class:`CLIError`, :func:`error_line` and
-:func:`main_guard` (exit 1, ``MMCIRC_DEBUG=1`` for the traceback). The commands of
+:func:`main_guard` (exit 1; Ctrl-C: exit 130; ``MMCIRC_DEBUG=1`` for the traceback). The commands of
 ``mmcirc/cli`` (through :mod:`mmcirc.cli.common`) and the benchmarks' command
 (:mod:`mmcirc.benchmark.command`, which ``mmcirc/cli`` sits above) share it; the library
 imports none of it. The library raises ``ValueError`` / ``TypeError`` (or its own
@@ -50,6 +50,9 @@ def error_line(err: BaseException) -> str:
     of :data:`KEYWORD_FLAGS` in flag words; a refused checkpoint: :func:`refusal_line`)."""
     if isinstance(err, pickle.UnpicklingError):
         return refusal_line(err)
+    if isinstance(err, OSError) and err.strerror and type(err).__str__ is OSError.__str__:
+        # the system's words without the errno and the repr of the path
+        return f'{err.filename}: {err.strerror}' if err.filename else err.strerror
     message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
     message = message.split('. Please check')[0].strip()
     for keyword, flag in KEYWORD_FLAGS.items():
@@ -57,22 +60,37 @@ def error_line(err: BaseException) -> str:
     return message.splitlines()[0] if message else type(err).__name__
 
 
+#: The exit status of a command stopped by Ctrl-C (SIGINT), as shells report it.
+INTERRUPTED = 130
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, '') not in ('', '0')
+
+
 def main_guard(func):
-    """Run ``func``; print expected failures (bad arguments, files, config values) as one
-    ``error:`` line and exit 1. ``MMCIRC_DEBUG=1`` lets them raise with their traceback."""
+    """Run ``func``; print expected failures (bad arguments, files, config values, what
+    the system refused: a full disk, a read-only folder) as one ``error:`` line and exit
+    1; Ctrl-C as ``error: interrupted`` and exit 130. ``MMCIRC_DEBUG=1`` lets them raise
+    with their traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except (CLIError, FileNotFoundError, pickle.UnpicklingError, ValueError, TypeError) as err:
-            if os.environ.get(DEBUG_ENV, '') not in ('', '0'):
+        except KeyboardInterrupt:
+            if _debug():
+                raise
+            print('error: interrupted', file=sys.stderr, flush=True)
+            sys.exit(INTERRUPTED)
+        except (CLIError, OSError, pickle.UnpicklingError, ValueError, TypeError) as err:
+            if _debug():
                 raise
             print(f'error: {error_line(err)}', file=sys.stderr)
             sys.exit(1)
         except KeyError as err:  # mmengine: "X is not in the mmdet::model registry ..."
             message = str(err.args[0]) if err.args else ''
-            if ' registry' not in message or os.environ.get(DEBUG_ENV, '') not in ('', '0'):
+            if ' registry' not in message or _debug():
                 raise
             print(f'error: {error_line(err)}', file=sys.stderr)
             sys.exit(1)

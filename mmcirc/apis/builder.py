@@ -25,6 +25,7 @@ import warnings
 from typing import List, Optional
 
 __all__ = [
+    'CONFIG_EXTENSIONS',
     'build_model',
     'dataset_meta',
     'has_random_weights',
@@ -111,11 +112,16 @@ def check_cfg_options(cfg, cfg_options: dict) -> None:
             )
 
 
+#: The config files mmengine's ``Config.fromfile`` reads.
+CONFIG_EXTENSIONS = ('.py', '.json', '.yaml', '.yml')
+
+
 def load_model_config(cfg, cfg_options: Optional[dict] = None):
     """A copy of ``cfg`` (a config file path, an mmengine ``Config`` or a dict with
     ``model`` and ``default_scope``) with ``cfg_options`` merged. ``FileNotFoundError``
-    for a missing file, ``ValueError`` for a ``default_scope`` that is not mmdet, mmseg
-    or mmpretrain, ``TypeError`` for anything else."""
+    for a missing file, ``ValueError`` for a file that is not a config
+    (:data:`CONFIG_EXTENSIONS`) or a ``default_scope`` that is not mmdet, mmseg or
+    mmpretrain, ``TypeError`` for anything else."""
     from mmengine.config import Config
 
     import mmcirc.models  # noqa: F401  (registration)
@@ -125,6 +131,10 @@ def load_model_config(cfg, cfg_options: Optional[dict] = None):
     if isinstance(cfg, str):
         if not osp.isfile(cfg):
             raise FileNotFoundError(f'config file not found: {cfg}')
+        if osp.splitext(cfg)[1].lower() not in CONFIG_EXTENSIONS:
+            raise ValueError(
+                f'config {cfg}: a config must be one of {", ".join(CONFIG_EXTENSIONS)} files'
+            )
         where = f'{cfg}: '
         cfg = Config.fromfile(cfg)
     elif isinstance(cfg, Config):

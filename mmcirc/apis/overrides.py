@@ -10,12 +10,12 @@ built on the ``meta`` device: VECA's core bank and chunk).
 * :func:`backbone_summary`: what a built backbone ended up with.
 
 Errors are ``ValueError`` whose one-line message starts with the parameter's name and
-lists its allowed values; warnings name the parameter the same way. The tools' flags
-for the overrides are :func:`mmcirc.cli.common.add_override_args`'s.
+lists its allowed values (an override that the model does not use, e.g. ``num_cores``
+without a core stage, is one too). The tools' flags for the overrides are
+:func:`mmcirc.cli.common.add_override_args`'s.
 """
 
 import inspect
-import warnings
 from typing import Dict, Tuple
 
 from mmcirc.models.backbones.pyramid import PyramidBackbone
@@ -138,8 +138,8 @@ def apply_backbone_overrides(cfg, overrides: Dict[str, object]):
 
     Pyramids (:class:`PyramidBackbone`): ``stage_attentions`` must be kinds the family
     takes, ``num_cores`` must not exceed ``num_cores_max``; an override that the
-    configured stages do not use (e.g. ``num_cores`` without core stages) is applied
-    but warned about. Other backbones (CA-DeiT, VECA): each override must be a
+    configured stages do not use (``num_cores`` without a core stage, ``boundary`` or
+    ``scale`` without a circulant stage) is refused. Other backbones (CA-DeiT, VECA): each override must be a
     constructor parameter, and the backbone is built with them on the ``meta`` device
     (no memory, no weights), so that its own checks run now (e.g. VECA's ``num_cores``:
     a multiple of its chunk within its core bank). ``ValueError`` otherwise.
@@ -189,14 +189,22 @@ def _apply_to_pyramid(backbone, cls, overrides) -> None:
     if 'num_cores' in overrides:
         n = overrides['num_cores']
         parse_num_cores(n, maximum=backbone.get('num_cores_max', 64))
-        backbone['num_cores'] = n
         if not any(b.carries_cores for b in blocks):
-            warnings.warn(f'num_cores has no effect: {btype} has no core stage {tuple(kinds)}')
+            takes = tuple(k for k, blk in cls.attention_blocks.items() if blk.carries_cores)
+            raise ValueError(
+                f'num_cores does nothing here: {btype} has no core stage {tuple(kinds)}; '
+                f'it applies to stages of kind {takes}'
+            )
+        backbone['num_cores'] = n
     for key in ('boundary', 'scale'):
         if key in overrides:
-            backbone[key] = overrides[key]
             if not any(key in b.options for b in blocks):
-                warnings.warn(f'{key} has no effect: {btype} has no circulant stage {tuple(kinds)}')
+                takes = tuple(k for k, blk in cls.attention_blocks.items() if key in blk.options)
+                raise ValueError(
+                    f'{key} does nothing here: {btype} has no circulant stage {tuple(kinds)}; '
+                    f'it applies to stages of kind {takes}'
+                )
+            backbone[key] = overrides[key]
 
 
 def backbone_on_meta(backbone_cfg):

@@ -15,6 +15,7 @@ from mmcirc.cli.common import (
     add_cfg_options,
     add_partial_weights_flag,
     check_device,
+    check_output_dir,
     one_line_warnings,
 )
 from mmcirc.cli import image_io as imio
@@ -59,6 +60,7 @@ def check_args(args):
             f'got {args.size!r}'
         )
     check_device(args.device)
+    check_output_dir(args.out_dir, '--out-dir')
     return size
 
 

@@ -7,6 +7,7 @@ the library's messages in their words. The library raises ``ValueError`` / ``Typ
 
 import argparse
 import contextlib
+import os
 import os.path as osp
 import pickle
 import re
@@ -30,6 +31,27 @@ class _CfgOptions(argparse.Action):
         DictAction(self.option_strings, self.dest)(parser, namespace, values, option_string)
 
 
+class Accumulate(argparse.Action):
+    """A list flag given more than once: the values of every occurrence, in order (argparse's
+    ``'extend'``, whose first occurrence replaces the default list instead of adding to it).
+    Use with ``nargs='+'`` (or ``'*'``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        kept = getattr(namespace, self.dest, None)
+        kept = [] if kept is None or kept is self.default else list(kept)
+        setattr(namespace, self.dest, kept + list(values))
+
+
+class Once(argparse.Action):
+    """A flag of several values that make one thing (``--shape H W``): given twice, a
+    usage error naming it, never the last occurrence silently."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not self.default:
+            parser.error(f'{option_string} was given twice: give it once')
+        setattr(namespace, self.dest, values)
+
+
 def add_cfg_options(parser, example: str = ''):
     """The commands' ``--cfg-options key=value ...`` (mmengine's ``DictAction``: the
     overrides of the config, as a dict; their values are checked against the config's
@@ -45,19 +67,35 @@ def add_cfg_options(parser, example: str = ''):
     return parser
 
 
-#: The config files mmengine's ``Config.fromfile`` reads.
-CONFIG_EXTENSIONS = ('.py', '.json', '.yaml', '.yml')
-
-
 def check_config_file(path: str, what: str = 'config') -> None:
     """A config file that exists and that mmengine reads (:data:`CONFIG_EXTENSIONS`),
     else a one-line ``CLIError``."""
+    from mmcirc.apis.builder import CONFIG_EXTENSIONS
+
     if not osp.isfile(path):
         raise CLIError(f'{what} file not found: {path}')
     if osp.splitext(path)[1].lower() not in CONFIG_EXTENSIONS:
         raise CLIError(
             f'{what} {path}: a config must be one of {", ".join(CONFIG_EXTENSIONS)} files'
         )
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    """A folder a command can write into, checked before its work: ``path`` is a folder,
+    or does not exist yet under a folder (created when written); either writable. Else a
+    one-line :class:`CLIError` naming ``flag`` (a file in the way, no permission, a
+    read-only file system)."""
+    probe = osp.abspath(osp.expanduser(path))
+    while not osp.lexists(probe) and osp.dirname(probe) != probe:
+        probe = osp.dirname(probe)
+    if not osp.isdir(probe):
+        if probe == osp.abspath(osp.expanduser(path)):
+            raise CLIError(f'{flag} {path} is a file, not a folder')
+        raise CLIError(f'{flag} {path}: {probe} is a file, not a folder')
+    if not os.access(probe, os.W_OK | os.X_OK):
+        read_only = os.statvfs(probe).f_flag & os.ST_RDONLY
+        why = 'Read-only file system' if read_only else 'Permission denied'
+        raise CLIError(f'{flag} {path}: cannot write in {probe}: {why}')
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import argparse
 import ast
 import os.path as osp
 
-from mmcirc.cli.common import CLIError, main_guard, refused_checkpoints
+from mmcirc.cli.common import Accumulate, CLIError, main_guard, refused_checkpoints
 
 __all__ = ['cadeit_main', 'pvt_main', 'swin_main', 'veca_main']
 
@@ -36,6 +36,7 @@ def add_target_args(parser):
     parser.add_argument(
         '--stage-attentions',
         nargs='+',
+        action=Accumulate,
         metavar='KIND',
         help='per-stage attention instead: one kind for every stage or one per stage '
         '(the registered block kinds of the family)',
@@ -43,6 +44,7 @@ def add_target_args(parser):
     parser.add_argument(
         '--backbone-options',
         nargs='+',
+        action=Accumulate,
         metavar='KEY=VALUE',
         help='extra target arguments, e.g. num_cores_max=32',
     )
@@ -223,6 +225,7 @@ def cadeit_main(argv=None):
     parser.add_argument(
         '--source-blocks',
         nargs='+',
+        action=Accumulate,
         type=int,
         metavar='K',
         help='CA-DeiT blocks to use, in order (default 0 1 2 ...)',

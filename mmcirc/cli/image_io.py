@@ -13,6 +13,8 @@ import numpy as np
 
 __all__ = [
     'DEMO_IMAGES',
+    'PIXEL_BYTES',
+    'check_size_memory',
     'parse_size',
     'resize_image',
     'read_image',
@@ -25,6 +27,9 @@ __all__ = [
 ]
 
 DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
+#: Bytes a pixel of a resized image takes at least: the (H, W, 3) uint8 image and its
+#: float32 copy, the network's input (the model's own memory comes on top).
+PIXEL_BYTES = 3 + 3 * 4
 
 
 def parse_size(text: Optional[str]) -> Union[None, int, Tuple[int, int]]:
@@ -50,9 +55,28 @@ def parse_size(text: Optional[str]) -> Union[None, int, Tuple[int, int]]:
     )
 
 
+def check_size_memory(hw, size) -> None:
+    """A ``ValueError`` naming ``--size`` (``size`` as from :func:`parse_size`) when an
+    ``hw`` image, with its network input (:data:`PIXEL_BYTES` a pixel), would not fit in
+    the memory this process can still use
+    (:func:`mmcirc.analysis.attention_memory.memory_budget`)."""
+    from mmcirc.analysis.attention_memory import GB, memory_budget
+
+    need = hw[0] * hw[1] * PIXEL_BYTES
+    budget, what = memory_budget()
+    if need > budget:
+        given = size if isinstance(size, int) else f'{size[0]}x{size[1]}'
+        raise ValueError(
+            f'--size {given}: a {hw[0]}x{hw[1]} image and its network input take '
+            f'{need / GB:,.1f} GB, more than the {budget / GB:,.1f} GB of {what}; '
+            'give a smaller --size'
+        )
+
+
 def resize_image(img: np.ndarray, size) -> np.ndarray:
     """Bicubic resize of an (H, W, 3) uint8 image: ``size`` as from :func:`parse_size`
-    (int: longer side, aspect kept; (H, W): exact; None: unchanged)."""
+    (int: longer side, aspect kept; (H, W): exact; None: unchanged); a size beyond the
+    memory left is refused first (:func:`check_size_memory`)."""
     import mmcv
 
     if size is None:
@@ -65,6 +89,7 @@ def resize_image(img: np.ndarray, size) -> np.ndarray:
         new_h, new_w = size
     if (new_h, new_w) == (h, w):
         return img
+    check_size_memory((new_h, new_w), size)
     return mmcv.imresize(img, (new_w, new_h), interpolation='bicubic')
 
 

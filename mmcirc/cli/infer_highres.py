@@ -22,6 +22,7 @@ import sys
 from mmcirc.cli import infer_highres_dense as db
 from mmcirc.cli import infer_highres_record as rec_io
 from mmcirc.cli.common import (
+    Accumulate,
     CLIError,
     add_cfg_options,
     add_override_args,
@@ -29,6 +30,7 @@ from mmcirc.cli.common import (
     as_cli_errors,
     check_config_file,
     check_device,
+    check_output_dir,
     flag_words,
     main_guard,
     one_line_warnings,
@@ -53,7 +55,9 @@ def parse_args(argv=None):
         help='allow full unpickling of CHECKPOINT (only for a file you trust: it can run code)',
     )
     src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument('--img', nargs='+', metavar='PATH', help='image file(s)')
+    src.add_argument(
+        '--img', nargs='+', action=Accumulate, metavar='PATH', help='image file(s), repeatable'
+    )
     src.add_argument(
         '--demo',
         metavar='NAME',
@@ -189,8 +193,7 @@ def _check_args(args):
     check_config_file(args.config)
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
-    if osp.exists(args.out_dir) and not osp.isdir(args.out_dir):
-        raise CLIError(f'--out-dir {args.out_dir} is a file, not a folder')
+    check_output_dir(args.out_dir, '--out-dir')
     if args.img:
         imio.output_names(args.img)  # two inputs writing the same outputs: refused now
     if args.shard_size is not None and not (args.shard or args.nproc is not None):

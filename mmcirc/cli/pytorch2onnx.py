@@ -13,6 +13,7 @@ import os.path as osp
 
 from mmcirc.cli.common import (
     CLIError,
+    Once,
     add_cfg_options,
     add_partial_weights_flag,
     main_guard,
@@ -29,6 +30,7 @@ def parse_args(argv=None):
     p.add_argument(
         '--shape',
         nargs=2,
+        action=Once,
         type=int,
         required=True,
         metavar=('H', 'W'),

@@ -7,20 +7,22 @@ import os
 import os.path as osp
 
 from mmcirc.apis.builder import load_model_config
-from mmcirc.cli.common import CLIError, add_cfg_options
+from mmcirc.cli.common import CLIError, add_cfg_options, check_output_dir
 
 
 def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
     """The run's config: :func:`mmcirc.apis.builder.load_model_config` (``cfg_options``
     merged; ``FileNotFoundError`` / ``ValueError`` for a missing file or a
     ``default_scope`` outside mmdet, mmseg, mmpretrain), with the ``launcher`` and the
-    ``work_dir`` (given, the config's, else ``./work_dirs/<config name>``) settled."""
+    ``work_dir`` (given, the config's, else ``./work_dirs/<config name>``) settled: a
+    folder it can write (:func:`~mmcirc.cli.common.check_output_dir`)."""
     cfg = load_model_config(path, cfg_options)
     cfg.launcher = launcher
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    check_output_dir(cfg.work_dir, '--work-dir' if work_dir is not None else 'work_dir')
     return cfg
 
 

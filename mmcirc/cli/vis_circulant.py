@@ -14,7 +14,7 @@ import time
 
 from mmcirc.analysis import vis
 from mmcirc.cli import attention_tools as vc
-from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.common import Accumulate, CLIError, main_guard
 
 ERF_DECADES = 6
 
@@ -36,6 +36,7 @@ def parse_args(argv=None):
         '--erf-stages',
         type=int,
         nargs='+',
+        action=Accumulate,
         metavar='S',
         help='backbone outputs (indices into its out_indices outputs) for the ERF; default: all',
     )

@@ -13,7 +13,7 @@ import time
 from mmcirc.analysis import vis
 from mmcirc.cli import attention_tools as vc
 from mmcirc.ops.core import parse_num_cores
-from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.common import Accumulate, CLIError, main_guard
 
 MAX_GRID = 64  # cores shown in one cores_<layer>_C<k>.png
 
@@ -24,6 +24,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--num-cores',
         nargs='+',
+        action=Accumulate,
         default=['8', '16', '64'],
         metavar='C',
         help="core counts C' to compare: ints in [1, num_cores_max] or "

@@ -16,19 +16,25 @@ compiles the backbone and the neck only:
 * :func:`add_compile_hook`: the hook added to a config (``tools/train.py --compile``,
   ``tools/test.py --compile``).
 
-Sizes: ``dynamic=None`` (torch's default) compiles the first input size static and, when a
-size changes, once more with the changed sizes symbolic, which serves later sizes: at a
-fixed size nothing recompiles. On the CPU the symbolic graph holds for the sizes of one
-number of circulant head blocks (:func:`mmcirc.ops.circulant.head_blocks`, cache-sized
-blocks that depend on the map size); a size with another number compiles once more.
-``dynamic=True`` compiles symbolic sizes from the first call, ``dynamic=False`` once per
-size.
+Sizes: with ``dynamic=None`` (torch's default) and ``True`` the height and width of the
+part's input maps (4-D tensors, also in lists: the neck's) are marked dynamic on every
+call (``torch._dynamo.maybe_mark_dynamic``), so that the first graph has symbolic sizes
+and serves later sizes; ``dynamic=False`` compiles once per size. The CUDA layout holds
+one graph for every size; on the CPU a graph holds for the sizes of one number of
+circulant head blocks (:func:`mmcirc.ops.circulant.head_blocks`, cache-sized blocks that
+depend on the map size), and a size with another number compiles once more. Past
+torch.compile's recompile limit (``torch._dynamo.config.recompile_limit``: multi-scale
+training on the CPU) a size without a graph runs the part eagerly, said in one warning
+line; the run goes on.
 """
 
+import functools
+import logging
 import weakref
 from typing import List, Optional
 
 from mmengine.hooks import Hook
+from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
@@ -103,12 +109,105 @@ def _backend_args(backend, mode, device) -> dict:
     return dict(backend=backend, options=options)
 
 
+def _mark_sizes_dynamic(values) -> None:
+    """Mark the height and width of every 4-D tensor in ``values`` (and in lists and
+    tuples of them) dynamic where the graph allows (``maybe_mark_dynamic``: a size the
+    code specializes stays static, without an error)."""
+    import torch
+
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            _mark_sizes_dynamic(v)
+        elif isinstance(v, torch.Tensor) and v.dim() == 4:
+            torch._dynamo.maybe_mark_dynamic(v, 2)
+            torch._dynamo.maybe_mark_dynamic(v, 3)
+
+
+def _recompile_limit_errors() -> tuple:
+    """What torch.compile raises for a fullgraph part past its recompile limit."""
+    from torch._dynamo import exc
+
+    names = ('FailOnRecompileLimitHit', 'FailOnCacheLimitHit')
+    return tuple(getattr(exc, n) for n in names if hasattr(exc, n))
+
+
+def _sizes(args) -> str:
+    import torch
+
+    return ', '.join(
+        'x'.join(str(int(n)) for n in a.shape[-2:])
+        for a in args
+        if isinstance(a, torch.Tensor) and a.dim() == 4
+    )
+
+
+class _QuietRecompileLimit(logging.Filter):
+    """Drops dynamo's own (multi-line, once per size) recompile-limit warning during the
+    calls of :func:`_guarded_forward`'s parts, which say it in one line."""
+
+    active = 0
+
+    def filter(self, record):
+        return not (self.active and 'recompile_limit' in record.getMessage())
+
+
+_QUIET = _QuietRecompileLimit()
+
+
+def _guarded_forward(name, eager, compiled, mark: bool, logger, fullgraph=True):
+    """``compiled`` with the input's sizes marked dynamic (``mark``) and, where a
+    ``fullgraph`` compile refuses one more graph (the recompile limit), ``eager`` instead,
+    said once in one warning line through ``logger`` (mmengine's ``print_log``; without
+    ``fullgraph`` torch runs the frame eagerly itself, with its own warning)."""
+    limit_errors = _recompile_limit_errors()
+    said = []
+    quiet = 1 if fullgraph else 0
+    dynamo_log = logging.getLogger('torch._dynamo.convert_frame')
+    if fullgraph and _QUIET not in dynamo_log.filters:
+        dynamo_log.addFilter(_QUIET)
+
+    @functools.wraps(eager)
+    def forward(*args, **kwargs):
+        if mark:
+            _mark_sizes_dynamic(args)
+        _QUIET.active += quiet
+        try:
+            return compiled(*args, **kwargs)
+        except limit_errors:
+            if not said:
+                said.append(True)
+                import torch
+
+                limit = getattr(torch._dynamo.config, 'recompile_limit', None)
+                print_log(
+                    f"compile: the {name} reached torch.compile's recompile limit ({limit}) "
+                    f'at input {_sizes(args) or "size"}; sizes without a compiled graph run '
+                    'it eagerly from here (torch._dynamo.config.recompile_limit raises the limit)',
+                    logger=logger,
+                    level=logging.WARNING,
+                )
+        finally:
+            _QUIET.active -= quiet
+        return eager(*args, **kwargs)
+
+    return forward
+
+
 def compile_backbone(
-    model, backend='inductor', mode=None, dynamic=None, neck=True, fullgraph=True
+    model,
+    backend='inductor',
+    mode=None,
+    dynamic=None,
+    neck=True,
+    fullgraph=True,
+    logger='current',
 ) -> List[str]:
     """Compile the forward of ``model``'s image backbone and, with ``neck``, of its neck
     (a model wrapper's module), each with ``torch.compile(fullgraph=fullgraph)`` and
-    ``backend``, ``mode``, ``dynamic``; the rest of the model stays eager. A part already
+    ``backend``, ``mode``, ``dynamic``; the rest of the model stays eager. The input's
+    height and width are marked dynamic unless ``dynamic=False``; a size past the
+    recompile limit runs the part eagerly, with one warning line through ``logger``
+    (mmengine's ``print_log``: ``'current'``, a logger, None: print). A part already
     compiled is left as it is; each part's options follow the device of its parameters
     (:func:`_backend_args`), so move the model first. Returns the names of the parts
     compiled (``'backbone'``, ``'neck'``)."""
@@ -121,7 +220,10 @@ def compile_backbone(
             continue
         device = next(part.parameters(), torch.empty(0)).device.type
         args = _backend_args(backend, mode, device)
-        part.forward = torch.compile(part.forward, dynamic=dynamic, fullgraph=fullgraph, **args)
+        eager = part.forward
+        compiled = torch.compile(eager, dynamic=dynamic, fullgraph=fullgraph, **args)
+        mark = dynamic is not False
+        part.forward = _guarded_forward(name, eager, compiled, mark, logger, fullgraph)
         _COMPILED.add(part)
         done.append(name)
     return done
@@ -143,9 +245,9 @@ class CompileBackboneHook(Hook):
     Args:
         backend (str): torch.compile backend. Defaults to ``'inductor'``.
         mode (str, optional): torch.compile mode (``'reduce-overhead'``: CUDA graphs).
-        dynamic (bool, optional): symbolic sizes: None (torch's default) compiles the
-            first size static and recompiles once, symbolic, when a size changes; True
-            symbolic from the first call; False once per size.
+        dynamic (bool, optional): None (torch's default) and True: the input's height
+            and width are marked dynamic, the first graph has symbolic sizes; False:
+            once per size. Past the recompile limit a size runs eagerly (one warning).
         neck (bool): compile the neck too. Defaults to True.
 
     After each training iteration but the first it logs a warning when that iteration
@@ -166,11 +268,12 @@ class CompileBackboneHook(Hook):
         self._first_done = False
 
     def before_train(self, runner):
-        done = compile_backbone(runner.model, **self.kwargs)
+        done = compile_backbone(runner.model, **self.kwargs, logger=runner.logger)
         if done:
+            sizes = '' if self.kwargs['dynamic'] is False else ', height and width dynamic'
             runner.logger.info(
                 f'CompileBackboneHook: compiled the {" and the ".join(done)} '
-                f'(fullgraph, backend {self.kwargs["backend"]!r}); the heads run eagerly'
+                f'(fullgraph, backend {self.kwargs["backend"]!r}{sizes}); the heads run eagerly'
             )
 
     before_val = before_test = before_train

@@ -49,7 +49,13 @@ import torch
 from torch import nn
 
 from . import circulant_transforms, layout
-from .circulant_kernel import default_kernel, kernel_applies, layer_core, pack_weights
+from .circulant_kernel import (
+    default_kernel,
+    kernel_refusal,
+    layer_core,
+    pack_weights,
+    report_torch_path,
+)
 from .circulant_transforms import (
     BOUNDARIES,
     FFT_IMPLS,
@@ -336,8 +342,9 @@ class CirculantAttention(nn.Module):
         scale (str | float): ``'sqrt_n'``, ``'n'`` or a positive float.
         proj_drop (float): dropout after the output projection.
         kernel (str, optional): ``'torch'`` (the FFT path) or ``'triton'`` (the core as one
-            Triton kernel where it applies, :mod:`mmcirc.ops.circulant_kernel`); None:
-            the environment's ``MMCIRC_KERNEL``, else ``'torch'``.
+            Triton kernel where it applies, :mod:`mmcirc.ops.circulant_kernel`; where it
+            does not, one warning per map size says why); None: the environment's
+            ``MMCIRC_KERNEL``, else ``'torch'``.
     """
 
     def __init__(
@@ -402,9 +409,12 @@ class CirculantAttention(nn.Module):
         if n != h * w:
             raise ValueError(f'x has N={n} tokens but hw_shape={tuple(hw_shape)} gives H*W={h * w}')
         plan = circulant_plan(x, x.shape, (h, w), self.num_heads, self.boundary, self.scale)
-        if self.kernel == 'triton' and kernel_applies(x, (h, w), self.boundary):
+        why = kernel_refusal(x, (h, w), self.boundary) if self.kernel == 'triton' else None
+        if self.kernel == 'triton' and why is None:
             s = scale_value(self.scale, n, plan.d)
             plan = plan._replace(core=(h, w, self.num_heads, self.boundary == 'zero', s))
+        elif why is not None:  # one warning per layer shape and reason
+            report_torch_path(self, (h, w), why)
         return plan
 
     def _plan(self, x, hw_shape, *key):

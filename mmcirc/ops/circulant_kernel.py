@@ -5,18 +5,22 @@ its fake (meta) implementation and its autograd, and when a layer takes it.
 
 ``CirculantAttention(kernel='triton')`` (or ``MMCIRC_KERNEL=triton`` in the environment,
 read when this module is imported, for every layer built without ``kernel``) runs its core
-through the operator where it applies (:func:`kernel_applies`): a CUDA tensor, or a CPU
+through the operator where it applies (:func:`kernel_refusal`): a CUDA tensor, or a CPU
 tensor with Triton's interpreter on (``TRITON_INTERPRET=1`` before the kernels are first
 used: how the suite tests it); float32, bfloat16 or float16 tokens; a DFT grid of at most
 :data:`MAX_GRID` cells a side (``'circular'``: maps up to 64 x 64; ``'zero'``: its
 (2H-1) x (2W-1) grid, maps up to 32 x 32); the torch.fft backend (not
 :func:`~mmcirc.ops.circulant_transforms.export_mode`). Elsewhere the layer takes its
-torch path, which stays the reference.
+torch path, which stays the reference, and says so in one warning per layer shape and
+reason (:func:`report_torch_path`). The operator itself refuses what it cannot compute
+(another dtype, a larger grid, a device it cannot run on) with a one-line
+``TypeError`` / ``ValueError`` naming the argument.
 
 This file depends on torch only; triton is imported on the operator's first call.
 """
 
 import os
+import warnings
 from typing import List, Optional
 
 import torch
@@ -29,11 +33,14 @@ __all__ = [
     'KERNEL_ENV',
     'MAX_GRID',
     'PRECISIONS',
+    'check_core_args',
     'circulant_core',
     'default_kernel',
     'kernel_applies',
+    'kernel_refusal',
     'layer_core',
     'pack_weights',
+    'report_torch_path',
     'set_precision',
 ]
 
@@ -76,20 +83,127 @@ def _interpreted():
     return circulant_triton.interpreted()
 
 
-def kernel_applies(x, hw, boundary):
-    """Whether the kernel runs the core of a layer on tokens ``x`` of an ``hw`` map (see
-    the module docstring); decided once per input shape (the layer's plan)."""
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace('torch.', '')
+
+
+def _grid_refusal(hw, zero: bool) -> Optional[str]:
+    """Why the kernel cannot take an ``hw`` map's DFT grid (None: it can)."""
+    grid = (2 * hw[0] - 1, 2 * hw[1] - 1) if zero else tuple(hw)
+    if max(grid) <= MAX_GRID:
+        return None
+    maps = f'{MAX_GRID // 2}x{MAX_GRID // 2}' if zero else f'{MAX_GRID}x{MAX_GRID}'
+    boundary = 'zero' if zero else 'circular'
+    return (
+        f'size: the {hw[0]}x{hw[1]} map makes a {grid[0]}x{grid[1]} DFT grid, above '
+        f"{MAX_GRID} cells a side; boundary '{boundary}' takes maps up to {maps}"
+    )
+
+
+def _dtype_refusal(dtype) -> Optional[str]:
+    if dtype in DTYPES:
+        return None
+    return (
+        f'dtype: {_dtype_name(dtype)} tokens; it takes {", ".join(_dtype_name(d) for d in DTYPES)}'
+    )
+
+
+def _device_refusal(device) -> Optional[str]:
+    if device.type == 'cuda':
+        return None
+    if device.type == 'cpu':
+        try:
+            if _interpreted():
+                return None
+        except ImportError:
+            return 'device: cpu tensors; triton is not installed'
+    return (
+        f"device: {device.type} tensors; it takes cuda tensors, or cpu ones in Triton's "
+        'interpreter (TRITON_INTERPRET=1 before its first use)'
+    )
+
+
+def kernel_refusal(x, hw, boundary) -> Optional[str]:
+    """Why the kernel does not run the core of a layer on tokens ``x`` of an ``hw`` map
+    (see the module docstring), in words starting with what: ``'size: ...'``,
+    ``'dtype: ...'``, ``'device: ...'``, ``'backend: ...'``; None where it runs it.
+    Decided once per input shape (the layer's plan)."""
     from . import circulant_transforms
 
-    grid = hw if boundary == 'circular' else (2 * hw[0] - 1, 2 * hw[1] - 1)
-    if (
-        circulant_transforms.FFT_IMPL != 'torch'
-        or x.dtype not in DTYPES
-        or max(grid) > MAX_GRID
-        or x.device.type not in ('cuda', 'cpu')
-    ):
-        return False
-    return x.device.type == 'cuda' or _interpreted()
+    if circulant_transforms.FFT_IMPL != 'torch':
+        return f'backend: the DFTs are {circulant_transforms.FFT_IMPL!r} (export), not torch.fft'
+    return (
+        _dtype_refusal(x.dtype)
+        or _grid_refusal(hw, boundary != 'circular')
+        or _device_refusal(x.device)
+    )
+
+
+def kernel_applies(x, hw, boundary) -> bool:
+    """Whether the kernel runs the core of a layer on tokens ``x`` of an ``hw`` map
+    (:func:`kernel_refusal` says why not)."""
+    return kernel_refusal(x, hw, boundary) is None
+
+
+#: (layer shape, reason) pairs :func:`report_torch_path` has reported in this process
+_REPORTED = set()
+
+
+def report_torch_path(layer, hw, why: str) -> None:
+    """Warn, once per layer shape (channels, heads, boundary, map) and reason, that
+    ``layer`` asked for ``kernel='triton'`` runs its torch path on an ``hw`` map because
+    of ``why`` (:func:`kernel_refusal`). Eager calls only: a graph being captured
+    (torch.compile, export) cannot hold a warning."""
+    if graph_capture():
+        return
+    key = (layer.dim, layer.num_heads, layer.boundary, tuple(int(n) for n in hw), why)
+    if key in _REPORTED:
+        return
+    _REPORTED.add(key)
+    warnings.warn(
+        f"kernel='triton' does not apply to CirculantAttention(dim={layer.dim}, "
+        f'num_heads={layer.num_heads}, boundary={layer.boundary!r}) on a {hw[0]}x{hw[1]} '
+        f'map, which runs the torch.fft path: {why}',
+        stacklevel=3,
+    )
+
+
+def check_core_args(q, k, v, gate, h, w, heads, zero, precision, device=True) -> None:
+    """What :func:`circulant_core` computes, else a one-line ``TypeError`` / ``ValueError``
+    naming the argument and what it takes: q, k, v (and the gate) of one dtype of
+    :data:`DTYPES` and one shape (B, h w, C), C a multiple of ``heads``; a DFT grid of at
+    most :data:`MAX_GRID` cells a side; ``precision`` of :data:`PRECISIONS`; with
+    ``device``, a device it runs on (cuda; cpu in Triton's interpreter)."""
+    names = ', '.join(_dtype_name(d) for d in DTYPES)
+    tensors = dict(q=q, k=k, v=v) if gate is None else dict(q=q, k=k, v=v, gate=gate)
+    for name, t in tensors.items():
+        if t.dtype not in DTYPES:
+            raise TypeError(f'circulant_core: {name} must be {names}, got {_dtype_name(t.dtype)}')
+        if (t.dtype, t.shape, t.device) != (q.dtype, q.shape, q.device):
+            raise ValueError(
+                f"circulant_core: {name} must have q's dtype, shape and device "
+                f'({_dtype_name(q.dtype)} {tuple(q.shape)} {q.device}), got '
+                f'{_dtype_name(t.dtype)} {tuple(t.shape)} {t.device}'
+            )
+    if q.dim() != 3 or h < 1 or w < 1 or q.shape[1] != h * w:
+        raise ValueError(
+            f'circulant_core: q must be (B, h*w, C) tokens of the h={h} x w={w} map, '
+            f'got {tuple(q.shape)}'
+        )
+    if heads < 1 or q.shape[2] % heads:
+        raise ValueError(f'circulant_core: heads must divide C={q.shape[2]}, got {heads}')
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f'circulant_core: precision must be one of {PRECISIONS}, got {precision!r}'
+        )
+    why = _grid_refusal((h, w), zero)
+    if why is not None:
+        raise ValueError(f'circulant_core: h, w: {why[len("size: ") :]}')
+    if device and _device_refusal(q.device) is not None:
+        raise ValueError(
+            f'circulant_core: q is a {q.device.type} tensor: the kernel runs on cuda, or on '
+            "cpu in Triton's interpreter (TRITON_INTERPRET=1 before its first use)"
+        )
 
 
 def _strided(q, k, v):
@@ -115,7 +229,9 @@ def circulant_core(
     """Circulant attention's core on tokens q, k, v (B, N, C) of an h x w map (row-major),
     heads of C / heads channels, ``zero``: the zero boundary, ``scale``: Eq. 15's s; times
     SiLU(gate) where a gate pre-activation (B, N, C) is given. Returns (B, N, C) in q's
-    dtype, contiguous; computed in float32."""
+    dtype, contiguous; computed in float32. What it cannot compute is refused
+    (:func:`check_core_args`)."""
+    check_core_args(q, k, v, gate, h, w, heads, zero, precision)
     from . import circulant_triton
 
     q, k, v = _strided(q, k, v)
@@ -124,6 +240,7 @@ def circulant_core(
 
 @circulant_core.register_fake
 def _(q, k, v, gate, h, w, heads, zero, scale, precision='ieee'):
+    check_core_args(q, k, v, gate, h, w, heads, zero, precision, device=False)
     return q.new_empty(q.shape)
 
 

@@ -5,16 +5,46 @@ and a reader (``--resume``, a metric parser) then picks up garbage. Everything h
 writes to a temporary file in the target's folder, flushes and fsyncs it, and renames
 it over the target (``os.replace``: atomic on POSIX within one file system), then
 fsyncs the folder so the rename itself survives a power cut. A reader sees the old
-file or the new one, never a mix; on failure the temporary file is removed.
+file or the new one, never a mix; on failure the temporary file is removed, and a write
+the system refused (a full disk, a read-only or forbidden folder) is a
+:class:`WriteError`: ``cannot write PATH: No space left on device``, PATH the target.
 """
 
 import contextlib
+import errno
 import os
 import os.path as osp
 import tempfile
 from typing import Dict, Union
 
-__all__ = ['atomic_open', 'atomic_write', 'atomic_write_many']
+__all__ = ['WriteError', 'atomic_open', 'atomic_write', 'atomic_write_many']
+
+
+class WriteError(OSError):
+    """A file the system did not let us write (``errno``, ``strerror`` of the failing
+    call; ``filename`` the target, not its temporary file): ``cannot write PATH: why``."""
+
+    def __str__(self):
+        return f'cannot write {self.filename}: {self.strerror}'
+
+
+def _make_folder(folder: str, path: str) -> None:
+    """``os.makedirs(folder)``; a file in the way is a :class:`WriteError` naming it."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = folder
+        while not osp.lexists(blocking) and osp.dirname(blocking) != blocking:
+            blocking = osp.dirname(blocking)
+        raise WriteError(errno.ENOTDIR, f'{blocking} is a file, not a folder', path) from None
+
+
+def _write_error(err: OSError, path: str) -> OSError:
+    """``err`` of a write towards ``path`` as a :class:`WriteError` naming ``path``
+    (errors without an errno, and WriteErrors, as they are)."""
+    if isinstance(err, WriteError) or err.errno is None:
+        return err
+    return WriteError(err.errno, err.strerror or os.strerror(err.errno), path)
 
 
 def _umask() -> int:
@@ -54,8 +84,11 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = 'wb', encoding=None):
         raise ValueError(f"atomic_open: mode must be 'w' or 'wb', got {mode!r}")
     path = osp.abspath(osp.expanduser(os.fspath(path)))
     folder = osp.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=folder)
+    try:
+        _make_folder(folder, path)
+        fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=folder)
+    except OSError as err:
+        raise _write_error(err, path) from err
     try:
         with os.fdopen(fd, mode, encoding=encoding if mode == 'w' else None) as f:
             yield f
@@ -63,6 +96,9 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = 'wb', encoding=None):
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         os.replace(tmp, path)
+    except OSError as err:
+        _discard(tmp)
+        raise _write_error(err, path) from err
     except BaseException:
         _discard(tmp)
         raise
@@ -84,13 +120,13 @@ def atomic_write_many(files: Dict[str, Union[bytes, str]]) -> None:
     allows: every payload goes to its temporary file first, then all are renamed in the
     given order (put an index or JSON file last). On a failure before the renames no
     target is touched and every temporary file is removed."""
-    staged = []
+    staged, path = [], None
     try:
         for path, data in files.items():
             if isinstance(data, str):
                 data = data.encode('utf-8')
             path = osp.abspath(osp.expanduser(os.fspath(path)))
-            os.makedirs(osp.dirname(path), exist_ok=True)
+            _make_folder(osp.dirname(path), path)
             fd, tmp = tempfile.mkstemp(
                 prefix='.' + osp.basename(path) + '.', suffix='.tmp', dir=osp.dirname(path)
             )
@@ -102,6 +138,10 @@ def atomic_write_many(files: Dict[str, Union[bytes, str]]) -> None:
             os.chmod(tmp, 0o666 & ~_umask())
         for tmp, path in staged:
             os.replace(tmp, path)
+    except OSError as err:
+        for tmp, _ in staged:
+            _discard(tmp)
+        raise _write_error(err, path) from err
     except BaseException:
         for tmp, _ in staged:
             _discard(tmp)

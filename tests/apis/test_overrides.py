@@ -128,17 +128,21 @@ def test_preset_num_cores(tmp_path):
     assert [s.num_cores for s in model.backbone.layers] == [8, 8, 8, 8]
 
 
-def test_an_override_the_stages_do_not_use_is_applied_with_a_warning(tmp_path):
+def test_an_override_the_stages_do_not_use_is_refused(tmp_path):
     cfg = Config.fromfile(tiny_config(tmp_path))  # all circulant: no core stage
-    with pytest.warns(UserWarning, match='^num_cores has no effect'):
+    before = cfg.model.backbone.get('num_cores')
+    with pytest.raises(ValueError, match=r"^num_cores does nothing here: .*of kind \('core',\)"):
         ov.apply_backbone_overrides(cfg, dict(num_cores=4))
-    assert cfg.model.backbone.num_cores == 4
+    assert cfg.model.backbone.get('num_cores') == before
 
 
 def test_a_bare_backbone_config_takes_overrides():
     cfg = Config(dict(model=dict(type='CorePVT', num_cores_max=8)))
-    ov.apply_backbone_overrides(cfg, dict(num_cores='6', boundary='zero'))
-    assert cfg.model.num_cores == 6 and cfg.model.boundary == 'zero'
+    ov.apply_backbone_overrides(cfg, dict(num_cores='6'))
+    assert cfg.model.num_cores == 6
+    circ = Config(dict(model=dict(type='CAPVT')))
+    ov.apply_backbone_overrides(circ, dict(boundary='zero'))
+    assert circ.model.boundary == 'zero'
     with pytest.raises(ValueError, match=r'^num_cores must .*num_cores_max=8\]'):
         ov.apply_backbone_overrides(cfg, dict(num_cores=9))
 

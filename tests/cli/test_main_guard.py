@@ -97,3 +97,29 @@ def test_test_tool_bad_num_cores_is_one_error_line(tmp_path):
     assert 'Traceback' not in proc.stderr, proc.stderr[-2000:]
     last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1]
     assert last.startswith('error: ') and 'num_cores' in last and '100' in last, last
+
+
+def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
+    monkeypatch.delenv('MMCIRC_DEBUG', raising=False)
+
+    @main_guard
+    def tool():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exc:
+        tool()
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == 'error: interrupted\n'
+
+
+def test_a_refused_system_call_is_one_line_in_words(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv('MMCIRC_DEBUG', raising=False)
+
+    @main_guard
+    def tool():
+        open(tmp_path, 'w')  # a folder
+
+    with pytest.raises(SystemExit) as exc:
+        tool()
+    assert exc.value.code == 1
+    assert capsys.readouterr().err == f'error: {tmp_path}: Is a directory\n'

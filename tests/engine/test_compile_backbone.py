@@ -1,6 +1,7 @@
 """CompileBackboneHook: a detector's backbone and neck compiled through the hook equal
-the eager ones (features, gradients) in train and eval mode; the heads stay eager; a
-fixed size compiles once, a new size once more, then no more.
+the eager ones (features, gradients) in train and eval mode; the heads stay eager; the
+first graph's sizes are symbolic and serve later sizes; past the recompile limit a size
+runs eagerly with one warning line, and twelve sizes of a pyramid finish.
 
 The hook runs on the detector of tests/fixtures/configs/ca_pvt_retinanet_tiny.py (tiny
 CA-PVT + FPN + RetinaNet head); the reference is an eager copy made before compiling.
@@ -97,8 +98,9 @@ def test_compiled_backbone_and_neck_equal_eager_in_train_and_eval_mode():
             _assert_rounding(f, r)
 
 
-def test_a_fixed_size_compiles_once_and_a_new_size_once_more():
-    """dynamic=None: the first size static, the second symbolic, which serves a third."""
+def test_the_first_graph_has_symbolic_sizes_that_serve_later_sizes():
+    """dynamic=None: the input's height and width marked dynamic, one graph each for the
+    backbone and the neck at every size (the detector's small maps: one head block)."""
     model = _detector()
     runner = FakeRunner(model)
     hook = CompileBackboneHook(backend='eager')
@@ -112,8 +114,8 @@ def test_a_fixed_size_compiles_once_and_a_new_size_once_more():
             model.extract_feat(torch.randn(1, 3, *hw))
             hook.after_train_iter(runner, i)
             counts.append(compiled_graphs() - start)
-    assert counts == [2, 2, 4, 4, 4]  # backbone + neck: static, then symbolic
-    assert hook.recompiles == 2
+    assert counts == [2, 2, 2, 2, 2]  # backbone + neck, symbolic from the first call
+    assert hook.recompiles == 0
 
 
 class _TokenMapBackbone(torch.nn.Module):
@@ -171,3 +173,74 @@ def test_add_compile_hook_adds_one_hook_or_sets_the_configs_own():
     ]
     with pytest.raises(ValueError, match='backend must be a torch.compile backend'):
         add_compile_hook(Config(), 'nope')
+
+
+class _SizeLoop(torch.nn.Module):
+    """A convolution applied once per 16 rows of the input: the graph depends on the
+    height through a Python loop, so every such count compiles its own graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        for _ in range(int(x.shape[2]) // 16):
+            y = y + self.conv(x)
+        return [y]
+
+
+def _run_sizes(model, hook, sizes):
+    """Each size through the hook as a training iteration; the outputs."""
+    runner = FakeRunner(model)
+    hook.before_train(runner)
+    outs = []
+    with torch.no_grad():
+        for i, hw in enumerate(sizes):
+            runner.iter = i
+            hook.before_train_iter(runner, i)
+            x = torch.randn(1, 3, *hw, generator=torch.Generator().manual_seed(i))
+            outs.append((x, model.backbone(x)[0]))
+            hook.after_train_iter(runner, i)
+    return outs
+
+
+def test_past_the_recompile_limit_a_size_runs_eagerly_with_one_warning(caplog, capfd):
+    model = torch.nn.Module()
+    model.backbone = _SizeLoop()
+    ref = copy.deepcopy(model.backbone)
+    sizes = [(16 * k, 20) for k in (1, 2, 3, 4, 5, 1, 6)]
+    with torch._dynamo.config.patch(recompile_limit=2), caplog.at_level(logging.INFO):
+        outs = _run_sizes(model, CompileBackboneHook(backend='eager', neck=False), sizes)
+    with torch.no_grad():
+        for x, y in outs:  # eager or compiled, each equals the eager module
+            torch.testing.assert_close(y, ref(x)[0])
+    said = [r.getMessage() for r in caplog.records if 'recompile limit' in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        "compile: the backbone reached torch.compile's recompile limit (2) at input 48x20;"
+    ), said
+    assert 'hit config.recompile_limit' not in capfd.readouterr().err  # dynamo's own lines
+
+
+def test_twelve_sizes_of_a_pyramid_finish_through_the_hook(caplog):
+    """Multi-scale training's random sizes on the CPU layout, where a pyramid compiles a
+    graph per size: past the limit (1 here, to trace once; 8 by default, which the ninth
+    size of such a run passed with an exception) every size runs eagerly and equals
+    eager, said in one line."""
+    from mmcirc.models.backbones.ca_pvt import CAPVT
+
+    torch.manual_seed(0)
+    arch = dict(embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4])
+    model = torch.nn.Module()
+    model.backbone = CAPVT(arch=arch).eval()
+    ref = copy.deepcopy(model.backbone)
+    sizes = [(32 + 16 * (k % 4), 32 + 24 * (k // 4)) for k in range(12)]
+    hook = CompileBackboneHook(backend='eager', neck=False)
+    with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level(logging.WARNING):
+        outs = _run_sizes(model, hook, sizes)
+    assert len(outs) == 12
+    with torch.no_grad():
+        for x, y in outs:
+            _assert_rounding(y, ref(x)[0])
+    said = [r.getMessage() for r in caplog.records if 'recompile limit' in r.getMessage()]
+    assert len(said) == 1 and 'limit (1) at input 48x32;' in said[0], said

@@ -48,3 +48,43 @@ def test_bad_mode_is_named(tmp_path, bad):
     with pytest.raises(ValueError, match="mode must be 'w' or 'wb'"):
         with atomic_open(tmp_path / 'f', **bad):
             pass
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """Every temporary file's writes go to /dev/full (ENOSPC, as on a full disk); the
+    temporary file itself is made, so that its removal shows."""
+    import tempfile
+
+    if not os.path.exists('/dev/full'):
+        pytest.skip('no /dev/full here')
+    mkstemp = tempfile.mkstemp
+
+    def to_full(*args, **kwargs):
+        fd, path = mkstemp(*args, **kwargs)
+        os.close(fd)
+        return os.open('/dev/full', os.O_WRONLY), path
+
+    monkeypatch.setattr(tempfile, 'mkstemp', to_full)
+
+
+@pytest.mark.parametrize('write', ['one', 'many'])
+def test_a_full_disk_names_the_target_and_leaves_nothing(tmp_path, full_disk, write):
+    target = tmp_path / 'out.png'
+    with pytest.raises(OSError) as err:
+        if write == 'one':
+            atomic_write(target, b'x' * 100_000)
+        else:
+            atomic_write_many({target: b'x' * 100_000, tmp_path / 'out.json': '{}'})
+    assert str(err.value) == f'cannot write {target}: No space left on device'
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_file_in_the_way_of_the_folder_names_the_target(tmp_path):
+    (tmp_path / 'f').write_text('a file')
+    with pytest.raises(OSError) as err:
+        atomic_write(tmp_path / 'f' / 'out.json', '{}')
+    assert (
+        str(err.value)
+        == f'cannot write {tmp_path}/f/out.json: {tmp_path}/f is a file, not a folder'
+    )

@@ -15,7 +15,7 @@ class names/palettes to put in config ``metainfo``.
 import argparse
 import time
 
-from mmcirc.cli.common import main_guard
+from mmcirc.cli.common import check_output_dir, main_guard
 from mmcirc.datasets import toy_data
 
 
@@ -51,6 +51,7 @@ def parse_args(argv=None):
 @main_guard
 def main(argv=None):
     args = parse_args(argv)
+    check_output_dir(args.out, '--out')
     start = time.perf_counter()
     summaries = toy_data.make_toy_data(
         args.datasets, args.out, args.num_train, args.num_val, args.img_size, args.seed
