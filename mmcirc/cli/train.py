@@ -37,7 +37,8 @@ def parse_args(argv=None):
         nargs='?',
         type=str,
         const='auto',
-        help='resume from CKPT, or from the latest checkpoint in work_dir if no path',
+        help='resume from CKPT, or from the latest checkpoint in work_dir if no path '
+        '(none there: train from scratch, so a job restarted by torchrun starts alike)',
     )
     parser.add_argument(
         '--shard',
