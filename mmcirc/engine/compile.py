@@ -16,15 +16,18 @@ compiles the backbone and the neck only:
 * :func:`add_compile_hook`: the hook added to a config (``tools/train.py --compile``,
   ``tools/test.py --compile``).
 
-Sizes: with ``dynamic=None`` (torch's default) and ``True`` the height and width of the
+Sizes: ``dynamic=None`` (torch's default) compiles the first input size static and, when a
+size changes, once more with the changed sizes symbolic, which serves later sizes: at a
+fixed size nothing recompiles. Where the layout allows it (the CUDA layout of
+:mod:`mmcirc.ops.layout`, whose graph holds for every size) the height and width of the
 part's input maps (4-D tensors, also in lists: the neck's) are marked dynamic on every
-call (``torch._dynamo.maybe_mark_dynamic``), so that the first graph has symbolic sizes
-and serves later sizes; ``dynamic=False`` compiles once per size. The CUDA layout holds
-one graph for every size; on the CPU a graph holds for the sizes of one number of
-circulant head blocks (:func:`mmcirc.ops.circulant.head_blocks`, cache-sized blocks that
-depend on the map size), and a size with another number compiles once more. Past
-torch.compile's recompile limit (``torch._dynamo.config.recompile_limit``: multi-scale
-training on the CPU) a size without a graph runs the part eagerly, said in one warning
+call (``torch._dynamo.maybe_mark_dynamic``), so that the first graph is the symbolic one.
+On the CPU layout a symbolic graph holds for the sizes of one number of circulant head
+blocks (:func:`mmcirc.ops.circulant.head_blocks`, cache-sized blocks that depend on the
+map size); a size with another number compiles once more. ``dynamic=True`` compiles
+symbolic sizes from the first call, ``dynamic=False`` once per size. Past torch.compile's
+recompile limit (``torch._dynamo.config.recompile_limit``: multi-scale training on the
+CPU layout reaches it) a size without a graph runs the part eagerly, said in one warning
 line; the run goes on.
 """
 
@@ -111,14 +114,17 @@ def _backend_args(backend, mode, device) -> dict:
 
 def _mark_sizes_dynamic(values) -> None:
     """Mark the height and width of every 4-D tensor in ``values`` (and in lists and
-    tuples of them) dynamic where the graph allows (``maybe_mark_dynamic``: a size the
-    code specializes stays static, without an error)."""
+    tuples of them) that takes the CUDA layout (:func:`mmcirc.ops.layout.cpu_layout`)
+    dynamic (``maybe_mark_dynamic``: a size the code specializes stays static, without
+    an error)."""
     import torch
+
+    from mmcirc.ops.layout import cpu_layout
 
     for v in values:
         if isinstance(v, (list, tuple)):
             _mark_sizes_dynamic(v)
-        elif isinstance(v, torch.Tensor) and v.dim() == 4:
+        elif isinstance(v, torch.Tensor) and v.dim() == 4 and not cpu_layout(v):
             torch._dynamo.maybe_mark_dynamic(v, 2)
             torch._dynamo.maybe_mark_dynamic(v, 3)
 
@@ -205,12 +211,12 @@ def compile_backbone(
     """Compile the forward of ``model``'s image backbone and, with ``neck``, of its neck
     (a model wrapper's module), each with ``torch.compile(fullgraph=fullgraph)`` and
     ``backend``, ``mode``, ``dynamic``; the rest of the model stays eager. The input's
-    height and width are marked dynamic unless ``dynamic=False``; a size past the
-    recompile limit runs the part eagerly, with one warning line through ``logger``
-    (mmengine's ``print_log``: ``'current'``, a logger, None: print). A part already
-    compiled is left as it is; each part's options follow the device of its parameters
-    (:func:`_backend_args`), so move the model first. Returns the names of the parts
-    compiled (``'backbone'``, ``'neck'``)."""
+    height and width are marked dynamic on the CUDA layout unless ``dynamic=False``; a
+    size past the recompile limit runs the part eagerly, with one warning line through
+    ``logger`` (mmengine's ``print_log``: ``'current'``, a logger, None: print). A part
+    already compiled is left as it is; each part's options follow the device of its
+    parameters (:func:`_backend_args`), so move the model first. Returns the names of the
+    parts compiled (``'backbone'``, ``'neck'``)."""
     import torch
 
     check_compile_options(backend, mode, dynamic)
@@ -245,9 +251,11 @@ class CompileBackboneHook(Hook):
     Args:
         backend (str): torch.compile backend. Defaults to ``'inductor'``.
         mode (str, optional): torch.compile mode (``'reduce-overhead'``: CUDA graphs).
-        dynamic (bool, optional): None (torch's default) and True: the input's height
-            and width are marked dynamic, the first graph has symbolic sizes; False:
-            once per size. Past the recompile limit a size runs eagerly (one warning).
+        dynamic (bool, optional): symbolic sizes: None (torch's default) compiles the
+            first size static and recompiles once, symbolic, when a size changes (on the
+            CUDA layout the input's height and width are marked dynamic: symbolic from the
+            first call); True symbolic from the first call; False once per size. Past
+            the recompile limit a size runs eagerly (one warning line).
         neck (bool): compile the neck too. Defaults to True.
 
     After each training iteration but the first it logs a warning when that iteration
@@ -270,10 +278,9 @@ class CompileBackboneHook(Hook):
     def before_train(self, runner):
         done = compile_backbone(runner.model, **self.kwargs, logger=runner.logger)
         if done:
-            sizes = '' if self.kwargs['dynamic'] is False else ', height and width dynamic'
             runner.logger.info(
                 f'CompileBackboneHook: compiled the {" and the ".join(done)} '
-                f'(fullgraph, backend {self.kwargs["backend"]!r}{sizes}); the heads run eagerly'
+                f'(fullgraph, backend {self.kwargs["backend"]!r}); the heads run eagerly'
             )
 
     before_val = before_test = before_train

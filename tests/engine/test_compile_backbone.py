@@ -1,7 +1,8 @@
 """CompileBackboneHook: a detector's backbone and neck compiled through the hook equal
-the eager ones (features, gradients) in train and eval mode; the heads stay eager; the
-first graph's sizes are symbolic and serve later sizes; past the recompile limit a size
-runs eagerly with one warning line, and twelve sizes of a pyramid finish.
+the eager ones (features, gradients) in train and eval mode; the heads stay eager; a
+fixed size compiles once, a new size once more, then no more (on the CUDA layout the
+first graph's sizes are symbolic); past the recompile limit a size runs eagerly with one
+warning line, and twelve sizes of a pyramid finish.
 
 The hook runs on the detector of tests/fixtures/configs/ca_pvt_retinanet_tiny.py (tiny
 CA-PVT + FPN + RetinaNet head); the reference is an eager copy made before compiling.
@@ -98,9 +99,9 @@ def test_compiled_backbone_and_neck_equal_eager_in_train_and_eval_mode():
             _assert_rounding(f, r)
 
 
-def test_the_first_graph_has_symbolic_sizes_that_serve_later_sizes():
-    """dynamic=None: the input's height and width marked dynamic, one graph each for the
-    backbone and the neck at every size (the detector's small maps: one head block)."""
+def test_a_fixed_size_compiles_once_and_a_new_size_once_more():
+    """dynamic=None on the CPU layout: the first size static, the second symbolic, which
+    serves a third."""
     model = _detector()
     runner = FakeRunner(model)
     hook = CompileBackboneHook(backend='eager')
@@ -114,8 +115,8 @@ def test_the_first_graph_has_symbolic_sizes_that_serve_later_sizes():
             model.extract_feat(torch.randn(1, 3, *hw))
             hook.after_train_iter(runner, i)
             counts.append(compiled_graphs() - start)
-    assert counts == [2, 2, 2, 2, 2]  # backbone + neck, symbolic from the first call
-    assert hook.recompiles == 0
+    assert counts == [2, 2, 4, 4, 4]  # backbone + neck: static, then symbolic
+    assert hook.recompiles == 2
 
 
 class _TokenMapBackbone(torch.nn.Module):
@@ -148,6 +149,22 @@ def test_inductor_compiles_a_changed_size_with_symbolic_strides():
     for hw in [(32, 48), (48, 64)]:
         x = torch.randn(2, 3, *hw)
         _assert_rounding(model.backbone(x)[0].detach(), ref(x)[0].detach())
+
+
+@pytest.mark.parametrize('layout, graphs', [('cuda', 1), ('cpu', 2)])
+def test_the_cuda_layout_compiles_symbolic_sizes_from_the_first_call(layout, graphs):
+    """The input's height and width marked dynamic where the layout allows (CUDA: one
+    graph for every size); the CPU layout compiles the first size static."""
+    from mmcirc.ops.layout import forced_layout
+
+    model = torch.nn.Module()
+    model.backbone = _TokenMapBackbone()
+    compile_backbone(model, backend='eager', neck=False)
+    start = compiled_graphs()
+    with forced_layout(layout), torch.no_grad():
+        for hw in [(32, 48), (48, 64), (64, 32)]:
+            model.backbone(torch.randn(1, 3, *hw))
+    assert compiled_graphs() - start == graphs
 
 
 def test_the_hook_refuses_what_torch_compile_refuses():
