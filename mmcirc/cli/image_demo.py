@@ -19,6 +19,7 @@ from mmcirc.cli.common import (
     as_cli_errors,
     check_config_file,
     check_device,
+    check_output_dir,
     main_guard,
     one_line_warnings,
     refused_checkpoints,
@@ -176,8 +177,7 @@ def main(argv=None):
     with as_cli_errors():
         scope = load_model_config(args.config).default_scope
     _check_flags(scope, args)
-    if osp.exists(args.out_dir) and not osp.isdir(args.out_dir):
-        raise CLIError(f'--out-dir {args.out_dir} is a file, not a folder')
+    check_output_dir(args.out_dir, '--out-dir')
     files = image_files(args.inputs)
     written = output_files(files, scope, args)
     show = show_or_warn(args.show, '--out-dir DIR')
