@@ -44,10 +44,34 @@ def _labels(out_dir):
     return np.array(Image.open(osp.join(out_dir, path)))
 
 
-def _run(setup, out, *extra, check=True):
+def _run(setup, out, *extra):
     cfg, ckpt, tmp = setup
     args = ['tools/infer_highres.py', cfg, ckpt, '--demo', 'astronaut', '--size', SIZE]
-    return run_tool([*args, '--out-dir', str(tmp / out), *extra], cwd=tmp, check=check)
+    return run_tool([*args, '--out-dir', str(tmp / out), *extra], cwd=tmp)
+
+
+def _main(argv, capfd):
+    """tools/infer_highres.py's main (the door's) run in this process, its ``--nproc``
+    ranks forked from it: a CompletedProcess of its exit code and of what it and its
+    ranks wrote to stdout and stderr (captured at the file descriptors); the tool's
+    warning display is undone afterwards."""
+    from mmcirc.cli import infer_highres
+
+    capfd.readouterr()
+    with warnings.catch_warnings():
+        try:
+            code = infer_highres.main(argv)
+        except SystemExit as exit_:  # main_guard: one error line, exit 1
+            code = exit_.code
+    out = capfd.readouterr()
+    return subprocess.CompletedProcess(argv, code, out.out, out.err)
+
+
+def _main_run(setup, out, *extra, capfd):
+    """:func:`_run`'s arguments through :func:`_main`."""
+    cfg, ckpt, tmp = setup
+    args = [cfg, ckpt, '--demo', 'astronaut', '--size', SIZE, '--out-dir', str(tmp / out)]
+    return _main([*args, *extra], capfd)
 
 
 @pytest.fixture(scope='module')
@@ -92,22 +116,21 @@ def _port():
     return free_port()
 
 
-def test_swin_window_config_is_one_error_line_and_no_file(setup):
+def test_swin_window_config_is_one_error_line_and_no_file(setup, capfd):
     cfg = osp.join(REPO, 'tests', 'fixtures', 'configs', 'ca_swin_upernet_tiny.py')
     tmp = setup[2]
-    proc = run_tool(
-        ['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--size', '64', '--nproc', '2',
-         '--out-dir', str(tmp / 'swin')],
-        cwd=tmp, check=False,
-    )  # fmt: skip
+    proc = _main(
+        [cfg, '--demo', 'astronaut', '--size', '64', '--nproc', '2', '--out-dir', str(tmp / 'swin')],
+        capfd,
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
     assert proc.returncode == 1 and len(errors) == 1, proc.stderr
     assert "shifted-window attention ('window')" in errors[0] and 'stage_attentions' in errors[0]
     assert not (tmp / 'swin').exists()
 
 
-def test_too_many_ranks_is_one_error_line_naming_the_largest_p(setup):
-    proc = _run(setup, 'nproc4', '--nproc', '4', check=False)
+def test_too_many_ranks_is_one_error_line_naming_the_largest_p(setup, capfd):
+    proc = _main_run(setup, 'nproc4', '--nproc', '4', capfd=capfd)
     errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
     assert proc.returncode == 1 and len(errors) == 1, proc.stderr
     assert '3 rows of the smallest feature map' in errors[0]
@@ -115,35 +138,27 @@ def test_too_many_ranks_is_one_error_line_naming_the_largest_p(setup):
     assert not (setup[2] / 'nproc4').exists()
 
 
-FAILING = """import sys
-import torch.distributed as dist
-import mmcirc.distributed.segmentor.model as pm
-orig = pm.band_labels
-def band_labels(*a, **k):
-    if dist.get_rank() == 1:
-        raise RuntimeError('injected failure on rank 1')
-    return orig(*a, **k)
-pm.band_labels = band_labels
-from mmcirc.cli.infer_highres import main
-sys.exit(main(sys.argv[2:]))
-"""
+def test_a_rank_failing_mid_inference_stops_all_with_one_line_and_no_file(
+    setup, capfd, monkeypatch
+):
+    import torch.distributed as dist
 
+    import mmcirc.distributed.segmentor.model as pm
 
-def test_a_rank_failing_mid_inference_stops_all_with_one_line_and_no_file(setup):
-    cfg, ckpt, tmp = setup
-    (tmp / 'failing.py').write_text(FAILING)
-    cmd = [
-        sys.executable, str(tmp / 'failing.py'), osp.join(REPO, 'tools', 'infer_highres.py'),
-        cfg, ckpt, '--demo', 'astronaut', '--size', SIZE, '--nproc', '2',
-        '--out-dir', str(tmp / 'failing'),
-    ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    band_labels = pm.band_labels
+
+    def failing_on_rank_1(*args, **kwargs):  # the ranks are forked: they see it
+        if dist.get_rank() == 1:
+            raise RuntimeError('injected failure on rank 1')
+        return band_labels(*args, **kwargs)
+
+    monkeypatch.setattr(pm, 'band_labels', failing_on_rank_1)
+    proc = _main_run(setup, 'failing', '--nproc', '2', capfd=capfd)
     errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
     assert proc.returncode == 1 and errors == [
         'error: rank 1 failed: RuntimeError: injected failure on rank 1'
     ], proc.stderr
-    assert not (tmp / 'failing').exists()
+    assert not (setup[2] / 'failing').exists()
 
 
 DANET = """_base_ = {base!r}
@@ -179,7 +194,7 @@ def test_danet_head_labels_in_one_process_and_one_error_line_sharded(setup, caps
     assert not any('Traceback' in line for line in lines) and not (tmp / 'danet2').exists()
 
 
-def test_two_images_of_one_name_write_distinct_outputs_sharded(setup):
+def test_two_images_of_one_name_write_distinct_outputs_sharded(setup, capfd):
     cfg, ckpt, tmp = setup
     paths = []
     for sub, (h, w) in (('a', (64, 72)), ('b', (72, 64))):
@@ -190,11 +205,8 @@ def test_two_images_of_one_name_write_distinct_outputs_sharded(setup):
 
         Image.fromarray(cv2_img).save(paths[-1])
     out = tmp / 'same_out'
-    proc = run_tool(
-        ['tools/infer_highres.py', cfg, ckpt, '--img', *paths, '--nproc', '2',
-         '--out-dir', str(out)],
-        cwd=tmp,
-    )  # fmt: skip
+    proc = _main([cfg, ckpt, '--img', *paths, '--nproc', '2', '--out-dir', str(out)], capfd)
+    assert proc.returncode == 0, proc.stderr
     wrote = [ln.rsplit(' | ', 1)[1] for ln in proc.stdout.splitlines() if ln.endswith('.png')]
     assert wrote == [
         f'{out}/a/x_64x72_tiny_pvt_overlay.png',
@@ -203,15 +215,15 @@ def test_two_images_of_one_name_write_distinct_outputs_sharded(setup):
     assert all(osp.isfile(p) for p in wrote)
 
 
-def test_a_checkpoint_that_does_not_fit_is_one_error_line_sharded(setup):
+def test_a_checkpoint_that_does_not_fit_is_one_error_line_sharded(setup, capfd):
     cfg, ckpt, tmp = setup
     state = torch.load(ckpt)['state_dict']
     del state['decode_head.conv_seg.bias']
     torch.save({'state_dict': state}, tmp / 'no_bias.pth')
-    proc = run_tool(
-        ['tools/infer_highres.py', cfg, str(tmp / 'no_bias.pth'), '--demo', 'astronaut',
-         '--size', SIZE, '--nproc', '2', '--out-dir', str(tmp / 'no_bias')],
-        cwd=tmp, check=False,
+    proc = _main(
+        [cfg, str(tmp / 'no_bias.pth'), '--demo', 'astronaut', '--size', SIZE, '--nproc', '2',
+         '--out-dir', str(tmp / 'no_bias')],
+        capfd,
     )  # fmt: skip
     errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
     assert proc.returncode == 1 and len(errors) == 1, proc.stderr
@@ -222,7 +234,7 @@ def test_a_checkpoint_that_does_not_fit_is_one_error_line_sharded(setup):
     assert not (tmp / 'no_bias').exists()
 
 
-def test_groups_of_two_ranks_predict_three_images_as_one_process(setup):
+def test_groups_of_two_ranks_predict_three_images_as_one_process(setup, capfd):
     """--nproc 4 --shard-size 2: two groups of two ranks, images 1 and 3 in one, 2 in the
     other; every image's labels equal one process's, the lines in the images' order;
     a shard size that does not divide --nproc is one error line before any rank starts."""
@@ -237,8 +249,8 @@ def test_groups_of_two_ranks_predict_three_images_as_one_process(setup):
         )
     outs = {}
     for name, extra in (('one3', []), ('mesh3', ['--nproc', '4', '--shard-size', '2'])):
-        proc = run_tool(['tools/infer_highres.py', cfg, ckpt, '--img', *paths, *extra,
-                         '--out-dir', str(tmp / name)], cwd=tmp)  # fmt: skip
+        proc = _main([cfg, ckpt, '--img', *paths, *extra, '--out-dir', str(tmp / name)], capfd)
+        assert proc.returncode == 0, proc.stderr
         outs[name] = [ln.split(' | ')[0] for ln in proc.stdout.splitlines() if ' | ' in ln]
     assert outs['mesh3'] == outs['one3'] == ['im0 64x72', 'im1 72x64', 'im2 70x70']
     for k in range(3):
@@ -247,7 +259,7 @@ def test_groups_of_two_ranks_predict_three_images_as_one_process(setup):
         assert np.array_equal(np.array(Image.open(tmp / 'mesh3' / stem)), one), stem
     rec = json.load(open(tmp / 'mesh3' / 'im1_72x64_tiny_pvt.json'))
     assert rec['world_size'] == 2 and [r['rank'] for r in rec['per_rank']] == [0, 1]
-    proc = _run(setup, 'mesh_bad', '--nproc', '4', '--shard-size', '3', check=False)
+    proc = _main_run(setup, 'mesh_bad', '--nproc', '4', '--shard-size', '3', capfd=capfd)
     assert proc.returncode == 1
     assert (
         proc.stderr.strip().splitlines()[-1] == 'error: --shard-size must divide --nproc 4, got 3'
