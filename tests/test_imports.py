@@ -6,7 +6,9 @@
 * ``argparse`` is imported only under ``mmcirc/cli/`` (the commands);
 * ``CLIError`` (``mmcirc.cli_errors``) is raised or imported only by the commands (the
   library raises ``ValueError`` / ``TypeError`` or its own exception types);
-* the library imports none of the commands' code.
+* the library imports none of the commands' code;
+* every script under ``tools/`` is a door of a command: its docstring's usage line, ``main``
+  imported from ``mmcirc.cli.*``, ``if __name__ == '__main__': main()`` and nothing else.
 
 Every import counts, at module level or inside a function, except those under
 ``if TYPE_CHECKING:``. ``import a.b.c`` and ``from a.b import c`` point at the module
@@ -277,3 +279,40 @@ def test_the_library_imports_none_of_the_commands_code(graph):
         if subpackage(target) in COMMANDS_CODE
     ]
     assert not found, "the library imports the commands' code:\n" + '\n'.join(found)
+
+
+TOOLS = PACKAGE.parent / 'tools'
+DOOR_RUNS = ast.dump(ast.parse("if __name__ == '__main__':\n    main()").body[0])
+
+
+def door_problems(source: str, path: str):
+    """What makes the ``tools/`` script ``path`` more than a door (empty: a door)."""
+    tree = ast.parse(source, path)
+    doc = ast.get_docstring(tree)
+    found = [] if f'python {path}' in (doc or '') else [f'no `python {path} ...` usage line']
+    for node in tree.body[1:] if doc else tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('mmcirc.cli.'):
+            if [a.asname or a.name for a in node.names] == ['main']:
+                continue
+        if ast.dump(node) != DOOR_RUNS:
+            found.append(f'line {node.lineno}: {ast.unparse(node).splitlines()[0]}')
+    return found
+
+
+def test_every_tools_script_is_a_door_of_a_command():
+    scripts = {p.relative_to(TOOLS.parent).as_posix(): p for p in sorted(TOOLS.rglob('*.py'))}
+    assert 'tools/analysis/get_flops.py' in scripts
+    found = [f'{n}: {x}' for n, p in scripts.items() for x in door_problems(p.read_text(), n)]
+    assert not found, 'tools/ scripts are doors of mmcirc/cli (as tools/test.py):\n' + '\n'.join(
+        found
+    )
+
+
+def test_a_script_with_its_own_parser_or_code_is_no_door():
+    door = (TOOLS / 'test.py').read_text()
+    assert door_problems(door, 'tools/test.py') == []
+    assert door_problems(door, 'tools/other.py') == ['no `python tools/other.py ...` usage line']
+    parser = door.replace('from mmcirc', 'import argparse\nfrom mmcirc')
+    assert door_problems(parser, 'tools/test.py') == ['line 6: import argparse']
+    logic = door.replace('    main()', '    print(1)\n    main()')
+    assert door_problems(logic, 'tools/test.py') == ["line 8: if __name__ == '__main__':"]

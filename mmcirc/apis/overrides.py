@@ -20,7 +20,7 @@ from typing import Dict, Tuple
 
 from mmcirc.models.backbones.pyramid import PyramidBackbone
 from mmcirc.models.families import FAMILIES, attention_blocks
-from mmcirc.ops.circulant import BOUNDARIES, SCALES, CirculantAttention, check_scale
+from mmcirc.ops.circulant import BOUNDARIES, SCALES, CirculantAttention, check_choice, check_scale
 from mmcirc.ops.core import CORE_PRESETS, parse_num_cores
 
 __all__ = [
@@ -61,10 +61,7 @@ def validate_overrides(
         preset = isinstance(num_cores, str) and num_cores in CORE_PRESETS
         out['num_cores'] = num_cores if preset else n
     if boundary is not None:
-        if boundary not in BACKBONE_OVERRIDES['boundary']:
-            raise ValueError(
-                f'boundary must be one of {BACKBONE_OVERRIDES["boundary"]}, got {boundary!r}'
-            )
+        check_choice('boundary', boundary, BACKBONE_OVERRIDES['boundary'])
         out['boundary'] = boundary
     if scale is not None:
         value = scale

@@ -12,8 +12,10 @@ from mmcirc.apis.builder import build_model, has_random_weights, load_model_conf
 from mmcirc.apis.weights import RandomWeightsWarning
 from mmcirc.cli.common import (
     CLIError,
+    Once,
     add_cfg_options,
     add_partial_weights_flag,
+    check_config_file,
     check_device,
     check_output_dir,
     one_line_warnings,
@@ -27,10 +29,13 @@ def add_common_args(parser, tool):
     parser.add_argument(
         'checkpoint', nargs='?', help='checkpoint (omit: random weights, init_weights under --seed)'
     )
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument('--img', metavar='PATH', help='image file')
+    src = parser.add_mutually_exclusive_group(required=True)  # one image: a repeat refused
+    src.add_argument('--img', action=Once, metavar='PATH', help='image file')
     src.add_argument(
-        '--demo', metavar='NAME', help="scikit-image sample: 'astronaut' (also 'chelsea', 'coffee')"
+        '--demo',
+        action=Once,
+        metavar='NAME',
+        help="scikit-image sample: 'astronaut' (also 'chelsea', 'coffee')",
     )
     parser.add_argument(
         '--size',
@@ -48,10 +53,7 @@ def add_common_args(parser, tool):
 
 def check_args(args):
     """Checks that need no library: files exist, size well formed, device known."""
-    if not osp.isfile(args.config):
-        raise CLIError(f'config file not found: {args.config}')
-    if args.checkpoint is not None and not osp.isfile(args.checkpoint):
-        raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    check_config_file(args.config, args.checkpoint)
     size = imio.parse_size(args.size)
     sides = (size,) if isinstance(size, int) else (size or ())
     if any(s < vis.MIN_SIDE for s in sides):

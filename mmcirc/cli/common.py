@@ -13,7 +13,7 @@ import pickle
 import re
 import sys
 import warnings
-from typing import Dict
+from typing import Dict, Optional
 
 from mmcirc.cli_errors import CLIError, error_line, main_guard, refusal_line  # noqa: F401
 
@@ -67,17 +67,19 @@ def add_cfg_options(parser, example: str = ''):
     return parser
 
 
-def check_config_file(path: str, what: str = 'config') -> None:
-    """A config file that exists and that mmengine reads (:data:`CONFIG_EXTENSIONS`),
-    else a one-line ``CLIError``."""
+def check_config_file(path: str, checkpoint: Optional[str] = None) -> None:
+    """A config file that exists and that mmengine reads (:data:`CONFIG_EXTENSIONS`) and
+    the ``checkpoint`` file, when given, exists; else a one-line ``CLIError``."""
     from mmcirc.apis.builder import CONFIG_EXTENSIONS
 
     if not osp.isfile(path):
-        raise CLIError(f'{what} file not found: {path}')
+        raise CLIError(f'config file not found: {path}')
     if osp.splitext(path)[1].lower() not in CONFIG_EXTENSIONS:
         raise CLIError(
-            f'{what} {path}: a config must be one of {", ".join(CONFIG_EXTENSIONS)} files'
+            f'config {path}: a config must be one of {", ".join(CONFIG_EXTENSIONS)} files'
         )
+    if checkpoint is not None and not osp.isfile(checkpoint):
+        raise CLIError(f'checkpoint file not found: {checkpoint}')
 
 
 def check_output_dir(path: str, flag: str) -> None:
@@ -157,6 +159,20 @@ def add_partial_weights_flag(parser):
         action='store_true',
         help='load a checkpoint that leaves weights of the model missing or shaped '
         'otherwise (those stay random); without it such a checkpoint is refused',
+    )
+    return parser
+
+
+def add_compile_flag(parser, note: str = ''):
+    """``--compile [BACKEND]``: torch.compile the backbone and the neck
+    (:mod:`mmcirc.engine.compile`); ``note`` is added to its help."""
+    parser.add_argument(
+        '--compile',
+        nargs='?',
+        const='inductor',
+        metavar='BACKEND',
+        help='torch.compile the backbone and the neck, fullgraph, the heads eager '
+        f"(BACKEND: torch.compile's, default inductor{note})",
     )
     return parser
 

@@ -1,5 +1,5 @@
-"""The converter command lines (``tools/model_converters/*_to_mmcirc.py`` are entry
-points of :func:`pvt_main`, :func:`swin_main`, :func:`cadeit_main`, :func:`veca_main`):
+"""The converter command lines (``tools/model_converters/*_to_mmcirc.py`` are entry points
+of :func:`pyramid_main` (``pvt_main``, ``swin_main``), :func:`cadeit_main`, :func:`veca_main`):
 the options, reading them into the arguments of :func:`mmcirc.models.convert.convert_file`,
 a check that the inputs exist and that the output is none of them before the slow
 imports, and failures as one ``error:`` line (exit 1, :func:`mmcirc.cli.common.main_guard`).
@@ -8,11 +8,12 @@ An existing default output is overwritten only with ``--force``.
 
 import argparse
 import ast
+import functools
 import os.path as osp
 
 from mmcirc.cli.common import Accumulate, CLIError, main_guard, refused_checkpoints
 
-__all__ = ['cadeit_main', 'pvt_main', 'swin_main', 'veca_main']
+__all__ = ['cadeit_main', 'pvt_main', 'pyramid_main', 'swin_main', 'veca_main']
 
 #: The other released kind's tool, for a CA-DeiT file given to VECA's and vice versa.
 _KIND_TOOLS = {
@@ -154,52 +155,50 @@ def _pyramid_options(args, cadeit=False) -> dict:
     )
 
 
-def _pyramid_parser(family, description, src_help, arch_help):
-    """SRC [OUT] --arch ... (:func:`add_target_args`) --src-layout {auto, the family's layouts}."""
+#: The pyramid converters' sources: (description, SRC help, --arch help).
+PYRAMID_SOURCES = {
+    'pvt': (
+        'PVT v1 checkpoint -> CA-PVT / Core-PVT',
+        'source checkpoint (official PVT v1 or mmdet layout)',
+        'tiny, small, medium, large, or a dict literal '
+        "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"",
+    ),
+    'swin': (
+        'Swin checkpoint -> CA-Swin / Core-Swin',
+        'source checkpoint (official Swin, mmdet/mmseg/mmpretrain layout)',
+        'tiny, small, base, or a dict literal '
+        "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"",
+    ),
+}
+
+
+@main_guard
+def pyramid_main(family, argv=None):
+    """``{pvt,swin}_to_mmcirc.py``: SRC [OUT] --arch ... (:func:`add_target_args`)
+    --src-layout {auto, the family's layouts} -> CA-/Core- pyramid of ``family``."""
     from mmcirc.models.convert.pyramid import layouts_of
 
+    description, src_help, arch_help = PYRAMID_SOURCES[family]
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('src', help=src_help)
     add_output_args(parser, 'work_dirs/pretrained/<variant>[_<backbone options>]_in1k.pth')
     parser.add_argument('--arch', default='tiny', help=arch_help)
     add_target_args(parser)
     parser.add_argument('--src-layout', default='auto', choices=('auto',) + layouts_of(family))
-    return parser
-
-
-@main_guard
-def pvt_main(argv=None):
-    """``pvt_to_mmcirc.py``: a PVT v1 checkpoint -> CA-PVT / Core-PVT."""
-    parser = _pyramid_parser(
-        'pvt',
-        'PVT v1 checkpoint -> CA-PVT / Core-PVT',
-        src_help='source checkpoint (official PVT v1 or mmdet layout)',
-        arch_help='tiny, small, medium, large, or a dict literal '
-        "\"{'embed_dims': [...], 'depths': [...], 'num_heads': [...]}\"",
-    )
-    parser.add_argument(
-        '--pos-embed-size',
-        type=int,
-        metavar='PX',
-        help='image size the target position tables are stored for; source '
-        'tables of another size are resized (bilinear)',
-    )
+    if family == 'pvt':
+        parser.add_argument(
+            '--pos-embed-size',
+            type=int,
+            metavar='PX',
+            help='image size the target position tables are stored for; source '
+            'tables of another size are resized (bilinear)',
+        )
     args = parser.parse_args(argv)
-    return _convert('pvt', args, [args.src], **_pyramid_options(args))
+    return _convert(family, args, [args.src], **_pyramid_options(args))
 
 
-@main_guard
-def swin_main(argv=None):
-    """``swin_to_mmcirc.py``: a Swin checkpoint -> CA-Swin / Core-Swin."""
-    parser = _pyramid_parser(
-        'swin',
-        'Swin checkpoint -> CA-Swin / Core-Swin',
-        src_help='source checkpoint (official Swin, mmdet/mmseg/mmpretrain layout)',
-        arch_help='tiny, small, base, or a dict literal '
-        "\"{'embed_dims': 96, 'depths': [...], 'num_heads': [...]}\"",
-    )
-    args = parser.parse_args(argv)
-    return _convert('swin', args, [args.src], **_pyramid_options(args))
+pvt_main = functools.partial(pyramid_main, 'pvt')
+swin_main = functools.partial(pyramid_main, 'swin')
 
 
 @main_guard

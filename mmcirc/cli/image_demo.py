@@ -168,9 +168,7 @@ def inferencer(scope: str, args):
 def main(argv=None):
     one_line_warnings('build_loss', 'avg_non_ignore', 'please provide the `save_dir`')
     args = parse_args(argv)
-    check_config_file(args.config)
-    if not osp.isfile(args.checkpoint):
-        raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    check_config_file(args.config, args.checkpoint)
     check_device(args.device)
     from mmcirc.apis.builder import load_model_config
 

@@ -25,6 +25,7 @@ from mmcirc.cli.common import (
     Accumulate,
     CLIError,
     add_cfg_options,
+    add_compile_flag,
     add_override_args,
     add_partial_weights_flag,
     as_cli_errors,
@@ -111,14 +112,7 @@ def parse_args(argv=None):
         help='seconds before the dense-baseline child is killed (1800)',
     )
     add_cfg_options(parser)
-    parser.add_argument(
-        '--compile',
-        nargs='?',
-        const='inductor',
-        metavar='BACKEND',
-        help="torch.compile the backbone's and the neck's forward, fullgraph (BACKEND: "
-        "torch.compile's, default inductor); one process only",
-    )
+    add_compile_flag(parser, '; one process only')
     shard = parser.add_mutually_exclusive_group()
     shard.add_argument(
         '--shard', action='store_true', help='one rank of a torchrun group (sharded inference)'
@@ -190,9 +184,7 @@ def _check_args(args):
         raise CLIError(f'--mem-cap-gb must be positive, got {args.mem_cap_gb}')
     size = imio.parse_size(args.size)
     check_device(args.device)
-    check_config_file(args.config)
-    if args.checkpoint is not None and not osp.isfile(args.checkpoint):
-        raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    check_config_file(args.config, args.checkpoint)
     check_output_dir(args.out_dir, '--out-dir')
     if args.img:
         imio.output_names(args.img)  # two inputs writing the same outputs: refused now

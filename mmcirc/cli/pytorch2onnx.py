@@ -16,6 +16,7 @@ from mmcirc.cli.common import (
     Once,
     add_cfg_options,
     add_partial_weights_flag,
+    check_config_file,
     main_guard,
     one_line_warnings,
 )
@@ -71,8 +72,7 @@ def _check_args(args):
         raise CLIError(f'--out is a directory: {args.out}')
     if args.opset < 17:
         raise CLIError(f'--opset must be >= 17 (the exporter targets opset 17+), got {args.opset}')
-    if args.checkpoint is not None and not osp.isfile(args.checkpoint):
-        raise CLIError(f'checkpoint file not found: {args.checkpoint}')
+    check_config_file(args.config, args.checkpoint)
     import importlib.util
 
     need = ['onnx', 'onnxscript'] + (['onnxruntime'] if args.verify else [])

@@ -9,6 +9,7 @@ from mmcirc.apis.overrides import apply_backbone_overrides
 from mmcirc.apis.weights import WeightsFitHook
 from mmcirc.cli.common import (
     CLIError,
+    add_compile_flag,
     add_override_args,
     add_partial_weights_flag,
     main_guard,
@@ -48,14 +49,7 @@ def parse_args(argv=None):
         action='store_true',
         help="test-time augmentation: the config's tta_pipeline and tta_model",
     )
-    parser.add_argument(
-        '--compile',
-        nargs='?',
-        const='inductor',
-        metavar='BACKEND',
-        help='torch.compile the backbone and the neck, fullgraph, the heads eager '
-        "(mmcirc's CompileBackboneHook); default backend: inductor",
-    )
+    add_compile_flag(parser)
     parser.add_argument(
         '--trust-checkpoint',
         action='store_true',

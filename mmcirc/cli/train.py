@@ -9,7 +9,7 @@ import sys
 from mmengine.logging import print_log
 
 from mmcirc.apis.weights import WeightsFitHook
-from mmcirc.cli.common import CLIError, main_guard
+from mmcirc.cli.common import CLIError, add_compile_flag, main_guard
 from mmcirc.cli.runner import build_runner, load_config, parse_run_args, run_and_release
 from mmcirc.engine.compile import add_compile_hook
 
@@ -18,15 +18,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Train a model with mmcirc backbones')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
-    parser.add_argument(
-        '--compile',
-        nargs='?',
-        const='inductor',
-        metavar='BACKEND',
-        help='torch.compile the backbone and the neck, fullgraph, the heads eager '
-        "(mmcirc's CompileBackboneHook; mmengine's whole train step: "
-        '--cfg-options compile.backend=BACKEND); default backend: inductor',
-    )
+    add_compile_flag(parser, "; mmengine's whole train step: --cfg-options compile.backend=BACKEND")
     parser.add_argument(
         '--auto-scale-lr',
         action='store_true',

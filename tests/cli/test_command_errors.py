@@ -6,7 +6,6 @@ The commands run in this process (their ``main(argv)``)."""
 
 import os
 import os.path as osp
-import runpy
 
 import cv2
 import numpy as np
@@ -84,7 +83,8 @@ def test_an_out_dir_under_a_file_is_one_line(capsys, tmp_path, image):
 
 
 def test_make_toy_data_out_that_is_a_file_is_one_line(capsys, tmp_path):
-    main = runpy.run_path(osp.join(REPO, 'tools/dataset_converters/make_toy_data.py'))['main']
+    from mmcirc.cli.make_toy_data import main
+
     (tmp_path / 'f').write_text('')
     code, line = _error(capsys, main, ['coco', '--out', str(tmp_path / 'f')])
     assert (code, line) == (1, f'error: --out {tmp_path}/f is a file, not a folder')

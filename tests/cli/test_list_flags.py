@@ -23,6 +23,11 @@ COMMANDS = [
     ('mmcirc.cli.convert', 'swin_main'),
     ('mmcirc.cli.convert', 'cadeit_main'),
     ('mmcirc.cli.convert', 'veca_main'),
+    ('mmcirc.cli.get_flops', 'parse_args'),
+    ('mmcirc.cli.plot_complexity', 'parse_args'),
+    ('mmcirc.cli.main_job_seeds', 'parse_args'),
+    ('mmcirc.cli.count_params', 'main'),
+    ('mmcirc.cli.make_toy_data', 'parse_args'),
 ]
 
 
@@ -91,4 +96,52 @@ def test_a_repeated_shape_is_a_usage_error(capsys):
         capsys.readouterr()
         .err.splitlines()[-1]
         .endswith('error: --shape was given twice: give it once')
+    )
+
+
+@pytest.mark.parametrize('tool', ['bccb_score', 'vis_circulant', 'vis_cores'])
+def test_a_repeated_img_of_the_one_image_attention_tools_is_a_usage_error(tool, capsys):
+    parse_args = importlib.import_module(f'mmcirc.cli.{tool}').parse_args
+    assert parse_args(['c.py', '--img', 'a.png']).img == 'a.png'
+    with pytest.raises(SystemExit) as exc:
+        parse_args(['c.py', '--img', 'a.png', '--img', 'b.png'])
+    assert exc.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith('error: --img was given twice: give it once')
+    )
+
+
+def test_a_repeated_get_flops_shape_is_a_usage_error(capsys):
+    from mmcirc.cli.get_flops import parse_args
+
+    with pytest.raises(SystemExit) as exc:
+        parse_args(['c.py', '--shape', '64', '--shape', '32', '48'])
+    assert exc.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith('error: --shape was given twice: give it once')
+    )
+
+
+def test_repeated_plot_complexity_sizes_and_models_add_up():
+    from mmcirc.cli.plot_complexity import parse_args
+
+    args = parse_args(
+        ['--sizes', '64', '--sizes', '96', '128', '--models', 'pvt_s', '--models', 'swin_t']
+    )
+    assert (args.sizes, args.models) == ([64, 96, 128], ['pvt_s', 'swin_t'])
+    assert parse_args([]).sizes == [224, 320, 512, 768, 1024, 1536, 2048]
+
+
+def test_repeated_main_job_seeds_lists_add_up():
+    from mmcirc.cli.main_job_seeds import parse_args
+
+    args = parse_args(['--seeds', '3', '--seeds', '4', '--jobs', 'seg', '--jobs', 'det'])
+    assert (args.seeds, args.jobs, args.attentions) == (
+        [3, 4],
+        ['seg', 'det'],
+        ['circulant', 'sra', 'core'],
     )

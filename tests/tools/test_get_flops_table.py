@@ -2,22 +2,10 @@
 0.0 %, never a negative zero (the backbone's remainder after its stages is a difference
 of float sums)."""
 
-import importlib.util
-import os.path as osp
-
-from helpers import REPO
-
-
-def _tool():
-    path = osp.join(REPO, 'tools', 'analysis', 'get_flops.py')
-    spec = importlib.util.spec_from_file_location('get_flops_tool', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from mmcirc.cli import get_flops as tool
 
 
 def test_a_count_that_rounds_to_zero_has_no_sign(capsys):
-    tool = _tool()
     assert tool.fmt_flops(-1.2e-9) == tool.fmt_flops(-300.0) == tool.fmt_flops(0) == '0.000 M'
     assert tool.fmt_flops(-5e6) == '-5.000 M'  # a real deficit keeps its sign
     assert tool.fmt_flops(2.5e9) == '2.500 G'

@@ -3,9 +3,7 @@
 python tools/analysis/bccb_score.py CONFIG [CHECKPOINT] (--img PATH | --demo astronaut) [--size HxW]
 """
 
-import sys
-
 from mmcirc.cli.bccb_score import main
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

@@ -4,9 +4,7 @@ field.
 python tools/analysis/vis_circulant.py CONFIG [CHECKPOINT] (--img PATH | --demo NAME) [--size HxW]
 """
 
-import sys
-
 from mmcirc.cli.vis_circulant import main
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

@@ -3,9 +3,7 @@
 python tools/analysis/vis_cores.py CONFIG [CHECKPOINT] (--img PATH | --demo NAME) [--num-cores 8 16]
 """
 
-import sys
-
 from mmcirc.cli.vis_cores import main
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

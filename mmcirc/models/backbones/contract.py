@@ -33,7 +33,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.utils.checkpoint import checkpoint
 
-from mmcirc.ops.circulant import BOUNDARIES, check_scale
+from mmcirc.ops.circulant import BOUNDARIES, check_choice, check_scale
 from mmcirc.ops.core import parse_num_cores
 
 HAS_MMENGINE = importlib.util.find_spec('mmengine') is not None
@@ -104,9 +104,8 @@ def check_rate(owner: str, name: str, value) -> float:
 def check_circulant(owner: str, boundary, scale) -> None:
     """``boundary`` and ``scale`` of circulant attention (:mod:`mmcirc.ops.circulant`),
     checked when the backbone is built, before any block is."""
-    if not isinstance(boundary, str) or boundary not in BOUNDARIES:
-        raise ValueError(f'{owner}: boundary must be one of {BOUNDARIES}, got {boundary!r}')
     try:
+        check_choice('boundary', boundary, BOUNDARIES)
         check_scale(scale)
     except ValueError as e:
         raise ValueError(f'{owner}: {e}') from None
