@@ -1,5 +1,6 @@
 """Each task family end to end on the generated data: tools/train.py a few iterations
-(the loss goes down), then tools/test.py produces the task's metric. Losses and metrics
+(the loss goes down), then tools/test.py produces the task's metric; tools/dist_train.sh
+and tools/dist_test.sh with 2 processes (gloo, CPU). Losses and metrics
 are read from the JSON files mmengine writes (vis_data/scalars.json, <timestamp>.json).
 
 The configs in tests/fixtures/configs inherit the real ones in configs/ and only shrink
@@ -9,13 +10,11 @@ widths, image sizes and schedules.
 import os.path as osp
 
 import pytest
-import torch
 
 from helpers import (
     FIXTURE_CONFIGS,
     assert_metric,
     evaluated_metrics,
-    run_dirs,
     run_tool,
     train_iters,
     train_scalars,
@@ -58,32 +57,42 @@ def evaluate(config, checkpoint, work_dir, cwd, *extra):
     return evaluated_metrics(work_dir), proc.stdout + proc.stderr
 
 
+@pytest.fixture(scope='module')
+def trained(toy_root, tmp_path_factory):
+    """``trained(family)``: (work dir, metrics, log) of the family's config trained by
+    tools/train.py (12 iterations) and its last checkpoint tested by tools/test.py, once
+    for the module."""
+    runs = {}
+
+    def run(family):
+        if family not in runs:
+            config = FAMILIES[family][0]
+            tmp = tmp_path_factory.mktemp(family)
+            train(config, tmp / 'work', toy_root)
+            runs[family] = (
+                tmp / 'work',
+                *evaluate(config, tmp / 'work' / 'iter_12.pth', tmp / 'test', toy_root),
+            )
+        return runs[family]
+
+    return run
+
+
 @pytest.mark.parametrize('family', sorted(FAMILIES))
-def test_train_then_test(family, toy_root, tmp_path):
-    config, metric, high = FAMILIES[family]
-    work = tmp_path / 'work'
-    train(config, work, toy_root)
+def test_train_then_test(family, trained):
+    _, metric, high = FAMILIES[family]
+    work, metrics, _ = trained(family)
     losses = train_losses(work)
     assert len(losses) == 12
     assert sum(losses[-3:]) < sum(losses[:3]), f'loss did not go down: {losses}'
-    metrics, _ = evaluate(config, work / 'iter_12.pth', tmp_path / 'test', toy_root)
     assert_metric(metrics, metric, high)
 
 
-def test_resume_continues_from_checkpoint(toy_root, tmp_path):
-    config = 'ca_pvt_fpn_tiny.py'
-    work = tmp_path / 'work'
-    train(config, work, toy_root, '--cfg-options', 'train_cfg.max_iters=6')
-    assert (work / 'iter_6.pth').is_file()
-    train(config, work, toy_root, '--resume', str(work / 'iter_6.pth'))
-    assert len(run_dirs(work)) == 2
-    assert train_iters(work, 0) == list(range(1, 7))
-    assert train_iters(work, 1) == list(range(7, 13)), 'the second run did not continue at 7'
-    assert torch.load(work / 'iter_12.pth', weights_only=False)['meta']['iter'] == 12
-
-
-def test_distributed_training_on_two_processes(toy_root, tmp_path):
-    work = tmp_path / 'dist'
+@pytest.fixture(scope='module')
+def dist_trained(toy_root, tmp_path_factory):
+    """tools/dist_train.sh with 2 processes (4 iterations, validation at the end): its
+    work dir and log."""
+    work = tmp_path_factory.mktemp('dist') / 'work'
     proc = run_tool(
         [
             'tools/dist_train.sh',
@@ -98,30 +107,46 @@ def test_distributed_training_on_two_processes(toy_root, tmp_path):
         cwd=toy_root,
         env={'PORT': '29531'},
     )
-    assert 'process rank 1 of world size 2' in proc.stdout + proc.stderr  # only the log shows it
+    return work, proc.stdout + proc.stderr
+
+
+def test_distributed_training_on_two_processes(dist_trained):
+    work, log = dist_trained  # the process group is only in the log
+    assert 'Distributed training: True' in log
+    assert 'process rank 0 of world size 2' in log and 'process rank 1 of world size 2' in log
     (val,) = [r for r in train_scalars(work) if 'coco/bbox_mAP' in r]
     assert_metric(val, 'coco/bbox_mAP', 1)
     assert train_iters(work) == [1, 2, 3, 4] and (work / 'iter_4.pth').is_file()
 
 
-def test_core_count_changed_at_test_time(toy_root, tmp_path):
-    config = 'core_pvt_cls_tiny.py'
-    work = tmp_path / 'work'
-    train(
-        config,
-        work,
-        toy_root,
-        '--cfg-options',
-        'train_cfg.max_iters=2',
-        'train_cfg.val_interval=2',
-        'default_hooks.checkpoint.interval=2',
+def test_distributed_test_on_two_processes(dist_trained, toy_root, tmp_path):
+    """tools/dist_test.sh: 2 processes evaluate the checkpoint and exit 0."""
+    work, _ = dist_trained
+    proc = run_tool(
+        [
+            'tools/dist_test.sh',
+            osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py'),
+            str(work / 'iter_4.pth'),
+            '2',
+            '--work-dir',
+            str(tmp_path / 'test'),
+        ],
+        cwd=toy_root,
+        env={'PORT': '29541'},
     )
+    log = proc.stdout + proc.stderr
+    assert 'process rank 0 of world size 2' in log and 'process rank 1 of world size 2' in log
+    assert_metric(evaluated_metrics(tmp_path / 'test'), 'coco/bbox_mAP', 1)
+
+
+def test_core_count_changed_at_test_time(trained, toy_root, tmp_path):
+    config = FAMILIES['classification'][0]
+    work, _, default = trained('classification')
     # the active core count is only in the log (NestedCoreHook)
-    _, default = evaluate(config, work / 'iter_2.pth', tmp_path / 't8', toy_root)
     assert 'testing with 8 active cores' in default
     metrics, elastic = evaluate(
         config,
-        work / 'iter_2.pth',
+        work / 'iter_12.pth',
         tmp_path / 't2',
         toy_root,
         '--cfg-options',
