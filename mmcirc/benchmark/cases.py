@@ -121,10 +121,10 @@ def _attention(kind):
         if kind == 'circ-linears':
             return m, lambda x: (m.proj(m.gate(x)), m.qkv(x))
         if kernel == 'triton':  # tl.dot in float32 ('ieee') or TF32, set at every call
-            from mmcirc.ops import circulant_kernel
+            from mmcirc.ops.settings import set_precision
 
             precision = kind.split('-')[1]
-            return m, lambda x: (circulant_kernel.set_precision(precision), m(x, hw))[1]
+            return m, lambda x: (set_precision(precision), m(x, hw))[1]
         return m, lambda x: m(x, hw)
 
     return builder

@@ -18,7 +18,7 @@ and need image metas, so only their backbone + neck (``features=True``) export.
 The model to export is :func:`mmcirc.apis.builder.build_model`'s (CPU, eval mode,
 SyncBN reverted; random ``init_weights`` without a checkpoint).
 
-Circulant attention exports through :func:`mmcirc.ops.circulant.export_mode` (real
+Circulant attention exports through :func:`mmcirc.ops.settings.export_mode` (real
 matmul DFTs built from the runtime H and W, so a dynamic-shape graph follows the
 input size). The exporter is torch's dynamo-based ``torch.onnx.export(...,
 dynamo=True)`` (``torch.export`` + onnxscript); the TorchScript exporter cannot express
@@ -276,7 +276,7 @@ def _constraint_summary(err: BaseException) -> str:
 
 def _export(tensor_model, example, names, dynamic, size_divisor, opset):
     """torch.export (non-strict) in export mode, then the ONNX translation."""
-    from mmcirc.ops.circulant import export_mode
+    from mmcirc.ops.settings import export_mode
 
     tracker = _LayerTracker(tensor_model)
     try:

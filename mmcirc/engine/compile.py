@@ -19,7 +19,7 @@ compiles the backbone and the neck only:
 Sizes: ``dynamic=None`` (torch's default) compiles the first input size static and, when a
 size changes, once more with the changed sizes symbolic, which serves later sizes: at a
 fixed size nothing recompiles. Where the layout allows it (the CUDA layout of
-:mod:`mmcirc.ops.layout`, whose graph holds for every size) the height and width of the
+:mod:`mmcirc.ops.settings`, whose graph holds for every size) the height and width of the
 part's input maps (4-D tensors, also in lists: the neck's) are marked dynamic on every
 call (``torch._dynamo.maybe_mark_dynamic``), so that the first graph is the symbolic one.
 On the CPU layout a symbolic graph holds for the sizes of one number of circulant head
@@ -114,12 +114,12 @@ def _backend_args(backend, mode, device) -> dict:
 
 def _mark_sizes_dynamic(values) -> None:
     """Mark the height and width of every 4-D tensor in ``values`` (and in lists and
-    tuples of them) that takes the CUDA layout (:func:`mmcirc.ops.layout.cpu_layout`)
+    tuples of them) that takes the CUDA layout (:func:`mmcirc.ops.settings.cpu_layout`)
     dynamic (``maybe_mark_dynamic``: a size the code specializes stays static, without
     an error)."""
     import torch
 
-    from mmcirc.ops.layout import cpu_layout
+    from mmcirc.ops.settings import cpu_layout
 
     for v in values:
         if isinstance(v, (list, tuple)):

@@ -25,13 +25,13 @@ Two boundary modes:
 Every FFT and the softmax run in float32 (float64 for float64 inputs) with
 autocast disabled; the result is cast back to the autocast / input dtype. Under
 autocast the gate and output projection run in the autocast dtype, and in the CPU
-layout (:mod:`mmcirc.ops.layout`) so does the qkv product on the float32 spectrum
+layout (:mod:`mmcirc.ops.settings`) so does the qkv product on the float32 spectrum
 under bf16.
 
 One body of the equations (:func:`scores`, :func:`attend`), set up by one
 :class:`CirculantPlan` (:func:`circulant_plan`, once per input shape), for every transform
 backend (:mod:`mmcirc.ops.circulant_transforms`: torch.fft, or real matmul DFTs with
-symbolic sizes inside :func:`export_mode`; the row-band-sharded transforms of
+symbolic sizes inside :func:`~mmcirc.ops.settings.export_mode`; the row-band-sharded transforms of
 :mod:`mmcirc.distributed.handlers.circulant`), for the functional form and the probe
 (:mod:`mmcirc.ops.circulant_functional`).
 
@@ -48,40 +48,25 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from . import circulant_transforms, layout
-from .circulant_kernel import (
-    default_kernel,
-    kernel_refusal,
-    layer_core,
-    pack_weights,
-    report_torch_path,
-)
-from .circulant_transforms import (
-    BOUNDARIES,
-    FFT_IMPLS,
+from .circulant_kernel import CoreArgs, kernel_refusal, layer_core, pack_weights, report_torch_path
+from .circulant_transforms import BOUNDARIES, fft_grid, next_fast_len, transforms
+from .settings import (
+    autocast_dtype,
+    cached_plan,
     check_choice,
-    export_mode,
-    fft_grid,
-    get_fft_impl,
+    cpu_layout,
+    default_kernel,
     graph_capture,
-    next_fast_len,
-    set_fft_impl,
-    transforms,
 )
-from .layout import cpu_layout
 
 __all__ = [
-    'BOUNDARIES', 'FFT_IMPLS', 'SCALES', 'CirculantAttention', 'CirculantPlan', 'attend',
-    'autocast_dtype', 'check_num_heads', 'check_scale', 'circulant_plan', 'compute_dtypes',
-    'export_mode', 'fft_grid', 'fp32_region', 'get_fft_impl', 'head_blocks', 'linear_cf',
-    'next_fast_len', 'scale_value', 'scores', 'set_fft_impl', 'spectral_norms',
-    'transpose_tokens',
+    'BOUNDARIES', 'SCALES', 'CirculantAttention', 'CirculantPlan', 'SpectralNorms', 'attend',
+    'check_num_heads', 'check_scale', 'circulant_plan', 'compute_dtypes', 'fft_grid',
+    'fp32_region', 'head_blocks', 'linear_cf', 'next_fast_len', 'scale_value', 'scores',
+    'spectral_norms', 'transpose_tokens',
 ]  # fmt: skip
 
 SCALES = ('sqrt_n', 'n')
-#: per-shape plans a CirculantAttention keeps (emptied when full: detection and
-#: segmentation see a few input sizes, not thousands)
-PLAN_CACHE_SIZE = 32
 
 
 # ----------------------------------------------------------------- helpers
@@ -127,22 +112,6 @@ def scale_value(scale, n, d):
     return float(scale)
 
 
-def autocast_dtype(device_type):
-    """The autocast dtype active for ``device_type``, or None (also for a device
-    without autocast, e.g. ``meta``)."""
-    if device_type == 'meta':
-        return None  # shapes only: torch has no autocast state for it
-    try:
-        if torch.is_autocast_enabled(device_type):
-            return torch.get_autocast_dtype(device_type)
-    except TypeError:  # torch < 2.4: per-device functions
-        if device_type == 'cuda' and torch.is_autocast_enabled():
-            return torch.get_autocast_gpu_dtype()
-        if device_type == 'cpu' and torch.is_autocast_cpu_enabled():
-            return torch.get_autocast_cpu_dtype()
-    return None
-
-
 def compute_dtypes(t):
     """(compute dtype, output dtype) for an input tensor ``t``."""
     if t.dtype == torch.float64:
@@ -162,7 +131,7 @@ def fp32_region(t):
 def transpose_tokens(x, dtype=None, cpu=False):
     """Contiguous ``x.transpose(1, 2)`` of x (B, P, Q) -> (B, Q, P), cast to ``dtype``.
 
-    With ``cpu`` (the CPU layout of :mod:`mmcirc.ops.layout`) one 2-D transpose per batch element,
+    With ``cpu`` (the CPU layout of :mod:`mmcirc.ops.settings`) one 2-D transpose per batch element,
     after the cast: torch's CPU ``copy_`` has a blocked kernel for a 2-D transpose within
     one dtype only, and the 3-D transpose copy is several times slower. Beware that
     ``x.transpose(1, 2).to(memory_format=torch.contiguous_format)`` copies nothing for a
@@ -188,7 +157,7 @@ MAX_HEAD_BLOCKS = 8
 
 def head_blocks(channels, num_heads, grid, batch=1, cpu=True):
     """Channel slices of whole heads: one block of all heads unless ``cpu`` (the CPU
-    layout of :mod:`mmcirc.ops.layout`), where each block's q/k/v spectra are about
+    layout of :mod:`mmcirc.ops.settings`), where each block's q/k/v spectra are about
     BLOCK_BYTES and there are at most MAX_HEAD_BLOCKS blocks.
 
     Heads are independent. On the CPU, blocks keep every FFT and product in cache (one
@@ -207,10 +176,18 @@ def head_blocks(channels, num_heads, grid, batch=1, cpu=True):
     return [slice(i, min(i + step, channels)) for i in range(0, channels, step)]
 
 
+class SpectralNorms(NamedTuple):
+    """The normalisations of a plan's transforms (:func:`spectral_norms`)."""
+
+    fwd: str  #: the ``norm`` of the spectra of q, k, v
+    score: str  #: the scores a = r * irfft2(corr, norm=score)
+    r: float | None  #: None: no product
+    out: str  #: o = irfft2(P' V, norm=out)
+
+
 def spectral_norms(tf, scale, n, d):
-    """How Eq. 15's scale s rides on the transforms' normalisations, for :func:`attend`:
-    ``(fwd, score, r, out)``: the spectra of q, k, v made with ``norm=fwd``, the scores
-    ``a = r * irfft2(corr, norm=score)`` (r None: no product), ``o = irfft2(P' V, norm=out)``.
+    """How Eq. 15's scale s rides on the transforms' normalisations, for :func:`attend`
+    (:class:`SpectralNorms`).
 
     With ``fwd = 'ortho'`` on a grid of G = Ph Pw cells, Q' K'* = Q K* / G, so Eq. 15's
     s (1/G) sum = s sum over Q' K'*: an inverse of factor f (``'ortho'`` 1/sqrt(G),
@@ -224,15 +201,15 @@ def spectral_norms(tf, scale, n, d):
     unnormalised spectra and r = s.
     """
     if tf.symbolic:  # export's matmul DFTs: unnormalised spectra, the product by s
-        return 'backward', 'backward', scale_value(scale, n, d), 'backward'
+        return SpectralNorms('backward', 'backward', scale_value(scale, n, d), 'backward')
     if not isinstance(scale, str):
-        return 'ortho', 'forward', float(scale), 'ortho'
+        return SpectralNorms('ortho', 'forward', float(scale), 'ortho')
     g = tf.grid[0] * tf.grid[1]
     if scale == 'sqrt_n':  # f = 1/sqrt(G): r = s sqrt(G) = sqrt(G / (N d))
         r = (None if d == 1 else d**-0.5) if tf.circular else (g / (n * d)) ** 0.5
-        return 'ortho', 'ortho', r, 'ortho'
+        return SpectralNorms('ortho', 'ortho', r, 'ortho')
     r = (None if d == 1 else d**-0.5) if tf.circular else g / (n * d**0.5)  # 'n', f = 1/G
-    return 'ortho', 'backward', r, 'ortho'
+    return SpectralNorms('ortho', 'backward', r, 'ortho')
 
 
 class CirculantPlan(NamedTuple):
@@ -242,14 +219,14 @@ class CirculantPlan(NamedTuple):
     tf: Any  #: the transforms (:func:`~mmcirc.ops.circulant_transforms.transforms`)
     hw: tuple[int, int]  #: the (global) map (H, W)
     d: int  #: head width
-    norms: tuple  #: :func:`spectral_norms`
+    norms: SpectralNorms
     blocks: list  #: channel slices of whole heads (:func:`head_blocks`)
     cdt: torch.dtype  #: compute dtype of the FFTs and the softmax
     odt: torch.dtype  #: output dtype
     ldt: torch.dtype | None  #: the qkv product's dtype on the spectrum (None: cdt)
-    cpu: bool  #: the CPU layout (:mod:`mmcirc.ops.layout`)
+    cpu: bool  #: the CPU layout (:mod:`mmcirc.ops.settings`)
     region: Any  #: :func:`fp32_region` of the input
-    core: tuple | None = None  #: the Triton kernel's arguments where it runs the core
+    core: CoreArgs | None = None  #: the Triton kernel's arguments where it runs the core
 
 
 def circulant_plan(t, shape, hw, num_heads, boundary, scale, make_transforms=transforms):
@@ -274,7 +251,7 @@ def circulant_plan(t, shape, hw, num_heads, boundary, scale, make_transforms=tra
 
 def scores(plan, q, k):
     """Eq. 15 and the softmax from the spectra (B, C, Ph, U) of q, k made with
-    ``norm=plan.norms[0]`` by the transforms of a :class:`CirculantPlan`: p' (B, heads,
+    ``norm=plan.norms.fwd`` by the transforms of a :class:`CirculantPlan`: p' (B, heads,
     Ph, Pw), the attention kernel at the negated offsets, p'[m] = p[-m].
 
     Sign convention (the one of every path: single process, sharded, probe, export): the
@@ -283,8 +260,8 @@ def scores(plan, q, k):
     not care about their order), so that FFT(p') = conj(P) is Eq. 16's factor as it
     stands (:func:`attend`): one conjugate per layer.
     """
-    tf, (_, score_norm, r, _) = plan.tf, plan.norms
-    a = tf.irfft2(tf.corr(q, k, plan.d), tf.grid, score_norm)  # a' (B, heads, Ph, Pw)
+    tf, r = plan.tf, plan.norms.r
+    a = tf.irfft2(tf.corr(q, k, plan.d), tf.grid, plan.norms.score)  # a' (B, heads, Ph, Pw)
     a = a if r is None else a * r  # Eq. 15's scale where no normalisation carries it
     # 'zero' on a grid rounded up: softmax only over the true offsets (Z would cancel
     # the padding's share anyway; the mask keeps the softmax max over real offsets, so
@@ -294,13 +271,13 @@ def scores(plan, q, k):
 
 def attend(plan, q, k, v):
     """Eq. 15, softmax (:func:`scores`), Eq. 16 from the spectra (B, C, Ph, U) of q, k, v
-    made with ``norm=plan.norms[0]`` by the transforms of a :class:`CirculantPlan`.
+    made with ``norm=plan.norms.fwd`` by the transforms of a :class:`CirculantPlan`.
     Returns o (B, C, H, W)."""
     (b, c), tf, hw, d = q.shape[:2], plan.tf, plan.hw, plan.d
     p = scores(plan, q, k)  # p' = p[-m] (B, heads, Ph, Pw)
     # Eq. 16: FFT(o) = conj(P) V = FFT(p') V, per channel of the head
     pf = tf.rfft2(p)  # FFT(p') (B, heads, Ph, U)
-    o = tf.irfft2(tf.apply(pf, v, d), hw, plan.norms[3])  # (B, C, H, W)
+    o = tf.irfft2(tf.apply(pf, v, d), hw, plan.norms.out)  # (B, C, H, W)
     if not tf.circular:  # 'zero': renormalise rows of A over in-map tokens
         z = tf.row_mass(p, pf, hw).unsqueeze(2)  # (B, heads, 1, H, W)
         o = (o.view(b, c // d, d, *o.shape[-2:]) / z).view(o.shape)  # (B, C, H, W)
@@ -412,28 +389,21 @@ class CirculantAttention(nn.Module):
         why = kernel_refusal(x, (h, w), self.boundary) if self.kernel == 'triton' else None
         if self.kernel == 'triton' and why is None:
             s = scale_value(self.scale, n, plan.d)
-            plan = plan._replace(core=(h, w, self.num_heads, self.boundary == 'zero', s))
+            plan = plan._replace(core=CoreArgs(h, w, self.num_heads, self.boundary == 'zero', s))
         elif why is not None:  # one warning per layer shape and reason
             report_torch_path(self, (h, w), why)
         return plan
 
     def _plan(self, x, hw_shape, *key):
-        """:meth:`_new_plan`, kept per input shape, dtype, device, autocast dtype, layout
-        (:mod:`mmcirc.ops.layout`), DFT backend and ``key`` for eager calls on the CPU or
-        CUDA (at most PLAN_CACHE_SIZE: detection and segmentation see a few sizes); made
-        anew in a captured graph (symbolic sizes) and on other devices."""
+        """:meth:`_new_plan`, kept per input shape, dtype, device, autocast dtype, the
+        settings and ``key`` for eager calls on the CPU or CUDA
+        (:func:`~mmcirc.ops.settings.cached_plan`); made anew in a captured graph (symbolic
+        sizes) and on other devices."""
         dev = getattr(getattr(x, 'device', None), 'type', None)
         if dev not in ('cpu', 'cuda') or type(hw_shape) not in (tuple, list) or graph_capture():
             return self._new_plan(x, hw_shape)
-        autocast = torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev)
-        key += (x.shape, tuple(hw_shape), x.dtype, x.device, autocast, layout.FORCED)
-        key += (circulant_transforms.FFT_IMPL,)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) >= PLAN_CACHE_SIZE:
-                self._plans.clear()
-            plan = self._plans[key] = self._new_plan(x, hw_shape)
-        return plan
+        key += (x.shape, tuple(hw_shape), x.dtype, x.device, autocast_dtype(dev))
+        return cached_plan(self._plans, key, lambda: self._new_plan(x, hw_shape))
 
     def forward(self, x, hw_shape):
         """x: (B, N, C) tokens of an H x W map (row-major), hw_shape = (H, W).
@@ -448,7 +418,7 @@ class CirculantAttention(nn.Module):
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)  # W_q, W_k, W_v
             # FFT(x W) = FFT(x) W: a real weight commutes with the FFT, and
             # with the zero padding of boundary='zero' (grid > H x W)
-            x = tf.rfft2(x.to(cdt).view(b, c, h, w), plan.norms[0])  # (B, C, Ph, U)
+            x = tf.rfft2(x.to(cdt).view(b, c, h, w), plan.norms.fwd)  # (B, C, Ph, U)
             x = tf.operand(x, plan.ldt)  # its real view (B, C, Ph, U, 2)
             y = []
             for sl in plan.blocks:  # whole heads; the rows of W_q, W_k, W_v of this block

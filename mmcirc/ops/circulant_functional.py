@@ -16,7 +16,8 @@ from .circulant import (
     scores,
     transpose_tokens,
 )
-from .circulant_transforms import BOUNDARIES, check_choice
+from .circulant_transforms import BOUNDARIES
+from .settings import check_choice
 
 __all__ = ['attention_kernel', 'circulant_attention']
 
@@ -30,7 +31,7 @@ def attention_kernel(layer, x, hw_shape):
     (b, _, c), (h, w) = x.shape, (int(v) for v in hw_shape)
     plan = circulant_plan(x, x.shape, (h, w), layer.num_heads, layer.boundary, layer.scale)
     tf, cdt = plan.tf, plan.cdt
-    xs = tf.rfft2(transpose_tokens(x, cdt, plan.cpu).view(b, c, h, w), plan.norms[0])
+    xs = tf.rfft2(transpose_tokens(x, cdt, plan.cpu).view(b, c, h, w), plan.norms.fwd)
     q, k = tf.linear(layer.qkv.weight.to(cdt)[: 2 * c], tf.operand(xs), cdt).chunk(2, dim=1)
     p = scores(plan, q, k)  # p[-m] (B, heads, Ph, Pw), from q, k (B, C, Ph, U)
     p = torch.roll(torch.flip(p, (-2, -1)), (1, 1), (-2, -1))  # p[m], index m mod P
@@ -89,7 +90,7 @@ def circulant_attention(q, k, v, *, boundary='circular', num_heads=None, scale='
         )
         o = []
         for sl in plan.blocks:  # whole heads
-            spectra = (plan.tf.rfft2(t[:, sl], plan.norms[0]) for t in (q, k, v))
+            spectra = (plan.tf.rfft2(t[:, sl], plan.norms.fwd) for t in (q, k, v))
             o.append(attend(plan, *spectra))  # (B, Cb, H, W) from (B, Cb, Ph, U) each
         o = o[0] if len(o) == 1 else torch.cat(o, dim=1)  # (B, C, H, W)
     return transpose_tokens(o.reshape(b, c, h * w), plan.odt, plan.cpu).view(b, h, w, c)

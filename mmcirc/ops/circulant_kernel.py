@@ -3,14 +3,14 @@ custom operator ``mmcirc::circulant_core`` (Eq. 15, the softmax, Eq. 16 and the 
 SiLU product in one Triton program per (batch, head) map, :mod:`mmcirc.ops.circulant_triton`),
 its fake (meta) implementation and its autograd, and when a layer takes it.
 
-``CirculantAttention(kernel='triton')`` (or ``MMCIRC_KERNEL=triton`` in the environment,
-read when this module is imported, for every layer built without ``kernel``) runs its core
+``CirculantAttention(kernel='triton')`` (or ``MMCIRC_KERNEL=triton`` in the environment, for
+every layer built without ``kernel``: :mod:`mmcirc.ops.settings`) runs its core
 through the operator where it applies (:func:`kernel_refusal`): a CUDA tensor, or a CPU
 tensor with Triton's interpreter on (``TRITON_INTERPRET=1`` before the kernels are first
 used: how the suite tests it); float32, bfloat16 or float16 tokens; a DFT grid of at most
 :data:`MAX_GRID` cells a side (``'circular'``: maps up to 64 x 64; ``'zero'``: its
 (2H-1) x (2W-1) grid, maps up to 32 x 32); the torch.fft backend (not
-:func:`~mmcirc.ops.circulant_transforms.export_mode`). Elsewhere the layer takes its
+:func:`~mmcirc.ops.settings.export_mode`). Elsewhere the layer takes its
 torch path, which stays the reference, and says so in one warning per layer shape and
 reason (:func:`report_torch_path`). The operator itself refuses what it cannot compute
 (another dtype, a larger grid, a device it cannot run on) with a one-line
@@ -19,60 +19,39 @@ reason (:func:`report_torch_path`). The operator itself refuses what it cannot c
 This file depends on torch only; triton is imported on the operator's first call.
 """
 
-import os
 import warnings
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
-from .circulant_transforms import check_choice, graph_capture
+from .settings import PRECISIONS, current, graph_capture
 
 __all__ = [
-    'KERNELS',
-    'KERNEL_ENV',
     'MAX_GRID',
-    'PRECISIONS',
+    'CoreArgs',
     'check_core_args',
     'circulant_core',
-    'default_kernel',
     'kernel_applies',
     'kernel_refusal',
     'layer_core',
     'pack_weights',
     'report_torch_path',
-    'set_precision',
 ]
 
-KERNELS = ('torch', 'triton')
-KERNEL_ENV = 'MMCIRC_KERNEL'
 #: the largest DFT grid side the kernel takes (its tiles are powers of two up to this)
 MAX_GRID = 64
-#: ``tl.dot``'s precision on float32 operands (``'tf32'``: tensor cores, 10-bit mantissas)
-PRECISIONS = ('ieee', 'tf32')
-#: the precision the layers use (read only: :func:`set_precision` sets it)
-PRECISION = 'ieee'
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-_ENV = os.environ.get(KERNEL_ENV) or 'torch'
-check_choice(KERNEL_ENV, _ENV, KERNELS)
 
+class CoreArgs(NamedTuple):
+    """:func:`circulant_core`'s arguments after the tensors, where a layer's plan runs it."""
 
-def default_kernel(kernel=None):
-    """``kernel`` checked (ValueError naming it and :data:`KERNELS`), or the environment's
-    ``MMCIRC_KERNEL`` (``'torch'`` when unset) for None."""
-    if kernel is None:
-        return _ENV
-    check_choice('kernel', kernel, KERNELS)
-    return kernel
-
-
-def set_precision(precision):
-    """The ``tl.dot`` precision of the layers' kernel calls: ``'ieee'`` (the default) or
-    ``'tf32'``; a module global (not thread-safe)."""
-    global PRECISION
-    check_choice('precision', precision, PRECISIONS)
-    PRECISION = precision
+    h: int
+    w: int
+    heads: int
+    zero: bool  #: the zero boundary
+    scale: float  #: Eq. 15's s
 
 
 def _interpreted():
@@ -128,10 +107,9 @@ def kernel_refusal(x, hw, boundary) -> Optional[str]:
     (see the module docstring), in words starting with what: ``'size: ...'``,
     ``'dtype: ...'``, ``'device: ...'``, ``'backend: ...'``; None where it runs it.
     Decided once per input shape (the layer's plan)."""
-    from . import circulant_transforms
-
-    if circulant_transforms.FFT_IMPL != 'torch':
-        return f'backend: the DFTs are {circulant_transforms.FFT_IMPL!r} (export), not torch.fft'
+    impl = current().fft_impl
+    if impl != 'torch':
+        return f'backend: the DFTs are {impl!r} (export), not torch.fft'
     return (
         _dtype_refusal(x.dtype)
         or _grid_refusal(hw, boundary != 'circular')
@@ -308,9 +286,10 @@ def pack_weights(layer):
 def layer_core(layer, x, core):
     """The core of a :class:`~mmcirc.ops.circulant.CirculantAttention` ``layer`` on tokens
     x (B, N, C) by :func:`circulant_core`: ``o * SiLU(x W_gate + b_gate)`` (B, N, C), o
-    from q, k, v = x W_q, x W_k, x W_v; ``core`` = (h, w, heads, zero, scale) from the
-    layer's plan. With gradients to the weights, and in a captured graph, the qkv and gate
-    linears run apart; otherwise as one product (:func:`pack_weights`)."""
+    from q, k, v = x W_q, x W_k, x W_v; ``core`` the :class:`CoreArgs` of the layer's plan,
+    the precision that of :mod:`mmcirc.ops.settings`. With gradients to the weights, and in
+    a captured graph, the qkv and gate linears run apart; otherwise as one product
+    (:func:`pack_weights`)."""
     c = layer.dim
     params = (layer.qkv.weight, layer.gate[0].weight, layer.gate[0].bias)
     if graph_capture() or (torch.is_grad_enabled() and any(p.requires_grad for p in params)):
@@ -320,4 +299,4 @@ def layer_core(layer, x, core):
         qkv = torch.nn.functional.linear(x, *pack_weights(layer))  # (B, N, 4C): q, k, v, gate
         g = qkv[..., 3 * c :]
     q, k, v = qkv[..., :c], qkv[..., c : 2 * c], qkv[..., 2 * c : 3 * c]
-    return circulant_core(q, k, v, g, *core, PRECISION)
+    return circulant_core(q, k, v, g, *core, current().precision)

@@ -23,7 +23,7 @@ object ``T`` (:func:`transforms`, one per input shape: the layer's plan):
   spectrum P' = FFT(p') = conj(P) of the flipped p'[m] = p[-m] (real p): the plain
   product P' V, no conjugate to materialise.
 
-Backends (:func:`set_fft_impl`, :func:`export_mode`):
+Backends (the ``fft_impl`` of :mod:`mmcirc.ops.settings`, e.g. by its ``export_mode``):
 
 * ``'torch'`` (default): torch.fft on contiguous last axes; spectra are complex
   (..., Ph, U); the 'zero' grid is rounded up to a fast length (:func:`fft_grid`).
@@ -36,44 +36,15 @@ Backends (:func:`set_fft_impl`, :func:`export_mode`):
 This file depends on torch only.
 """
 
-import contextlib
 import math
 
 import torch
 
-__all__ = [
-    'FFT_IMPLS',
-    'check_choice',
-    'graph_capture',
-    'mask_padding',
-    'row_mass',
-    'export_mode',
-    'fft_grid',
-    'get_fft_impl',
-    'next_fast_len',
-    'set_fft_impl',
-    'transforms',
-]
+from .settings import check_choice, current, graph_capture
+
+__all__ = ['BOUNDARIES', 'fft_grid', 'mask_padding', 'next_fast_len', 'row_mass', 'transforms']
 
 BOUNDARIES = ('circular', 'zero')
-#: How the 2-D DFTs run: ``'torch'`` (torch.fft, the default) or ``'dft'``
-#: (real matmuls, exportable; see :func:`export_mode`).
-FFT_IMPLS = ('torch', 'dft')
-#: the active one (read only: :func:`set_fft_impl` and :func:`export_mode` set it)
-FFT_IMPL = 'torch'
-
-
-def graph_capture():
-    """Whether torch.jit traces, dynamo compiles or torch.export exports this call: the one
-    check for code that runs a faster eager form of an op only outside a captured graph
-    (the FLOP count, torch.compile and ONNX keep the plain ops)."""
-    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
-
-
-def check_choice(name, value, allowed):
-    """ValueError naming ``name`` and the ``allowed`` values unless ``value`` is one."""
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
 
 
 def next_fast_len(n):
@@ -102,47 +73,13 @@ def fft_grid(h, w, boundary='circular'):
     return TorchFFT((h, w), boundary).grid
 
 
-@contextlib.contextmanager
-def export_mode(enabled=True):
-    """Context: circulant attention runs its 2-D DFTs as real matmuls (backend ``'dft'``).
-
-    ``torch.onnx.export`` (both exporters) and other tracers without complex tensors fail
-    on ``torch.fft``. Inside this context every DFT of
-    :func:`~mmcirc.ops.circulant_functional.circulant_attention` and
-    :class:`~mmcirc.ops.circulant.CirculantAttention` is two real matrix products with
-    cos/sin matrices built in the forward from the runtime H and W, on (real, imag) pairs
-    of the half spectrum; the operator body is the same. Equal to the default path up to
-    rounding (tested in float64). With ``boundary='zero'`` the grid is exactly
-    (2H-1) x (2W-1) (any grid at least that large gives the same result). Sets a module
-    global (not thread-safe); the previous mode is restored on exit.
-    """
-    prev = FFT_IMPL
-    set_fft_impl('dft' if enabled else 'torch')
-    try:
-        yield
-    finally:
-        set_fft_impl(prev)
-
-
-def get_fft_impl():
-    """The active DFT implementation, ``'torch'`` or ``'dft'``."""
-    return FFT_IMPL
-
-
-def set_fft_impl(impl):
-    """Select the DFT implementation: ``'torch'`` (default) or ``'dft'``."""
-    global FFT_IMPL
-    check_choice('impl', impl, FFT_IMPLS)
-    FFT_IMPL = impl
-
-
 def transforms(hw, boundary, dtype, device, cpu=False):
-    """The transform object of the active backend for an (H, W) map (see the module
+    """The transform object of the active backend (``fft_impl``) for an (H, W) map (see the module
     docstring); ``boundary`` one of BOUNDARIES (checked where the layer is built),
-    ``dtype`` the real compute dtype, ``cpu`` the CPU layout (:mod:`mmcirc.ops.layout`),
+    ``dtype`` the real compute dtype, ``cpu`` the CPU layout (:mod:`mmcirc.ops.settings`),
     where the map-by-map inverse may run (:data:`MAP_BY_MAP_BYTES`; not in a captured
     graph)."""
-    if FFT_IMPL == 'dft':
+    if current().fft_impl == 'dft':
         return MatmulDFT(hw, boundary, dtype, device)
     return TorchFFT(hw, boundary, dtype, cpu and not graph_capture())
 
@@ -250,7 +187,7 @@ class TorchFFT(_Transforms):
     """torch.fft backend: complex spectra (..., Ph, U), every 1-D pass over a
     contiguous last axis or the row axis of contiguous rows. ``maps``: the inverse of a
     plain tensor runs map by map when one map's spectrum of ``dtype`` (real) is at least
-    :data:`MAP_BY_MAP_BYTES` (the CPU layout of :mod:`mmcirc.ops.layout`, eager)."""
+    :data:`MAP_BY_MAP_BYTES` (the CPU layout of :mod:`mmcirc.ops.settings`, eager)."""
 
     mul = staticmethod(torch.mul)
     conj = staticmethod(torch.conj)

@@ -51,19 +51,20 @@ This file depends on torch only.
 """
 
 from numbers import Integral
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .circulant import PLAN_CACHE_SIZE, autocast_dtype
-from .circulant_transforms import graph_capture
 from .core_softmax import Scores, core_softmax, pad_keys, wide
+from .settings import autocast_dtype, cached_plan, graph_capture
 
 __all__ = [
     'CORE_PRESETS',
     'CoreAttention',
+    'CorePlan',
     'check_positive',
     'parse_num_cores',
     'select_cores',
@@ -134,6 +135,13 @@ def select_cores(bank, num_cores, batch_size=None):
     if batch_size is None:
         return cores
     return cores.unsqueeze(0).expand(batch_size, -1, -1)
+
+
+class CorePlan(NamedTuple):
+    """What a :class:`CoreAttention` forward decides once per input shape."""
+
+    chunk: int  #: patches per chunk (N: unchunked)
+    fold: bool  #: the folded evaluation order
 
 
 class CoreAttention(nn.Module):
@@ -366,8 +374,7 @@ class CoreAttention(nn.Module):
         return y
 
     def _new_plan(self, x, cores):
-        """The input checks and (chunk length, folded order) of x (B, N, C) and cores
-        (B, C', C)."""
+        """The input checks and :class:`CorePlan` of x (B, N, C) and cores (B, C', C)."""
         for name, t, axes in (('x', x, '(B, N, C)'), ('cores', cores, "(B, C', C)")):
             if not isinstance(t, torch.Tensor) or t.dim() != 3:
                 raise ValueError(
@@ -387,25 +394,18 @@ class CoreAttention(nn.Module):
             raise ValueError(
                 f"x needs N >= 1 patches and cores C' >= 1, got N={x.shape[1]}, C'={cores.shape[1]}"
             )
-        return self._chunk_len(x.shape[1]), self._fold(cores.shape[1])
+        return CorePlan(self._chunk_len(x.shape[1]), self._fold(cores.shape[1]))
 
     def _plan(self, x, cores):
         """:meth:`_new_plan`, kept per input shapes and the settings ``chunk_size``,
-        ``chunk_threshold``, ``fold_projections`` for eager calls (at most
-        PLAN_CACHE_SIZE); made anew in a captured graph (symbolic sizes)."""
-        if (
-            not isinstance(x, torch.Tensor)
-            or not isinstance(cores, torch.Tensor)
-            or graph_capture()
-        ):
+        ``chunk_threshold``, ``fold_projections`` for eager calls
+        (:func:`~mmcirc.ops.settings.cached_plan`); made anew in a captured graph (symbolic
+        sizes)."""
+        tensors = isinstance(x, torch.Tensor) and isinstance(cores, torch.Tensor)
+        if not tensors or graph_capture():
             return self._new_plan(x, cores)
         key = (x.shape, cores.shape, self.chunk_size, self.chunk_threshold, self.fold_projections)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) >= PLAN_CACHE_SIZE:
-                self._plans.clear()
-            plan = self._plans[key] = self._new_plan(x, cores)
-        return plan
+        return cached_plan(self._plans, key, lambda: self._new_plan(x, cores))
 
     def forward(self, x, cores):
         """x (B, N, C) patches, cores (B, C', C) active cores (C' >= 1) -> (y (B, N, C),

@@ -22,8 +22,7 @@ This file depends on torch only.
 import torch
 import torch.nn.functional as F
 
-from .circulant_transforms import graph_capture
-from .layout import cpu_layout
+from .settings import cpu_layout, graph_capture
 
 __all__ = ['SOFTMAX_WIDTH', 'Scores', 'core_softmax', 'pad_keys', 'wide']
 

@@ -85,7 +85,7 @@ class _Layers(torch.nn.Module):
 def test_attention_layers_export_with_dynamic_sizes(tmp_path):
     """One graph, DFT lengths following H and W: equal to torch (default path) at
     three sizes, non-square and odd among them."""
-    from mmcirc.ops.circulant import export_mode
+    from mmcirc.ops.settings import export_mode
 
     torch.manual_seed(0)
     model = _Layers().eval()

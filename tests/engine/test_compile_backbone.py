@@ -155,7 +155,7 @@ def test_inductor_compiles_a_changed_size_with_symbolic_strides():
 def test_the_cuda_layout_compiles_symbolic_sizes_from_the_first_call(layout, graphs):
     """The input's height and width marked dynamic where the layout allows (CUDA: one
     graph for every size); the CPU layout compiles the first size static."""
-    from mmcirc.ops.layout import forced_layout
+    from mmcirc.ops.settings import forced_layout
 
     model = torch.nn.Module()
     model.backbone = _TokenMapBackbone()

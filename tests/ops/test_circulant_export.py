@@ -9,9 +9,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dense_reference import circulant_attention_dense, circulant_module_dense
-from mmcirc.ops import circulant
-from mmcirc.ops.circulant import CirculantAttention, export_mode, get_fft_impl, set_fft_impl
+from mmcirc.ops.circulant import CirculantAttention
 from mmcirc.ops.circulant_functional import circulant_attention
+from mmcirc.ops.settings import current, export_mode, switched
 
 BOUNDARIES = ['circular', 'zero']
 # square, non-square, odd, prime, single row/column, single token
@@ -125,22 +125,19 @@ def test_export_path_has_no_fft_and_no_complex(boundary):
 
 
 def test_export_mode_restores_previous_impl_on_error():
-    assert get_fft_impl() == 'torch'
+    assert current().fft_impl == 'torch'
     with pytest.raises(RuntimeError, match='boom'):
         with export_mode():
-            assert get_fft_impl() == 'dft'
+            assert current().fft_impl == 'dft'
             with export_mode(False):
-                assert get_fft_impl() == 'torch'
-            assert get_fft_impl() == 'dft'
+                assert current().fft_impl == 'torch'
+            assert current().fft_impl == 'dft'
             raise RuntimeError('boom')
-    assert get_fft_impl() == 'torch'
+    assert current().fft_impl == 'torch'
 
 
-def test_set_fft_impl_rejects_unknown():
-    with pytest.raises(
-        ValueError,
-        match=r"impl must be one of \('torch', "
-        r"'dft'\), got 'onnx'",
-    ):
-        set_fft_impl('onnx')
-    assert circulant.get_fft_impl() == 'torch'
+def test_unknown_fft_impl_refused():
+    with pytest.raises(ValueError, match=r"^fft_impl must be one of \('torch', 'dft'\), got 'onnx'$"):
+        with switched(fft_impl='onnx'):
+            pass
+    assert current().fft_impl == 'torch'

@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from dense_reference import circulant_attention_dense, circulant_module_dense
 from mmcirc.benchmark.suites.launches import count_ops
 from mmcirc.ops import CirculantAttention, circulant, circulant_attention
-from mmcirc.ops.layout import forced_layout
+from mmcirc.ops.settings import forced_layout
 
 BOUNDARIES = ['circular', 'zero']
 

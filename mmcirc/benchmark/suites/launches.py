@@ -12,7 +12,7 @@ eager forward time where the GPU work is small. Both are measured here on the CP
 * ``host ms``: the median time of a forward at 64 px (``--host-size``), where the work is
   tiny and the time is the Python and dispatch overhead, measured without the counter.
 
-Each model runs on both layouts of :mod:`mmcirc.ops.layout` (``cuda``: the path a CUDA
+Each model runs on both layouts of :mod:`mmcirc.ops.settings` (``cuda``: the path a CUDA
 tensor takes, run on CPU tensors; ``cpu``), in float32 and under bfloat16 autocast, at
 each size (``--sizes``), batch 1, random weights, eval mode, no grad. The peers (timm's
 DeiT-T, mmdet's PVT-S and Swin-T) have one path: they run once per precision and size.
@@ -95,7 +95,7 @@ def measure(name, hw, layout, precision, host_size, repeat) -> dict:
     host size) the median forward time."""
     import torch
 
-    from mmcirc.ops.layout import forced_layout
+    from mmcirc.ops.settings import forced_layout
 
     kernel = name in KERNEL_MODELS
     if kernel:  # read when the kernels are defined (on their first use)

@@ -188,7 +188,7 @@ class ShardedCirculantAttention(ShardedOperator, CirculantAttention):
         x = x.transpose(1, 2)  # (B, C, n)
         t = self.gate[1](linear_cf(self.gate[0], x))  # Eq. 20 gate (B, C, n)
         with plan.region:  # the qkv product in cdt (no plan.ldt) on the column band
-            xs = tf.rfft2(x.to(cdt).reshape(b, c, n // w, w), plan.norms[0], rows=h)
+            xs = tf.rfft2(x.to(cdt).reshape(b, c, n // w, w), plan.norms.fwd, rows=h)
             wqkv = self.qkv.weight.to(cdt).view(3, c, c)
             y = t.new_empty(t.shape)  # (B, C, n)
             xr = tf.operand(xs)  # (B, C, Ph, u_r, 2) real view of (B, C, Ph, u_r)

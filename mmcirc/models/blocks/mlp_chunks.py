@@ -12,9 +12,7 @@ from mmcv.cnn.bricks.drop import DropPath
 from mmcv.cnn.bricks.transformer import FFN
 from mmdet.models.backbones.pvt import MixFFN
 
-from mmcirc.ops.circulant import autocast_dtype
-from mmcirc.ops.circulant_transforms import graph_capture
-from mmcirc.ops.layout import cpu_layout
+from mmcirc.ops.settings import autocast_dtype, cpu_layout, graph_capture
 
 __all__ = ['FFN_CHUNK_TOKENS', 'chunkable', 'mlp_chunked']
 
@@ -27,7 +25,7 @@ def chunkable(ffn: nn.Module, x: torch.Tensor) -> bool:
     (no autograd, eval mode: DropPath and dropout are identities), eager (not traced,
     compiled or exported: graphs keep one symbolic-size product), a plain tensor (a
     row-banded map of :mod:`mmcirc.distributed` is no run of whole rows once cut into
-    chunks) in the CPU layout (:mod:`mmcirc.ops.layout`: on a GPU chunks only multiply
+    chunks) in the CPU layout (:mod:`mmcirc.ops.settings`: on a GPU chunks only multiply
     the kernels launched) and more tokens than one chunk."""
     n = x.shape[1]
     return (
