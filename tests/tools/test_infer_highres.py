@@ -125,136 +125,96 @@ def test_outputs_match_mmseg_inference_model(tmp_path):
     assert 'task/s' not in proc.stderr  # no progress bar: stderr is not a terminal here
 
 
-def test_unreadable_image_is_one_line_error_without_outputs(tmp_path):
+def test_unreadable_image_is_one_line_error_without_outputs(tmp_path, capsys):
     bad = tmp_path / 'broken.jpg'
     bad.write_bytes(b'\xff\xd8 truncated')
     out = tmp_path / 'out'
+    cfg = osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py')
     for path in (str(bad), str(tmp_path / 'missing.png')):
-        proc = run_tool(
-            [
-                'tools/infer_highres.py',
-                osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py'),
-                '--img',
-                path,
-                '--out-dir',
-                str(out),
-            ],
-            cwd=tmp_path,
-            check=False,
-        )
-        assert proc.returncode == 1
-        assert proc.stderr.strip().splitlines() == [f'error: cannot read image: {path}']
+        code, lines, _ = _main_in_process([cfg, '--img', path, '--out-dir', str(out)], capsys)
+        assert code == 1
+        assert lines == [f'error: cannot read image: {path}']
         assert not out.exists()
 
 
-def test_unknown_override_is_one_line_error(tmp_path):
+def test_unknown_override_is_one_line_error(tmp_path, capsys):
     cfg = osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py')
-    proc = run_tool(
-        [
-            'tools/infer_highres.py',
-            cfg,
-            '--demo',
-            'astronaut',
-            '--boundary',
-            'wrap',
-            '--out-dir',
-            str(tmp_path / 'out'),
-        ],
-        cwd=tmp_path,
-        check=False,
+    code, lines, _ = _main_in_process(
+        [cfg, '--demo', 'astronaut', '--boundary', 'wrap', '--out-dir', str(tmp_path / 'out')],
+        capsys,
     )
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [
-        "error: --boundary must be one of ('circular', 'zero'), got 'wrap'"
-    ]
+    assert code == 1
+    assert lines == ["error: --boundary must be one of ('circular', 'zero'), got 'wrap'"]
     assert not (tmp_path / 'out').exists()
 
 
-def test_image_below_the_minimum_size_is_one_line_error(tmp_path):
+def test_image_below_the_minimum_size_is_one_line_error(tmp_path, capsys):
     img = tmp_path / 'dot.png'
     cv2.imwrite(str(img), np.zeros((1, 1, 3), np.uint8))
     # CA-PVT-T's paper layout keeps SRA (sr_ratio 2) in stage 3, at stride 16: 17 px at least
     cfg = osp.join(REPO, 'configs', 'ca_pvt_t_fpn_80k_ade20k.py')
-    proc = run_tool(
-        ['tools/infer_highres.py', cfg, '--img', str(img), '--out-dir', str(tmp_path / 'out')],
-        cwd=tmp_path,
-        check=False,
+    code, lines, _ = _main_in_process(
+        [cfg, '--img', str(img), '--out-dir', str(tmp_path / 'out')], capsys
     )
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [
+    assert code == 1
+    assert lines == [
         'error: image dot is 1x1: ca_pvt_t_fpn_80k_ade20k needs at least 17x17 (--size 17 '
         'scales its longer side to reach it, --size HxW sets both sides)'
     ]
     assert not (tmp_path / 'out').exists()
 
 
-def test_cadeit_boundary_with_progress_bar(tmp_path):
+def test_cadeit_boundary_with_progress_bar(tmp_path, capsys):
     """CA-DeiT takes --boundary; --progress shows mmengine's ProgressBar on stderr, one
     step per block (2), the neck, the head and each band of 16 of the 150 classes."""
     cfg = _isotropic_config(tmp_path, CADEIT)
     out = tmp_path / 'out'
-    proc = run_tool(
-        [
-            'tools/infer_highres.py',
-            cfg,
-            '--demo',
-            'astronaut',
-            '--size',
-            '40x56',
-            '--boundary',
-            'zero',
-            '--progress',
-            '--out-dir',
-            str(out),
-        ],
-        cwd=tmp_path,
+    code, lines, _ = _main_in_process(
+        [cfg, '--demo', 'astronaut', '--size', '40x56', '--boundary', 'zero', '--progress']
+        + ['--out-dir', str(out)],
+        capsys,
     )
+    assert code == 0, lines
     base = out / 'astronaut_40x56_tiny_ca_deit_s_upernet_160k_ade20k_zero'
     rec = json.loads(base.with_suffix('.json').read_text())
     assert rec['backbone'] == dict(type='CADeiT', boundary='zero', scale='sqrt_n')
     assert cv2.imread(f'{base}_labels.png', cv2.IMREAD_UNCHANGED).shape == (40, 56)
     steps = 2 + 1 + 1 + math.ceil(150 / 16)
-    bar = proc.stderr.split('\r')
-    assert sum(f'] {k}/{steps},' in part for part in bar for k in range(1, steps + 1)) == steps, (
-        proc.stderr
+    # the bar's updates end in '\r', which splitlines() splits at as at '\n'
+    assert sum(f'] {k}/{steps},' in part for part in lines for k in range(1, steps + 1)) == steps, (
+        lines
     )
 
 
-def test_veca_num_cores(tmp_path):
+def test_veca_num_cores(tmp_path, capsys):
     cfg = _isotropic_config(tmp_path, VECA)
     out = tmp_path / 'out'
-    proc = run_tool(
-        [
-            'tools/infer_highres.py',
-            cfg,
-            '--demo',
-            'astronaut',
-            '--size',
-            '48',
-            '--num-cores',
-            '8',
-            '--out-dir',
-            str(out),
-        ],
-        cwd=tmp_path,
+    code, lines, stdout = _main_in_process(
+        [cfg, '--demo', 'astronaut', '--size', '48', '--num-cores', '8', '--out-dir', str(out)],
+        capsys,
     )
+    assert code == 0, lines
     rec = json.loads((out / 'astronaut_48x48_tiny_veca_b_upernet_160k_ade20k_nc8.json').read_text())
     assert rec['backbone'] == dict(type='VECAViT', num_cores=8, num_cores_max=16)
     assert rec['overrides'] == {'num_cores': 8} and rec['input_size'] == [48, 48]
-    assert 'astronaut 48x48 | VECAViT C=8 |' in proc.stdout
+    assert 'astronaut 48x48 | VECAViT C=8 |' in stdout
 
 
 def _main_in_process(argv, capsys):
     """tools/infer_highres.py's main in this process (no interpreter start-up): its exit
-    code and stderr lines; the tool's warning display is undone afterwards."""
+    code, stderr lines and stdout; the tool's warning display is undone afterwards."""
+    capsys.readouterr()
     with warnings.catch_warnings():
-        with pytest.raises(SystemExit) as exit_:
-            infer_highres.main(argv)
-    return exit_.value.code, capsys.readouterr().err.strip().splitlines()
+        try:
+            code = infer_highres.main(argv)
+        except SystemExit as exit_:  # main_guard: one error line, exit 1
+            code = exit_.code
+    out = capsys.readouterr()
+    return code, out.err.strip().splitlines(), out.out
 
 
 def test_veca_num_cores_outside_its_bank_is_one_line_error(tmp_path, capsys):
-    code, lines = _main_in_process(
+    code, lines, _ = _main_in_process(
         [
             _isotropic_config(tmp_path, VECA),
             '--demo',
@@ -274,7 +234,7 @@ def test_veca_num_cores_outside_its_bank_is_one_line_error(tmp_path, capsys):
 
 
 def test_dense_baseline_of_an_isotropic_model_is_one_line_error(tmp_path, capsys):
-    code, lines = _main_in_process(
+    code, lines, _ = _main_in_process(
         [
             _isotropic_config(tmp_path, CADEIT),
             '--demo',
@@ -319,15 +279,12 @@ def test_compile_gives_the_labels_of_eager(tmp_path):
         (['--compile', '--nproc', '2'], 'error: --compile runs in one process: not with'),
     ],
 )
-def test_compile_refusals_are_one_line_errors(extra, text, tmp_path):
+def test_compile_refusals_are_one_line_errors(extra, text, tmp_path, capsys):
     cfg = osp.join(REPO, 'configs', 'ca_pvt_t-allcirc_fpn_80k_ade20k.py')
-    proc = run_tool(
-        ['tools/infer_highres.py', cfg, '--demo', 'astronaut', '--out-dir', str(tmp_path / 'o')]
-        + extra,
-        cwd=tmp_path,
-        check=False,
+    code, lines, _ = _main_in_process(
+        [cfg, '--demo', 'astronaut', '--out-dir', str(tmp_path / 'o'), *extra], capsys
     )
-    assert proc.returncode == 1
-    (line,) = proc.stderr.strip().splitlines()
+    assert code == 1
+    (line,) = lines
     assert line.startswith(text)
     assert not (tmp_path / 'o').exists()
