@@ -1,6 +1,7 @@
 """Helpers shared by the tests: paths of the repo, a runner for its tools, and one
 recorded training step of a segmentor."""
 
+import contextlib
 import glob
 import mmap
 import os
@@ -248,3 +249,34 @@ def sgd_step_record(model, train_step, data):
     log = train_step(data, OptimWrapper(opt))
     after = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return {k: float(v) for k, v in log.items()}, grads, after
+
+
+@contextlib.contextmanager
+def command_state_kept(cwd=None):
+    """A block that runs a command's ``main`` in this process (in ``cwd``), with what the
+    command changes for the process put back after it: the working directory, the
+    environment (``LOCAL_RANK``), the warning filters, and mmengine's checkpoint loader,
+    local file backend and checkpoint-hook ``open`` (the configs' SafeCheckpointIOHook
+    installs mmcirc's)."""
+    import warnings
+
+    import pytest
+    from mmengine.fileio import io as mmengine_io
+    from mmengine.fileio.backends import backends, prefix_to_backends
+    from mmengine.hooks import checkpoint_hook
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    environ = dict(os.environ)
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        if cwd is not None:
+            mp.chdir(cwd)
+        mp.setattr(CheckpointLoader, '_schemes', CheckpointLoader._schemes.copy())
+        mp.setitem(backends, 'local', backends['local'])
+        mp.setitem(prefix_to_backends, '', prefix_to_backends[''])
+        mp.setattr(mmengine_io, 'backend_instances', dict(mmengine_io.backend_instances))
+        mp.setattr(checkpoint_hook, 'open', open, raising=False)
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(environ)

@@ -5,6 +5,7 @@ not, removes it, and the folder then holds only complete checkpoints."""
 import os
 import os.path as osp
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,14 +89,24 @@ def _kill_during_the_save_of_iter_4(work, marker):
         proc.stdout.close()
 
 
+@pytest.fixture(scope='module')
+def killed(tmp_path_factory):
+    """The work dir of a run killed in the save of iteration 4 (kept as it was left)."""
+    tmp = tmp_path_factory.mktemp('killed')
+    _kill_during_the_save_of_iter_4(tmp / 'work', tmp / 'in_save')
+    return tmp / 'work'
+
+
 @pytest.mark.parametrize('resume', [True, False], ids=['resume', 'from-scratch'])
-def test_the_next_start_removes_what_a_killed_save_left(tmp_path, resume):
-    work, marker = tmp_path / 'work', tmp_path / 'in_save'
-    _kill_during_the_save_of_iter_4(work, marker)
+def test_the_next_start_removes_what_a_killed_save_left(killed, tmp_path, resume):
+    work = tmp_path / 'work'
+    shutil.copytree(killed, work)  # each start on its own copy of what the kill left
+    assert (work / 'last_checkpoint').read_text().strip() == str(killed / 'iter_2.pth')
+    (work / 'last_checkpoint').write_text(str(work / 'iter_2.pth'))  # as written there
     left = [n for n in os.listdir(work) if TEMPORARY.match(n)]
     assert [n for n in left if n.startswith('.iter_4.pth.')], sorted(os.listdir(work))
 
-    proc = _train(work, resume=resume, stall_at=0, marker=marker)
+    proc = _train(work, resume=resume, stall_at=0, marker=tmp_path / 'unused')
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
 

@@ -7,7 +7,6 @@ Iterations and metrics are read from the JSON files mmengine writes (vis_data/sc
 
 import argparse
 import os.path as osp
-import warnings
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ import torch
 from helpers import (
     FIXTURE_CONFIGS,
     assert_metric,
+    command_state_kept,
     evaluated_metrics,
     run_dirs,
     run_tool,
@@ -73,25 +73,12 @@ def test_train_stop_resume_continue_test(toy_root, tmp_path):
 
 
 @pytest.fixture
-def in_process(run_main, monkeypatch):
-    """``in_process(main, args, cwd)``: :func:`run_main`, with what the command changes
-    in the process put back after: the warning filters, ``LOCAL_RANK``, mmengine's
-    checkpoint loader, local file backend and checkpoint-hook ``open`` (the configs'
-    SafeCheckpointIOHook installs mmcirc's)."""
-    from mmengine.fileio import io as mmengine_io
-    from mmengine.fileio.backends import backends, prefix_to_backends
-    from mmengine.hooks import checkpoint_hook
-    from mmengine.runner.checkpoint import CheckpointLoader
-
-    monkeypatch.setenv('LOCAL_RANK', '0')
-    monkeypatch.setattr(CheckpointLoader, '_schemes', CheckpointLoader._schemes.copy())
-    monkeypatch.setitem(backends, 'local', backends['local'])
-    monkeypatch.setitem(prefix_to_backends, '', prefix_to_backends[''])
-    monkeypatch.setattr(mmengine_io, 'backend_instances', dict(mmengine_io.backend_instances))
-    monkeypatch.setattr(checkpoint_hook, 'open', open, raising=False)
+def in_process(run_main):
+    """``in_process(main, args, cwd)``: :func:`run_main` in
+    :func:`~helpers.command_state_kept`."""
 
     def run(main, args, cwd):
-        with warnings.catch_warnings():
+        with command_state_kept():
             return run_main(main, args, cwd)
 
     return run

@@ -1,9 +1,10 @@
 """tools/train.py --shard under torchrun (2 gloo ranks) against the same command in one
-process: a tiny CA-PVT FPN on the toy ADE20K shapes (random crops, flips and resizes
-drawn by two data workers per rank): every logged loss and the validation mIoU equal
-one process's, rank 0 alone writes the checkpoint, and ``--resume`` continues from it.
-``--shard-size 1`` (two data groups of one rank, a fixed resize: no random draws) against
-one process on the global batch of both groups' images. Bad use is one ``error:`` line."""
+process (its main, in the test process): a tiny CA-PVT FPN on the toy ADE20K shapes
+(random crops, flips and resizes drawn by two data workers per rank): every logged loss
+and the validation mIoU equal one process's, rank 0 alone writes the checkpoint, and
+``--resume`` continues from it. ``--shard-size 1`` (two data groups of one rank, a fixed
+resize: no random draws) against one process on the global batch of both groups'
+images. Bad use is one ``error:`` line."""
 
 import json
 import os
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from helpers import REPO, run_tool
+from helpers import REPO, command_state_kept
 
 CONFIG = """_base_ = {base!r}
 data_root = {root!r}
@@ -83,10 +84,23 @@ def _torchrun(setup, work, *extra, check=True):
     return proc
 
 
+def _one_process(args, cwd):
+    """tools/train.py's main with ``args`` in this process (one process, no launcher):
+    its exit code (``main_guard``'s exit 1 for an error line)."""
+    from mmcirc.cli.train import main
+
+    with command_state_kept(cwd):
+        try:
+            main(args)
+        except SystemExit as exit_:
+            return exit_.code
+    return 0
+
+
 @pytest.fixture(scope='module')
 def runs(setup):
     cfg, tmp = setup
-    run_tool(['tools/train.py', cfg, '--work-dir', str(tmp / 'one')], cwd=tmp)
+    assert _one_process([cfg, '--work-dir', str(tmp / 'one')], tmp) == 0
     _torchrun(setup, 'sharded', '--cfg-options', 'train_cfg.max_iters=2')
     _torchrun(setup, 'sharded', '--resume')
     return _scalars(tmp / 'one'), tmp
@@ -112,12 +126,10 @@ def test_sharded_losses_and_miou_equal_one_process_and_resume_continues(runs):
     assert sorted(p for p in os.listdir(work) if p.endswith('.pth')) == ['iter_2.pth', 'iter_4.pth']
 
 
-def test_shard_without_a_distributed_launch_is_one_error_line(setup):
+def test_shard_without_a_distributed_launch_is_one_error_line(setup, capsys):
     cfg, tmp = setup
-    proc = run_tool(['tools/train.py', cfg, '--shard', '--work-dir', str(tmp / 'x')], cwd=tmp,
-                    check=False)  # fmt: skip
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1] == (
+    assert _one_process([cfg, '--shard', '--work-dir', str(tmp / 'x')], tmp) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
         'error: --shard needs a distributed launch: torchrun --nproc-per-node P '
         'tools/train.py CONFIG --launcher pytorch --shard'
     )
@@ -144,8 +156,7 @@ def test_data_groups_of_one_rank_step_as_one_process_on_the_global_batch(setup):
     cfg, tmp = setup
     for batch in (1, 2):
         (tmp / f'mesh{batch}.py').write_text(MESH.format(base=cfg, batch=batch))
-    run_tool(['tools/train.py', str(tmp / 'mesh2.py'), '--work-dir', str(tmp / 'mesh_one')],
-             cwd=tmp)  # fmt: skip
+    assert _one_process([str(tmp / 'mesh2.py'), '--work-dir', str(tmp / 'mesh_one')], tmp) == 0
     _torchrun((str(tmp / 'mesh1.py'), tmp), 'mesh', '--shard-size', '1')
     (one, one_miou), (two, two_miou) = _scalars(tmp / 'mesh_one'), _scalars(tmp / 'mesh')
     assert sorted(one) == sorted(two) == [1, 2]
