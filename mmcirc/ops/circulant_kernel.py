@@ -25,7 +25,7 @@ from typing import List, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from .settings import PRECISIONS, current, graph_capture
+from .settings import PRECISIONS, check_choice, current, graph_capture
 
 __all__ = [
     'MAX_GRID',
@@ -170,10 +170,7 @@ def check_core_args(q, k, v, gate, h, w, heads, zero, precision, device=True) ->
         )
     if heads < 1 or q.shape[2] % heads:
         raise ValueError(f'circulant_core: heads must divide C={q.shape[2]}, got {heads}')
-    if precision not in PRECISIONS:
-        raise ValueError(
-            f'circulant_core: precision must be one of {PRECISIONS}, got {precision!r}'
-        )
+    check_choice('circulant_core: precision', precision, PRECISIONS)
     why = _grid_refusal((h, w), zero)
     if why is not None:
         raise ValueError(f'circulant_core: h, w: {why[len("size: ") :]}')

@@ -59,7 +59,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .core_softmax import Scores, core_softmax, pad_keys, wide
-from .settings import autocast_dtype, cached_plan, graph_capture
+from .settings import autocast_dtype, cached_plan, current, graph_capture
 
 __all__ = [
     'CORE_PRESETS',
@@ -172,6 +172,7 @@ class CoreAttention(nn.Module):
         fold_projections=None,
     ):
         super().__init__()
+        current()  # the switches read: a bad environment said where the layer is built
         check_positive('dim', dim)
         check_positive('num_heads', num_heads)
         if dim % num_heads:

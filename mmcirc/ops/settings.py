@@ -3,16 +3,11 @@
 Four switches choose how the operators compute; every choice computes the same equations
 (the results agree up to float rounding):
 
-* ``layout``: the memory layout of an eager forward (:func:`cpu_layout`). On the CPU the
-  operators block their work to fit the caches: circulant attention splits its heads into
-  blocks of about 8 MiB of spectra and transposes tokens one batch element at a time, large
-  inverse FFTs run map by map, and the MLPs of a block run over chunks of tokens in
-  inference. On a GPU each of these multiplies the kernels launched, and an eager forward
-  there is bound by the host's ~30 us per launched kernel: so a CUDA tensor takes one
-  batched transform over all heads, one transpose and one MLP call. The rule is the
-  tensor's device, unless the layout is ``'cpu'`` or ``'cuda'`` (``MMCIRC_LAYOUT``,
-  :func:`forced_layout`): then every tensor takes that layout, so that the path a CUDA
-  tensor takes runs, is tested and is counted on the CPU.
+* ``layout``: the memory layout of an eager forward (:func:`cpu_layout`; docs/method.md,
+  'Layouts'): the CPU's, work blocked to fit the caches, or the GPU's, as few kernel
+  launches as can be. The tensor's device decides, unless the layout is ``'cpu'`` or
+  ``'cuda'`` (``MMCIRC_LAYOUT``, :func:`forced_layout`) for every tensor: so the path of a
+  CUDA tensor runs, is tested and is counted on the CPU.
 * ``fft_impl``: the 2-D DFTs of circulant attention, ``'torch'`` (torch.fft) or ``'dft'``
   (real matmuls, exportable: :func:`export_mode`; :mod:`mmcirc.ops.circulant_transforms`).
 * ``kernel``: the core of a ``CirculantAttention`` built without ``kernel``: ``'torch'`` or
@@ -20,12 +15,11 @@ Four switches choose how the operators compute; every choice computes the same e
 * ``precision``: ``tl.dot``'s precision on float32 operands in that kernel, ``'ieee'`` or
   ``'tf32'`` (tensor cores, 10-bit mantissas; :func:`set_precision`).
 
-:func:`current` gives them as one :class:`Settings`; the environment variables are read and
-checked on its first call (the first layer built without ``kernel``, or the first
-forward), not on import: a bad value is a one-line ValueError naming the variable and the
-allowed values. The setters change a module global (not thread-safe). Every plan an
-operator keeps per input shape is kept under the settings it was made with
-(:func:`cached_plan`).
+:func:`current` gives them as one :class:`Settings`, the environment variables read and
+checked on its first call (the first attention layer built, or the first forward of the
+functional form), not on import: a bad value is a one-line ValueError naming the variable and the
+allowed values. The setters change a module global (not thread-safe). A plan a layer
+keeps per input shape is kept under the settings it was made with (:func:`cached_plan`).
 
 This file depends on torch only.
 """
@@ -111,14 +105,9 @@ def forced_layout(layout):
 
 
 def export_mode(enabled=True):
-    """Context: circulant attention runs its 2-D DFTs as real matmuls (``fft_impl='dft'``;
-    ``enabled=False``: torch.fft), the operator body the same.
-
-    ``torch.onnx.export`` (both exporters) and other tracers without complex tensors fail
-    on ``torch.fft``; the matmul DFTs build their cos/sin matrices in the forward from the
-    runtime H and W (:class:`~mmcirc.ops.circulant_transforms.MatmulDFT`). Equal to the
-    default path up to rounding; with ``boundary='zero'`` the grid is exactly
-    (2H-1) x (2W-1)."""
+    """Context: circulant attention runs its 2-D DFTs as real matmuls built from the runtime
+    H and W (``fft_impl='dft'``; ``enabled=False``: torch.fft): what ``torch.onnx.export``
+    and other tracers without complex tensors take."""
     return switched(fft_impl='dft' if enabled else 'torch')
 
 
@@ -131,8 +120,10 @@ def set_precision(precision):
 
 def default_kernel(kernel=None):
     """``kernel`` checked (ValueError naming it and :data:`KERNELS`), or the settings'
-    (``MMCIRC_KERNEL``, else ``'torch'``) for None."""
-    return current().kernel if kernel is None else _checked('kernel', 'kernel', kernel)
+    (``MMCIRC_KERNEL``, else ``'torch'``) for None; the settings read either way (a layer
+    built reads them: a bad environment is said before a graph is captured)."""
+    now = current()
+    return now.kernel if kernel is None else _checked('kernel', 'kernel', kernel)
 
 
 def cpu_layout(t) -> bool:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import REPO
-from mmcirc.ops import CirculantAttention, CoreAttention, settings
+from mmcirc.ops import CirculantAttention, CoreAttention, circulant_attention, settings
 from mmcirc.ops.circulant_transforms import MatmulDFT, TorchFFT
 
 KERNEL_REFUSAL = "MMCIRC_KERNEL must be one of ('torch', 'triton'), got 'bogus'"
@@ -25,13 +25,12 @@ def fresh_env(monkeypatch):
     return monkeypatch.setenv
 
 
-def test_a_bad_value_imports_and_the_first_forward_says_it_in_one_line():
+def test_a_bad_value_imports_and_the_first_layer_built_says_it_in_one_line():
     code = (
-        'import mmcirc, torch\n'
+        'import mmcirc\n'
         'from mmcirc.ops import CirculantAttention\n'
-        "layer = CirculantAttention(4, kernel='torch')\n"
         'print("imported")\n'
-        'layer(torch.zeros(1, 4, 4), (2, 2))\n'
+        "CirculantAttention(4, kernel='torch')\n"
     )
     env = dict(os.environ, MMCIRC_KERNEL='bogus', PYTHONPATH=REPO)
     env.pop(settings.LAYOUT_ENV, None)
@@ -51,10 +50,14 @@ def test_a_bad_value_imports_and_the_first_forward_says_it_in_one_line():
 )
 def test_bad_environment_refused_on_first_use(fresh_env, var, value, match):
     fresh_env(var, value)
-    layer = CirculantAttention(4, kernel='torch')  # no switch read yet
-    for _ in range(2):  # each use says it again
+    uses = [
+        lambda: CirculantAttention(4, kernel='torch'),
+        lambda: CoreAttention(4, 2),
+        lambda: circulant_attention(*torch.zeros(3, 1, 2, 2, 4)),
+    ]
+    for use in uses + uses[:1]:  # each use says it again
         with pytest.raises(ValueError) as err:
-            layer(torch.zeros(1, 4, 4), (2, 2))
+            use()
         assert str(err.value) == match
 
 
