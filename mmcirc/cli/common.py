@@ -100,6 +100,17 @@ def check_output_dir(path: str, flag: str) -> None:
         raise CLIError(f'{flag} {path}: cannot write in {probe}: {why}')
 
 
+def add_trust_flag(parser, what: str = 'CHECKPOINT'):
+    """``--trust-checkpoint``: load ``what`` by full unpickling (:func:`refused_checkpoints`
+    names the flag when a file is refused without it)."""
+    parser.add_argument(
+        '--trust-checkpoint',
+        action='store_true',
+        help=f'allow full unpickling of {what} (only for files you trust: it can run code)',
+    )
+    return parser
+
+
 @contextlib.contextmanager
 def refused_checkpoints(flag: str = '--trust-checkpoint'):
     """A checkpoint refused inside the block (``pickle.UnpicklingError``) becomes a

@@ -11,7 +11,7 @@ import ast
 import functools
 import os.path as osp
 
-from mmcirc.cli.common import Accumulate, CLIError, main_guard, refused_checkpoints
+from mmcirc.cli.common import Accumulate, CLIError, add_trust_flag, main_guard, refused_checkpoints
 
 __all__ = ['cadeit_main', 'pvt_main', 'pyramid_main', 'swin_main', 'veca_main']
 
@@ -49,11 +49,7 @@ def add_target_args(parser):
         metavar='KEY=VALUE',
         help='extra target arguments, e.g. num_cores_max=32',
     )
-    parser.add_argument(
-        '--trust-checkpoint',
-        action='store_true',
-        help='allow full unpickling of the sources (only for files you trust)',
-    )
+    add_trust_flag(parser, 'the sources')
     parser.add_argument('--verbose', action='store_true', help='list every key')
 
 
@@ -257,10 +253,6 @@ def veca_main(argv=None):
         help="override the config's model_family: small, splus, base, large or a dict literal "
         'with embed_dims, num_layers, num_heads, mlp_ratio, num_cores',
     )
-    parser.add_argument(
-        '--trust-checkpoint',
-        action='store_true',
-        help='allow full unpickling of the source (only for files you trust)',
-    )
+    add_trust_flag(parser, 'the source')
     args = parser.parse_args(argv)
     return _convert('veca', args, [args.src])

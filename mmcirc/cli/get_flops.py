@@ -14,6 +14,7 @@ from functools import partial
 
 from mmcirc.analysis import attention_modules, count_params, flop_counter
 from mmcirc.apis.builder import build_model, load_model_config
+from mmcirc.benchmark.report import markdown_table
 from mmcirc.cli.common import (
     CLIError,
     Once,
@@ -189,17 +190,16 @@ def fmt_flops(x):
 
 
 def print_table(rows, summary, title):
-    print(f'\n{title}\n')
-    print('| part | attention | FLOPs | attn FLOPs | attn share | params |')
-    print('|---|---|---:|---:|---:|---:|')
-    for r in rows + [dict(summary, part='**total**', attention='')]:
-        share = '-'
-        if r['flops']:
-            share = f'{unsigned_zero(100 * r["attn_flops"] / r["flops"], 1):.1f} %'
-        print(
-            f'| {r["part"]} | {r["attention"]} | {fmt_flops(r["flops"])} | '
-            f'{fmt_flops(r["attn_flops"])} | {share} | {r["params"] / 1e6:.2f} M |'
+    def cells(r):
+        share = (
+            f'{unsigned_zero(100 * r["attn_flops"] / r["flops"], 1):.1f} %' if r['flops'] else '-'
         )
+        flops = (fmt_flops(r['flops']), fmt_flops(r['attn_flops']))
+        return [r['part'], r['attention'], *flops, share, f'{r["params"] / 1e6:.2f} M']
+
+    head = ['part', 'attention', 'FLOPs', 'attn FLOPs', 'attn share', 'params']
+    table = [cells(r) for r in rows + [dict(summary, part='**total**', attention='')]]
+    print(f'\n{title}\n\n' + markdown_table(head, table, 'llrrrr'))
     ops = sorted(summary['by_operator'].items(), key=lambda kv: -kv[1])
     print(
         '\nby operator: '

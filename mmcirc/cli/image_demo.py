@@ -16,6 +16,7 @@ import os.path as osp
 from mmcirc.cli.common import (
     CLIError,
     add_partial_weights_flag,
+    add_trust_flag,
     as_cli_errors,
     check_config_file,
     check_device,
@@ -65,11 +66,7 @@ def parse_args(argv=None):
     parser.add_argument('--no-save-vis', action='store_true', help='write no painted image')
     parser.add_argument('--no-save-pred', action='store_true', help='write no prediction file')
     parser.add_argument('--print-result', action='store_true', help='print the predictions')
-    parser.add_argument(
-        '--trust-checkpoint',
-        action='store_true',
-        help='allow full unpickling of CHECKPOINT (only for files you trust)',
-    )
+    add_trust_flag(parser)
     add_partial_weights_flag(parser)
     args = parser.parse_args(argv)
     if (args.checkpoint is None) == (args.weights is None):

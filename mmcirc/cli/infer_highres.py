@@ -28,6 +28,7 @@ from mmcirc.cli.common import (
     add_compile_flag,
     add_override_args,
     add_partial_weights_flag,
+    add_trust_flag,
     as_cli_errors,
     check_config_file,
     check_device,
@@ -50,11 +51,7 @@ def parse_args(argv=None):
     parser.add_argument('config', help='mmseg config file')
     parser.add_argument('checkpoint', nargs='?', help='checkpoint (omit: random weights)')
     add_partial_weights_flag(parser)  # the record then says random_weights: true
-    parser.add_argument(
-        '--trust-checkpoint',
-        action='store_true',
-        help='allow full unpickling of CHECKPOINT (only for a file you trust: it can run code)',
-    )
+    add_trust_flag(parser)
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument(
         '--img', nargs='+', action=Accumulate, metavar='PATH', help='image file(s), repeatable'

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 
+from mmcirc.benchmark.report import markdown_table
 from mmcirc.cli.common import Accumulate, check_output_dir, main_guard
 from mmcirc.utils.fileio import atomic_write
 
@@ -84,18 +85,17 @@ def run_one(job, attention, seed, out_dir):
 
 
 def table(records):
-    lines = ['| job | model | seeds | mean | std | min | max |', '|---|---|---|---|---|---|---|']
+    rows = []
     for job in JOBS:
         for att in ATTENTIONS:
             vals = [r['value'] for r in records if r['job'] == job and r['attention'] == att]
-            if not vals:
-                continue
-            std = statistics.stdev(vals) if len(vals) > 1 else float('nan')
-            lines.append(
-                f'| {JOBS[job][2]} | {ATTENTIONS[att]} | {len(vals)} | '
-                f'{statistics.mean(vals):.3f} | {std:.3f} | {min(vals):.3f} | {max(vals):.3f} |'
-            )
-    return '\n'.join(lines) + '\n'
+            if vals:
+                std = statistics.stdev(vals) if len(vals) > 1 else float('nan')
+                stats = (statistics.mean(vals), std, min(vals), max(vals))
+                rows.append(
+                    [JOBS[job][2], ATTENTIONS[att], len(vals), *(f'{v:.3f}' for v in stats)]
+                )
+    return markdown_table(['job', 'model', 'seeds', 'mean', 'std', 'min', 'max'], rows) + '\n'
 
 
 @main_guard

@@ -26,6 +26,7 @@ import torch
 
 from mmcirc.analysis import vis
 from mmcirc.benchmark.baselines import CoreAttentionWithBank, MHASelfAttention, SDPASelfAttention
+from mmcirc.benchmark.report import markdown_table
 from mmcirc.cli.common import Accumulate, check_output_dir, main_guard
 from mmcirc.utils.fileio import atomic_open
 
@@ -120,14 +121,10 @@ def _plot(series, xlabel, title, path):
 
 
 def _md(series, xs, xname):
-    names = list(series)
-    lines = [f'| {xname} | ' + ' | '.join(names) + ' |', '|---:|' + '---:|' * len(names)]
-    for x in xs:
-        vals = [dict(series[n]).get(x) for n in names]
-        lines.append(
-            f'| {x} | ' + ' | '.join('-' if v is None else f'{v:.3g}' for v in vals) + ' |'
-        )
-    return '\n'.join(lines)
+    def cells(x):
+        return ['-' if v is None else f'{v:.3g}' for v in (dict(s).get(x) for s in series.values())]
+
+    return markdown_table([xname, *series], [[x, *cells(x)] for x in xs], 'r' * (len(series) + 1))
 
 
 @main_guard

@@ -5,6 +5,7 @@ other."""
 
 import argparse
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from mmcirc.cli.common import Accumulate, Once
 #: every command of mmcirc/cli: module, the function that parses its argv
 COMMANDS = [
     ('mmcirc.cli.bccb_score', 'parse_args'),
+    ('mmcirc.cli.image_demo', 'parse_args'),
     ('mmcirc.cli.infer_highres', 'parse_args'),
     ('mmcirc.cli.pytorch2onnx', 'parse_args'),
     ('mmcirc.cli.test', 'parse_args'),
@@ -52,6 +54,14 @@ def _list_flags(parser):
         if a.option_strings
         and (a.nargs in ('+', '*') or (isinstance(a.nargs, int) and a.nargs > 1))
     ]
+
+
+def test_every_command_with_a_parser_is_listed():
+    cli = Path(importlib.import_module('mmcirc.cli').__file__).parent
+    parsers = {
+        f'mmcirc.cli.{p.stem}' for p in cli.glob('*.py') if 'ArgumentParser(' in p.read_text()
+    }
+    assert parsers == {module for module, _ in COMMANDS}
 
 
 @pytest.mark.parametrize('module, func', COMMANDS)
