@@ -395,10 +395,9 @@ class CirculantAttention(nn.Module):
         return plan
 
     def _plan(self, x, hw_shape, *key):
-        """:meth:`_new_plan`, kept per input shape, dtype, device, autocast dtype, the
-        settings and ``key`` for eager calls on the CPU or CUDA
-        (:func:`~mmcirc.ops.settings.cached_plan`); made anew in a captured graph (symbolic
-        sizes) and on other devices."""
+        """:meth:`_new_plan`, kept per input shape, dtype, device, autocast dtype and ``key``
+        for eager calls on the CPU or CUDA (:func:`~mmcirc.ops.settings.cached_plan`); made
+        anew in a captured graph (symbolic sizes) and on other devices."""
         dev = getattr(getattr(x, 'device', None), 'type', None)
         if dev not in ('cpu', 'cuda') or type(hw_shape) not in (tuple, list) or graph_capture():
             return self._new_plan(x, hw_shape)

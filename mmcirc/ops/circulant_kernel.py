@@ -32,7 +32,6 @@ __all__ = [
     'CoreArgs',
     'check_core_args',
     'circulant_core',
-    'kernel_applies',
     'kernel_refusal',
     'layer_core',
     'pack_weights',
@@ -115,12 +114,6 @@ def kernel_refusal(x, hw, boundary) -> Optional[str]:
         or _grid_refusal(hw, boundary != 'circular')
         or _device_refusal(x.device)
     )
-
-
-def kernel_applies(x, hw, boundary) -> bool:
-    """Whether the kernel runs the core of a layer on tokens ``x`` of an ``hw`` map
-    (:func:`kernel_refusal` says why not)."""
-    return kernel_refusal(x, hw, boundary) is None
 
 
 #: (layer shape, reason) pairs :func:`report_torch_path` has reported in this process

@@ -137,7 +137,9 @@ def test_export_mode_restores_previous_impl_on_error():
 
 
 def test_unknown_fft_impl_refused():
-    with pytest.raises(ValueError, match=r"^fft_impl must be one of \('torch', 'dft'\), got 'onnx'$"):
+    with pytest.raises(
+        ValueError, match=r"^fft_impl must be one of \('torch', 'dft'\), got 'onnx'$"
+    ):
         with switched(fft_impl='onnx'):
             pass
     assert current().fft_impl == 'torch'
