@@ -1,7 +1,8 @@
 """Each task family end to end on the generated data: tools/train.py a few iterations
-(the loss goes down), then tools/test.py produces the task's metric; tools/dist_train.sh
-and tools/dist_test.sh with 2 processes (gloo, CPU). Losses and metrics
-are read from the JSON files mmengine writes (vis_data/scalars.json, <timestamp>.json).
+(the loss goes down), then tools/test.py (its main, in this process) produces the task's
+metric; tools/dist_train.sh and tools/dist_test.sh with 2 processes (gloo, CPU). Losses
+and metrics are read from the JSON files mmengine writes (vis_data/scalars.json,
+<timestamp>.json), the active core count from the log (<timestamp>.log).
 
 The configs in tests/fixtures/configs inherit the real ones in configs/ and only shrink
 widths, image sizes and schedules.
@@ -14,7 +15,9 @@ import pytest
 from helpers import (
     FIXTURE_CONFIGS,
     assert_metric,
+    command_state_kept,
     evaluated_metrics,
+    run_dirs,
     run_tool,
     train_iters,
     train_scalars,
@@ -42,19 +45,16 @@ def train(config, work_dir, cwd, *extra):
 
 
 def evaluate(config, checkpoint, work_dir, cwd, *extra):
-    """Run tools/test.py; (its metrics from WORK_DIR/<timestamp>/<timestamp>.json, its log)."""
-    proc = run_tool(
-        [
-            'tools/test.py',
-            osp.join(FIXTURE_CONFIGS, config),
-            str(checkpoint),
-            '--work-dir',
-            str(work_dir),
-            *extra,
-        ],
-        cwd=cwd,
-    )
-    return evaluated_metrics(work_dir), proc.stdout + proc.stderr
+    """tools/test.py's main in this process (in ``cwd``); (its metrics from
+    WORK_DIR/<timestamp>/<timestamp>.json, its log from <timestamp>.log)."""
+    from mmcirc.cli.test import main
+
+    args = [osp.join(FIXTURE_CONFIGS, config), str(checkpoint), '--work-dir', str(work_dir)]
+    with command_state_kept(cwd):
+        main([*args, *extra])
+    (run,) = run_dirs(work_dir)
+    with open(osp.join(run, osp.basename(run) + '.log')) as f:
+        return evaluated_metrics(work_dir), f.read()
 
 
 @pytest.fixture(scope='module')
