@@ -24,7 +24,7 @@ CONFIGS = {
     'ca_pvt_t_allcirc': 'ca_pvt_t-allcirc_fpn_80k_ade20k.py',
     'core_pvt_t_allcore': 'core_pvt_t-allcore_fpn_80k_ade20k.py',
 }
-ARCH = dict(embed_dims=[16, 32, 40, 64], depths=[2, 2, 2, 2], num_heads=[1, 2, 5, 8])
+ARCH = dict(embed_dims=[16, 32, 40, 64], depths=[1, 1, 1, 1], num_heads=[1, 2, 5, 8])
 IMAGE = (1, 3, 160, 72)
 REL = 1e-9
 
