@@ -1,8 +1,8 @@
 """Each task family end to end on the generated data: tools/train.py a few iterations
 (the loss goes down), then tools/test.py (its main, in this process) produces the task's
-metric; tools/dist_train.sh and tools/dist_test.sh with 2 processes (gloo, CPU). Losses
-and metrics are read from the JSON files mmengine writes (vis_data/scalars.json,
-<timestamp>.json), the active core count from the log (<timestamp>.log).
+metric. Losses and metrics are read from the JSON files mmengine writes
+(vis_data/scalars.json, <timestamp>.json), the active core count from the log
+(<timestamp>.log).
 
 The configs in tests/fixtures/configs inherit the real ones in configs/ and only shrink
 widths, image sizes and schedules.
@@ -19,7 +19,6 @@ from helpers import (
     evaluated_metrics,
     run_dirs,
     run_tool,
-    train_iters,
     train_scalars,
 )
 
@@ -86,57 +85,6 @@ def test_train_then_test(family, trained):
     assert len(losses) == 12
     assert sum(losses[-3:]) < sum(losses[:3]), f'loss did not go down: {losses}'
     assert_metric(metrics, metric, high)
-
-
-@pytest.fixture(scope='module')
-def dist_trained(toy_root, tmp_path_factory):
-    """tools/dist_train.sh with 2 processes (4 iterations, validation at the end): its
-    work dir and log."""
-    work = tmp_path_factory.mktemp('dist') / 'work'
-    proc = run_tool(
-        [
-            'tools/dist_train.sh',
-            osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py'),
-            '2',
-            '--work-dir',
-            str(work),
-            '--cfg-options',
-            'train_cfg.max_iters=4',
-            'train_cfg.val_interval=4',
-        ],
-        cwd=toy_root,
-        env={'PORT': '29531'},
-    )
-    return work, proc.stdout + proc.stderr
-
-
-def test_distributed_training_on_two_processes(dist_trained):
-    work, log = dist_trained  # the process group is only in the log
-    assert 'Distributed training: True' in log
-    assert 'process rank 0 of world size 2' in log and 'process rank 1 of world size 2' in log
-    (val,) = [r for r in train_scalars(work) if 'coco/bbox_mAP' in r]
-    assert_metric(val, 'coco/bbox_mAP', 1)
-    assert train_iters(work) == [1, 2, 3, 4] and (work / 'iter_4.pth').is_file()
-
-
-def test_distributed_test_on_two_processes(dist_trained, toy_root, tmp_path):
-    """tools/dist_test.sh: 2 processes evaluate the checkpoint and exit 0."""
-    work, _ = dist_trained
-    proc = run_tool(
-        [
-            'tools/dist_test.sh',
-            osp.join(FIXTURE_CONFIGS, 'ca_pvt_retinanet_tiny.py'),
-            str(work / 'iter_4.pth'),
-            '2',
-            '--work-dir',
-            str(tmp_path / 'test'),
-        ],
-        cwd=toy_root,
-        env={'PORT': '29541'},
-    )
-    log = proc.stdout + proc.stderr
-    assert 'process rank 0 of world size 2' in log and 'process rank 1 of world size 2' in log
-    assert_metric(evaluated_metrics(tmp_path / 'test'), 'coco/bbox_mAP', 1)
 
 
 def test_core_count_changed_at_test_time(trained, toy_root, tmp_path):

@@ -1,7 +1,8 @@
-"""tools/dist_train.sh and tools/dist_test.sh over several nodes: two torchrun agents on
-this machine are two nodes (``NNODES=2 NODE_RANK=0|1 MASTER_ADDR=127.0.0.1``, one process
-each, gloo on the CPU). The toy detector (mmdet's RetinaNet, tiny, through the main job's
-config) trains as one node with two processes does; a node whose agent is killed stops
+"""tools/dist_train.sh and tools/dist_test.sh on one node with two processes and over
+several nodes: two torchrun agents on this machine are two nodes (``NNODES=2
+NODE_RANK=0|1 MASTER_ADDR=127.0.0.1``, one process each, gloo on the CPU). The toy
+detector (mmdet's RetinaNet, tiny, through the main job's config) trains and tests on
+one node with two processes, and on two nodes as on that one node; a node whose agent is killed stops
 the job; ``MAX_RESTARTS`` with ``--resume`` restarts a job whose rank was killed and ends
 with the weights of the uninterrupted run.
 
@@ -23,7 +24,16 @@ import time
 import pytest
 import torch
 
-from helpers import FIXTURE_CONFIGS, REPO, run_dirs, run_tool, train_iters, train_scalars
+from helpers import (
+    FIXTURE_CONFIGS,
+    REPO,
+    assert_metric,
+    evaluated_metrics,
+    run_dirs,
+    run_tool,
+    train_iters,
+    train_scalars,
+)
 
 CONFIG = osp.join(FIXTURE_CONFIGS, 'retinanet_r18_tiny_toy.py')
 HOOKS_DIR = osp.join(REPO, 'tests', 'fixtures', 'hooks')
@@ -121,16 +131,49 @@ def _weights(path):
 
 
 @pytest.fixture(scope='module')
-def reference(toy_root, tmp_path_factory):
-    """One node, two processes: the work dir of the uninterrupted seeded run."""
+def reference_run(toy_root, tmp_path_factory):
+    """One node, two processes: the work dir of the uninterrupted seeded run, its log."""
     work = tmp_path_factory.mktemp('one_node') / 'work'
-    run_tool(
+    proc = run_tool(
         ['tools/dist_train.sh', CONFIG, '2', '--work-dir', str(work)],
         cwd=toy_root,
         env={**THREADS, 'PORT': str(_free_port())},
     )
     assert train_iters(work) == list(range(1, ITERS + 1))
-    return work
+    return work, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope='module')
+def reference(reference_run):
+    return reference_run[0]
+
+
+def test_one_node_trains_on_two_processes(reference_run):
+    work, log = reference_run  # the process group is only in the log
+    assert 'Distributed training: True' in log
+    assert 'process rank 0 of world size 2' in log and 'process rank 1 of world size 2' in log
+    (val,) = [r for r in train_scalars(work) if 'coco/bbox_mAP' in r]
+    assert_metric(val, 'coco/bbox_mAP', 1)
+    assert (work / f'iter_{ITERS}.pth').is_file()
+
+
+def test_one_node_tests_on_two_processes(reference, toy_root, tmp_path):
+    """tools/dist_test.sh: 2 processes evaluate the reference's checkpoint and exit 0."""
+    proc = run_tool(
+        [
+            'tools/dist_test.sh',
+            CONFIG,
+            str(reference / f'iter_{ITERS}.pth'),
+            '2',
+            '--work-dir',
+            str(tmp_path / 'test'),
+        ],
+        cwd=toy_root,
+        env={**THREADS, 'PORT': str(_free_port())},
+    )
+    log = proc.stdout + proc.stderr
+    assert 'process rank 0 of world size 2' in log and 'process rank 1 of world size 2' in log
+    assert_metric(evaluated_metrics(tmp_path / 'test'), 'coco/bbox_mAP', 1)
 
 
 def test_two_nodes_train_as_one_node(reference, toy_root, tmp_path):
