@@ -20,6 +20,7 @@ from mmcirc.cli.common import (
     Once,
     add_cfg_options,
     add_override_args,
+    check_device,
     main_guard,
     overrides_from_args,
 )
@@ -64,6 +65,7 @@ def parse_args(argv=None):
         raise CLIError(f'--num-images must be a positive number of images, got {args.num_images}')
     if args.num_images is not None and args.shape is not None:
         raise CLIError('--shape and --num-images exclude each other: one input size, or the images')
+    check_device(args.device)
     args.overrides = overrides_from_args(args)  # ValueError: main_guard's error line
     return args
 

@@ -91,6 +91,13 @@ def test_make_toy_data_out_that_is_a_file_is_one_line(capsys, tmp_path):
     assert (tmp_path / 'f').read_text() == ''
 
 
+def test_get_flops_unknown_device_is_one_line_before_the_model(capsys):
+    from mmcirc.cli.get_flops import main
+
+    code, line = _error(capsys, main, [TOY_SEG, '--device', 'bogus'])
+    assert (code, line) == (1, "error: --device must be 'cpu' or 'cuda[:N]', got 'bogus'")
+
+
 def test_num_cores_without_a_core_stage_is_one_line(capsys, tmp_path, image):
     from mmcirc.cli.infer_highres import main
 
