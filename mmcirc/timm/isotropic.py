@@ -38,24 +38,21 @@ class _Isotropic(TimmModel):
             backbone = self.backbone_class()(in_channels=in_chans, out_type='raw', **backbone_cfg)
             init_backbone(backbone)
             backbone.out_indices = tuple(range(backbone.num_stages))  # every block's output
-            info = [
-                dict(
-                    num_chs=backbone.embed_dims,
-                    reduction=backbone.patch_size,
-                    module=f'backbone.blocks.{i}',
-                )
-                for i in range(backbone.num_stages)
-            ]
-            super().__init__(
-                backbone,
-                backbone.num_features,
-                info,
-                num_classes,
-                global_pool,
-                drop_rate,
-                in_chans,
-                dtype,
-            )
+        dims, stride = backbone.embed_dims, backbone.patch_size
+        info = [
+            dict(num_chs=dims, reduction=stride, module=f'backbone.blocks.{i}')
+            for i in range(backbone.num_stages)
+        ]
+        super().__init__(
+            backbone,
+            backbone.num_features,
+            info,
+            num_classes,
+            global_pool,
+            drop_rate,
+            in_chans,
+            dtype,
+        )
         self.patch_size = backbone.patch_size
         self.arch = backbone_cfg['arch']
 

@@ -4,13 +4,9 @@ family shares (the isotropic families: :mod:`.isotropic`; the pyramids: :mod:`.p
 A model is ``backbone`` (the mmcirc backbone, unchanged: its parameters keep their
 names under ``backbone.``) followed by timm's head: global pooling, ``head_drop``
 (``drop_rate``) and ``head`` (a linear classifier, ``nn.Identity`` for
-``num_classes=0``). :meth:`TimmModel.forward_features` gives the final features,
-:meth:`TimmModel.forward_intermediates` (timm's ``features_only=True``) the outputs of
-chosen blocks or stages, :meth:`TimmModel.prune_intermediate_layers` removes what comes
-after the last one taken.
-
-Models are built on the default device, or on ``device`` (``'meta'``: no memory, no
-init; ``to_empty`` then :meth:`TimmModel.init_weights` makes them real), in ``dtype``.
+``num_classes=0``). Models are built on the default device, or on ``device``
+(``'meta'``: no memory, no init; ``to_empty`` then :meth:`TimmModel.init_weights`
+makes them real), in ``dtype``.
 
 ``torch.fx`` traces a model down to the backbone's stages and blocks; the leaves (timm's
 ``register_notrace_module`` / ``register_notrace_function``, :meth:`TimmModel.fx_leaves`)
@@ -19,9 +15,6 @@ are only the modules and functions whose forward branches on sizes or makes them
 modules are thus nodes of the graph: ``features_only=True`` takes ``feature_cls='fx'``
 (:class:`FeatureGraph`, the maps of :meth:`TimmModel.forward_intermediates` out of
 that graph) besides the default ``'getter'``.
-
-Torch and timm only: CA-DeiT and VECA need nothing else; the pyramids need mmdet where
-they are built (:mod:`.pyramid`).
 """
 
 import contextlib
@@ -60,23 +53,17 @@ def init_backbone(backbone) -> None:
     on the meta device (nothing to fill: :meth:`TimmModel.init_weights` does it later)."""
     if any(p.is_meta for p in backbone.parameters()):
         return
-    if not HAS_MMENGINE:
-        backbone.init_weights()
-        return
     from mmcirc.utils.quiet import quiet_logger
 
-    with quiet_logger():
+    with quiet_logger() if HAS_MMENGINE else contextlib.nullcontext():
         backbone.init_weights()
 
 
 @contextlib.contextmanager
 def building_on(device):
     """Modules built inside are created on ``device`` (None: the default device)."""
-    if device is None:
+    with contextlib.nullcontext() if device is None else torch.device(device):
         yield
-    else:
-        with torch.device(device):
-            yield
 
 
 def take_indices(indices, num: int, unit: str = 'blocks') -> List[int]:

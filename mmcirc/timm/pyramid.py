@@ -99,22 +99,22 @@ class PyramidTimm(TimmModel):
                 **backbone_kwargs,
             )
             init_backbone(backbone)
-            n, attr = backbone.num_stages, backbone.stages_attr
-            backbone.out_indices = tuple(range(n))  # every stage's map (output LNs as built)
-            info = [
-                dict(num_chs=backbone.embed_dims[i], reduction=s, module=f'backbone.{attr}.{i}')
-                for i, s in enumerate(backbone.stage_strides())
-            ]
-            super().__init__(
-                backbone,
-                backbone.embed_dims[-1],
-                info,
-                num_classes,
-                global_pool,
-                drop_rate,
-                in_chans,
-                dtype,
-            )
+            backbone.out_indices = tuple(range(backbone.num_stages))  # output LNs as built
+        attr = backbone.stages_attr
+        info = [
+            dict(num_chs=backbone.embed_dims[i], reduction=s, module=f'backbone.{attr}.{i}')
+            for i, s in enumerate(backbone.stage_strides())
+        ]
+        super().__init__(
+            backbone,
+            backbone.embed_dims[-1],
+            info,
+            num_classes,
+            global_pool,
+            drop_rate,
+            in_chans,
+            dtype,
+        )
         self.family, self.arch, self.stages_attr = family, arch, attr
         self.no_weight_decay_patterns = (
             r'\.cores$',  # the core banks
