@@ -255,9 +255,11 @@ def sgd_step_record(model, train_step, data):
 def command_state_kept(cwd=None):
     """A block that runs a command's ``main`` in this process (in ``cwd``), with what the
     command changes for the process put back after it: the working directory, the
-    environment (``LOCAL_RANK``), the warning filters, and mmengine's checkpoint loader,
-    local file backend and checkpoint-hook ``open`` (the configs' SafeCheckpointIOHook
-    installs mmcirc's)."""
+    environment (``LOCAL_RANK``), the warning filters, mmengine's checkpoint loader, local
+    file backend and checkpoint-hook ``open`` (the configs' SafeCheckpointIOHook installs
+    mmcirc's), and the named instances mmengine keeps per process (visualizer, logger,
+    message hub, default scope: the next Runner would reuse a visualizer of the same
+    name, writing to this run's folder)."""
     import warnings
 
     import pytest
@@ -267,6 +269,7 @@ def command_state_kept(cwd=None):
     from mmengine.runner.checkpoint import CheckpointLoader
 
     environ = dict(os.environ)
+    instances = {cls: set(cls._instance_dict) for cls in _manager_classes()}
     with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
         if cwd is not None:
             mp.chdir(cwd)
@@ -280,3 +283,18 @@ def command_state_kept(cwd=None):
         finally:
             os.environ.clear()
             os.environ.update(environ)
+            for cls in _manager_classes():
+                for name in set(cls._instance_dict) - instances.get(cls, set()):
+                    cls._instance_dict.pop(name, None)
+
+
+def _manager_classes():
+    """mmengine's ManagerMixin classes (each holds its own named instances)."""
+    from mmengine.utils import ManagerMixin
+
+    todo, found = [ManagerMixin], []
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return [cls for cls in found if '_instance_dict' in vars(cls)]
