@@ -36,6 +36,8 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 from torch import nn
 
+from mmcirc.utils.fileio import discard
+
 __all__ = [
     'ExportError',
     'TensorModel',
@@ -379,10 +381,7 @@ def export_onnx(
             result['verify'] = verify_onnx(tmp, tensor_model, shapes, in_channels, rtol)
         os.replace(tmp, out)
     except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        discard(tmp)
         raise
     return result
 

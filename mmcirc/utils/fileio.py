@@ -17,7 +17,7 @@ import os.path as osp
 import tempfile
 from typing import Dict, Union
 
-__all__ = ['WriteError', 'atomic_open', 'atomic_write', 'atomic_write_many']
+__all__ = ['WriteError', 'atomic_open', 'atomic_write', 'atomic_write_many', 'discard']
 
 
 class WriteError(OSError):
@@ -66,7 +66,8 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def _discard(tmp: str) -> None:
+def discard(tmp: str) -> None:
+    """Remove the file ``tmp`` if it can be (a temporary file given up)."""
     try:
         os.remove(tmp)
     except OSError:
@@ -97,10 +98,10 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = 'wb', encoding=None):
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         os.replace(tmp, path)
     except OSError as err:
-        _discard(tmp)
+        discard(tmp)
         raise _write_error(err, path) from err
     except BaseException:
-        _discard(tmp)
+        discard(tmp)
         raise
     _fsync_dir(folder)
 
@@ -140,11 +141,11 @@ def atomic_write_many(files: Dict[str, Union[bytes, str]]) -> None:
             os.replace(tmp, path)
     except OSError as err:
         for tmp, _ in staged:
-            _discard(tmp)
+            discard(tmp)
         raise _write_error(err, path) from err
     except BaseException:
         for tmp, _ in staged:
-            _discard(tmp)
+            discard(tmp)
         raise
     for folder in {osp.dirname(path) for _, path in staged}:
         _fsync_dir(folder)
