@@ -13,13 +13,9 @@ and the ImageNet classifiers of the pyramids, ``ca_pvt_{tiny,small,medium,large}
         pretrained_cfg_overlay=dict(file='ca_deit_small.pth'))   # the released file
     feats = timm.create_model('ca_swin_tiny', features_only=True, out_indices=(0, 1, 2, 3))
 
-Each has a ``pretrained_cfg`` (input size, mean / std, crop, interpolation, classes,
-first conv, classifier) whose weights come from a local file only: the released
-CA-DeiT and VECA files and mmcirc's own checkpoints, read with mmcirc's safe loader
-and converted on load (:mod:`.weights`). The models keep timm's interface
-(:class:`~mmcirc.timm.model.TimmModel`; fx-traceable, ``device='meta'`` included). Needs timm and torch; the pyramids also mmdet
-(imported when one is built), the isotropic models nothing else. ``import mmcirc``
-itself never imports timm.
+Their weights come from a local file only (:mod:`.zoo`, :mod:`.weights`); they keep
+timm's interface (:class:`~mmcirc.timm.model.TimmModel`). Needs timm and torch; the
+pyramids also mmdet (imported when one is built). ``import mmcirc`` never imports timm.
 """
 
 from .isotropic import CADeiTTimm, VECATimm
