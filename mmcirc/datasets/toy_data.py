@@ -1,19 +1,10 @@
 """Deterministic toy datasets for fast smoke-training of mmcirc backbones: three tiny
 datasets of the scenes of :mod:`.toy_scenes`, written in the exact on-disk layouts the
-OpenMMLab dataset classes expect:
-
-* ``toy_coco``: COCO-format detection + instance segmentation, loadable by
-  mmdet's ``CocoDataset`` (``ann_file='annotations/instances_train2017.json'``,
-  ``data_prefix=dict(img='train2017/')``, ``metainfo=dict(classes=TOY_DET_CLASSES)``).
-* ``toy_ade/ADEChallengeData2016``: ADE20K-format semantic segmentation; the
-  annotation PNGs are single-channel uint8 with ``0`` = unlabelled and classes
-  ``1..K`` (``K = len(TOY_SEG_CLASSES)``), so ``reduce_zero_label=True`` maps
-  them to ``255`` (ignore) and ``0..K-1``. Use
-  ``metainfo=dict(classes=TOY_SEG_CLASSES, palette=TOY_SEG_PALETTE)``.
-* ``toy_imagenet``: image-folder classification (``{train,val}/<class>/*.jpg``)
-  plus ``meta/{train,val}.txt`` in mmpretrain's ``path label`` format, loadable
-  by mmpretrain's ``CustomDataset`` (classes ``TOY_CLS_CLASSES``, which is the
-  alphabetical folder order).
+OpenMMLab dataset classes expect (each maker's docstring gives its layout):
+``toy_coco`` for mmdet's ``CocoDataset`` (``metainfo=dict(classes=TOY_DET_CLASSES)``,
+:func:`make_toy_coco`), ``toy_ade/ADEChallengeData2016`` for mmseg's ADE20K
+(:func:`make_toy_ade`) and ``toy_imagenet`` for mmpretrain's ``CustomDataset``
+(:func:`make_toy_imagenet`; ``TOY_CLS_CLASSES`` is the alphabetical folder order).
 
 Every image is drawn from its own ``numpy.random.Generator`` seeded by
 ``(seed, dataset, split, index)``, so the same seed gives byte-identical files
