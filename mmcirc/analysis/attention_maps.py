@@ -3,18 +3,10 @@ really uses (their BCCB projection: :mod:`mmcirc.analysis.bccb`).
 
 :class:`AttentionCapture` registers forward hooks (no edit of any library) on every
 attention layer of a model and, inside the hook, recomputes the layer's weights from
-the call's inputs and the layer's own weights. Which modules are attention layers, and
-how their weights are recomputed, this file does not know: it asks each module for its
-probe (:func:`mmcirc.analysis.probes.probe_of`): a declaration on the operator itself, or
-a registered :class:`~mmcirc.analysis.probes.AttentionProbe` (mmcirc's ``'circulant'``,
-``'core'``, ``'sra'`` and ``'window'`` probes also recognise those operators in mmdet,
-mmseg and mmpretrain models; ``'vit'``: mmpretrain's and timm's ViT self-attention). A
-new attention kind is therefore seen here as soon as its operator declares itself.
-
-The probe's ``form`` says what the weights are (:data:`~mmcirc.analysis.probes.FORMS`):
-``'matrix'`` (B', heads, Nq, Nk) between ``q_grid`` and ``k_grid`` (BCCB-scorable),
-``'kernel'`` (a circulant kernel with its ``boundary``) or ``'gather'`` (core weights
-over the patches); the tools choose layers by form.
+the call's inputs and the layer's own weights. Which modules are attention layers, how
+their weights are recomputed and what they are (their ``form``), this file does not
+know: it asks each module for its probe (:mod:`mmcirc.analysis.probes`), so a new
+attention kind is seen here as soon as its operator declares itself.
 """
 
 import types
@@ -86,17 +78,10 @@ def find_attention_layers(
 
 @dataclass
 class AttentionRecord:
-    """One call of one attention layer.
-
-    ``weights`` (detached, float32 unless the model runs in float64), by ``form``:
-
-    * ``'matrix'``: the attention matrix (B', heads, Nq, Nk) between ``q_grid`` and
-      ``k_grid`` (B' = B * windows for ``'window'``);
-    * ``'kernel'``: the kernel p (B, heads, H, W) (``extra['boundary'] == 'zero'``:
-      (B, heads, 2H-1, 2W-1), ordered by offset); ``q_grid = k_grid`` = (H, W);
-    * ``'gather'``: the gather weights (B, heads, C', N); the patch grid in ``q_grid``
-      when the surrounding block passed ``hw_shape`` (else None).
-    """
+    """One call of one attention layer: ``weights`` (detached, float32 unless the model
+    runs in float64) of the probe's ``form`` (:mod:`mmcirc.analysis.probes`; ``'window'``:
+    B' = B * windows; ``'gather'``: the patch grid in ``q_grid`` when the surrounding
+    block passed ``hw_shape``, else None), the probe's other entries in ``extra``."""
 
     name: str
     kind: str

@@ -166,8 +166,7 @@ def register_attention_probe(probe: AttentionProbe) -> AttentionProbe:
 def attention_probes() -> List[AttentionProbe]:
     """The registered probes, in registration order: those of mmcirc's operators and of
     mmdet's PVT and Swin attention, those of other libraries' dense attention and any
-    added with
-    :func:`register_attention_probe`."""
+    added with :func:`register_attention_probe`."""
     return list(_EXTRA)
 
 

@@ -5,15 +5,11 @@ an mmseg segmentor, an mmpretrain classifier or a bare backbone) in eval mode.
 one way for all three: the library is the config's ``default_scope`` (set as mmengine's
 default scope), pretrained-weight downloads are switched off (:func:`strip_pretrained`),
 the backbone overrides (:mod:`mmcirc.apis.overrides`) are applied before building, a
-checkpoint is loaded through mmengine's ``load_checkpoint`` after installing mmcirc's safe
-loader (:func:`mmcirc.engine.install_safe_loader`) and refused when it leaves weights of
-the model unset (:class:`~mmcirc.apis.weights.WeightsMismatchError`, unless
-``allow_partial_weights``; ``model.weights_fit`` says what was loaded), SyncBN becomes BN,
-and ``model.dataset_meta`` holds the classes and a palette (from the checkpoint, else
-the config's dataset). Without a checkpoint the weights are ``init_weights()``'s
-(under ``seed`` when given): random, reproducible, nothing downloaded.
-
-The caller's config is never edited: the model's ``cfg`` is the edited copy.
+checkpoint is loaded through mmengine's ``load_checkpoint`` with mmcirc's safe loader
+(:func:`mmcirc.engine.install_safe_loader`), SyncBN becomes BN, and
+``model.dataset_meta`` holds the classes and a palette (from the checkpoint, else the
+config's dataset). The caller's config is never edited: the model's ``cfg`` is the
+edited copy.
 """
 
 import copy

@@ -10,18 +10,8 @@ is the one step at full resolution. :func:`encode_logits` runs that same
 ``encode_decode`` and takes the logits where ``predict_by_feat`` would resize them,
 without resizing them, for every head that keeps mmseg's ``BaseDecodeHead.predict_by_feat``;
 a head with its own (``SideAdapterCLIPHead``) or that makes its logits without it
-(``MaskFormerHead``) gives them at the input size, as mmseg does.
-
-* :func:`image_backbone`: the segmentor's (or its config's) image backbone;
-* :func:`predict_head`: the head whose ``predict`` mmseg calls;
-* :func:`check_label_segmentor`: a segmentor whose prediction is not mmseg's labels
-  (a ``postprocess_result`` of its own, e.g. ``DepthEstimator``'s depth maps) is
-  refused in one line;
-* :func:`lean_segmentor`: whether a segmentor's labels may come from
-  :func:`encode_logits` plus a resize and argmax of the caller's (mmseg's own
-  ``EncoderDecoder`` / ``CascadeEncoderDecoder``, whole mode, several classes, no
-  test-time padding);
-* :func:`encode_logits`: ``(logits, resized)``.
+(``MaskFormerHead``) gives them at the input size, as mmseg does. :func:`predict_head`,
+:func:`check_label_segmentor` and :func:`lean_segmentor` say which segmentors it serves.
 """
 
 import contextlib

@@ -5,9 +5,8 @@ only of them runs on a whole 4096 x 4096 image, where PVT's spatial-reduction at
 (quadratic: at 4096 px stage 1 has 1M queries x 16k reduced keys) cannot. This module
 is what a program calls; ``tools/infer_highres.py`` is the command line around it.
 
-* :func:`load_highres_config`: an mmseg config with the backbone overrides
-  (:mod:`.overrides`) applied *before* the model is built and whole inference forced
-  (never sliding windows); the model is then :func:`~mmcirc.apis.builder.build_model`'s;
+* :func:`load_highres_config`: the config, whole inference forced (never sliding
+  windows); the model is then :func:`~mmcirc.apis.builder.build_model`'s;
 * :func:`predict_labels`: mmseg's whole inference of one image. ``upsample='mmseg'``
   calls the segmentor's own ``test_step`` (full-resolution logits, 150 x H x W floats:
   10 GB at 4096 px); ``upsample='banded'`` (default) runs the same data preprocessor
@@ -19,8 +18,6 @@ is what a program calls; ``tools/infer_highres.py`` is the command line around i
   identical (bilinear interpolation is per channel and the arg-max keeps the first
   maximum, as ``torch.argmax``). Segmentors the banded path does not cover (a subclass
   of mmseg's, one output channel, test-time padding) take ``test_step``.
-  ``progress`` (a callable) is told each backbone stage / block, the neck, the decode
-  head and each band as it finishes (:func:`progress_units`).
 
 Errors are ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` whose message starts
 with the parameter's name (e.g. ``num_cores must ...``); warnings name parameters the

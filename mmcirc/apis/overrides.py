@@ -1,13 +1,8 @@
 """Backbone overrides: ``num_cores``, ``boundary``, ``scale`` and ``stage_attentions``
 written into a config's backbone *before* the model is built, and checked against what
 that backbone takes (its constructor, its registered blocks, or the backbone itself
-built on the ``meta`` device: VECA's core bank and chunk).
-
-* :func:`validate_overrides`: the values as a command line gives them (strings) ->
-  the checked values (``num_cores`` through :func:`mmcirc.ops.core.parse_num_cores`);
-* :func:`apply_backbone_overrides`: write them into ``cfg.model.backbone`` (or a bare
-  backbone ``cfg.model``), with the backbone's own checks;
-* :func:`backbone_summary`: what a built backbone ended up with.
+built on the ``meta`` device: VECA's core bank and chunk): :func:`validate_overrides`,
+:func:`apply_backbone_overrides`, :func:`backbone_summary`.
 
 Errors are ``ValueError`` whose one-line message starts with the parameter's name and
 lists its allowed values (an override that the model does not use, e.g. ``num_cores``

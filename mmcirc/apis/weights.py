@@ -236,6 +236,8 @@ class OneLineLoadSummary(logging.Filter):
 
 #: The checks of :class:`WeightsFitHook`, by what the run does with the weights.
 FIT_MODES = ('test', 'train', 'resume')
+#: What a training run's refusal of another model's backbone names.
+_ANOTHER_BACKBONE = "the config's backbone (a checkpoint of another model?)"
 
 
 class WeightsFitHook(Hook):
@@ -298,12 +300,7 @@ class WeightsFitHook(Hook):
         for lists in self._init_loads:
             fit = WeightsFit.from_lists(*lists)
             if another_model(fit, backbone):
-                raise WeightsMismatchError(
-                    self._init_checkpoint,
-                    fit,
-                    "the config's backbone (a checkpoint of another model?)",
-                    None,
-                )
+                raise WeightsMismatchError(self._init_checkpoint, fit, _ANOTHER_BACKBONE, None)
         self._init_loads.clear()
 
     def before_train(self, runner) -> None:
@@ -328,12 +325,7 @@ class WeightsFitHook(Hook):
         elif self.mode == 'train':
             prefix = 'backbone.' if hasattr(model, 'backbone') else ''
             if another_model(fit, model, prefix):
-                raise WeightsMismatchError(
-                    path,
-                    part_of(fit, prefix),
-                    "the config's backbone (a checkpoint of another model?)",
-                    None,
-                )
+                raise WeightsMismatchError(path, part_of(fit, prefix), _ANOTHER_BACKBONE, None)
         elif not fit.complete:
             if not self.allow_partial:
                 raise WeightsMismatchError(path, fit)
