@@ -16,10 +16,6 @@ routes the checkpoint hook's ``last_checkpoint`` write through it too, so the po
 moves only after the checkpoint is complete; the temporary files of a save that a kill
 interrupted are removed when training next starts (:func:`remove_interrupted_saves`).
 
-What a Runner saves loads anywhere: :class:`SafeCheckpointIOHook` writes the message hub
-in plain types (:mod:`mmcirc.engine.plain_state`), so plain ``torch.load`` and the
-libraries' loaders read the file, and restores it exactly on ``--resume``.
-
 Importing mmcirc installs none of this: a Runner's config opts in with
 :class:`SafeCheckpointIOHook` (every config mmcirc ships does), other code calls the two
 functions (idempotent). :func:`find_resumable_checkpoint` picks the newest checkpoint that
@@ -193,29 +189,25 @@ def load_from_local(filename, map_location):
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
-    if osp.realpath(filename) in _trusted:
+    trusted = osp.realpath(filename) in _trusted
+    if trusted:
         warnings.warn(
             f'unpickling trusted checkpoint {filename} without restrictions: '
             'it can run arbitrary code',
             stacklevel=2,
         )
-        try:
-            return torch.load(filename, map_location=map_location, weights_only=False)
-        except (pickle.UnpicklingError, *_UNREADABLE) as err:
-            if isinstance(err, _NOT_THE_CONTENT):
-                raise
-            raise CheckpointReadError(filename, unreadable_reason(filename, err)) from None
     try:
+        if trusted:
+            return torch.load(filename, map_location=map_location, weights_only=False)
         with torch.serialization.safe_globals(MMENGINE_CHECKPOINT_GLOBALS):
             return torch.load(filename, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        names = _refused_globals(filename, err)
-        if not names:
-            raise CheckpointReadError(filename, unreadable_reason(filename, err)) from None
-        raise UnsafeCheckpointError(filename, names) from None
-    except _UNREADABLE as err:  # an empty, truncated or text file: torch's own exceptions
+    except (pickle.UnpicklingError, *_UNREADABLE) as err:  # also empty, truncated, text files
         if isinstance(err, _NOT_THE_CONTENT):
             raise
+        refused = not trusted and isinstance(err, pickle.UnpicklingError)
+        names = _refused_globals(filename, err) if refused else []
+        if names:
+            raise UnsafeCheckpointError(filename, names) from None
         raise CheckpointReadError(filename, unreadable_reason(filename, err)) from None
 
 

@@ -5,16 +5,10 @@ Every mmcirc backbone compiles to one graph with no break; mmdet's and mmseg's h
 assigners and samplers do not: they break graphs (``multi_apply``, mmengine's batch
 stacking) and recompile on the number of boxes of each image. mmengine's own
 ``compile=dict(...)`` compiles the whole ``train_step``, heads included; mmcirc's switch
-compiles the backbone and the neck only:
-
-* :func:`compile_backbone`: compile a built model's backbone (``backbone`` or
-  ``image_encoder``) and neck, in place (their ``forward``; state dicts and module
-  hooks are unchanged, the hooks run eagerly around the compiled forward);
-* :class:`CompileBackboneHook`: the same for a Runner, from ``custom_hooks`` in a config
-  (before training, validation or testing); it warns when a training iteration after
-  the first compiles a new graph;
-* :func:`add_compile_hook`: the hook added to a config (``tools/train.py --compile``,
-  ``tools/test.py --compile``).
+(:func:`compile_backbone`, :class:`CompileBackboneHook` in a config's ``custom_hooks``,
+:func:`add_compile_hook` for ``--compile``) compiles the backbone (``backbone`` or
+``image_encoder``) and the neck only, in place: their ``forward``; state dicts and module
+hooks are unchanged, the hooks run eagerly around the compiled forward.
 
 Sizes: ``dynamic=None`` (torch's default) compiles the first input size static and, when a
 size changes, once more with the changed sizes symbolic, which serves later sizes: at a
@@ -200,13 +194,7 @@ def _guarded_forward(name, eager, compiled, mark: bool, logger, fullgraph=True):
 
 
 def compile_backbone(
-    model,
-    backend='inductor',
-    mode=None,
-    dynamic=None,
-    neck=True,
-    fullgraph=True,
-    logger='current',
+    model, backend='inductor', mode=None, dynamic=None, neck=True, fullgraph=True, logger='current'
 ) -> List[str]:
     """Compile the forward of ``model``'s image backbone and, with ``neck``, of its neck
     (a model wrapper's module), each with ``torch.compile(fullgraph=fullgraph)`` and
@@ -251,11 +239,7 @@ class CompileBackboneHook(Hook):
     Args:
         backend (str): torch.compile backend. Defaults to ``'inductor'``.
         mode (str, optional): torch.compile mode (``'reduce-overhead'``: CUDA graphs).
-        dynamic (bool, optional): symbolic sizes: None (torch's default) compiles the
-            first size static and recompiles once, symbolic, when a size changes (on the
-            CUDA layout the input's height and width are marked dynamic: symbolic from the
-            first call); True symbolic from the first call; False once per size. Past
-            the recompile limit a size runs eagerly (one warning line).
+        dynamic (bool, optional): torch.compile's symbolic sizes (the module's "Sizes").
         neck (bool): compile the neck too. Defaults to True.
 
     After each training iteration but the first it logs a warning when that iteration

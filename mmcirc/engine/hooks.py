@@ -55,9 +55,8 @@ class NestedCoreHook(Hook):
     test-time C' without retraining).
 
     With ``schedule='official'`` (the released VECA models, METHOD.md 3.2) C' is
-    drawn instead from the multiples of ``chunk`` up to ``max_cores`` (8, 16, ..., 64)
-    with weights ``budget_weights`` (default 1, 1, 2, 2, 3, 3, 4, 4, ...: the weight of
-    the i-th budget is ceil(i / 2)); ``p_max`` is not used.
+    drawn instead from :func:`official_budgets` (8, 16, ..., 64 with weights
+    ``budget_weights``); ``p_max`` is not used.
 
     Args:
         max_cores (int): C_max, the size of the core banks.
