@@ -169,19 +169,15 @@ def func_name(func) -> str:
     return f'{mod}.{name}'.replace('torch.nn.functional', 'F').replace('torch._C._nn', 'F')
 
 
-def _tensor_methods(*names):
-    return [getattr(torch.Tensor, n) for n in names if hasattr(torch.Tensor, n)]
-
-
 def functions_of(module, *names):
     """The functions ``module.<name>`` of ``names`` that this torch has."""
     return [getattr(module, n) for n in names if hasattr(module, n)]
 
 
 _ELEMENTWISE = set(
-    _tensor_methods(
-        'add', 'add_', 'sub', 'sub_', 'mul', 'mul_', 'div', 'div_', 'neg', 'exp', 'sqrt',
-        'rsqrt', 'sigmoid', 'tanh', 'relu', 'relu_', 'clamp', 'clamp_', 'abs', 'pow',
+    functions_of(
+        torch.Tensor, 'add', 'add_', 'sub', 'sub_', 'mul', 'mul_', 'div', 'div_', 'neg', 'exp',
+        'sqrt', 'rsqrt', 'sigmoid', 'tanh', 'relu', 'relu_', 'clamp', 'clamp_', 'abs', 'pow',
         '__add__', '__radd__', '__iadd__', '__sub__', '__rsub__', '__isub__', '__mul__',
         '__rmul__', '__imul__', '__truediv__', '__rtruediv__', '__itruediv__', '__neg__',
         '__pow__', 'to', 'type_as', 'float', 'double', 'half', 'contiguous', 'clone',
@@ -203,9 +199,10 @@ _TRAILING = {F.linear: 1, F.layer_norm: None, F.normalize: None}  # normalize: i
 LOCAL_FUNCTIONS = frozenset(_ELEMENTWISE | set(_TRAILING))
 
 _METADATA = frozenset(
-    _tensor_methods(
-        'size', 'dim', 'ndimension', 'numel', 'nelement', 'element_size', 'is_floating_point',
-        'is_complex', 'get_device', 'is_contiguous', '__len__', 'requires_grad_',
+    functions_of(
+        torch.Tensor, 'size', 'dim', 'ndimension', 'numel', 'nelement', 'element_size',
+        'is_floating_point', 'is_complex', 'get_device', 'is_contiguous', '__len__',
+        'requires_grad_',
     )
 )  # fmt: skip
 

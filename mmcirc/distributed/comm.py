@@ -192,11 +192,7 @@ class _RowExchange(torch.autograd.Function):
 
 
 def exchange_rows(
-    x: torch.Tensor,
-    layout: Layout,
-    wants: Sequence[Tuple[int, int]],
-    dim: int = -2,
-    group=None,
+    x: torch.Tensor, layout: Layout, wants: Sequence[Tuple[int, int]], dim: int = -2, group=None
 ) -> torch.Tensor:
     """Every rank's requested global rows of a band-sharded tensor.
 

@@ -39,12 +39,7 @@ import torch
 from .comm import all_to_all, empty_band, group_rank_size
 from .row_split import band_bounds
 
-__all__ = [
-    'sharded_irfft2',
-    'sharded_rfft2',
-    'spectrum_columns',
-    'transpose_bytes',
-]
+__all__ = ['sharded_irfft2', 'sharded_rfft2', 'spectrum_columns', 'transpose_bytes']
 
 
 def spectrum_columns(grid: Sequence[int], world_size: int):

@@ -3,18 +3,6 @@
 :class:`~mmcirc.distributed.comm.Layout` from the bounds, no collective); each returns
 exactly this rank's band of the single-process output (bands of the output's own
 height). The :mod:`.handlers` of :class:`~mmcirc.distributed.banded_map.BandedMap` call them.
-
-* :func:`conv2d_rows`: any kernel / stride / padding / dilation / groups along the
-  rows by a halo exchange of the input rows the output band needs (zeros past the map:
-  zero padding; optional extra zero rows above / below);
-* :func:`interpolate`: ``F.interpolate``, nearest and bilinear, ``align_corners``
-  both, by size or scale factor, with the source rows of the band fetched (columns:
-  torch's own interpolation on the band, rows: torch's source-index rule and weights);
-* :func:`adaptive_avg_pool`: partial sums of the local rows per output cell,
-  ``all_reduce``; the (small) output is replicated;
-* :func:`group_norm_rows`, :func:`batch_norm_rows` (training): the mean and variance
-  over every rank's rows by ``all_reduce``.
-
 Every function is differentiable (the exchanges and sums of
 :mod:`~mmcirc.distributed.comm` carry their adjoints).
 

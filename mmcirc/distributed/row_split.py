@@ -5,11 +5,10 @@ Every map, the input image and each stage's output alike, is split on its own he
 ``c = ceil(H / P)`` rows, the larger bands first, rank ``r`` owning rows
 ``[min(r c, H), min((r + 1) c, H))`` (the last bands may be shorter or empty; every
 sharded path requires each rank to own at least one row, :func:`check_world_size`).
-A layer that
-maps rows to rows (a strided convolution, an upsampling) fetches the input rows its
-output band needs from the neighbours (halo exchange); nothing ties the bands of two
-stages together, so the split of a stage is a function of its own height and P only
-(and so, through the stage strides, of the image height).
+A layer that maps rows to rows (a strided convolution, an upsampling) fetches the input
+rows its output band needs from the neighbours (halo exchange); nothing ties the bands
+of two stages together, so the split of a stage is a function of its own height and P
+only (and so, through the stage strides, of the image height).
 
 This file depends on torch only.
 """

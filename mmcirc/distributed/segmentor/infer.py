@@ -1,13 +1,7 @@
 """One image predicted by P ranks and measured: the library part of
-``tools/infer_highres.py --shard`` / ``--nproc P``.
-
-* :func:`sync_weights`: rank 0's parameters and buffers to every rank (random weights
-  built on P processes are otherwise P different models);
-* :func:`run_image_sharded`: :func:`~.model.predict_sharded` of one image
-  with the wall time (slowest rank), every rank's peak RSS (high-water mark reset before
-  the image where Linux allows it) and bytes sent, gathered on every rank;
-* :func:`share_images`: several images over the data groups of a data x space mesh
-  (:func:`~mmcirc.distributed.comm.data_space_mesh`), each to its group's first rank.
+``tools/infer_highres.py --shard`` / ``--nproc P``: :func:`sync_weights` (random weights
+built on P processes are otherwise P different models), :func:`run_image_sharded` (one
+image, its wall time, every rank's peak RSS and bytes sent), :func:`share_images`.
 """
 
 import time

@@ -8,15 +8,10 @@ cascade's heads in turn), the logits taken where ``predict_by_feat`` would resiz
 (:func:`mmcirc.apis.decode.encode_logits`): every op they reach has a handler
 (:mod:`mmcirc.distributed.handlers`) or is local.
 
-:func:`check_shardable` names the first module and op sharding does not support,
-found by tracing the band-wise forward once on a small image (every rank together, or
-one process without a process group); :func:`shard_model`
-returns the :class:`ShardedSegmentor`; :func:`map_heights` lists the rows of every
-feature map at an image size (``PyramidBackbone.stage_grids``) for
-:func:`~mmcirc.distributed.row_split.check_world_size`; :func:`predict_sharded` is the
-inference entry: rank 0's image goes out band by band, every rank predicts its band of
-labels (mmseg's bilinear resize of the logits to the image, argmax), rank 0 gets the
-whole label map and logits back.
+:func:`check_shardable` finds what sharding does not support by tracing the band-wise
+forward once on a small image (every rank together, or one process without a process
+group); :func:`predict_sharded` is the inference entry: rank 0's image goes out band by
+band, every rank predicts its band of labels, rank 0 gets the whole label map back.
 """
 
 import math
@@ -34,13 +29,7 @@ from ..comm import Layout, exchange_rows, gather_rows, group_rank_size
 from ..layers import interpolate
 from ..row_split import band_bounds, check_world_size
 
-__all__ = [
-    'check_shardable',
-    'map_heights',
-    'shard_model',
-    'ShardedSegmentor',
-    'predict_sharded',
-]
+__all__ = ['check_shardable', 'map_heights', 'shard_model', 'ShardedSegmentor', 'predict_sharded']
 
 _INSTEAD = (
     "sharded inference supports CA-PVT / Core-PVT ('circulant', 'core', 'sra' stages), "

@@ -14,15 +14,9 @@ groups of S spatial ranks, each group reading its own samples (the sampler's ran
 world: the data-parallel rank and the number of groups), the gradients summed over
 space and averaged over the data groups as DDP averages them, BatchNorm's statistics
 taken over the global batch (SyncBN over the world): the step is one process's on the
-global batch (the groups' batches together).
-
-* :class:`SpatialParallel`: the mmengine model wrapper (``MODEL_WRAPPERS``), with
-  ``train_step`` / ``val_step`` / ``test_step`` as ``MMDistributedDataParallel``
-  (validation and test run whole images, spread over all the ranks as data parallel);
-* :func:`check_trainable`: the one-line refusals before the first step;
-* :func:`sum_gradients`: the parameters' gradients summed over the group;
-* :func:`shard_config`: the config edits of ``tools/train.py --shard`` (the wrapper,
-  the samplers and the data workers' seeds of the data-parallel rank).
+global batch (the groups' batches together). The wrapper is :class:`SpatialParallel`
+(validation and test run whole images, data parallel); :func:`shard_config` makes a
+config use it (``tools/train.py --shard``).
 """
 
 import contextlib
