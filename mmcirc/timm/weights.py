@@ -109,11 +109,8 @@ def load_into(model, ckpt) -> None:
     if head and (model.num_classes == 0 or sd[head[0]].shape[0] != model.num_classes):
         for k in head:  # another class count: the classifier starts anew, as in timm
             del sd[k]
-        _logger.info(
-            'checkpoint classifier (%s) not loaded: the model has %d classes',
-            head,
-            model.num_classes,
-        )
+        why = 'checkpoint classifier (%s) not loaded: the model has %d classes'
+        _logger.info(why, head, model.num_classes)
     conv = (getattr(model, 'pretrained_cfg', None) or {}).get('first_conv')
     key = f'{conv}.weight'
     if conv and key in sd and key in target and sd[key].shape[1] != target[key].shape[1]:
