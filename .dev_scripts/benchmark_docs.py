@@ -29,7 +29,7 @@ import docs_tables as docs  # noqa: E402
 
 from mmcirc.benchmark.cases import group  # noqa: E402
 from mmcirc.benchmark.command import Parser, dispatch  # noqa: E402
-from mmcirc.benchmark.grid import check_stride_sizes  # noqa: E402
+from mmcirc.benchmark.grid import parse_hw  # noqa: E402
 from mmcirc.cli_errors import main_guard  # noqa: E402
 from mmcirc.utils.fileio import atomic_write  # noqa: E402
 
@@ -37,7 +37,7 @@ COMMAND = 'command.txt'  # beside each table's store: the suite command that fil
 
 
 def build_parser():
-    p = Parser(prog='python .dev_scripts/benchmark_docs.py', description=__doc__.split('\n')[0])
+    p = Parser(prog='python .dev_scripts/benchmark_docs.py', description=__doc__.split('\n\n')[0])
     tables = list(docs.TABLES) + list(docs_stored.STORED)
     p.add_argument('--doc', default=osp.join('docs', 'benchmarks.md'), help='markdown file')
     p.add_argument('--headline', help="the README's short table (default: OUT_DIR/headline.md)")
@@ -87,7 +87,8 @@ def _read(path, what):
 @main_guard
 def main(argv=None) -> None:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    check_stride_sizes(args.sizes)
+    for side in args.sizes:  # multiples of the backbones' total stride
+        parse_hw(side, '--sizes', 32)
     stored = [t for t in args.tables if t in docs_stored.STORED]
     tables = [t for t in args.tables if t in docs.TABLES]
     if 'zoo' in stored and not args.no_run:

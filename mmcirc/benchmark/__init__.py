@@ -1,6 +1,7 @@
 """Time and peak memory measured (the benchmark harness); what a model computes (FLOPs,
-attention maps) is :mod:`mmcirc.analysis`'s. The command: ``python -m mmcirc.benchmark SUITE`` (:mod:`~mmcirc.benchmark.command`, one
-parser). Torch only; mmdet / mmseg / timm imported by the cases that need them.
+attention maps) is :mod:`mmcirc.analysis`'s. The command: ``python -m mmcirc.benchmark
+SUITE`` (:mod:`~mmcirc.benchmark.command`). Torch only; mmdet / mmseg / timm imported by
+the cases that need them.
 
 * :mod:`~mmcirc.benchmark.runner`: the isolated child (timeout, ``RLIMIT_AS`` cap,
   out of memory as a result: ``run_isolated``);
@@ -14,11 +15,8 @@ parser). Torch only; mmdet / mmseg / timm imported by the cases that need them.
 * :mod:`~mmcirc.benchmark.grid`: the one driver of the timing suites (store -> measure ->
   record -> save -> table, one record layout) and the checks of their flags;
 * :mod:`~mmcirc.benchmark.baselines`: the baseline attention layers the cases build;
-* :mod:`~mmcirc.benchmark.suites`: the suites, one module each.
+* :mod:`~mmcirc.benchmark.suites`: the suites, one module each; the documentation's tables
+  are rendered from their stores by ``.dev_scripts/benchmark_docs.py`` (repository upkeep).
 
-The documentation's tables are rendered from the suites' stores by
-``.dev_scripts/benchmark_docs.py`` (repository upkeep, not part of the package).
-
-Submodules are imported on use (``python -m mmcirc.benchmark.runner`` must not find
-itself imported already).
+Submodules are imported on use (the isolated child imports only what its target needs).
 """

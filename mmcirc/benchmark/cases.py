@@ -132,9 +132,7 @@ def _attention(kind):
 
 #: the layers of one attention call on a token map; ``fft`` / ``kernel-*``: the FFT path
 #: and the Triton kernel of the core (tl.dot in float32 or TF32), same weights
-LAYERS = ('sdpa', 'circ-circ', 'circ-zero', 'circ-linears') + tuple(
-    f'core-{k}' for k in CORE_COUNTS
-)
+LAYERS = ('sdpa', 'circ-circ', 'circ-zero', 'circ-linears', *(f'core-{k}' for k in CORE_COUNTS))
 for _kind in LAYERS + ('fft', 'kernel-ieee', 'kernel-tf32'):
     register_case(
         _kind, 'attention', _kind, _attention(_kind), inputs='tokens', flash=_kind == 'sdpa'
@@ -159,40 +157,23 @@ def _backbone(cls_name, **kwargs):
     return builder
 
 
-_S, _T = dict(arch='small'), dict(arch='tiny')
+_S, _T, _PVT = dict(arch='small'), dict(arch='tiny'), dict(num_layers=[3, 4, 6, 3])
 _CORE_S = dict(_S, stage_attentions='core')
+_S64, _T64 = dict(_S, num_cores=64), dict(_T, num_cores=64)
 for _name, _label, _cls, _kw, _baseline in (
-    (
-        'pvt_s',
-        'PVT-S (mmdet)',
-        'mmdet:PyramidVisionTransformer',
-        dict(num_layers=[3, 4, 6, 3]),
-        None,
-    ),
+    ('pvt_s', 'PVT-S (mmdet)', 'mmdet:PyramidVisionTransformer', _PVT, None),
     ('circ_pvt_s', 'all-circulant PVT-S', 'CAPVT', dict(_S, stage_attentions='circulant'), 'pvt_s'),
     ('core_pvt_s', "all-core PVT-S C'=64", 'CorePVT', dict(_CORE_S, num_cores=64), 'pvt_s'),
     ('core_pvt_s_c8', "all-core PVT-S C'=8", 'CorePVT', dict(_CORE_S, num_cores=8), 'pvt_s'),
     ('ca_pvt_s', 'CA-PVT-S (paper layout)', 'CAPVT', _S, 'pvt_s'),
-    (
-        'core_pvt_s_paper',
-        "Core-PVT-S (paper layout) C'=64",
-        'CorePVT',
-        dict(_S, num_cores=64),
-        'pvt_s',
-    ),
+    ('core_pvt_s_paper', "Core-PVT-S (paper layout) C'=64", 'CorePVT', _S64, 'pvt_s'),
     ('swin_t', 'Swin-T (mmdet)', 'mmdet:SwinTransformer', {}, None),
     ('swin_t_mmseg', 'Swin-T (mmseg)', 'mmseg:SwinTransformer', {}, None),
     ('ca_swin_t', 'CA-Swin-T (paper layout)', 'CASwin', _T, 'swin_t'),
-    (
-        'core_swin_t',
-        "Core-Swin-T (paper layout) C'=64",
-        'CoreSwin',
-        dict(_T, num_cores=64),
-        'swin_t',
-    ),
+    ('core_swin_t', "Core-Swin-T (paper layout) C'=64", 'CoreSwin', _T64, 'swin_t'),
     ('ca_pvt_t', 'CA-PVT-T', 'CAPVT', _T, None),
-    ('core_pvt_t', "Core-PVT-T (C'=64)", 'CorePVT', dict(_T, num_cores=64), None),
-):
+    ('core_pvt_t', "Core-PVT-T (C'=64)", 'CorePVT', _T64, None),
+):  # fmt: skip
     _builder = _backbone(_cls, **_kw)
     register_case(_name, 'backbone', _label, _builder, baseline=_baseline, multiple=32)
 
@@ -227,17 +208,10 @@ for _name, _label, _cls, _arch, _kw, _baseline in (
     ('ca_deit_t', 'CA-DeiT-T', 'CADeiT', 'tiny', {}, 'deit_t'),
     ('ca_deit_s', 'CA-DeiT-S', 'CADeiT', 'small', {}, 'deit_s'),
     ('ca_deit_b', 'CA-DeiT-B', 'CADeiT', 'base', {}, 'deit_b'),
-    (
-        'ca_deit_t_triton',
-        'CA-DeiT-T (Triton kernel)',
-        'CADeiT',
-        'tiny',
-        dict(kernel='triton'),
-        None,
-    ),
+    ('ca_deit_t_triton', 'CA-DeiT-T (Triton kernel)', 'CADeiT', 'tiny', {'kernel': 'triton'}, None),
     ('veca_s', 'VECA-S', 'VECAViT', 'small', {}, 'vit_s'),
     ('veca_b', 'VECA-B', 'VECAViT', 'base', {}, 'vit_b'),
-):
+):  # fmt: skip
     _builder = _isotropic(_cls, _arch, **_kw)
     register_case(_name, 'isotropic', _label, _builder, baseline=_baseline, multiple=16)
 for _name, _arch, _label in (

@@ -5,7 +5,9 @@ A suite module declares itself: its docstring (the first paragraph is its help),
 ``SHARED`` (which of the shared flags it takes, with its defaults), ``add_arguments(parser)``
 (its own flags), ``check(options)`` (optional: a bad value is a ``ValueError`` naming
 the flag) and ``run(options)``. Every bad value, argparse's or a check's, is one
-``error:`` line and exit 1 (``MMCIRC_DEBUG=1``: the traceback).
+``error:`` line and exit 1 (``MMCIRC_DEBUG=1``: the traceback). A list flag given twice
+adds its values to the first ones (``--sizes 8 --sizes 16``: both); a single-value flag
+given twice takes the last, as in mmcirc's other commands.
 """
 
 import argparse
@@ -20,22 +22,38 @@ from mmcirc.cli_errors import CLIError, main_guard
 from . import suites
 
 PROG = 'python -m mmcirc.benchmark'
-#: the flags several suites share: dest -> (flag, keywords); each suite gives its default
-SHARED = {
-    'out_dir': ('--out-dir', dict(help='folder of the results and tables (default: %(default)s)')),
-    'threads': ('--threads', dict(type=int, help="torch intra-op threads (default: torch's)")),
-    'repeat': ('--repeat', dict(type=int, help='timed runs (default: %(default)s)')),
-    'timeout': ('--timeout', dict(type=float, help='seconds per child (default: %(default)s)')),
-    'fresh': ('--fresh', dict(action='store_true', help='ignore earlier results in out-dir')),
-    'device': (
-        '--device',
-        dict(choices=('cpu', 'cuda'), help='(default: %(default)s; None: cuda if torch sees one)'),
+#: the flags several suites share: dest -> keywords (``--out-dir`` for ``out_dir``); each
+#: suite gives its default
+SHARED = dict(
+    out_dir=dict(help='folder of the results and tables (default: %(default)s)'),
+    threads=dict(type=int, help="torch intra-op threads (default: torch's)"),
+    repeat=dict(type=int, help='timed runs (default: %(default)s)'),
+    timeout=dict(type=float, help='seconds per child (default: %(default)s)'),
+    fresh=dict(action='store_true', help='ignore earlier results in out-dir'),
+    device=dict(
+        choices=('cpu', 'cuda'), help='(default: %(default)s; None: cuda if torch sees one)'
     ),
-}
+)
+
+
+class Store(argparse.Action):
+    """argparse's store, except that a list flag (``nargs`` '+' / '*') given again adds its
+    values to those before it, where argparse replaces them."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if self.nargs in ('+', '*'):
+            kept = getattr(namespace, self.dest, None)
+            values = ([] if kept is None or kept is self.default else list(kept)) + list(values)
+        setattr(namespace, self.dest, values)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser whose errors are the commands' one ``error:`` line (exit 1)."""
+    """argparse's parser whose errors are the commands' one ``error:`` line (exit 1) and
+    whose flags store with :class:`Store`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register('action', None, Store)
 
     def error(self, message):
         raise CLIError(message)
@@ -55,10 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
         doc = ' '.join(module.__doc__.split('\n\n')[0].split())  # its first paragraph
         p = subs.add_parser(name, help=doc.split(': ', 1)[-1].split('; ')[0], description=doc)
         for dest, default in module.SHARED.items():
-            flag, kwargs = SHARED[dest]
             if dest == 'out_dir' and default is None:
                 default = osp.join('work_dirs', f'benchmark_{name}')
-            p.add_argument(flag, default=default, **kwargs)
+            p.add_argument('--' + dest.replace('_', '-'), default=default, **SHARED[dest])
         module.add_arguments(p)
     return parser
 

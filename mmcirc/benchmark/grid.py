@@ -24,8 +24,7 @@ from mmcirc.utils.fileio import atomic_write
 
 from .report import ResultStore, environment
 
-__all__ = ['at_least', 'check_stride_sizes', 'known', 'parse_hw', 'record', 'resolve_device',
-           'run_grid']  # fmt: skip
+__all__ = ['at_least', 'known', 'parse_hw', 'positive', 'record', 'resolve_device', 'run_grid']
 
 #: what a child's result carries about the process, not the measurement
 _PROCESS_KEYS = ('returncode', 'wall_s', 'rlimit_as_gb', 'log_tail', 'results')
@@ -114,13 +113,6 @@ def parse_hw(text: str, flag: str, multiple: int = 1):
     return hw
 
 
-def check_stride_sizes(sizes, flag: str = '--sizes', stride: int = 32) -> None:
-    """Square sides of a backbone benchmark: positive multiples of the total ``stride``."""
-    bad = [s for s in sizes if s < stride or s % stride]
-    if bad:
-        raise ValueError(f'{flag} must be multiples of {stride} (the total stride), got {bad}')
-
-
 def at_least(options, names, least=1) -> None:
     """Each flag of ``names`` (dests) that is set is >= ``least`` (lists: each value)."""
     for name in names:
@@ -128,6 +120,14 @@ def at_least(options, names, least=1) -> None:
         for v in value if isinstance(value, list) else [value]:
             if v is not None and v < least:
                 raise ValueError(f'--{name.replace("_", "-")} must be >= {least}, got {v}')
+
+
+def positive(options, names) -> None:
+    """Each flag of ``names`` (dests) that is set is > 0."""
+    for name in names:
+        value = getattr(options, name)
+        if value is not None and value <= 0:
+            raise ValueError(f'--{name.replace("_", "-")} must be > 0, got {value}')
 
 
 def known(values, allowed, flag) -> None:

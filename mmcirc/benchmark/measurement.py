@@ -25,21 +25,13 @@ import statistics
 import time
 from typing import Callable, Dict, Optional
 
-__all__ = [
-    'PRECISIONS',
-    'COMPILE_MODES',
-    'PeakMeter',
-    'failure',
-    'finite',
-    'make_step',
-    'pin_threads',
-    'round_robin',
-    'synchronizer',
-]
+__all__ = ['PRECISIONS', 'COMPILE_BACKENDS', 'COMPILE_MODES', 'PeakMeter', 'failure', 'finite',
+           'make_step', 'pin_threads', 'precision_context', 'round_robin']  # fmt: skip
 
 #: precision axis -> autocast dtype name (None: float32, no autocast)
 PRECISIONS = {'fp32': None, 'bf16': 'bfloat16', 'fp16': 'float16'}
 COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
+COMPILE_BACKENDS = ('inductor', 'aot_eager', 'eager')
 
 
 def pin_threads(threads: Optional[int] = None) -> int:
@@ -54,16 +46,6 @@ def pin_threads(threads: Optional[int] = None) -> int:
     return torch.get_num_threads()
 
 
-def synchronizer(device) -> Callable[[], None]:
-    """A no-argument function that waits for ``device``'s queued work (CUDA; a no-op
-    on the CPU)."""
-    import torch
-
-    if torch.device(device).type == 'cuda':
-        return torch.cuda.synchronize
-    return lambda: None
-
-
 class PeakMeter:
     """``with PeakMeter(device) as m: ...`` then ``m.peak_mb``: the peak memory of the
     block above the memory before it, in MiB (see the module docstring). On the CPU,
@@ -74,8 +56,7 @@ class PeakMeter:
         import torch
 
         self.cuda = torch.device(device).type == 'cuda'
-        self.peak_mb = None
-        self.reset = True
+        self.peak_mb, self.reset = None, True
 
     def __enter__(self):
         gc.collect()
@@ -119,7 +100,9 @@ def finite(out) -> bool:
     return True
 
 
-def _contexts(device, precision, flash):
+def precision_context(device, precision: str, flash: bool = False):
+    """The autocast of ``precision`` on ``device`` (none for fp32); ``flash``: SDPA pinned
+    to the flash kernel on CUDA too."""
     import torch
 
     stack = contextlib.ExitStack()
@@ -154,19 +137,15 @@ def make_step(
 
     if precision not in PRECISIONS:
         raise ValueError(f'precision must be one of {tuple(PRECISIONS)}, got {precision!r}')
-    sync = synchronizer(device)
+    sync = torch.cuda.synchronize if torch.device(device).type == 'cuda' else lambda: None
     fn = call
     cudagraphs = False
     if compile is not None:
-        compile = dict(compile)
         mode = compile.get('mode')
         if mode is not None and mode not in COMPILE_MODES:
             raise ValueError(f'compile mode must be one of {COMPILE_MODES}, got {mode!r}')
-        cudagraphs = (
-            compile.get('backend', 'inductor') == 'inductor'
-            and mode in ('reduce-overhead', 'max-autotune')
-            and torch.device(device).type == 'cuda'
-        )
+        cudagraphs = (compile.get('backend', 'inductor') == 'inductor' and torch.device(device).type
+                      == 'cuda' and mode in ('reduce-overhead', 'max-autotune'))  # fmt: skip
         fn = torch.compile(call, dynamic=False, **compile)
     model.eval()  # also for backward: no dropout, the same graph as the forward timings
     if backward:
@@ -176,14 +155,14 @@ def make_step(
         if cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
         if backward:
-            with _contexts(device, precision, flash):
+            with precision_context(device, precision, flash):
                 out = fn(x)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             sum(o.float().sum() for o in outs).backward()
             model.zero_grad(set_to_none=True)
             x.grad = None
         else:
-            with torch.no_grad(), _contexts(device, precision, flash):
+            with torch.no_grad(), precision_context(device, precision, flash):
                 out = fn(x)
         sync()
         return out
@@ -267,11 +246,8 @@ def round_robin(
     for name in steps:
         ts = times[name] or [first[name]]
         out[name] = dict(
-            time_ms=1e3 * statistics.median(ts),
-            min_ms=1e3 * min(ts),
-            runs=len(ts),
-            times_ms=[round(1e3 * t, 3) for t in ts],
-            first_ms=1e3 * first[name],
+            time_ms=1e3 * statistics.median(ts), min_ms=1e3 * min(ts), runs=len(ts),
+            times_ms=[round(1e3 * t, 3) for t in ts], first_ms=1e3 * first[name],
             warmup_only=not times[name],
-        )
+        )  # fmt: skip
     return out

@@ -10,7 +10,8 @@ and markdown tables with ratios against a named baseline.
   replaces records, :meth:`ResultStore.save` writes the whole file atomically (after
   every measurement: a kill leaves the last complete file);
 * :func:`ratio` / :func:`speedup`: a baseline's figure over a model's, formatted, or
-  ``'-'`` where either is missing; :func:`markdown_table`.
+  ``'-'`` where either is missing; :func:`figure`: one figure of a record or its status;
+  :func:`markdown_table`.
 """
 
 import contextlib
@@ -24,49 +25,30 @@ from typing import Dict, List, Optional, Sequence
 
 from mmcirc.utils.fileio import atomic_write
 
-__all__ = [
-    'ResultStore',
-    'device_name',
-    'environment',
-    'markdown_table',
-    'ratio',
-    'speedup',
-]
+__all__ = ['ResultStore', 'device_name', 'environment', 'figure', 'markdown_table', 'ratio',
+           'speedup']  # fmt: skip
 
 
-def device_name(device: str, threads: Optional[int] = None) -> str:
-    """``'cuda (NVIDIA H200, torch 2.x)'``; on the CPU ``'cpu'`` or, with ``threads``,
-    ``'cpu (N threads, torch 2.x)'``."""
+def device_name(device: str) -> str:
+    """``'cuda (NVIDIA H200, torch 2.x)'``; on the CPU ``'cpu'``."""
     import torch
 
     if str(device).startswith('cuda') and torch.cuda.is_available():
         return f'cuda ({torch.cuda.get_device_name()}, torch {torch.__version__})'
-    if threads is None:
-        return str(device)
-    return f'cpu ({threads} threads, torch {torch.__version__})'
+    return str(device)
 
 
-def _cpu_model() -> str:
-    cpu = platform.processor()
+def _cpuinfo(*keys: str) -> Optional[str]:
+    """The value of the first /proc/cpuinfo line of one of ``keys``; None without one."""
     with contextlib.suppress(OSError, StopIteration):
         with open('/proc/cpuinfo') as f:
-            cpu = next(ln.split(':', 1)[1].strip() for ln in f if ln.startswith('model name'))
-    return cpu
+            return next(ln.split(':', 1)[1] for ln in f if ln.split(':', 1)[0].strip() in keys)
+    return None
 
 
 #: /proc/cpuinfo flags of native bfloat16 arithmetic (x86: AVX512_BF16 dot products,
 #: AMX tiles; arm64: BF16); without one, oneDNN has no bf16 GEMM / convolution kernel
 BF16_CPU_FLAGS = ('avx512_bf16', 'amx_bf16', 'bf16')
-
-
-def _cpu_bf16_flags() -> Optional[List[str]]:
-    """The :data:`BF16_CPU_FLAGS` this CPU reports ([]: none), None where unknown."""
-    with contextlib.suppress(OSError, StopIteration):
-        with open('/proc/cpuinfo') as f:
-            line = next(ln for ln in f if ln.split(':', 1)[0].strip() in ('flags', 'Features'))
-        flags = set(line.split(':', 1)[1].split())
-        return [f for f in BF16_CPU_FLAGS if f in flags]
-    return None
 
 
 def environment(command: Optional[str] = None, device: str = 'cpu', **extra) -> dict:
@@ -82,23 +64,19 @@ def environment(command: Optional[str] = None, device: str = 'cpu', **extra) -> 
         timm_version = None
     if command is None:
         command = 'python ' + ' '.join(sys.argv)
+    flags = _cpuinfo('flags', 'Features')  # native bf16: BF16_CPU_FLAGS
     env = dict(
         date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
-        cpu=_cpu_model(),
+        cpu=(_cpuinfo('model name') or platform.processor()).strip(),
         cpu_isa=torch.backends.cpu.get_cpu_capability(),
-        cpu_bf16=_cpu_bf16_flags(),
+        cpu_bf16=None if flags is None else [f for f in BF16_CPU_FLAGS if f in flags.split()],
         cpu_count=os.cpu_count(),
         affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else None,
         load=os.getloadavg()[0] if hasattr(os, 'getloadavg') else None,
-        torch=torch.__version__,
-        timm=timm_version,
-        python=platform.python_version(),
-        device=device_name(device),
-        threads=torch.get_num_threads(),
-        command=command,
-    )
-    env.update(extra)
-    return env
+        torch=torch.__version__, timm=timm_version, python=platform.python_version(),
+        device=device_name(device), threads=torch.get_num_threads(), command=command,
+    )  # fmt: skip
+    return dict(env, **extra)
 
 
 class ResultStore:
@@ -150,6 +128,16 @@ def speedup(baseline: Optional[dict], record: Optional[dict], key: str = 'time_m
     """The baseline's time over the record's (``'1.23x'``), ``'-'`` where either has none."""
     get = lambda r: None if not r or r.get('status', 'ok') != 'ok' else r.get(key)  # noqa: E731
     return ratio(get(baseline), get(record), suffix='x')
+
+
+def figure(rec: Optional[dict], key: str, fmt: str = '{:.1f}') -> str:
+    """A record's figure in a table: ``fmt`` of ``rec[key]``, its status where it failed,
+    ``'-'`` without a record or that figure."""
+    if rec is None:
+        return '-'
+    if rec.get('status', 'ok') != 'ok':
+        return rec['status']
+    return fmt.format(rec[key]) if rec.get(key) is not None else '-'
 
 
 def markdown_table(head: Sequence[str], rows: List[Sequence], align: Optional[str] = None) -> str:

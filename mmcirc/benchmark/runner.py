@@ -6,11 +6,14 @@ timeout and an address-space cap, whose failures are results.
                        mem_cap_gb=6)
     res['status']  # 'ok', 'oom', 'timeout' or 'error'
 
-The child is ``python -m mmcirc.benchmark.runner SPEC.json``: a fresh interpreter (fresh
+The child is ``python mmcirc/benchmark/runner.py SPEC.json``: a fresh interpreter (fresh
 memory counters, no CUDA context inherited, no state of earlier measurements) with the
-repository on ``PYTHONPATH``, so it runs from a copy that is not installed. It imports
-``target`` (``'module:function'``), calls ``function(spec)`` and writes the returned
-dict as JSON, atomically, to a result file; it exits 0 whatever happened.
+repository on ``PYTHONPATH``, so it runs from a copy that is not installed, and that imports
+only what its target needs (this file as a script: not ``mmcirc``'s ``__init__``, which
+registers every model). It imports ``target`` (``'module:function'``), calls
+``function(spec)`` and writes the returned dict as JSON to a result file, read once the
+child has exited (a file cut short by the child's death is no result); it exits 0
+whatever happened.
 
 Status: the function's own ``status`` if it returns one (a measurement that reports a
 partial result), else ``'ok'``; an exception in the child is ``'oom'`` when it is an
@@ -25,6 +28,7 @@ in its last output lines (``std::bad_alloc`` aborts): ``'oom'``; anything else:
 CUDA reserves more address space than any cap allows).
 """
 
+import contextlib
 import json
 import os
 import os.path as osp
@@ -56,25 +60,18 @@ def _classify_death(rc: int, tail: str) -> dict:
     from mmcirc.utils.memory import is_out_of_memory
 
     lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
-    if rc is not None and rc < 0:
-        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-        error = f'killed by signal {-rc} ({name})'
-        oom = -rc == signal.SIGKILL or any(is_out_of_memory(ln) for ln in lines[-5:])
-        return dict(status='oom' if oom else 'error', error=error)
     oom = any(is_out_of_memory(ln) for ln in lines[-5:])
     error = lines[-1][:500] if lines else f'exit code {rc}'
+    if rc is not None and rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+        oom, error = oom or -rc == signal.SIGKILL, f'killed by signal {-rc} ({name})'
     return dict(status='oom' if oom else 'error', error=error)
 
 
 def run_isolated(
-    target: str,
-    spec: dict,
-    *,
-    timeout: Optional[float] = None,
-    mem_cap_gb: Optional[float] = None,
-    env: Optional[dict] = None,
-    cwd: Optional[str] = None,
-) -> dict:
+    target: str, spec: dict, *, timeout: Optional[float] = None,
+    mem_cap_gb: Optional[float] = None, env: Optional[dict] = None, cwd: Optional[str] = None,
+) -> dict:  # fmt: skip
     """Run ``target`` (``'module:function'``) on ``spec`` (JSON-able) in a fresh child;
     see the module docstring. ``env``: extra environment variables of the child."""
     if not isinstance(target, str) or target.count(':') != 1:
@@ -95,7 +92,7 @@ def run_isolated(
         if cap is not None:
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    cmd = [sys.executable, '-m', 'mmcirc.benchmark.runner', paths['spec.json']]
+    cmd = [sys.executable, osp.abspath(__file__), paths['spec.json']]
     t0 = time.perf_counter()
     timed_out = False
     try:
@@ -114,7 +111,7 @@ def run_isolated(
             f.seek(max(osp.getsize(paths['child.log']) - 4000, 0))
             tail = f.read().decode('utf-8', 'replace')
         result = {}
-        if osp.isfile(paths['result.json']):
+        with contextlib.suppress(OSError, ValueError):  # none, or cut short by a death
             with open(paths['result.json']) as f:
                 result = json.load(f)
         if timed_out:
@@ -131,7 +128,7 @@ def run_isolated(
 
 
 def child_main(argv=None) -> None:
-    """The child's entry (``python -m mmcirc.benchmark.runner SPEC.json``)."""
+    """The child's entry (``python mmcirc/benchmark/runner.py SPEC.json``)."""
     import importlib
 
     argv = sys.argv[1:] if argv is None else argv
@@ -145,19 +142,19 @@ def child_main(argv=None) -> None:
         out = dict(out)
         out.setdefault('status', 'ok')
     except BaseException as err:  # noqa: BLE001  (every failure is a result)
-        from mmcirc.utils.memory import is_out_of_memory
+        from mmcirc.utils.memory import is_out_of_memory  # (imports mmcirc: failures only)
 
         out = dict(status='oom' if is_out_of_memory(err) else 'error', error=_error_text(err))
     soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     out['rlimit_as_gb'] = None if soft == resource.RLIM_INFINITY else round(soft / GB, 2)
-    from mmcirc.utils.fileio import atomic_write
-
     try:
         text = json.dumps(out)
     except (TypeError, ValueError) as err:
         text = json.dumps(dict(status='error', error=f'result is not JSON: {err}'[:500]))
-    atomic_write(job['result'], text)
+    with open(job['result'], 'w') as f:
+        f.write(text)
 
 
 if __name__ == '__main__':
+    sys.path[0] = REPO  # the repository, not this folder (its modules are not top-level ones)
     child_main()

@@ -34,12 +34,9 @@ def _explain(call, x) -> dict:
         explain = torch._dynamo.explain(call)(x)
         eager = call(x)
     torch._dynamo.reset()
-    return dict(
-        graphs=explain.graph_count,
-        graph_breaks=explain.graph_break_count,
-        break_reasons=[str(r.reason)[:200] for r in explain.break_reasons],
-        eager=eager,
-    )
+    reasons = [str(r.reason)[:200] for r in explain.break_reasons]
+    return dict(graphs=explain.graph_count, graph_breaks=explain.graph_break_count,
+                break_reasons=reasons, eager=eager)  # fmt: skip
 
 
 def max_rel_diff(out, ref) -> float:
@@ -62,15 +59,9 @@ def _step(name, spec):
         model.eval()
         info.update(_explain(call, x))
     step = make_step(
-        model,
-        call,
-        x,
-        device=spec.get('device', 'cpu'),
-        precision=spec.get('precision', 'fp32'),
-        backward=spec.get('backward', False),
-        compile=spec.get('compile'),
-        flash=c.flash,
-    )
+        model, call, x, device=spec.get('device', 'cpu'), precision=spec.get('precision', 'fp32'),
+        backward=spec.get('backward', False), compile=spec.get('compile'), flash=c.flash,
+    )  # fmt: skip
     return step, info
 
 
@@ -117,15 +108,10 @@ def measure_group(spec: dict) -> dict:
             extra[name]['shapes'] = [list(o.shape) for o in _outputs(out)]
 
     res = round_robin(
-        steps,
-        repeat=spec.get('repeat', 5),
-        warmup=spec.get('warmup', 1),
-        budget_s=spec.get('budget_s'),
-        min_runs=spec.get('min_runs', 1),
-        single_run_above=spec.get('single_run_above'),
-        on_first=on_first,
-        record_errors=True,
-    )
+        steps, repeat=spec.get('repeat', 5), warmup=spec.get('warmup', 1),
+        budget_s=spec.get('budget_s'), min_runs=spec.get('min_runs', 1),
+        single_run_above=spec.get('single_run_above'), on_first=on_first, record_errors=True,
+    )  # fmt: skip
     for name, r in res.items():
         extra[name].pop('eager', None)  # a case that failed before its first output
         r.update(extra[name], threads=threads)
@@ -181,38 +167,26 @@ def measure(
     device = spec.get('device', 'cpu')
     if memory_children is None:
         memory_children = device == 'cpu'
-    out, timed = {}, list(names)
-    if memory_children:
-        for name in names:
-            m = run_isolated(
-                'mmcirc.benchmark.tasks:measure_memory',
-                dict(spec, case=name),
-                timeout=timeout,
-                mem_cap_gb=mem_cap_gb,
-            )
-            out[name] = m
-            slow = spec.get('single_run_above')
-            if m['status'] != 'ok' or (slow is not None and m['first_ms'] > 1e3 * slow):
-                timed.remove(name)
-        for name in names:
-            m = out[name]
-            if m['status'] == 'ok' and name not in timed:  # one run: its memory call
-                t = m['first_ms']
-                m.update(time_ms=t, min_ms=t, runs=1, times_ms=[t], warmup_only=True)
-    if timed:
-        g = run_isolated(
-            'mmcirc.benchmark.tasks:measure_group',
-            dict(spec, cases=timed),
-            timeout=None if timeout is None else timeout * len(timed),
+    out, timed, slow = {}, list(names), spec.get('single_run_above')
+    for name in names if memory_children else ():
+        out[name] = m = run_isolated(
+            'mmcirc.benchmark.tasks:measure_memory', dict(spec, case=name), timeout=timeout,
             mem_cap_gb=mem_cap_gb,
-        )
+        )  # fmt: skip
+        if m['status'] != 'ok' or (slow is not None and m['first_ms'] > 1e3 * slow):
+            timed.remove(name)
+        if m['status'] == 'ok' and name not in timed:  # one run: its memory call
+            t = m['first_ms']
+            m.update(time_ms=t, min_ms=t, runs=1, times_ms=[t], warmup_only=True)
+    if timed:
+        g = run_isolated('mmcirc.benchmark.tasks:measure_group', dict(spec, cases=timed),
+                         timeout=None if timeout is None else timeout * len(timed),
+                         mem_cap_gb=mem_cap_gb)  # fmt: skip
         for name in timed:
             r = g['results'][name] if g['status'] == 'ok' else dict(g)
             r.pop('results', None)
             if memory_children:
-                mem = out[name]
-                for k in ('peak_mb', 'peak_reset', 'build_s'):
-                    r[k] = mem[k]
-                r['memory_first_ms'] = mem['first_ms']
+                r.update({k: out[name][k] for k in ('peak_mb', 'peak_reset', 'build_s')})
+                r['memory_first_ms'] = out[name]['first_ms']
             out[name] = r
     return {name: out[name] for name in names}

@@ -8,11 +8,10 @@ import pkgutil
 
 import pytest
 
-from command_run import run_benchmark
 from helpers import REPO, run_torch_only, torch_only_origin
 from mmcirc.benchmark import suites
 from mmcirc.benchmark.command import main
-from mmcirc.benchmark.grid import check_stride_sizes, parse_hw
+from mmcirc.benchmark.grid import parse_hw
 
 
 def _load(path):
@@ -28,19 +27,16 @@ def test_every_suite_has_its_subcommand(suite, capsys):
     assert capsys.readouterr().out.startswith(f'usage: python -m mmcirc.benchmark {suite} ')
 
 
-def test_benchmark_layer_reports_every_method(tmp_path):
-    methods = ['sdpa', 'circ-circ', 'core-8']
-    args = ['layer', '--sizes', '8', '--repeat', '2', '--threads', '1', '--no-backward']
-    run_benchmark([*args, '--methods', *methods, '--out-dir', str(tmp_path)], tmp_path)
-    res = _load(tmp_path / 'results_cpu.json')
-    for m in methods:
+def test_benchmark_layer_reports_every_method(layer_run):
+    res = _load(layer_run / 'results_cpu.json')
+    for m in ('sdpa', 'circ-circ'):
         r = res['results'][f'{m}|8|fwd']
         assert r['status'] == 'ok' and r['runs'] == 2 and r['threads'] == 1, (m, r)
         assert r['time_ms'] > 0 and r['peak_mb'] >= 0 and r['finite'], (m, r)
     # the CPU targets need 128^2 and 256^2: not measured here, never a verdict
     assert {verdict for _, _, verdict in res['targets']} == {'not measured'}
-    table = (tmp_path / 'table_cpu.md').read_text()
-    assert table.count('| 8x8 |') == 3  # every method row
+    table = (layer_run / 'table_cpu.md').read_text()
+    assert table.count('| 8x8 |') == 2  # every method row
     ratio = res['results']['sdpa|8|fwd']['time_ms'] / res['results']['circ-circ|8|fwd']['time_ms']
     assert '| circ-circ | 8x8 | 64 | ' in table and f'{ratio:.1f}x |' in table
     assert res['environment']['threads'] >= 1 and res['settings']['threads'] == 1
@@ -50,26 +46,29 @@ def test_layer_errors_are_against_float64(tmp_path):
     """``--errors``: the FFT path in float32 is within float32 rounding of float64, in
     bf16 autocast (the FFTs stay in float32, the linears in bf16) within bf16's."""
     args = ['layer', '--sizes', '8', '--repeat', '1', '--threads', '1', '--no-backward']
-    args += ['--methods', 'sdpa', 'fft', '--errors', '--precision']
+    args += ['--in-process', '--methods', 'sdpa', 'fft', '--errors', '--precision']
     for precision, low, high in (('fp32', 0, 1e-5), ('bf16', 1e-4, 3e-2)):
         out = tmp_path / precision
-        run_benchmark([*args, precision, '--out-dir', str(out)], tmp_path)
+        main([*args, precision, '--out-dir', str(out)])
         res = _load(out / 'results_cpu.json')['results']
         assert low <= res['fft|8|fwd']['rel_error'] < high, res['fft|8|fwd']
         assert 'rel_error' not in res['sdpa|8|fwd']
 
 
 def _model(tmp_path, *args):
-    run_benchmark(['model', *args, '--threads', '1', '--out-dir', str(tmp_path)], tmp_path)
+    """The ``model`` suite in this process (``--in-process``: no children)."""
+    main(['model', *args, '--threads', '1', '--in-process', '--out-dir', str(tmp_path)])
 
 
-def test_benchmark_model_backbones_side_by_side(tmp_path):
-    _model(tmp_path, '--models', 'pvt_s', 'circ_pvt_s', '--sizes', '64', '--repeat', '2', '--flops')
-    res = _load(tmp_path / 'results_cpu.json')['results']
+def test_benchmark_model_backbones_side_by_side(backbone_run):
+    """The suite's own store and table of the docs' backbone run (conftest: ``--models pvt_s
+    circ_pvt_s --sizes 64 --flops``, memory children)."""
+    out = backbone_run / 'out' / 'backbones'
+    res = _load(out / 'results_cpu.json')['results']
     assert set(res) == {'pvt_s|64x64|1|fp32|eager', 'circ_pvt_s|64x64|1|fp32|eager'}
     for r in res.values():
         assert r['status'] == 'ok' and r['time_ms'] > 0 and r['peak_mb'] >= 0 and r['macs'] > 0
-    table = (tmp_path / 'table_cpu.md').read_text()
+    table = (out / 'table_cpu.md').read_text()
     base, circ = res['pvt_s|64x64|1|fp32|eager'], res['circ_pvt_s|64x64|1|fp32|eager']
     assert f'| all-circulant PVT-S | {circ["params"] / 1e6:.2f} |' in table
     assert f'{base["time_ms"] / circ["time_ms"]:.2f}x' in table
@@ -117,8 +116,10 @@ def test_model_compile_with_the_eager_backend_equals_eager(tmp_path):
     assert row.endswith(f'| {c["first_ms"] / 1e3:.1f} | {c["graphs"]} / 0 | 0.0e+00 |')
 
 
-def test_an_unknown_suite_is_one_error_line_naming_the_suites(tmp_path):
-    out = run_benchmark(['nope'], tmp_path, check=False)
+def test_an_unknown_suite_is_one_error_line_naming_the_suites():
+    """``python -m mmcirc.benchmark nope`` (its ``__main__``, in a torch-only process)."""
+    code = 'import runpy, sys\nsys.argv[1:] = ["nope"]\n'
+    out = run_torch_only(code=code + 'runpy.run_module("mmcirc.benchmark", run_name="__main__")')
     assert out.returncode == 1
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("error: argument SUITE: invalid choice: 'nope' (choose from ")
@@ -132,8 +133,8 @@ def _model_bare(args, cwd):
 
 
 def test_model_runs_the_gpu_checks_grid_with_torch_and_timm_alone(tmp_path):
-    """The GPU check's grid (eager and torch.compile, bf16 and fp32, the table)
-    on the CPU at a tiny size with 2 blocks (compile with the 'eager' backend), on a
+    """The GPU check's grid (eager and torch.compile, bf16 and fp32, the table; in one
+    process) on the CPU at a tiny size with 2 blocks (compile with the 'eager' backend), on a
     machine like the lent GPU one: no OpenMMLab library, mmcirc not installed, the
     repository on PYTHONPATH. The CA-DeiT it times is mmcirc's CADeiT (same parameters
     as the class built here)."""
@@ -142,7 +143,8 @@ def test_model_runs_the_gpu_checks_grid_with_torch_and_timm_alone(tmp_path):
 
     args = ['--models', 'deit_t', 'ca_deit_t', '--device', 'cpu', '--sizes', '32', '--depth', '2']
     args += ['--repeat', '1', '--precisions', 'bf16', 'fp32', '--modes', 'eager', 'compile']
-    proc = _model_bare([*args, '--compile-backend', 'eager', '--out-dir', str(tmp_path)], tmp_path)
+    args += ['--compile-backend', 'eager', '--in-process']  # as gpu_checks.sh runs it
+    proc = _model_bare([*args, '--out-dir', str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert torch_only_origin(proc) == dict(mmcirc=osp.join(REPO, 'mmcirc', '__init__.py'), mm=[])
     res = json.loads((tmp_path / 'results_cpu.json').read_text())
@@ -200,10 +202,28 @@ def test_model_errors_are_one_line(tmp_path, args, message):
     assert not (tmp_path / 'out').exists()
 
 
+def test_a_list_flag_given_twice_adds_and_a_single_value_flag_takes_the_last():
+    """Every list flag of every suite (``nargs`` '+' / '*') accumulates; the defaults stay."""
+    import argparse
+
+    from mmcirc.benchmark.command import Store, build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(['layer', '--sizes', '8', '--sizes', '16', '32', '--methods', 'sdpa',
+                              '--methods', 'fft', '--repeat', '2', '--repeat', '3'])  # fmt: skip
+    assert (args.sizes, args.methods, args.repeat) == ([8, 16, 32], ['sdpa', 'fft'], 3)
+    assert parser.parse_args(['layer']).sizes == [32, 64, 128, 256, 512]
+    (subs,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    lists = {(name, a.dest): type(a) for name, sub in subs.choices.items()
+             for a in sub._actions if a.nargs in ('+', '*')}  # fmt: skip
+    assert ('model', 'models') in lists and ('sharded', 'configs') in lists
+    assert set(lists.values()) == {Store}, lists
+
+
 def test_sizes_are_square_or_height_first():
     assert parse_hw('224', '--sizes', 16) == (224, 224)
     assert parse_hw('64x96', '--sizes', 32) == (64, 96)
-    check_stride_sizes([32, 1024, 2048])
+    assert [parse_hw(s, '--sizes', 32) for s in (32, 2048)] == [(32, 32), (2048, 2048)]
 
 
 @pytest.mark.parametrize('text', ['0', '17', '8x16', 'axb', '1x2x3', ''])
@@ -216,5 +236,8 @@ def test_bad_sizes_name_the_flag_and_the_rule(text):
 
 @pytest.mark.parametrize('sizes', [[0], [16], [1000], [1024, 33]])
 def test_backbone_sides_off_the_stride_name_the_flag(sizes):
-    with pytest.raises(ValueError, match=r'^--sizes must be multiples of 32 .*got \['):
-        check_stride_sizes(sizes)
+    """The docs' backbone sides (integers): multiples of the total stride, 32."""
+    with pytest.raises(
+        ValueError, match=r'^--sizes: each size must be S or HxW with multiples of 32'
+    ):
+        [parse_hw(s, '--sizes', 32) for s in sizes]

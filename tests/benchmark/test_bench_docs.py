@@ -102,12 +102,13 @@ def test_a_missing_marker_is_one_error_line_and_nothing_runs(tmp_path, run_docs)
     assert not (tmp_path / 'out').exists()
 
 
-def test_backbone_tables_come_from_one_run_of_the_suite(tmp_path, run_docs):
-    doc, readme = _copy(tmp_path, 'benchmarks.md'), _copy(tmp_path, 'README.md')
-    before, readme_before = doc.read_text(), readme.read_text()
+def test_backbone_tables_come_from_one_run_of_the_suite(backbone_run, tmp_path, run_docs):
+    """The run of conftest's ``backbone_run`` (``--sizes 64 --models pvt_s circ_pvt_s``),
+    then ``--no-run`` on a copy of its folder."""
+    shutil.copytree(backbone_run, tmp_path, dirs_exist_ok=True)
+    doc, readme = tmp_path / 'benchmarks.md', tmp_path / 'README.md'
+    before, readme_before = _copy_text('benchmarks.md'), _copy_text('README.md')
     args = ['--doc', doc, '--headline', readme, '--tables', 'backbones', '--out-dir', 'out']
-    proc = run_docs(*args, '--sizes', '64', '--models', 'pvt_s', 'circ_pvt_s')
-    assert proc.returncode == 0, proc.stderr[-3000:]
     with open(tmp_path / 'out' / 'backbones' / 'results_cpu.json') as f:
         store = json.load(f)
     rec = {k.split('|')[0]: r for k, r in store['results'].items()}
@@ -161,21 +162,13 @@ def test_no_run_without_a_store_is_one_error_line(tmp_path, run_docs):
     assert proc.stderr.startswith('error: ') and doc.read_text() == _copy_text('benchmarks.md')
 
 
-def test_the_attention_table_is_the_layer_suites_store(tmp_path, monkeypatch):
-    from mmcirc.benchmark.command import main
-
-    out = tmp_path / 'attention'
-    monkeypatch.setenv('OMP_NUM_THREADS', '1')
-    main(
-        ['layer', '--sizes', '8', '--repeat', '2', '--threads', '1', '--no-backward']
-        + ['--methods', 'circ-circ', '--out-dir', str(out)]
-    )
-    store = docs.load_store(str(out / 'results_cpu.json'))
+def test_the_attention_table_is_the_layer_suites_store(layer_run):
+    store = docs.load_store(str(layer_run / 'results_cpu.json'))
     md = docs.render_attention(store)
     time_row, mem_row = [ln for ln in md.splitlines() if ln.startswith('| 8x8 | fwd |')]
     for row, key in ((time_row, 'time_ms'), (mem_row, 'peak_mb')):
         cells = row.strip('| ').split(' | ')[2:]
-        want = [f'{store["results"][f"{m}|8|fwd"][key]:.1f}' for m in ('circ-circ',)]
+        want = [f'{store["results"][f"{m}|8|fwd"][key]:.1f}' for m in ('sdpa', 'circ-circ')]
         assert cells == want
     assert 'float32, 1 thread(s)' in md
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from command_run import run_benchmark
+from mmcirc.benchmark.command import main
 from mmcirc.benchmark.suites import launches
 
 
@@ -28,8 +28,8 @@ def test_counter_counts_a_reshape_that_copies():
 
 
 def test_tool_counts_a_model_and_its_peer_on_both_layouts(tmp_path):
-    args = ['launches', '--models', 'ca_deit_t', '--sizes', '64', '--repeat', '2']
-    run_benchmark([*args, '--out-dir', str(tmp_path)], tmp_path)
+    main(['launches', '--models', 'ca_deit_t', '--sizes', '64', '--repeat', '2', '--out-dir',
+          str(tmp_path)])  # fmt: skip
     res = json.loads((tmp_path / 'results.json').read_text())['results']
     assert set(res) == {
         f'{m}|64|{lay}|{p}'
@@ -51,10 +51,9 @@ def test_tool_counts_a_model_and_its_peer_on_both_layouts(tmp_path):
         (['--sizes', '64', '--host-size', '128'], 'error: --host-size 128 must be one of --sizes'),
     ],
 )
-def test_bad_flags_are_one_line_errors(args, text, tmp_path):
-    proc = run_benchmark(
-        ['launches', *args, '--out-dir', str(tmp_path / 'o')], tmp_path, check=False
-    )
-    assert proc.returncode == 1
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith(text)
+def test_bad_flags_are_one_line_errors(args, text, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(['launches', *args, '--out-dir', str(tmp_path / 'o')])
+    assert exit_.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(text) and not (tmp_path / 'o').exists()

@@ -5,16 +5,17 @@ configs, eager against the compiled backbone and neck (``tools/train.py --compil
 Jobs (:data:`JOBS`): ``det``, ``configs/toy/ca_pvt_t_retinanet_toy.py`` (every batch one
 size); ``seg``, ``configs/toy/ca_pvt_t_fpn_toy_ade.py`` (random crops, one size);
 ``det_sizes``, the detection config with every batch after the first resized to a
-random size, 96-192 px a side in steps of 32 (mmdet's ``BatchSyncRandomResize``). Per job and step kind (``eager``,
-``compiled``) one fresh process (:func:`mmcirc.benchmark.runner.run_isolated`) builds
-mmengine's Runner from the config as ``tools/train.py`` does in one process (``Runner.from_cfg``),
-in ``--data-root`` (the generated toy data, :mod:`mmcirc.datasets.toy_data`, made there
-when absent), with the loader in the main process (``num_workers=0``), without
-validation or checkpoints, and trains ``--iters`` iterations. Each ``train_step`` (data
-preprocessor, forward, backward, optimizer step; not the loading) is timed; after each,
-the graphs torch.compile compiled in it are counted (``torch._dynamo``'s
-``unique_graphs``) and the backbone's input sizes recorded. Each run has an empty
-inductor cache (``TORCHINDUCTOR_CACHE_DIR``): the compile of a first run.
+random size, 96-192 px a side in steps of 32 (mmdet's ``BatchSyncRandomResize``). Per job
+and step kind (``eager``, ``compiled``) one fresh process
+(:func:`mmcirc.benchmark.runner.run_isolated`) builds mmengine's Runner from the config as
+``tools/train.py`` does in one process (``Runner.from_cfg``), in ``--data-root`` (the
+generated toy data, :mod:`mmcirc.datasets.toy_data`, made there when absent), with the
+loader in the main process (``num_workers=0``), without validation or checkpoints, and
+trains ``--iters`` iterations. Each ``train_step`` (data preprocessor, forward, backward,
+optimizer step; not the loading) is timed; after each, the graphs torch.compile compiled
+in it are counted (``torch._dynamo``'s ``unique_graphs``) and the backbone's input sizes
+recorded. Each run has an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``): the compile
+of a first run.
 
 Reported per job: seconds per iteration after ``--warmup`` iterations (median), compiled
 over eager, the first iteration (the compile), dynamo's and its backend's compile time
@@ -35,8 +36,9 @@ import statistics
 import tempfile
 import time
 
-from ..grid import at_least, known
-from ..report import ResultStore, environment, markdown_table, ratio
+from ..grid import at_least, known, positive
+from ..measurement import COMPILE_BACKENDS, pin_threads
+from ..report import ResultStore, environment, figure, markdown_table, ratio
 
 SHARED = dict(threads=None, timeout=1800)
 
@@ -44,15 +46,10 @@ SHARED = dict(threads=None, timeout=1800)
 JOBS = {
     'det': ('RetinaNet CA-PVT-T', 'configs/toy/ca_pvt_t_retinanet_toy.py', 'coco', None),
     'seg': ('Semantic FPN CA-PVT-T', 'configs/toy/ca_pvt_t_fpn_toy_ade.py', 'ade', None),
-    'det_sizes': (
-        'RetinaNet CA-PVT-T, random sizes',
-        'configs/toy/ca_pvt_t_retinanet_toy.py',
-        'coco',
-        (96, 192),
-    ),
-}
+    'det_sizes': ('RetinaNet CA-PVT-T, random sizes', 'configs/toy/ca_pvt_t_retinanet_toy.py',
+                  'coco', (96, 192)),
+}  # fmt: skip
 STEPS = ('eager', 'compiled')
-BACKENDS = ('inductor', 'aot_eager', 'eager')
 #: toy dataset -> its folder in --data-root/data
 DATASETS = dict(coco='toy_coco', ade='toy_ade')
 
@@ -69,28 +66,20 @@ def train_run(spec: dict) -> dict:
     from mmcirc.apis.builder import load_model_config
     from mmcirc.engine.compile import add_compile_hook, compiled_graphs
 
-    from ..measurement import pin_threads
-
     threads = pin_threads(spec.get('threads'))
     iters = spec['iters']
     loader = dict(num_workers=0, persistent_workers=False)
-    cfg = load_model_config(
-        spec['config'],
-        {
-            'train_cfg.max_iters': iters,
-            'train_cfg.val_interval': iters + 1,
-            'default_hooks.checkpoint.interval': iters + 1,
-            'default_hooks.checkpoint.save_last': False,
-            'default_hooks.logger.interval': iters,
-            'train_dataloader.num_workers': 0,
-            'train_dataloader.persistent_workers': False,
-        },
-    )
+    cfg = load_model_config(spec['config'], {
+        'train_cfg.max_iters': iters, 'train_cfg.val_interval': iters + 1,
+        'default_hooks.checkpoint.interval': iters + 1,
+        'default_hooks.checkpoint.save_last': False, 'default_hooks.logger.interval': iters,
+        'train_dataloader.num_workers': 0, 'train_dataloader.persistent_workers': False,
+    })  # fmt: skip
     cfg.launcher, cfg.work_dir = 'none', spec['work_dir']
     if spec.get('size_range'):  # a new size of every batch after the first
-        resize = dict(type='BatchSyncRandomResize', interval=1, size_divisor=32)
-        resize['random_size_range'] = tuple(spec['size_range'])
-        cfg.model.data_preprocessor.batch_augments = [resize]
+        cfg.model.data_preprocessor.batch_augments = [dict(
+            type='BatchSyncRandomResize', interval=1, size_divisor=32,
+            random_size_range=tuple(spec['size_range']))]  # fmt: skip
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None  # training only
     if cfg.get('test_dataloader'):
         cfg.test_dataloader.update(loader)
@@ -109,26 +98,16 @@ def train_run(spec: dict) -> dict:
         out = train_step(*args, **kwargs)
         loss = float(out['loss'].detach())  # on a GPU: waits for the step
         seconds = time.perf_counter() - t
-        iterations.append(
-            dict(
-                s=seconds,
-                graphs=compiled_graphs() - graphs,
-                loss=loss,
-                input=sizes[n] if len(sizes) > n else None,
-            )
-        )
+        iterations.append(dict(s=seconds, graphs=compiled_graphs() - graphs, loss=loss,
+                               input=sizes[n] if len(sizes) > n else None))  # fmt: skip
         return out
 
     model.train_step = timed
     runner.train()
     spent = calculate_time_spent()
-    return dict(
-        iterations=iterations,
-        graph_breaks=sum(counters['graph_break'].values()),
-        compile_s=spent.get('total_wall_time', 0.0),
-        threads=threads,
-        torch_threads=torch.get_num_threads(),
-    )
+    return dict(iterations=iterations, graph_breaks=sum(counters['graph_break'].values()),
+                compile_s=spent.get('total_wall_time', 0.0), threads=threads,
+                torch_threads=torch.get_num_threads())  # fmt: skip
 
 
 def summary(run: dict, warmup: int) -> dict:
@@ -137,12 +116,10 @@ def summary(run: dict, warmup: int) -> dict:
     its = run['iterations']
     later = [r['s'] for r in its[warmup:]] or [its[-1]['s']]
     return dict(
-        s_per_iter=statistics.median(later),
-        first_s=its[0]['s'],
-        graphs_first=its[0]['graphs'],
+        s_per_iter=statistics.median(later), first_s=its[0]['s'], graphs_first=its[0]['graphs'],
         recompiles=sum(r['graphs'] for r in its[1:]),
         sizes=sorted({tuple(r['input'][2:]) for r in its if r.get('input')}),
-    )
+    )  # fmt: skip
 
 
 def ensure_toy_data(root: str, jobs) -> str:
@@ -158,14 +135,6 @@ def ensure_toy_data(root: str, jobs) -> str:
     return root
 
 
-def _cell(rec, key, fmt='{:.2f}'):
-    if rec is None:
-        return '-'
-    if rec.get('status', 'ok') != 'ok':
-        return rec['status']
-    return fmt.format(rec[key])
-
-
 def table(store: dict) -> str:
     """One row per job: eager and compiled seconds per iteration after the warm-up, their
     ratio, the first iterations, the compile time, the graphs and recompiles, the breaks."""
@@ -177,30 +146,17 @@ def table(store: dict) -> str:
             continue
         ok = all(r is not None and r.get('status', 'ok') == 'ok' for r in (e, c))
         sizes = ', '.join(f'{h}x{w}' for h, w in (c or e).get('sizes', []))
-        rows.append(
-            [
-                JOBS[job][0],
-                sizes or '-',
-                _cell(e, 's_per_iter'),
-                _cell(c, 's_per_iter'),
-                ratio(c['s_per_iter'], e['s_per_iter'], suffix='x') if ok else '-',
-                f'{_cell(e, "first_s", "{:.1f}")} / {_cell(c, "first_s", "{:.1f}")}',
-                _cell(c, 'compile_s', '{:.0f}'),
-                f'{_cell(c, "graphs_first", "{}")} / {_cell(c, "recompiles", "{}")}',
-                _cell(c, 'graph_breaks', '{}'),
-            ]
-        )
-    head = [
-        'job',
-        'backbone input (HxW)',
-        'eager (s / iteration)',
-        'compiled (s / iteration)',
-        'compiled / eager',
-        'first iteration, eager / compiled (s)',
-        'compile (s)',
-        'graphs: first iteration / after it',
-        'graph breaks',
-    ]
+        rows.append([
+            JOBS[job][0], sizes or '-', figure(e, 's_per_iter', '{:.2f}'),
+            figure(c, 's_per_iter', '{:.2f}'),
+            ratio(c['s_per_iter'], e['s_per_iter'], suffix='x') if ok else '-',
+            f'{figure(e, "first_s")} / {figure(c, "first_s")}', figure(c, 'compile_s', '{:.0f}'),
+            f'{figure(c, "graphs_first", "{}")} / {figure(c, "recompiles", "{}")}',
+            figure(c, 'graph_breaks', '{}'),
+        ])  # fmt: skip
+    head = ['job', 'backbone input (HxW)', 'eager (s / iteration)', 'compiled (s / iteration)',
+            'compiled / eager', 'first iteration, eager / compiled (s)', 'compile (s)',
+            'graphs: first iteration / after it', 'graph breaks']  # fmt: skip
     return (
         markdown_table(head, rows, 'llrrrrrrr')
         + f'\n\n{settings["iters"]} training iterations per run, each in a fresh process; '
@@ -218,7 +174,7 @@ def add_arguments(p):
                    help=f'from {jobs} (default: det seg)')  # fmt: skip
     p.add_argument('--iters', type=int, default=20, help='training iterations per run (20)')
     p.add_argument('--warmup', type=int, default=2, help='iterations left out of the median (2)')
-    p.add_argument('--backend', default='inductor', choices=BACKENDS)
+    p.add_argument('--backend', default='inductor', choices=COMPILE_BACKENDS)
     out = osp.join('work_dirs', 'benchmark_compile_train')
     p.add_argument('--data-root', default=out, help='its data/ holds the toy datasets')
     p.add_argument('--out', default=osp.join(out, 'results.json'), help='results file (JSON)')
@@ -227,8 +183,7 @@ def add_arguments(p):
 def check(options):
     known(options.jobs, JOBS, '--jobs')
     at_least(options, ['iters', 'threads'])
-    if options.timeout <= 0:
-        raise ValueError(f'--timeout must be > 0, got {options.timeout}')
+    positive(options, ['timeout'])
     if not 0 <= options.warmup < options.iters:
         raise ValueError(f'--warmup must be in [0, --iters), got {options.warmup}')
 
@@ -241,9 +196,8 @@ def run(options):
     from ..runner import run_isolated
 
     root = ensure_toy_data(osp.abspath(options.data_root), options.jobs)
-    settings = dict(
-        iters=options.iters, warmup=options.warmup, backend=options.backend, threads=options.threads
-    )
+    settings = dict(iters=options.iters, warmup=options.warmup, backend=options.backend,
+                    threads=options.threads)  # fmt: skip
     device = 'cuda' if torch.cuda.is_available() else 'cpu'  # where mmengine's Runner trains
     env = environment(options.command, device=device, backend=options.backend)
     store = ResultStore(options.out).load(settings)
@@ -253,23 +207,15 @@ def run(options):
         for step in STEPS:
             t = time.perf_counter()
             spec = dict(
-                config=osp.join(repo, config),
-                step=step,
-                backend=options.backend,
-                iters=options.iters,
-                threads=options.threads,
-                size_range=size_range,
+                config=osp.join(repo, config), step=step, backend=options.backend,
+                iters=options.iters, threads=options.threads, size_range=size_range,
                 work_dir=osp.join(root, 'work_dirs', f'{job}_{step}'),
-            )
+            )  # fmt: skip
             cache = tempfile.mkdtemp(prefix='inductor_cache_')  # a cold compile
             try:
-                res = run_isolated(
-                    'mmcirc.benchmark.suites.compile_train:train_run',
-                    spec,
-                    timeout=options.timeout,
-                    cwd=root,
-                    env=dict(TORCHINDUCTOR_CACHE_DIR=cache),
-                )
+                res = run_isolated('mmcirc.benchmark.suites.compile_train:train_run', spec,
+                                   timeout=options.timeout, cwd=root,
+                                   env=dict(TORCHINDUCTOR_CACHE_DIR=cache))  # fmt: skip
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
             if res['status'] == 'ok':

@@ -24,26 +24,18 @@ Writes ``DIR/results.json`` and ``DIR/table.md`` after every model.
 """
 
 import os
-import statistics
-import time
 from collections import Counter
 
 from ..cases import case
 from ..grid import at_least, known, parse_hw, run_grid
-from ..measurement import pin_threads
+from ..measurement import pin_threads, precision_context, round_robin
 from ..report import markdown_table, ratio
 
 SHARED = dict(out_dir=None, threads=1, repeat=20, fresh=False)
 
 #: model -> its peer
-PAIRS = {
-    'ca_deit_t': 'deit_t',
-    'ca_deit_t_triton': 'deit_t',
-    'circ_pvt_s': 'pvt_s',
-    'ca_pvt_s': 'pvt_s',
-    'core_pvt_s': 'pvt_s',
-    'ca_swin_t': 'swin_t',
-}
+PAIRS = {'ca_deit_t': 'deit_t', 'ca_deit_t_triton': 'deit_t', 'circ_pvt_s': 'pvt_s',
+         'ca_pvt_s': 'pvt_s', 'core_pvt_s': 'pvt_s', 'ca_swin_t': 'swin_t'}  # fmt: skip
 MODELS = tuple(PAIRS) + tuple(dict.fromkeys(PAIRS.values()))
 #: the models whose circulant attention runs the Triton kernel (``kernel='triton'``)
 KERNEL_MODELS = ('ca_deit_t_triton',)
@@ -52,14 +44,8 @@ PRECISIONS = ('fp32', 'bf16')
 DEFAULT_SIZES = ['64', '224', '1024']
 MULTIPLE = 32
 #: no kernel runs: allocations, and a view torch does not declare one
-_NO_KERNEL = (
-    'empty',
-    'empty_like',
-    'new_empty',
-    'new_empty_strided',
-    'empty_strided',
-    '_unsafe_view',
-)
+_NO_KERNEL = ('empty', 'empty_like', 'new_empty', 'new_empty_strided', 'empty_strided',
+              '_unsafe_view')  # fmt: skip
 
 
 def count_ops(fn, *args):
@@ -80,16 +66,6 @@ def count_ops(fn, *args):
     return out, seen
 
 
-def _context(precision):
-    import contextlib
-
-    import torch
-
-    if precision == 'bf16':
-        return torch.autocast('cpu', dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def measure(name, hw, layout, precision, host_size, repeat) -> dict:
     """One model at ``hw`` on ``layout`` in ``precision``: its op counts, and (at the
     host size) the median forward time."""
@@ -102,20 +78,14 @@ def measure(name, hw, layout, precision, host_size, repeat) -> dict:
         os.environ['TRITON_INTERPRET'] = '1'
     model, call, x = case(name).build(hw)
     model.eval()
-    with torch.no_grad(), forced_layout(layout), _context(precision):
+    with torch.no_grad(), forced_layout(layout), precision_context('cpu', precision):
         _, ops = count_ops(call, x)
         if kernel and not ops['circulant_core']:
             raise RuntimeError(f'{name}: the Triton kernel did not run at {hw[0]} px')
         res = dict(ops=sum(ops.values()), casts=ops['_to_copy'], top=ops.most_common(8))
-        if hw == (host_size, host_size) and not kernel:
-            for _ in range(3):
-                call(x)  # warm-up
-            times = []
-            for _ in range(repeat):
-                t = time.perf_counter()
-                call(x)
-                times.append((time.perf_counter() - t) * 1e3)
-            res['host_ms'] = statistics.median(times)
+        if hw == (host_size, host_size) and not kernel:  # after 3 warm-up calls
+            timing = round_robin({name: lambda: call(x)}, repeat=repeat, warmup=3)
+            res['host_ms'] = timing[name]['time_ms']
     return res
 
 

@@ -25,8 +25,8 @@ import os
 
 from ..cases import LAYERS, case, group
 from ..grid import at_least, resolve_device, run_grid
-from ..measurement import PRECISIONS
-from ..report import device_name, markdown_table
+from ..measurement import PRECISIONS, precision_context
+from ..report import device_name, figure, markdown_table
 from ..tasks import measure as measure_cases
 
 SHARED = dict(out_dir=None, threads=None, repeat=5, timeout=None, fresh=False, device='cpu')
@@ -62,7 +62,6 @@ def check(options):
 
 def errors(methods, size, options) -> dict:
     """{layer: its forward's error against the FFT path in float64} (see the docstring)."""
-    import contextlib
     import copy
 
     import torch
@@ -79,12 +78,9 @@ def errors(methods, size, options) -> dict:
             raise RuntimeError(f'{name}: the Triton kernel does not run on {x.device} at {hw}')
         ref = copy.deepcopy(layer).double()
         ref.kernel = 'torch'
-        dtype = PRECISIONS[options.precision]
-        autocast = (torch.autocast(x.device.type, dtype=getattr(torch, dtype)) if dtype
-                    else contextlib.nullcontext())  # fmt: skip
         with torch.no_grad():
             r = ref(x.double(), hw)
-            with autocast:
+            with precision_context(x.device, options.precision):
                 y = call(x)
         out[name] = ((y.double() - r).abs().max() / r.abs().max()).item()
     return out
@@ -96,11 +92,10 @@ def run(options):
 
     options.threads = options.threads or torch.get_num_threads()
     modes = ['fwd'] if options.no_backward else ['fwd', 'fwd+bwd']
-    spec = dict(
-        device=options.device, threads=options.threads, precision=options.precision,
-        repeat=options.repeat, budget_s=options.max_seconds, min_runs=2,
-        warmup=options.warmup, batch=options.batch, dim=options.dim,
-    )  # fmt: skip
+    settings = dict(device=options.device, precision=options.precision,
+                    threads=options.threads, batch=options.batch, dim=options.dim)  # fmt: skip
+    spec = dict(settings, repeat=options.repeat, budget_s=options.max_seconds, min_runs=2,
+                warmup=options.warmup)  # fmt: skip
 
     def measure(cell, store):
         size, mode = cell
@@ -111,15 +106,12 @@ def run(options):
             out[f'sdpa|{size}|{mode}'] = dict(status='skipped', error='N^2 memory')
         cell_spec = dict(spec, hw=[size, size], backward=mode == 'fwd+bwd')
         errs = errors(methods, size, options) if options.errors and mode == 'fwd' else {}
-        res = measure_cases(
-            methods, cell_spec, timeout=options.timeout, in_process=options.in_process
-        )
+        res = measure_cases(methods, cell_spec, timeout=options.timeout,
+                            in_process=options.in_process)  # fmt: skip
         for m, r in res.items():
             out[f'{m}|{size}|{mode}'] = dict(r, **({'rel_error': errs[m]} if m in errs else {}))
         return out
 
-    settings = dict(device=options.device, precision=options.precision,
-                    threads=options.threads, batch=options.batch, dim=options.dim)  # fmt: skip
     cells = [(size, mode) for size in options.sizes for mode in modes]
     store = run_grid(
         options, cells, measure, lambda store: table(store, options, modes),
@@ -156,33 +148,20 @@ def targets(results, device='cpu'):
     checks += [(f'{s}^2 fwd time: circulant (zero) / circulant (circular) <= 2',
                 ratio('circ-zero', s, 'circ-circ', s), most(2)) for s in (128, 256)]  # fmt: skip
     checks += [
-        (
-            "128^2 fwd time: SDPA / core (C'=64) >= 20",
-            ratio('sdpa', 128, 'core-64', 128),
-            least(20),
-        ),
+        ("128^2 fwd time: SDPA / core (C'=64) >= 20", ratio('sdpa', 128, 'core-64', 128),
+         least(20)),
         ("256^2 fwd time: core C'=64 / C'=8 >= 3", ratio('core-64', 256, 'core-8', 256), least(3)),
-    ]
+    ]  # fmt: skip
     checks += [(f'{m} {mode}: peak memory 256^2 / 128^2 <= 4.5',
                 ratio(m, 256, m, 128, mode, 'peak_mb'), most(4.5))
                for m in ('circ-circ', 'circ-zero', 'core-8', 'core-64')
                for mode in ('fwd', 'fwd+bwd')]  # fmt: skip
-    rows = []
-    for desc, value, ok in checks:
-        if value is None:
-            rows.append((desc, 'n/a', 'not measured'))
-        else:
-            verdict = 'info' if ok is None or device != 'cpu' else ('PASS' if ok(value) else 'FAIL')
-            rows.append((desc, f'{value:.2f}', verdict))
-    return rows
 
+    def verdict(v, ok):
+        return 'info' if ok is None or device != 'cpu' else 'PASS' if ok(v) else 'FAIL'
 
-def _fmt(r, key):
-    if r is None:
-        return '-'
-    if r['status'] != 'ok':
-        return r['status']
-    return f'{r[key]:.1f}' if r.get(key) is not None else '-'
+    return [(d, 'n/a', 'not measured') if v is None else (d, f'{v:.2f}', verdict(v, ok))
+            for d, v, ok in checks]  # fmt: skip
 
 
 def table(store, options, modes):
@@ -198,7 +177,7 @@ def table(store, options, modes):
             row = [m, f'{size}x{size}', str(size * size)]
             for mode in modes:
                 r = results.get(f'{m}|{size}|{mode}')
-                row += [_fmt(r, 'time_ms'), _fmt(r, 'peak_mb')]
+                row += [figure(r, 'time_ms'), figure(r, 'peak_mb')]
             s, t = _get(results, 'sdpa', size, 'fwd'), _get(results, m, size, 'fwd')
             err = _get(results, m, size, 'fwd', 'rel_error')
             row += [f'{s / t:.1f}x' if s and t and m != 'sdpa' else '-']

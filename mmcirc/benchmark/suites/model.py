@@ -27,13 +27,14 @@ runs of the same settings) and ``DIR/table_<device>.md`` after every cell.
 """
 
 import importlib.util
+import itertools
 import os
 from typing import NamedTuple
 
 from ..cases import CASES, group
-from ..grid import at_least, parse_hw, resolve_device, run_grid
-from ..measurement import COMPILE_MODES, PRECISIONS
-from ..report import markdown_table, speedup
+from ..grid import at_least, parse_hw, positive, resolve_device, run_grid
+from ..measurement import COMPILE_BACKENDS, COMPILE_MODES, PRECISIONS
+from ..report import figure, markdown_table, speedup
 from ..tasks import measure as measure_cases
 
 SHARED = dict(out_dir=None, threads=None, repeat=10, timeout=300.0, fresh=False, device=None)
@@ -41,7 +42,6 @@ MODELS = group('backbone') + group('isotropic')
 DEFAULT_MODELS = ['pvt_s', 'circ_pvt_s', 'core_pvt_s', 'ca_pvt_s', 'swin_t', 'swin_t_mmseg',
                   'ca_swin_t']  # fmt: skip
 MODES = ('eager', 'compile')
-BACKENDS = ('inductor', 'aot_eager', 'eager')
 
 
 def add_arguments(p):
@@ -61,7 +61,7 @@ def add_arguments(p):
     p.add_argument('--single-run-above', type=float, default=30.0,
                    help='first-call seconds above which that call is the measurement')  # fmt: skip
     p.add_argument('--total-budget', type=float, help='seconds after which no cell starts')
-    p.add_argument('--compile-backend', default='inductor', choices=BACKENDS)
+    p.add_argument('--compile-backend', default='inductor', choices=COMPILE_BACKENDS)
     p.add_argument('--compile-mode', default='default', choices=COMPILE_MODES)
     p.add_argument('--compile-max-size', type=int, help='compile cells up to this side')
     p.add_argument('--explain', action='store_true', help='compile: graphs, breaks, difference')
@@ -73,11 +73,7 @@ def check(options):
     options.sizes = [parse_hw(s, '--sizes', multiple) for s in options.sizes]
     names = ['repeat', 'threads', 'batches', 'depth', 'warmup', 'min_repeats', 'compile_max_size']
     at_least(options, names)
-    for name in ('budget', 'single_run_above', 'timeout', 'total_budget'):
-        if getattr(options, name) is not None and getattr(options, name) <= 0:
-            raise ValueError(
-                f'--{name.replace("_", "-")} must be > 0, got {getattr(options, name)}'
-            )
+    positive(options, ['budget', 'single_run_above', 'timeout', 'total_budget'])
     if options.explain and 'compile' not in options.modes:
         raise ValueError('--explain needs --modes compile')
     if any(CASES[m].flash for m in options.models) and not importlib.util.find_spec('timm'):
@@ -109,23 +105,17 @@ def order(models):
 
 def run(options):
     """Every cell of the grid (``options``: the flags, checked by :func:`check`)."""
-    cells = [
-        Cell(b, p, s, m)
-        for b in options.batches
-        for p in options.precisions
-        for s in options.sizes
-        for m in options.modes
-        if m == 'eager' or options.compile_max_size is None or max(s) <= options.compile_max_size
-    ]
+    grid = itertools.product(options.batches, options.precisions, options.sizes, options.modes)
+    top = options.compile_max_size
+    cells = [Cell(*c) for c in grid if c[3] == 'eager' or top is None or max(c[2]) <= top]
     compile = dict(backend=options.compile_backend)
     if options.compile_backend == 'inductor':
         compile['mode'] = options.compile_mode
-    spec = dict(
-        depth=options.depth, device=options.device, backward=options.backward,
-        threads=options.threads, repeat=options.repeat, warmup=options.warmup,
-        min_runs=options.min_repeats, budget_s=options.budget,
-        single_run_above=options.single_run_above, flops=options.flops, explain=options.explain,
-    )  # fmt: skip
+    settings = dict(device=options.device, threads=options.threads, depth=options.depth,
+                    backward=options.backward)  # fmt: skip
+    spec = dict(settings, repeat=options.repeat, warmup=options.warmup,
+                min_runs=options.min_repeats, budget_s=options.budget, flops=options.flops,
+                single_run_above=options.single_run_above, explain=options.explain)  # fmt: skip
     models = order(options.models)
 
     def measure(cell, store):
@@ -139,8 +129,6 @@ def run(options):
         out = {key(m, cell): dict(status='skipped', error='a smaller size did not finish')
                for m in models if m in failed}  # fmt: skip
         todo = [m for m in models if m not in failed]
-        if not todo:
-            return out
         load = os.getloadavg()[0]
         cell_spec = dict(spec, hw=list(cell.size), batch=cell.batch, precision=cell.precision)
         cell_spec['compile'] = compile if cell.mode == 'compile' else None
@@ -152,22 +140,12 @@ def run(options):
         return out
 
     suffix = '_fwdbwd' if options.backward else ''
-    settings = dict(device=options.device, threads=options.threads, depth=options.depth,
-                    backward=options.backward)  # fmt: skip
     store = run_grid(
         options, cells, measure, lambda store: table(store.results, options),
         name=f'results_{options.device}{suffix}', settings=settings,
         budget_s=options.total_budget, **(compile if 'compile' in options.modes else {}),
     )  # fmt: skip
     return store.results
-
-
-def _ms(r):
-    if r is None:
-        return '-'
-    if r['status'] != 'ok':
-        return r['status']
-    return f'{r["time_ms"]:.2f}' + ('*' if r.get('warmup_only') else '')
 
 
 def table(results, options) -> str:
@@ -180,39 +158,33 @@ def table(results, options) -> str:
     head += ['first call (s)'] if 'compile' in modes else []
     head += ['graphs / breaks', 'max rel diff'] if options.explain else []
     rows = []
-    for b in options.batches:
-        for p in options.precisions:
-            for s in options.sizes:
-                for name in order(options.models):
-                    recs = {m: results.get(key(name, Cell(b, p, s, m))) for m in modes}
-                    if not any(recs.values()):
-                        continue
-                    ok = [r for r in recs.values() if r and r['status'] == 'ok']
-                    first = ok[0] if ok else {}
-                    row = [b, p, f'{s[0]}x{s[1]}', CASES[name].label]
-                    row += [f'{first["params"] / 1e6:.2f}' if 'params' in first else '-']
-                    row += [f'{first["macs"] / 1e9:.2f}' if first.get('macs') else '-']
-                    for m in modes:
-                        base = CASES[name].baseline
-                        b_rec = results.get(key(base, Cell(b, p, s, m))) if base else None
-                        row += [_ms(recs[m]), speedup(b_rec, recs[m])]
-                    peak = first.get('peak_mb')
-                    row += ['-' if peak is None else f'{peak:.0f}']
-                    c = recs.get('compile') or {}
-                    if 'compile' in modes:
-                        row += [f'{c["first_ms"] / 1e3:.1f}' if 'first_ms' in c else '-']
-                    if options.explain:
-                        row += [f'{c["graphs"]} / {c["graph_breaks"]}' if 'graphs' in c else '-']
-                        row += [f'{c["max_rel_diff"]:.1e}' if 'max_rel_diff' in c else '-']
-                    rows.append(row)
+    grid = itertools.product(options.batches, options.precisions, options.sizes)
+    for (b, p, s), name in itertools.product(grid, order(options.models)):
+        recs = {m: results.get(key(name, Cell(b, p, s, m))) for m in modes}
+        if not any(recs.values()):
+            continue
+        first = next((r for r in recs.values() if r and r['status'] == 'ok'), {})
+        row = [b, p, f'{s[0]}x{s[1]}', CASES[name].label]
+        row += [f'{first["params"] / 1e6:.2f}' if 'params' in first else '-']
+        row += [f'{first["macs"] / 1e9:.2f}' if first.get('macs') else '-']
+        for m in modes:
+            base = CASES[name].baseline
+            b_rec = results.get(key(base, Cell(b, p, s, m))) if base else None
+            star = '*' if (recs[m] or {}).get('warmup_only') else ''
+            row += [figure(recs[m], 'time_ms', '{:.2f}') + star, speedup(b_rec, recs[m])]
+        row += [figure(first or None, 'peak_mb', '{:.0f}')]
+        c = recs.get('compile') or {}
+        if 'compile' in modes:
+            row += [f'{c["first_ms"] / 1e3:.1f}' if 'first_ms' in c else '-']
+        if options.explain:
+            row += [f'{c["graphs"]} / {c["graph_breaks"]}' if 'graphs' in c else '-']
+            row += [f'{c["max_rel_diff"]:.1e}' if 'max_rel_diff' in c else '-']
+        rows.append(row)
     step = 'forward + backward' if options.backward else 'forward, no grad'
     depth = '' if options.depth is None else f', {options.depth} blocks'
-    compiled = ''
-    if 'compile' in modes:
-        compiled = f'; compile: torch.compile(backend={options.compile_backend!r}'
-        compiled += (
-            f', mode={options.compile_mode!r})' if options.compile_backend == 'inductor' else ')'
-        )
+    mode = f', mode={options.compile_mode!r}' if options.compile_backend == 'inductor' else ''
+    compiled = f'; compile: torch.compile(backend={options.compile_backend!r}{mode})'
+    compiled = compiled if 'compile' in modes else ''
     return (
         f'{options.device}, {step}{depth}{compiled}. ms: median of the timed runs (`*`: one '
         "run, the first call); speed-up: the peer's time (the plain-attention model of the same "

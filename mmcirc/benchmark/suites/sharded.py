@@ -150,19 +150,25 @@ def _train_worker(cfg, size, sharded, shard_size=None):
     return dict(rank=rank, train_step=out, loss=float(log['loss']))
 
 
+def _top(ranks, part, key='peak_increase_mb'):
+    """The largest rank's figure: ``key`` of ``part`` (peak MB in GB; seconds)."""
+    top = max(x[part][key] for x in ranks)
+    return top / 1024 if key == 'peak_increase_mb' else top
+
+
 def mesh_table(results):
     """The training steps of every P run as several meshes (D x S, D = P / S images a
     step): the slowest rank's step time over D, the largest rank's peak RSS increase."""
     rows = []
     runs = [r for r in results.values() if r.get('train') and r['nproc'] > 1]
-    for row in sorted(runs, key=lambda r: (r['config'], r['size'], r['nproc'], -_shard(r))):
-        if sum(_same_p(r, row) for r in runs) < 2:
+    same = lambda r: (r['config'], r['size'], r['nproc'])  # noqa: E731
+    for row in sorted(runs, key=lambda r: (*same(r), -_shard(r))):
+        if sum(same(r) == same(row) for r in runs) < 2:
             continue
-        s, p = _shard(row), row['nproc']
-        step = max(x['train_step']['time_s'] for x in row['ranks'])
-        gb = max(x['train_step']['peak_increase_mb'] for x in row['ranks']) / 1024
+        s, p, step = _shard(row), row['nproc'], _top(row['ranks'], 'train_step', 'time_s')
         rows.append([osp.basename(row['config']), f'{row["size"]}x{row["size"]}', p,
-                     f'{p // s} x {s}', f'{gb:.2f}', f'{step:.1f}', f'{step * s / p:.1f}'])  # fmt: skip
+                     f'{p // s} x {s}', f'{_top(row["ranks"], "train_step"):.2f}', f'{step:.1f}',
+                     f'{step * s / p:.1f}'])  # fmt: skip
     head = ['config', 'size', 'W', 'mesh (data x space)', 'train step per rank (GB)',
             'step time (s)', 'time per image (s)']  # fmt: skip
     return markdown_table(head, rows, 'llrrrrr') + '\n'
@@ -172,20 +178,14 @@ def _shard(row):
     return row.get('shard_size') or row['nproc']
 
 
-def _same_p(a, b):
-    return (a['config'], a['size'], a['nproc']) == (b['config'], b['size'], b['nproc'])
-
-
 def summary(row):
     """The figures of one (config, size, P) record: the largest rank's."""
     r = row['ranks']
     return dict(
-        backbone_gb=max(x['backbone']['peak_increase_mb'] for x in r) / 1024,
-        predict_gb=max(x['predict']['peak_increase_mb'] for x in r) / 1024,
-        backbone_s=max(x['backbone']['time_s'] for x in r),
-        predict_s=max(x['predict']['time_s'] for x in r),
+        backbone_gb=_top(r, 'backbone'), predict_gb=_top(r, 'predict'),
+        backbone_s=_top(r, 'backbone', 'time_s'), predict_s=_top(r, 'predict', 'time_s'),
         sent_mb=sum(x.get('bytes_sent', {}).get('total', 0) for x in r) / MB,
-    )
+    )  # fmt: skip
 
 
 def train_table(results):
@@ -193,22 +193,12 @@ def train_table(results):
     for key, row in sorted(results.items()):
         if not row.get('train') or _shard(row) != row['nproc']:  # meshes: mesh_table
             continue
-        gb = max(x['train_step']['peak_increase_mb'] for x in row['ranks']) / 1024
+        gb = _top(row['ranks'], 'train_step')
         one = results.get(f'{row["config"]}@{row["size"]}@1@train')
-        base = (
-            max(x['train_step']['peak_increase_mb'] for x in one['ranks']) / 1024 if one else None
-        )
-        rows.append(
-            [
-                osp.basename(row['config']),
-                f'{row["size"]}x{row["size"]}',
-                row['nproc'],
-                f'{gb:.2f}',
-                ratio(gb, base),
-                f'{max(x["train_step"]["time_s"] for x in row["ranks"]):.1f}',
-                f'{row["ranks"][0]["loss"]:.6f}',
-            ]
-        )
+        rows.append([osp.basename(row['config']), f'{row["size"]}x{row["size"]}', row['nproc'],
+                     f'{gb:.2f}', ratio(gb, _top(one['ranks'], 'train_step') if one else None),
+                     f'{_top(row["ranks"], "train_step", "time_s"):.1f}',
+                     f'{row["ranks"][0]["loss"]:.6f}'])  # fmt: skip
     head = ['config', 'size', 'P', 'train step per rank (GB)', 'ratio to P = 1',
             'step time (s)', 'loss']  # fmt: skip
     return markdown_table(head, rows, 'llrrrrr') + '\n'
@@ -222,32 +212,14 @@ def table(results):
         s = summary(row)
         one = results.get(f'{row["config"]}@{row["size"]}@1')
         base = summary(one) if one else {}
-        rows.append(
-            [
-                osp.basename(row['config']),
-                f'{row["size"]}x{row["size"]}',
-                row['nproc'],
-                f'{s["backbone_gb"]:.2f}',
-                ratio(s['backbone_gb'], base.get('backbone_gb')),
-                f'{s["predict_gb"]:.2f}',
-                ratio(s['predict_gb'], base.get('predict_gb')),
-                f'{s["backbone_s"]:.1f}',
-                f'{s["predict_s"]:.1f}',
-                f'{s["sent_mb"]:.0f}',
-            ]
-        )
-    head = [
-        'config',
-        'size',
-        'P',
-        'backbone per rank (GB)',
-        'ratio to P = 1',
-        'predict per rank (GB)',
-        'ratio',
-        'backbone time (s)',
-        'predict time (s)',
-        'sent per image (MB)',
-    ]
+        rows.append([osp.basename(row['config']), f'{row["size"]}x{row["size"]}', row['nproc'],
+                     f'{s["backbone_gb"]:.2f}', ratio(s['backbone_gb'], base.get('backbone_gb')),
+                     f'{s["predict_gb"]:.2f}', ratio(s['predict_gb'], base.get('predict_gb')),
+                     f'{s["backbone_s"]:.1f}', f'{s["predict_s"]:.1f}',
+                     f'{s["sent_mb"]:.0f}'])  # fmt: skip
+    head = ['config', 'size', 'P', 'backbone per rank (GB)', 'ratio to P = 1',
+            'predict per rank (GB)', 'ratio', 'backbone time (s)', 'predict time (s)',
+            'sent per image (MB)']  # fmt: skip
     return markdown_table(head, rows, 'llrrrrrrrr') + '\n'
 
 
@@ -283,29 +255,25 @@ def run(args):
                 timeout_s=3600,
             )
             row = dict(config=cfg, size=args.size, nproc=p, sharded=p > 1, ranks=ranks)
+            key = f'{cfg}@{args.size}@{p}'
             if train:
                 row.update(train=True, shard_size=s)
-                mesh = '' if s == p else f'@S{s}'  # 1 x P: the key of the rows before meshes
-                store.update({f'{cfg}@{args.size}@{p}@train{mesh}': row})
-                store.save(environment=environment(threads=args.threads))
-                top = max(x['train_step']['peak_increase_mb'] for x in ranks) / 1024
-                step = max(x['train_step']['time_s'] for x in ranks)
-                print(
-                    f'{cfg} {args.size} px P={p} ({p // s} x {s}): train step +{top:.2f} '
-                    f'GB/rank, {step:.1f} s, {step * s / p:.1f} s per image',
-                    flush=True,
-                )
-                atomic_write(osp.join(args.out_dir, 'table_train.md'), train_table(store.results))
-                atomic_write(osp.join(args.out_dir, 'table_mesh.md'), mesh_table(store.results))
-                continue
-            store.update({f'{cfg}@{args.size}@{p}': row})
+                key += '@train' + ('' if s == p else f'@S{s}')  # 1 x P: the key before meshes
+            store.update({key: row})
             store.save(environment=environment(threads=args.threads))
-            s = summary(row)
-            print(
-                f'{cfg} {args.size} px P={p}: backbone +{s["backbone_gb"]:.2f} GB/rank '
-                f'{s["backbone_s"]:.1f} s | predict +{s["predict_gb"]:.2f} GB/rank '
-                f'{s["predict_s"]:.1f} s | sent {s["sent_mb"]:.0f} MB (all ranks)',
-                flush=True,
-            )
-            atomic_write(osp.join(args.out_dir, 'table.md'), table(store.results))
+            if train:
+                step = _top(ranks, 'train_step', 'time_s')
+                print(f'{cfg} {args.size} px P={p} ({p // s} x {s}): train step '
+                      f'+{_top(ranks, "train_step"):.2f} GB/rank, {step:.1f} s, '
+                      f'{step * s / p:.1f} s per image', flush=True)  # fmt: skip
+                tables = {'table_train.md': train_table, 'table_mesh.md': mesh_table}
+            else:
+                m = summary(row)
+                print(f'{cfg} {args.size} px P={p}: backbone +{m["backbone_gb"]:.2f} GB/rank '
+                      f'{m["backbone_s"]:.1f} s | predict +{m["predict_gb"]:.2f} GB/rank '
+                      f'{m["predict_s"]:.1f} s | sent {m["sent_mb"]:.0f} MB (all ranks)',
+                      flush=True)  # fmt: skip
+                tables = {'table.md': table}
+            for name, render in tables.items():
+                atomic_write(osp.join(args.out_dir, name), render(store.results))
     return store.results
