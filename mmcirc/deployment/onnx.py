@@ -3,17 +3,9 @@
 What is exported is the network, ``model(inputs, mode='tensor')``, on a preprocessed
 batch: ``inputs`` (B, 3, H, W) float32, normalised and channel-ordered as the model's
 ``data_preprocessor`` makes it (mmdeploy's convention: preprocessing and
-post-processing stay with the caller). Outputs, flattened depth-first to
-``output.<i>[.<j>]``:
-
-* mmdet single-stage detectors (RetinaNet, ...): the raw head outputs, e.g.
-  ``(cls_scores per level, bbox_preds per level)``; anchors, box decoding and NMS are
-  left to the caller (mmdet's ``bbox_head.predict_by_feat`` does them from these);
-* mmseg segmentors: the decode head's logits (B, K, H/4, W/4) before resizing;
-* mmpretrain classifiers: the head's logits (or the features without a head).
-
-Two-stage detectors (Mask R-CNN) run the RPN's proposal NMS inside ``mode='tensor'``
-and need image metas, so only their backbone + neck (``features=True``) export.
+post-processing stay with the caller); its outputs flattened depth-first to
+``output.<i>[.<j>]`` (per kind of model: docs/deployment.md). Two-stage detectors
+export their backbone + neck only (``features=True``, :class:`TensorModel`).
 
 The model to export is :func:`mmcirc.apis.builder.build_model`'s (CPU, eval mode,
 SyncBN reverted; random ``init_weights`` without a checkpoint).

@@ -10,19 +10,8 @@ stacking) and recompile on the number of boxes of each image. mmengine's own
 ``image_encoder``) and the neck only, in place: their ``forward``; state dicts and module
 hooks are unchanged, the hooks run eagerly around the compiled forward.
 
-Sizes: ``dynamic=None`` (torch's default) compiles the first input size static and, when a
-size changes, once more with the changed sizes symbolic, which serves later sizes: at a
-fixed size nothing recompiles. Where the layout allows it (the CUDA layout of
-:mod:`mmcirc.ops.settings`, whose graph holds for every size) the height and width of the
-part's input maps (4-D tensors, also in lists: the neck's) are marked dynamic on every
-call (``torch._dynamo.maybe_mark_dynamic``), so that the first graph is the symbolic one.
-On the CPU layout a symbolic graph holds for the sizes of one number of circulant head
-blocks (:func:`mmcirc.ops.circulant.head_blocks`, cache-sized blocks that depend on the
-map size); a size with another number compiles once more. ``dynamic=True`` compiles
-symbolic sizes from the first call, ``dynamic=False`` once per size. Past torch.compile's
-recompile limit (``torch._dynamo.config.recompile_limit``: multi-scale training on the
-CPU layout reaches it) a size without a graph runs the part eagerly, said in one warning
-line; the run goes on.
+How sizes compile (``dynamic``, the marked sizes, the CPU layout's head blocks, the
+recompile limit) is said once, in docs/deployment.md ("Sizes").
 """
 
 import functools
@@ -239,7 +228,7 @@ class CompileBackboneHook(Hook):
     Args:
         backend (str): torch.compile backend. Defaults to ``'inductor'``.
         mode (str, optional): torch.compile mode (``'reduce-overhead'``: CUDA graphs).
-        dynamic (bool, optional): torch.compile's symbolic sizes (the module's "Sizes").
+        dynamic (bool, optional): torch.compile's symbolic sizes (see the module).
         neck (bool): compile the neck too. Defaults to True.
 
     After each training iteration but the first it logs a warning when that iteration
