@@ -3,20 +3,14 @@ reads the same samples (augmented once, identically: the same seeds, the data-pa
 rank in place of the process rank), keeps its band of rows of the image, runs mmseg's
 own ``EncoderDecoder.loss`` on the bands (the backbone, neck, decode and auxiliary
 heads on :class:`~mmcirc.distributed.banded_map.BandedMap` bands, the losses by
-:func:`~.loss.band_losses`) and backpropagates its
-part of the whole-image loss; every parameter's gradient is then summed over the group
-before the optimizer step, so that the loss and the update are one process's on the
-whole image.
+:func:`~.loss.band_losses`) and backpropagates its part of the whole-image loss; every
+parameter's gradient is then summed over the group before the optimizer step, so that
+the loss and the update are one process's on the whole image. The ranks form a data x
+space mesh (:func:`~mmcirc.distributed.comm.data_space_mesh`; docs/sharded.md, "Data x
+space mesh").
 
-The ranks form a data x space mesh (:func:`~mmcirc.distributed.comm.data_space_mesh`,
-``shard_size`` S; default: the whole world is one spatial group): W / S data-parallel
-groups of S spatial ranks, each group reading its own samples (the sampler's rank and
-world: the data-parallel rank and the number of groups), the gradients summed over
-space and averaged over the data groups as DDP averages them, BatchNorm's statistics
-taken over the global batch (SyncBN over the world): the step is one process's on the
-global batch (the groups' batches together). The wrapper is :class:`SpatialParallel`
-(validation and test run whole images, data parallel); :func:`shard_config` makes a
-config use it (``tools/train.py --shard``).
+The wrapper is :class:`SpatialParallel` (validation and test run whole images, data
+parallel); :func:`shard_config` makes a config use it (``tools/train.py --shard``).
 """
 
 import contextlib
