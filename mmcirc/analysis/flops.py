@@ -42,13 +42,10 @@ Counting convention (stated once; the tests check it against these formulas):
   ``baddbmm`` / ``addbmm``: ``b * n * k * m`` (the added term is free).
 
 Which modules are attention (``attention_flops``, :func:`attention_modules`) this
-file does not know: it asks each module for its probe
-(:func:`mmcirc.analysis.probes.probe_of`: the operator's own ``attention_kind``,
-or a registered ``AttentionProbe`` of mmcirc's or another library's layer). An
-operator that traces to an aten op mmengine does not price declares the op's handle
-(``flop_handles`` on the operator or its probe); :class:`FlopCounter` adds the handles
-of every probe and of every declaring operator in the model (see
-:mod:`mmcirc.analysis.flop_handles` for the built-in ones).
+file does not know: it asks each module for its probe (:mod:`mmcirc.analysis.probes`,
+which also says how an operator declares the handles of the aten ops it traces to);
+:class:`FlopCounter` adds the handles of every probe and declaring operator in the model
+(the built-in ones: :mod:`mmcirc.analysis.flop_handles`).
 
 Operator names in ``by_operator()``: ``fft``, ``complex_mul``, ``softmax``,
 ``exp``, ``sdpa``, ``baddbmm`` next to mmengine's ``linear``, ``matmul``,
