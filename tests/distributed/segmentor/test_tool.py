@@ -120,7 +120,17 @@ def test_swin_window_config_is_one_error_line_and_no_file(setup, capfd):
     cfg = osp.join(REPO, 'tests', 'fixtures', 'configs', 'ca_swin_upernet_tiny.py')
     tmp = setup[2]
     proc = _main(
-        [cfg, '--demo', 'astronaut', '--size', '64', '--nproc', '2', '--out-dir', str(tmp / 'swin')],
+        [
+            cfg,
+            '--demo',
+            'astronaut',
+            '--size',
+            '64',
+            '--nproc',
+            '2',
+            '--out-dir',
+            str(tmp / 'swin'),
+        ],
         capfd,
     )
     errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
