@@ -87,10 +87,7 @@ def run_isolated(
     child_env = dict(os.environ, **(env or {}))
     child_env['PYTHONPATH'] = os.pathsep.join(p for p in (REPO, child_env.get('PYTHONPATH')) if p)
     cap = None if mem_cap_gb is None else int(mem_cap_gb * GB)
-
-    def limit():  # in the child, before exec
-        if cap is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    limit = None if cap is None else lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     cmd = [sys.executable, osp.abspath(__file__), paths['spec.json']]
     t0 = time.perf_counter()
