@@ -229,27 +229,28 @@ fi
 # --- (b) --------------------------------------------------------------------------------
 if want b; then
   if [ "$DEVICE" = cuda ]; then
-    B=(--sizes 224 512 1024 1536 2048 3072 4096 --batches 1 32 --repeat 10
+    B=(--sizes 224 512 1024 1536 2048 3072 4096 --batches 1 32 --warmup 3 --repeat 10
       --total-budget $((${LIMIT_B:-170} - 30)))
-  else
-    B=(--sizes 32 --batches 1 2 --depth 1 --repeat 1 --compile-backend eager --total-budget 30)
+  else  # one batch, one call before the timed one: the grid's code paths, not a timing
+    B=(--sizes 32 --batches 1 --depth 1 --warmup 1 --repeat 1 --compile-backend eager
+      --total-budget 30)
   fi
   step b_cadeit "${LIMIT_B:-170}" "CA-DeiT-T vs DeiT-T, bf16 (flash) + fp32, eager + CUDA graphs" \
     "${BENCH[@]}" "$PY" -m mmcirc.benchmark model --device "$DEVICE" --in-process \
-    --models deit_t ca_deit_t --precisions bf16 fp32 --modes eager compile --warmup 3 \
+    --models deit_t ca_deit_t --precisions bf16 fp32 --modes eager compile \
     --compile-mode reduce-overhead --compile-max-size 2048 "${B[@]}" --out-dir "$OUT_DIR/b_cadeit"
 fi
 
 # --- (e) --------------------------------------------------------------------------------
 if want e; then
   if [ "$DEVICE" = cuda ]; then
-    E=(--sizes 14 32 64 --batch 32 --dim 192 --repeat 10)
+    E=(--sizes 14 32 64 --batch 32 --dim 192 --warmup 3 --repeat 10)
   else  # the kernel in Triton's interpreter: the code paths at a tiny size
-    E=(--sizes 4 --batch 1 --dim 8 --repeat 1)
+    E=(--sizes 4 --batch 1 --dim 8 --warmup 1 --repeat 1)
   fi
   step e_kernel "${LIMIT_E:-150}" "Triton core vs FFT path vs SDPA (flash), bf16, tl.dot ieee + tf32" \
     "${BENCH[@]}" "$PY" -m mmcirc.benchmark layer --device "$DEVICE" --in-process \
-    --methods sdpa fft kernel-ieee kernel-tf32 --precision bf16 --warmup 3 --errors \
+    --methods sdpa fft kernel-ieee kernel-tf32 --precision bf16 --errors \
     "${E[@]}" --out-dir "$OUT_DIR/e_kernel"
 fi
 
@@ -266,7 +267,9 @@ if want c; then
       --timeout 60 --budget 1)
   else
     PRECS=(bf16)  # alone: the CPU suite runs fp32 (the default) all the time
-    C=(--sizes 64 --models ca_swin_t --timeout 60 --budget 0.1 --repeat 1)
+    # one call, in the memory child: a first call slower than --single-run-above is the
+    # measurement, so no timing child follows
+    C=(--sizes 64 --models ca_swin_t --timeout 120 --single-run-above 0.001)
   fi
   step c_backbones "${LIMIT_C:-150}" "backbone forward, ${PRECS[*]}, with $mmcv_note" \
     "${BENCH[@]}" "$PY" -m mmcirc.benchmark model --device "$DEVICE" \
