@@ -160,7 +160,7 @@ def cached_plan(plans: dict, key: tuple, make):
     """The plan a layer keeps in ``plans`` under ``key`` and the settings now
     (:func:`current`: a plan made under other switches is not reused), else ``make()``,
     kept; ``plans`` is emptied when it holds :data:`PLAN_CACHE_SIZE` plans."""
-    key = (current(), *key)
+    key = (_now or current(), *key)  # the snapshot; read once, by the first call
     plan = plans.get(key)
     if plan is None:
         if len(plans) >= PLAN_CACHE_SIZE:

@@ -12,7 +12,9 @@ import mmcirc
 from mmcirc.models.backbones import CAPVT, CASwin, pyramid_build
 
 PACKAGE = os.path.dirname(mmcirc.__file__) + os.sep
-MAX_FUNCTIONS, MAX_FILES = 20, 4
+# the backbone, its blocks, the attention op, its transforms and the switches (the plan a
+# layer keeps is kept under the settings of mmcirc.ops.settings)
+MAX_FUNCTIONS, MAX_FILES = 22, 5
 
 
 def mmcirc_calls(model, x):
