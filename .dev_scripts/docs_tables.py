@@ -15,7 +15,7 @@ outside the markers is left as it is.
 * :data:`TABLES`: name -> :class:`DocTable` (suite, flags, store file, renderer);
 * :func:`render_backbones` / :func:`render_headline`: the ``model`` suite's store of the
   backbones as the docs' wide table and the README's short one; the other renderers read
-  the stores of the ``model``, ``layer``, ``sharded`` and ``launches`` suites;
+  the stores of the ``model``, ``layer``, ``sharded`` (two tables) and ``launches`` suites;
 * :func:`machine_block`, :func:`block`, :func:`check_markers`, :func:`replace_blocks`.
 """
 
@@ -329,6 +329,12 @@ def render_sharded(store: dict) -> str:
     return table(store['results']).rstrip('\n')
 
 
+def render_mesh(store: dict) -> str:
+    from mmcirc.benchmark.suites.sharded import mesh_table
+
+    return mesh_table(store['results']).rstrip('\n')
+
+
 def render_launches(store: dict) -> str:
     from mmcirc.benchmark.suites.launches import table
 
@@ -385,6 +391,12 @@ TABLES: Dict[str, DocTable] = {
             ('configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py',
              'configs/core_pvt_t-allcore_fpn_80k_ade20k.py', '--size', '2048'),
             'results.json', render_sharded,
+        ),
+        DocTable(
+            'mesh', 'sharded',
+            ('configs/ca_pvt_t-allcirc_fpn_80k_ade20k.py', '--size', '1024', '--nprocs', '4',
+             '--train', '--shard-sizes', '1', '2', '--threads', '1'),
+            'results.json', render_mesh,
         ),
         DocTable('launches', 'launches', ('--threads', '1'), 'results.json', render_launches),
     )
