@@ -1,9 +1,8 @@
 """The one ``error:`` line of every command: :class:`CLIError`, :func:`error_line` and
-:func:`main_guard` (exit 1; Ctrl-C: exit 130; ``MMCIRC_DEBUG=1`` for the traceback). The commands of
-``mmcirc/cli`` (through :mod:`mmcirc.cli.common`) and the benchmarks' command
-(:mod:`mmcirc.benchmark.command`, which ``mmcirc/cli`` sits above) share it; the library
-imports none of it. The library raises ``ValueError`` / ``TypeError`` (or its own
-exception types); the commands turn them into that one line.
+:func:`main_guard`. The commands of ``mmcirc/cli`` (through :mod:`mmcirc.cli.common`) and
+the benchmarks' command (:mod:`mmcirc.benchmark.command`, which ``mmcirc/cli`` sits above)
+share it; the library imports none of it: it raises ``ValueError`` / ``TypeError`` (or its
+own exception types), which the commands turn into that one line.
 """
 
 import functools
@@ -35,19 +34,11 @@ def refusal_line(err: BaseException, flag: Optional[str] = None) -> str:
     return f'{text}; if you trust this file, pass {flag}'
 
 
-#: Set to 1 to see the traceback behind a tool's one-line ``error:``.
-DEBUG_ENV = 'MMCIRC_DEBUG'
-
-
-#: Keyword arguments of the library that its messages name, and the tools' flags for
-#: them (every tool that loads weights through ``build_model`` has the flag).
-KEYWORD_FLAGS = {'allow_partial_weights=True': '--allow-partial-weights'}
-
-
 def error_line(err: BaseException) -> str:
     """The one line a tool prints for ``err``: its message's first line (a registry
-    ``KeyError`` without mmengine's "Please check ..." advice; the library's keywords
-    of :data:`KEYWORD_FLAGS` in flag words; a refused checkpoint: :func:`refusal_line`)."""
+    ``KeyError`` without mmengine's "Please check ..." advice; the library's
+    ``allow_partial_weights=True`` as the tools' flag; a refused checkpoint:
+    :func:`refusal_line`)."""
     if isinstance(err, pickle.UnpicklingError):
         return refusal_line(err)
     if isinstance(err, OSError) and err.strerror and type(err).__str__ is OSError.__str__:
@@ -55,24 +46,20 @@ def error_line(err: BaseException) -> str:
         return f'{err.filename}: {err.strerror}' if err.filename else err.strerror
     message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
     message = message.split('. Please check')[0].strip()
-    for keyword, flag in KEYWORD_FLAGS.items():
-        message = message.replace(keyword, flag)
+    message = message.replace('allow_partial_weights=True', '--allow-partial-weights')
     return message.splitlines()[0] if message else type(err).__name__
 
 
-#: The exit status of a command stopped by Ctrl-C (SIGINT), as shells report it.
-INTERRUPTED = 130
-
-
 def _debug() -> bool:
-    return os.environ.get(DEBUG_ENV, '') not in ('', '0')
+    return os.environ.get('MMCIRC_DEBUG', '') not in ('', '0')
 
 
 def main_guard(func):
     """Run ``func``; print expected failures (bad arguments, files, config values, what
-    the system refused: a full disk, a read-only folder) as one ``error:`` line and exit
-    1; Ctrl-C as ``error: interrupted`` and exit 130. ``MMCIRC_DEBUG=1`` lets them raise
-    with their traceback."""
+    the system refused: a full disk, a read-only folder; mmengine's "X is not in the
+    mmdet::model registry" ``KeyError``) as one ``error:`` line and exit 1; Ctrl-C as
+    ``error: interrupted`` and exit 130. ``MMCIRC_DEBUG=1`` lets them raise with their
+    traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -82,15 +69,10 @@ def main_guard(func):
             if _debug():
                 raise
             print('error: interrupted', file=sys.stderr, flush=True)
-            sys.exit(INTERRUPTED)
-        except (CLIError, OSError, pickle.UnpicklingError, ValueError, TypeError) as err:
-            if _debug():
-                raise
-            print(f'error: {error_line(err)}', file=sys.stderr)
-            sys.exit(1)
-        except KeyError as err:  # mmengine: "X is not in the mmdet::model registry ..."
-            message = str(err.args[0]) if err.args else ''
-            if ' registry' not in message or _debug():
+            sys.exit(130)
+        except (CLIError, OSError, pickle.UnpicklingError, ValueError, TypeError, KeyError) as err:
+            registry = ' registry' in str(err.args[0] if err.args else '')
+            if _debug() or (isinstance(err, KeyError) and not registry):
                 raise
             print(f'error: {error_line(err)}', file=sys.stderr)
             sys.exit(1)

@@ -1,8 +1,6 @@
-"""What mmcirc's commands share: the one ``error:`` line (:class:`CLIError`,
-:func:`main_guard`, :func:`error_line` of :mod:`mmcirc.cli_errors`), the flags several
-commands take (``--cfg-options``, ``--allow-partial-weights``, the backbone overrides) and
-the library's messages in their words. The library raises ``ValueError`` / ``TypeError``
-(or its own exception types); the commands turn them into that one line.
+"""What mmcirc's commands share: the one ``error:`` line (:mod:`mmcirc.cli_errors`), the
+flags several commands take (``--cfg-options``, ``--allow-partial-weights``, the backbone
+overrides) and the library's messages in their words.
 """
 
 import argparse
@@ -109,6 +107,15 @@ def add_trust_flag(parser, what: str = 'CHECKPOINT'):
         help=f'allow full unpickling of {what} (only for files you trust: it can run code)',
     )
     return parser
+
+
+def trust_if_asked(args) -> None:
+    """``--trust-checkpoint`` given with a checkpoint: that file loads by full unpickling
+    in this process (:func:`mmcirc.engine.trust_checkpoint`)."""
+    if args.trust_checkpoint and args.checkpoint is not None:
+        from mmcirc.engine import trust_checkpoint
+
+        trust_checkpoint(args.checkpoint)
 
 
 @contextlib.contextmanager

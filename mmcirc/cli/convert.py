@@ -13,7 +13,6 @@ import os.path as osp
 
 from mmcirc.cli.common import Accumulate, CLIError, add_trust_flag, main_guard, refused_checkpoints
 
-__all__ = ['cadeit_main', 'pvt_main', 'pyramid_main', 'swin_main', 'veca_main']
 
 #: The other released kind's tool, for a CA-DeiT file given to VECA's and vice versa.
 _KIND_TOOLS = {

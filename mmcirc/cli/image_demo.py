@@ -25,6 +25,7 @@ from mmcirc.cli.common import (
     one_line_warnings,
     refused_checkpoints,
     show_or_warn,
+    trust_if_asked,
 )
 
 #: the image files a folder gives (mmcv's and the Inferencers' list)
@@ -176,10 +177,7 @@ def main(argv=None):
     files = image_files(args.inputs)
     written = output_files(files, scope, args)
     show = show_or_warn(args.show, '--out-dir DIR')
-    if args.trust_checkpoint:
-        from mmcirc.engine import trust_checkpoint
-
-        trust_checkpoint(args.checkpoint)
+    trust_if_asked(args)
     with refused_checkpoints('--trust-checkpoint'), as_cli_errors():
         model = inferencer(scope, args)
     call = dict(show=show, wait_time=args.wait_time, out_dir=args.out_dir)

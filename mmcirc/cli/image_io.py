@@ -11,20 +11,6 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = [
-    'DEMO_IMAGES',
-    'PIXEL_BYTES',
-    'check_size_memory',
-    'parse_size',
-    'resize_image',
-    'read_image',
-    'demo_image',
-    'load_images',
-    'output_names',
-    'colorize',
-    'overlay',
-    'encode_png',
-]
 
 DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
 #: Bytes a pixel of a resized image takes at least: the (H, W, 3) uint8 image and its

@@ -38,6 +38,7 @@ from mmcirc.cli.common import (
     one_line_warnings,
     overrides_from_args,
     refused_checkpoints,
+    trust_if_asked,
 )
 from mmcirc.cli import image_io as imio
 from mmcirc.utils.fileio import atomic_write
@@ -129,19 +130,16 @@ class ProgressReporter:
     """``progress(what, done, total)`` for :func:`mmcirc.apis.highres.predict_labels`:
     one mmengine ``ProgressBar`` on stderr per image, ended with a newline."""
 
-    def __init__(self, file=None):
-        self.file = file or sys.stderr
-        self.bar = None
+    bar = None
 
     def __call__(self, what: str, done: int, total: int) -> None:
         from mmengine.utils import ProgressBar
 
         if self.bar is None:
-            self.bar = ProgressBar(total, file=self.file)
+            self.bar = ProgressBar(total, file=sys.stderr)
         self.bar.update()
         if done == total:
-            self.file.write('\n')
-            self.file.flush()
+            print(file=sys.stderr, flush=True)
             self.bar = None
 
 
@@ -213,10 +211,7 @@ def main(argv=None):
     with as_cli_errors():
         overrides = overrides_from_args(args)
         size = _check_args(args)
-    if args.trust_checkpoint and args.checkpoint is not None:
-        from mmcirc.engine import trust_checkpoint
-
-        trust_checkpoint(args.checkpoint)
+    trust_if_asked(args)
     if args.shard or args.nproc is not None:
         return main_sharded(args, overrides, size)
     images = imio.load_images(args.img, args.demo, size)
@@ -230,12 +225,9 @@ def main(argv=None):
                 f'image {name} is {img.shape[0]}x{img.shape[1]}: {cfg_name} needs at '
                 f'least {minimum}x{minimum} ({_size_advice(img.shape[:2], minimum)})'
             )
+    dense = {}  # the dense baselines first, while this process is still small
     if args.dense_baseline or args.baseline_only:
         db.dense_attention(cfg)  # a one-line error before anything runs
-
-    # the dense baselines first, while this process is still small
-    dense = {}
-    if args.dense_baseline or args.baseline_only:
         for name, img, _, _ in images:
             d = db.run_dense_baseline(
                 args.config,
@@ -252,11 +244,9 @@ def main(argv=None):
             dense[name] = d
             print(_dense_line(name, img.shape[:2], d), flush=True)
             if args.baseline_only:
-                h, w = img.shape[:2]
                 kinds = '-'.join(sorted(set(d.get('stage_attentions') or ['dense'])))
-                stem = rec_io.output_stem(args.out_dir, name, (h, w), args.config, overrides)
-                path = f'{stem}_dense-{kinds}.json'
-                atomic_write(path, json.dumps(d, indent=2))
+                stem = rec_io.output_stem(args.out_dir, name, img.shape[:2], args.config, overrides)
+                atomic_write(f'{stem}_dense-{kinds}.json', json.dumps(d, indent=2))
     if args.baseline_only:
         return 0
 
@@ -327,10 +317,7 @@ def _rank(args, overrides, size):
     from mmcirc.distributed.segmentor.model import check_size, shard_model
 
     rank, world = group_rank_size()
-    if args.trust_checkpoint and args.checkpoint is not None:  # this process's loader
-        from mmcirc.engine import trust_checkpoint
-
-        trust_checkpoint(args.checkpoint)
+    trust_if_asked(args)  # this process's loader
     with as_cli_errors(), refused_checkpoints('--trust-checkpoint'):
         mesh = data_space_mesh(args.shard_size)  # None: every rank on each image
         group = None if mesh is None else mesh.get_group('space')

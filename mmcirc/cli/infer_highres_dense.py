@@ -13,8 +13,6 @@ from typing import Optional
 from mmcirc.benchmark.runner import GB, run_isolated
 from mmcirc.utils.memory import MB
 
-__all__ = ['dense_attention', 'run_dense_baseline', 'short_error']
-
 
 def dense_attention(cfg) -> str:
     """The dense attention kind of the config's backbone family (its

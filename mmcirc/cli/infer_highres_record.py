@@ -18,8 +18,6 @@ from mmcirc.apis.overrides import backbone_summary
 from mmcirc.utils.fileio import atomic_write_many
 from mmcirc.utils.memory import MB, peak_rss_bytes, rss_baseline
 
-__all__ = ['HighResResult', 'output_stem', 'run_image', 'write_result']
-
 
 def _single(default=None):
     return field(default=default, metadata=dict(run='single'))

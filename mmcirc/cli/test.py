@@ -12,11 +12,13 @@ from mmcirc.cli.common import (
     add_compile_flag,
     add_override_args,
     add_partial_weights_flag,
+    add_trust_flag,
     main_guard,
     one_line_warnings,
     overrides_from_args,
     refused_checkpoints,
     show_or_warn,
+    trust_if_asked,
 )
 from mmcirc.cli.runner import build_runner, load_config, parse_run_args, run_and_release
 from mmcirc.engine.compile import add_compile_hook
@@ -50,11 +52,7 @@ def parse_args(argv=None):
         help="test-time augmentation: the config's tta_pipeline and tta_model",
     )
     add_compile_flag(parser)
-    parser.add_argument(
-        '--trust-checkpoint',
-        action='store_true',
-        help='allow full unpickling of CHECKPOINT (only for files you trust)',
-    )
+    add_trust_flag(parser)
     add_partial_weights_flag(parser)
     add_override_args(parser)
     return parse_run_args(parser, argv)
@@ -129,10 +127,7 @@ def main(argv=None):
         raise CLIError(f'checkpoint file not found: {args.checkpoint}')
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
     apply_backbone_overrides(cfg, overrides_from_args(args))
-    if args.trust_checkpoint:
-        from mmcirc.engine.checkpoint import trust_checkpoint
-
-        trust_checkpoint(args.checkpoint)
+    trust_if_asked(args)
     scope = cfg.default_scope
     if args.out and scope != 'mmseg' and not args.out.endswith(('.pkl', '.pickle')):
         raise CLIError(f'--out {args.out}: {scope} predictions are dumped to a .pkl file')
