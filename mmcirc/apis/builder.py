@@ -2,14 +2,11 @@
 an mmseg segmentor, an mmpretrain classifier or a bare backbone) in eval mode.
 
 :func:`build_model` does what the libraries' ``init_detector`` / ``init_model`` do, in
-one way for all three: the library is the config's ``default_scope`` (set as mmengine's
-default scope), pretrained-weight downloads are switched off (:func:`strip_pretrained`),
-the backbone overrides (:mod:`mmcirc.apis.overrides`) are applied before building, a
-checkpoint is loaded through mmengine's ``load_checkpoint`` with mmcirc's safe loader
-(:func:`mmcirc.engine.install_safe_loader`), SyncBN becomes BN, and
-``model.dataset_meta`` holds the classes and a palette (from the checkpoint, else the
-config's dataset). The caller's config is never edited: the model's ``cfg`` is the
-edited copy.
+one way for all three: the library is the config's ``default_scope``, pretrained-weight
+downloads are off (:func:`strip_pretrained`), the backbone overrides are applied before
+building, a checkpoint loads through mmengine's ``load_checkpoint`` with mmcirc's safe
+loader (:func:`mmcirc.engine.install_safe_loader`), SyncBN becomes BN. The caller's
+config is never edited: the model's ``cfg`` is the edited copy.
 """
 
 import copy
@@ -203,7 +200,7 @@ def build_model(
     from mmcirc.utils.quiet import quiet_logger
 
     from .overrides import apply_backbone_overrides
-    from .weights import RandomWeightsWarning, WeightsMismatchError, recording_fit
+    from .weights import RandomWeightsWarning, WeightsMismatchError, recording_fit, warn_partial
 
     if checkpoint is not None and not osp.isfile(checkpoint):
         raise FileNotFoundError(f'checkpoint file not found: {checkpoint}')
@@ -246,11 +243,7 @@ def build_model(
         if not allow_partial_weights:
             raise WeightsMismatchError(checkpoint, fit)
         if warn_random:
-            warnings.warn(
-                f'checkpoint {checkpoint} loaded in part: {fit.summary()}; the rest is '
-                "random, the results are not the checkpoint's",
-                RandomWeightsWarning,
-            )
+            warn_partial(checkpoint, fit)
     if checkpoint is None and warn_random:
         warnings.warn(
             "no checkpoint: the weights are random, the results are no trained model's",

@@ -1,27 +1,18 @@
-"""High-resolution whole-image semantic segmentation with mmseg's own API (a library).
-
-The point of circulant (O(N log N)) and core (O(N C')) attention is that a model made
-only of them runs on a whole 4096 x 4096 image, where PVT's spatial-reduction attention
-(quadratic: at 4096 px stage 1 has 1M queries x 16k reduced keys) cannot. This module
-is what a program calls; ``tools/infer_highres.py`` is the command line around it.
+"""High-resolution whole-image semantic segmentation with mmseg's own API (a library;
+``tools/infer_highres.py`` is its command line): a model made only of circulant and core
+attention runs on a whole 4096 x 4096 image, where PVT's quadratic spatial-reduction
+attention cannot.
 
 * :func:`load_highres_config`: the config, whole inference forced (never sliding
   windows); the model is then :func:`~mmcirc.apis.builder.build_model`'s;
 * :func:`predict_labels`: mmseg's whole inference of one image. ``upsample='mmseg'``
   calls the segmentor's own ``test_step`` (full-resolution logits, 150 x H x W floats:
   10 GB at 4096 px); ``upsample='banded'`` (default) runs the same data preprocessor
-  and the segmentor's own ``encode_decode`` (the decode head's ``predict``, whatever
-  its ``forward`` returns; cascades too), takes the logits where the head's
-  ``predict_by_feat`` would resize them (:mod:`mmcirc.apis.decode`) and does that
-  bilinear resize + argmax over bands of classes, with a running first-maximum, so
-  that only a band of full-resolution logits exists at a time. The labels are
-  identical (bilinear interpolation is per channel and the arg-max keeps the first
-  maximum, as ``torch.argmax``). Segmentors the banded path does not cover (a subclass
-  of mmseg's, one output channel, test-time padding) take ``test_step``.
-
-Errors are ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` whose message starts
-with the parameter's name (e.g. ``num_cores must ...``); warnings name parameters the
-same way.
+  and the segmentor's own ``encode_decode`` (cascades too), takes the logits where the
+  head's ``predict_by_feat`` would resize them (:mod:`mmcirc.apis.decode`) and resizes
+  and arg-maxes them a band of classes at a time (:func:`upsample_argmax`: the same
+  labels). Segmentors the banded path does not cover (a subclass of mmseg's, one output
+  channel, test-time padding) take ``test_step``.
 """
 
 import time
@@ -65,10 +56,9 @@ def load_highres_config(
     """Load an mmseg config for whole-image inference at any size.
 
     Merges ``cfg_options``, applies the backbone ``overrides`` and forces
-    ``model.test_cfg`` to ``mode='whole'`` without sliding-window settings (``crop_size``,
-    ``stride``; a decode head's own settings stay), the previous value kept in
-    ``cfg.highres_replaced_test_cfg`` when it was different. ``FileNotFoundError`` for
-    a missing file, ``ValueError`` for a config that is not mmseg's.
+    ``model.test_cfg`` to ``mode='whole'`` without sliding-window settings (a decode
+    head's own settings stay), the previous value kept in ``cfg.highres_replaced_test_cfg``
+    when it was different. ``ValueError`` for a config that is not mmseg's.
     """
     if not isinstance(config, str):
         raise TypeError(f'config must be a config file path, got {config!r}')
@@ -80,7 +70,6 @@ def load_highres_config(
         )
     apply_backbone_overrides(cfg, overrides or {})
     old = dict(cfg.model.get('test_cfg') or {})
-    # the heads' own test settings (PointHead's subdivision steps) stay; slide's go
     whole = {k: v for k, v in old.items() if k not in _SLIDE_KEYS}
     whole['mode'] = 'whole'
     if old and old != whole:

@@ -1,12 +1,7 @@
 """Backbone overrides: ``num_cores``, ``boundary``, ``scale`` and ``stage_attentions``
-written into a config's backbone *before* the model is built, and checked against what
-that backbone takes (its constructor, its registered blocks, or the backbone itself
-built on the ``meta`` device: VECA's core bank and chunk): :func:`validate_overrides`,
-:func:`apply_backbone_overrides`, :func:`backbone_summary`.
-
-Errors are ``ValueError`` whose one-line message starts with the parameter's name and
-lists its allowed values (an override that the model does not use, e.g. ``num_cores``
-without a core stage, is one too). The tools' flags for the overrides are
+written into a config's backbone *before* the model is built and checked against what
+that backbone takes (:func:`validate_overrides`, :func:`apply_backbone_overrides`;
+:func:`backbone_summary` says what a built one has). The tools' flags for them are
 :func:`mmcirc.cli.common.add_override_args`'s.
 """
 

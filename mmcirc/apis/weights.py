@@ -1,16 +1,10 @@
 """How a checkpoint's weights fit a model, as mmengine's ``load_state_dict`` found it.
 
-mmengine loads non-strictly: tensors the checkpoint lacks (``missing``), tensors of
-another shape (torch's "size mismatch": they keep their initial values) and tensors the
-model has no place for (``unexpected``) are listed in a multi-line log message and
-loading goes on. :func:`recording_fit` collects those lists while mmengine loads, as
-a :class:`WeightsFit`; :func:`~mmcirc.apis.builder.build_model` refuses a checkpoint
-that leaves weights of the model unset (:class:`WeightsMismatchError`) unless asked for
-partial loading. A Runner's loads (``tools/test.py``, ``tools/train.py``) are checked by
-:class:`WeightsFitHook`: testing as ``build_model``, training fine-tunes (heads of other
-shapes start new) but refuses another model's backbone, resuming needs the whole model.
-:class:`OneLineLoadSummary` turns mmengine's message into one line
-(:meth:`WeightsFit.from_message`).
+mmengine loads non-strictly and lists the tensors the checkpoint lacks, those of another
+shape (torch's "size mismatch": they keep their initial values) and those the model has
+no place for in one multi-line log message. :func:`recording_fit` collects those lists
+as a :class:`WeightsFit`, which :func:`~mmcirc.apis.builder.build_model` and a Runner's
+:class:`WeightsFitHook` check; :class:`OneLineLoadSummary` turns the message into one line.
 """
 
 import contextlib
@@ -18,7 +12,7 @@ import logging
 import re
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from mmengine.hooks import Hook
@@ -152,6 +146,15 @@ class RandomWeightsWarning(UserWarning):
     """Weights of the model are random: no checkpoint, or one loaded in part."""
 
 
+def warn_partial(checkpoint: str, fit: WeightsFit) -> None:
+    """The :class:`RandomWeightsWarning` of a ``checkpoint`` loaded in part (``fit``)."""
+    warnings.warn(
+        f'checkpoint {checkpoint} loaded in part: {fit.summary()}; the rest is random, '
+        "the results are not the checkpoint's",
+        RandomWeightsWarning,
+    )
+
+
 def _root_lists(loads: list):
     """A ``load_state_dict`` pre-hook that appends, for each load rooted at the module it
     is registered on, the (missing, unexpected, errors) lists that load fills."""
@@ -176,9 +179,7 @@ def recording_fit(model):
     finally:
         handle.remove()
     if loads:
-        done = WeightsFit.from_lists(*loads[-1])
-        for f in fields(done):
-            setattr(fit, f.name, getattr(done, f.name))
+        vars(fit).update(vars(WeightsFit.from_lists(*loads[-1])))
 
 
 def checkpoint_fit(model, checkpoint: dict) -> WeightsFit:
@@ -201,11 +202,11 @@ def another_model(fit: WeightsFit, model, prefix: str = '') -> bool:
     """Whether ``fit`` (a load into ``model``) shows a checkpoint of another model for
     the tensors under ``prefix`` (``'backbone.'``; ``''``: all): some shaped otherwise,
     or none of them loaded."""
-    keys = [k for k in model.state_dict() if k.startswith(prefix)]
-    keys = [k for k in keys if 'num_batches_tracked' not in k]
-    missing = [k for k in fit.missing if k.startswith(prefix)]
-    shaped = [m for m in fit.mismatched if m[0].startswith(prefix)]
-    return bool(shaped) or (bool(keys) and len(missing) >= len(keys))
+    keys = [
+        k for k in model.state_dict() if k.startswith(prefix) and 'num_batches_tracked' not in k
+    ]
+    part = part_of(fit, prefix)
+    return bool(part.mismatched) or (bool(keys) and len(part.missing) >= len(keys))
 
 
 def part_of(fit: WeightsFit, prefix: str) -> WeightsFit:
@@ -332,11 +333,7 @@ class WeightsFitHook(Hook):
             from mmengine.dist import is_main_process
 
             if is_main_process():
-                warnings.warn(
-                    f'checkpoint {path} loaded in part: {fit.summary()}; the rest is random, '
-                    "the results are not the checkpoint's",
-                    RandomWeightsWarning,
-                )
+                warn_partial(path, fit)
 
 
 def _check_left_to_train(runner, path: str, meta: dict) -> None:
