@@ -51,21 +51,6 @@ def add_common_args(parser, tool):
     return parser
 
 
-def check_args(args):
-    """Checks that need no library: files exist, size well formed, device known."""
-    check_config_file(args.config, args.checkpoint)
-    size = imio.parse_size(args.size)
-    sides = (size,) if isinstance(size, int) else (size or ())
-    if any(s < vis.MIN_SIDE for s in sides):
-        raise CLIError(
-            f'--size must be at least {vis.MIN_SIDE} px per side (HxW, e.g. 512x512), '
-            f'got {args.size!r}'
-        )
-    check_device(args.device)
-    check_output_dir(args.out_dir, '--out-dir')
-    return size
-
-
 def setup(args, forms, what):
     """The prologue of every run: warnings as one line, check the flags, read the
     image and the config, build the model (``args.checkpoint`` or random weights
@@ -82,7 +67,16 @@ def setup(args, forms, what):
 
     one_line_warnings(category=UserWarning)
     warnings.filterwarnings('always', category=RandomWeightsWarning)  # shown, in one line
-    size = check_args(args)
+    check_config_file(args.config, args.checkpoint)
+    size = imio.parse_size(args.size)
+    sides = (size,) if isinstance(size, int) else (size or ())
+    if any(s < vis.MIN_SIDE for s in sides):
+        raise CLIError(
+            f'--size must be at least {vis.MIN_SIDE} px per side (HxW, e.g. 512x512), '
+            f'got {args.size!r}'
+        )
+    check_device(args.device)
+    check_output_dir(args.out_dir, '--out-dir')
     [(img_name, img, _, img_src)] = imio.load_images([args.img], args.demo, size)
     cfg = load_model_config(args.config, args.cfg_options)
     t0 = time.time()

@@ -137,12 +137,8 @@ def summary_figure(plt, layers, random_layers):
     width = max(layers[n]['heads'] for n in names)
     panels = [('model', {n: layers[n]['distance'] for n in names})]
     if random_layers is not None:
-        panels.append(
-            (
-                'random weights',
-                {n: random_layers[n]['distance'] for n in names if n in random_layers},
-            )
-        )
+        rand = {n: random_layers[n]['distance'] for n in names if n in random_layers}
+        panels.append(('random weights', rand))
     panels.append(('shuffled tokens', {n: layers[n]['shuffled'] for n in names}))
     fig, axes = plt.subplots(
         1,

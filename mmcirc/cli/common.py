@@ -51,10 +51,8 @@ class Once(argparse.Action):
 
 
 def add_cfg_options(parser, example: str = ''):
-    """The commands' ``--cfg-options key=value ...`` (mmengine's ``DictAction``: the
-    overrides of the config, as a dict; their values are checked against the config's
-    when it is loaded, :func:`mmcirc.apis.builder.load_model_config`); ``example`` is
-    added to its help."""
+    """``--cfg-options key=value ...``: the config's overrides, as mmengine's ``DictAction``
+    reads them (checked by :func:`mmcirc.apis.builder.load_model_config`)."""
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -81,9 +79,8 @@ def check_config_file(path: str, checkpoint: Optional[str] = None) -> None:
 
 
 def check_output_dir(path: str, flag: str) -> None:
-    """A folder a command can write into, checked before its work: ``path`` is a folder,
-    or does not exist yet under a folder (created when written); either writable. Else a
-    one-line :class:`CLIError` naming ``flag`` (a file in the way, no permission, a
+    """``path`` is a writable folder, or none yet under one (created when written); else
+    a one-line :class:`CLIError` naming ``flag`` (a file in the way, no permission, a
     read-only file system)."""
     probe = osp.abspath(osp.expanduser(path))
     while not osp.lexists(probe) and osp.dirname(probe) != probe:
@@ -99,14 +96,12 @@ def check_output_dir(path: str, flag: str) -> None:
 
 
 def add_trust_flag(parser, what: str = 'CHECKPOINT'):
-    """``--trust-checkpoint``: load ``what`` by full unpickling (:func:`refused_checkpoints`
-    names the flag when a file is refused without it)."""
+    """``--trust-checkpoint``: load ``what`` by full unpickling (:func:`trust_if_asked`)."""
     parser.add_argument(
         '--trust-checkpoint',
         action='store_true',
         help=f'allow full unpickling of {what} (only for files you trust: it can run code)',
     )
-    return parser
 
 
 def trust_if_asked(args) -> None:
@@ -170,20 +165,17 @@ def show_or_warn(show: bool, saves: str) -> bool:
 
 
 def add_partial_weights_flag(parser):
-    """``--allow-partial-weights``: load a checkpoint that leaves weights of the model
-    unset (``build_model(..., allow_partial_weights=True)``); refused without it."""
+    """``--allow-partial-weights``: ``build_model(..., allow_partial_weights=True)``."""
     parser.add_argument(
         '--allow-partial-weights',
         action='store_true',
         help='load a checkpoint that leaves weights of the model missing or shaped '
         'otherwise (those stay random); without it such a checkpoint is refused',
     )
-    return parser
 
 
 def add_compile_flag(parser, note: str = ''):
-    """``--compile [BACKEND]``: torch.compile the backbone and the neck
-    (:mod:`mmcirc.engine.compile`); ``note`` is added to its help."""
+    """``--compile [BACKEND]`` (:mod:`mmcirc.engine.compile`); ``note`` ends its help."""
     parser.add_argument(
         '--compile',
         nargs='?',
@@ -192,7 +184,6 @@ def add_compile_flag(parser, note: str = ''):
         help='torch.compile the backbone and the neck, fullgraph, the heads eager '
         f"(BACKEND: torch.compile's, default inductor{note})",
     )
-    return parser
 
 
 def one_line_warnings(*noise, category=None, wording=str):

@@ -13,7 +13,6 @@ import os.path as osp
 
 from mmcirc.cli.common import Accumulate, CLIError, add_trust_flag, main_guard, refused_checkpoints
 
-
 #: The other released kind's tool, for a CA-DeiT file given to VECA's and vice versa.
 _KIND_TOOLS = {
     'cadeit': 'tools/model_converters/cadeit_to_mmcirc.py --family deit',
@@ -92,12 +91,11 @@ def _convert(family, args, paths, **options):
     """Check that ``paths`` exist and that OUT is none of them, convert ``args.src``
     for ``family`` (:func:`~mmcirc.models.convert.convert_file`), print the report and
     the path; library errors become :class:`CLIError`. Returns the exit code (0)."""
-    for path in paths:
-        if path is not None and not osp.isfile(path):
+    for path in filter(None, paths):
+        if not osp.isfile(path):
             raise CLIError(f'checkpoint not found: {path}')
-        if path is not None and args.out is not None and osp.exists(args.out):
-            if osp.samefile(path, args.out):
-                raise CLIError(f'OUT {args.out} is the input {path}: name another output file')
+        if args.out is not None and osp.exists(args.out) and osp.samefile(path, args.out):
+            raise CLIError(f'OUT {args.out} is the input {path}: name another output file')
     if args.out is not None and osp.isdir(args.out):
         raise CLIError(f'OUT {args.out} is a folder: name the output file')
     from mmcirc.models.convert import (
@@ -113,7 +111,7 @@ def _convert(family, args, paths, **options):
                 family,
                 args.src,
                 args.out,
-                trust=getattr(args, 'trust_checkpoint', False),
+                trust=args.trust_checkpoint,
                 overwrite=args.force,
                 arch=parse_arch(args.arch),
                 **options,

@@ -11,7 +11,6 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-
 DEMO_IMAGES = ('astronaut', 'chelsea', 'coffee')
 #: Bytes a pixel of a resized image takes at least: the (H, W, 3) uint8 image and its
 #: float32 copy, the network's input (the model's own memory comes on top).
@@ -41,28 +40,12 @@ def parse_size(text: Optional[str]) -> Union[None, int, Tuple[int, int]]:
     )
 
 
-def check_size_memory(hw, size) -> None:
-    """A ``ValueError`` naming ``--size`` (``size`` as from :func:`parse_size`) when an
-    ``hw`` image, with its network input (:data:`PIXEL_BYTES` a pixel), would not fit in
-    the memory this process can still use
-    (:func:`mmcirc.analysis.attention_memory.memory_budget`)."""
-    from mmcirc.analysis.attention_memory import GB, memory_budget
-
-    need = hw[0] * hw[1] * PIXEL_BYTES
-    budget, what = memory_budget()
-    if need > budget:
-        given = size if isinstance(size, int) else f'{size[0]}x{size[1]}'
-        raise ValueError(
-            f'--size {given}: a {hw[0]}x{hw[1]} image and its network input take '
-            f'{need / GB:,.1f} GB, more than the {budget / GB:,.1f} GB of {what}; '
-            'give a smaller --size'
-        )
-
-
 def resize_image(img: np.ndarray, size) -> np.ndarray:
     """Bicubic resize of an (H, W, 3) uint8 image: ``size`` as from :func:`parse_size`
-    (int: longer side, aspect kept; (H, W): exact; None: unchanged); a size beyond the
-    memory left is refused first (:func:`check_size_memory`)."""
+    (int: longer side, aspect kept; (H, W): exact; None: unchanged). A ``ValueError``
+    naming ``--size`` first when the new image, with its network input
+    (:data:`PIXEL_BYTES` a pixel), would not fit in the memory this process can still use
+    (:func:`mmcirc.analysis.attention_memory.memory_budget`)."""
     import mmcv
 
     if size is None:
@@ -75,7 +58,17 @@ def resize_image(img: np.ndarray, size) -> np.ndarray:
         new_h, new_w = size
     if (new_h, new_w) == (h, w):
         return img
-    check_size_memory((new_h, new_w), size)
+    from mmcirc.analysis.attention_memory import GB, memory_budget
+
+    need = new_h * new_w * PIXEL_BYTES
+    budget, what = memory_budget()
+    if need > budget:
+        given = size if isinstance(size, int) else f'{size[0]}x{size[1]}'
+        raise ValueError(
+            f'--size {given}: a {new_h}x{new_w} image and its network input take '
+            f'{need / GB:,.1f} GB, more than the {budget / GB:,.1f} GB of {what}; '
+            'give a smaller --size'
+        )
     return mmcv.imresize(img, (new_w, new_h), interpolation='bicubic')
 
 

@@ -19,12 +19,9 @@ from mmcirc.utils.fileio import atomic_write_many
 from mmcirc.utils.memory import MB, peak_rss_bytes, rss_baseline
 
 
-def _single(default=None):
-    return field(default=default, metadata=dict(run='single'))
-
-
-def _sharded(default=None):
-    return field(default=default, metadata=dict(run='sharded'))
+def _only(run: str, default=None):
+    """A field of the records of one kind of run (``'single'``, ``'sharded'``)."""
+    return field(default=default, metadata=dict(run=run))
 
 
 @dataclass
@@ -52,27 +49,25 @@ class HighResResult:
     num_classes: int
     labels_present: int
     outputs: dict = field(default_factory=dict)
-    forward_s: Optional[float] = _single()
-    upsample: Optional[str] = _single()
-    baseline_rss_mb: Optional[float] = _single()
-    peak_is_per_image: Optional[bool] = _single()
+    forward_s: Optional[float] = _only('single')
+    upsample: Optional[str] = _only('single')
+    baseline_rss_mb: Optional[float] = _only('single')
+    peak_is_per_image: Optional[bool] = _only('single')
     test_cfg: dict = field(default_factory=lambda: dict(mode='whole'), metadata=dict(run='single'))
-    upsample_s: Optional[float] = _single()
-    cuda_max_allocated_mb: Optional[float] = _single()
-    quadratic_warning: Optional[str] = _single()
-    dense_baseline: Optional[dict] = _single()
-    sharded: bool = _sharded(False)
-    world_size: Optional[int] = _sharded()
-    bytes_sent: Optional[int] = _sharded()
-    per_rank: Optional[list] = _sharded()
+    upsample_s: Optional[float] = _only('single')
+    cuda_max_allocated_mb: Optional[float] = _only('single')
+    quadratic_warning: Optional[str] = _only('single')
+    dense_baseline: Optional[dict] = _only('single')
+    sharded: bool = _only('sharded', False)
+    world_size: Optional[int] = _only('sharded')
+    bytes_sent: Optional[int] = _only('sharded')
+    per_rank: Optional[list] = _only('sharded')
 
     def to_dict(self) -> dict:
         """The JSON record: the common fields and those of this record's run."""
         run = 'sharded' if self.sharded else 'single'
         return {
-            f.name: v
-            for f, v in ((f, getattr(self, f.name)) for f in fields(self))
-            if f.metadata.get('run', run) == run
+            f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get('run', run) == run
         }
 
 
@@ -104,8 +99,6 @@ def write_result(
     and ``<stem>.json`` (``rec``, its ``outputs`` set to those file names)."""
     from mmcirc.cli import image_io as imio
 
-    if not 0 <= opacity <= 1:
-        raise ValueError(f'opacity must be in [0, 1], got {opacity}')
     color = imio.colorize(labels, palette)
     files = {
         f'{stem}_labels.png': imio.encode_png(

@@ -101,7 +101,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def _plot(series, xlabel, title, path):
+def _plot(series, xlabel, title, out_dir, name):
     plt = vis.pyplot()
     fig, ax = plt.subplots(figsize=(7, 5))
     for i, (name, pts) in enumerate(series.items()):
@@ -116,7 +116,7 @@ def _plot(series, xlabel, title, path):
     ax.grid(True, which='both', alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(osp.join(out_dir, name), dpi=120)
     plt.close(fig)
 
 
@@ -139,21 +139,16 @@ def main(argv=None):
     )
 
     # -------------------------------------------------------------- one block
-    block = {}
-    for name, make in block_variants(args.dims).items():
-        block[name] = [
-            (s * s, block_flops(name, make, s, args.dims) / 1e9) for s in args.block_sides
-        ]
+    block = {
+        name: [(s * s, block_flops(name, make, s, args.dims) / 1e9) for s in args.block_sides]
+        for name, make in block_variants(args.dims).items()
+    }
     out['block']['series'] = {
         k: [dict(tokens=n, side=int(round(n**0.5)), gmacs=g) for n, g in v]
         for k, v in block.items()
     }
-    _plot(
-        block,
-        'tokens N = H x W',
-        f'one attention layer, C = {args.dims}',
-        osp.join(args.out_dir, 'block.png'),
-    )
+    title = f'one attention layer, C = {args.dims}'
+    _plot(block, 'tokens N = H x W', title, args.out_dir, 'block.png')
     print(f'\nOne attention layer, C = {args.dims}, GMACs vs tokens N:\n')
     print(_md(block, [s * s for s in args.block_sides], 'N'))
 
@@ -186,12 +181,7 @@ def main(argv=None):
         out['backbones']['series'] = {
             k: [dict(size=s, gmacs=g) for s, g in v] for k, v in nets.items()
         }
-        _plot(
-            nets,
-            'input size (px, square)',
-            'backbones, batch 1',
-            osp.join(args.out_dir, 'backbones.png'),
-        )
+        _plot(nets, 'input size (px, square)', 'backbones, batch 1', args.out_dir, 'backbones.png')
         print('\nBackbones, GMACs vs input size:\n')
         print(_md(nets, args.sizes, 'size'))
     path = osp.join(args.out_dir, 'complexity.json')

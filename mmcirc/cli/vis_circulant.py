@@ -189,11 +189,8 @@ def erf_figure(plt, erfs, image):
     fig, axes = plt.subplots(1, len(erfs), figsize=(3.0 * len(erfs), 3.2), dpi=100, squeeze=False)
     for ax, (s, hw, g) in zip(axes[0], erfs):
         # log scale over ERF_DECADES decades below the peak: a global floor stays visible
-        m = (
-            np.clip(np.log10(np.maximum(g, 1e-30) / max(g.max(), 1e-30)), -ERF_DECADES, 0)
-            / ERF_DECADES
-            + 1
-        )
+        decades = np.log10(np.maximum(g, 1e-30) / max(g.max(), 1e-30))
+        m = np.clip(decades, -ERF_DECADES, 0) / ERF_DECADES + 1
         vis.overlay_map(
             ax,
             image,
@@ -218,11 +215,7 @@ def main(argv=None):
     run = vc.setup(args, ('kernel',), 'circulant attention layer')
     model, inputs, image, (h, w), out = run.model, run.inputs, run.image, run.hw, run.out
     n_out = len(getattr(model.backbone, 'out_indices', ()) or ())
-    stages = (
-        []
-        if args.no_erf
-        else (args.erf_stages if args.erf_stages is not None else list(range(n_out or 1)))
-    )
+    stages = [] if args.no_erf else args.erf_stages or list(range(n_out or 1))
     print(f'{len(run.layers)} circulant layers, input {h}x{w}', flush=True)
     bar = vc.progress(len(run.layers) + len(stages))
     kernels = capture_kernels(model, inputs, bar)
