@@ -48,10 +48,8 @@ def attention_kinds_in(model: Optional[nn.Module] = None) -> Tuple[str, ...]:
 
 
 def _select(model, kinds, forms):
-    if forms is None:
-        forms = FORMS
-    bad = [f for f in forms if f not in FORMS]
-    if bad:
+    forms = FORMS if forms is None else forms
+    if any(f not in FORMS for f in forms):
         raise ValueError(f'forms must be a subset of {FORMS}, got {tuple(forms)!r}')
     layers = _layers(model)
     if kinds is not None:
@@ -138,12 +136,9 @@ class AttentionCapture:
         self._calls = {}
 
     def __enter__(self):
-        observed = []
-        for _, probe, _ in self._selected:
-            if not any(probe is p for p in observed):
-                observed.append(probe)
-                for m, hook in probe.observe(self.model, self._shared):
-                    self._handles.append(m.register_forward_hook(hook))
+        for probe in dict.fromkeys(probe for _, probe, _ in self._selected):  # each once
+            for m, hook in probe.observe(self.model, self._shared):
+                self._handles.append(m.register_forward_hook(hook))
         for name, probe, m in self._selected:
             self._handles.append(
                 m.register_forward_hook(self._make_hook(name, probe), with_kwargs=True)

@@ -30,30 +30,19 @@ def quadratic_attention_estimates(backbone, hw: Tuple[int, int]) -> List[dict]:
     (1-based), attention, grid, queries, keys, heads, bytes. Backbones without
     pyramid stages (CA-DeiT: O(N log N), VECA: O(N C')) have none.
     """
-    out = []
     if not isinstance(backbone, PyramidBackbone):
-        return out
+        return []
     stages = list(backbone.stages)
-    if not any(len(s.blocks) and getattr(s.blocks[0], 'attention_matrix', None) for s in stages):
-        return out
-    grids = backbone.stage_grids(hw)
-    for i, (stage, grid) in enumerate(zip(stages, grids)):
-        if not len(stage.blocks) or not hasattr(stage.blocks[0], 'attention_matrix'):
-            continue
-        m = stage.blocks[0].attention_matrix(grid)
-        if m is None:
-            continue
-        out.append(
-            dict(
-                stage=i + 1,
-                attention=stage.attention,
-                grid=list(grid),
-                queries=m['queries'],
-                keys=m['keys'],
-                heads=m['heads'],
-                bytes=2 * 4 * m['heads'] * m['queries'] * m['keys'],
-            )
-        )
+    firsts = [s.blocks[0] if len(s.blocks) else None for s in stages]
+    if not any(getattr(b, 'attention_matrix', None) for b in firsts):
+        return []
+    out = []
+    for i, (stage, block, grid) in enumerate(zip(stages, firsts, backbone.stage_grids(hw))):
+        m = block.attention_matrix(grid) if hasattr(block, 'attention_matrix') else None
+        if m is not None:
+            q, k, heads = m['queries'], m['keys'], m['heads']
+            out.append(dict(stage=i + 1, attention=stage.attention, grid=list(grid), queries=q,
+                            keys=k, heads=heads, bytes=2 * 4 * heads * q * k))  # fmt: skip
     return out
 
 

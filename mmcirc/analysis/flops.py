@@ -70,23 +70,10 @@ from typing import List, Sequence
 import torch
 from torch import nn
 
-from .flop_handles import (  # noqa: F401  (public names of the convention)
-    COMPLEX_MUL_MACS,
-    FFT_COMPLEX_MACS,
-    FFT_REAL_MACS,
-    FLOP_HANDLES,
-    FREE_OPS,
-    REAL_COMPLEX_MUL_MACS,
-    SOFTMAX_MACS,
-    fft_macs,
-)
-
-from . import flop_handles as _handles
+from .flop_handles import FLOP_HANDLES, FREE_OPS
 
 __all__ = [
-    *_handles.__all__,
     'FlopCounter',
-    'add_flop_handles',
     'declared_flop_handles',
     'register_flop_handles',
     'count_flops',
@@ -125,16 +112,6 @@ def declared_flop_handles(model: nn.Module = None) -> dict:
     return out
 
 
-def add_flop_handles(analyzer, model: nn.Module = None):
-    """Register :data:`FLOP_HANDLES` (and :data:`FREE_OPS` as ignored), then the
-    declared handles (:func:`declared_flop_handles` of ``model``) on an mmengine
-    ``JitModelAnalysis`` (e.g. ``FlopAnalyzer``); returns it."""
-    analyzer.set_op_handle(**FLOP_HANDLES)
-    analyzer.set_op_handle(**{op: None for op in FREE_OPS})
-    analyzer.set_op_handle(**declared_flop_handles(model))
-    return analyzer
-
-
 @contextlib.contextmanager
 def register_flop_handles():
     """Within the block, every new mmengine ``FlopAnalyzer`` (also the one in
@@ -157,14 +134,15 @@ def _flop_analyzer_cls():
     from mmengine.analysis import FlopAnalyzer
 
     class FlopCounter(FlopAnalyzer):
-        """mmengine ``FlopAnalyzer`` with the handles of
-        :mod:`mmcirc.analysis.flops` (see its docstring for the convention).
-        Results: ``total(name)``, ``by_module()``, ``by_operator(name)``,
-        ``by_module_and_operator()``; all in MACs."""
+        """mmengine ``FlopAnalyzer`` with :data:`FLOP_HANDLES` (:data:`FREE_OPS` ignored),
+        then the handles :func:`declared_flop_handles` finds in ``model`` (see
+        :mod:`mmcirc.analysis.flops` for the convention). Results: ``total(name)``,
+        ``by_module()``, ``by_operator(name)``, ``by_module_and_operator()``; all in MACs."""
 
         def __init__(self, model, inputs):
             super().__init__(model, inputs)
-            add_flop_handles(self, model)
+            self.set_op_handle(**FLOP_HANDLES, **dict.fromkeys(FREE_OPS))
+            self.set_op_handle(**declared_flop_handles(model))
             self.tracer_warnings('none')
 
     return FlopCounter
@@ -204,19 +182,15 @@ def meta_compat():
 @contextlib.contextmanager
 def _forward_as(model: nn.Module, forward):
     """``model.forward`` replaced by ``forward`` within the block (None: kept)."""
-    if forward is None:
-        yield
-        return
-    had = 'forward' in model.__dict__
     saved = model.__dict__.get('forward')
-    model.forward = forward
+    model.forward = model.forward if forward is None else forward
     try:
         yield
     finally:
-        if had:
-            model.forward = saved
-        else:
+        if saved is None:
             del model.forward
+        else:
+            model.forward = saved
 
 
 def flop_counter(model: nn.Module, inputs, warn: bool = False, forward=None, **kwargs):
@@ -264,9 +238,8 @@ def attention_modules(model: nn.Module) -> List[str]:
     probes = _probes()
     names = []
     for name, mod in model.named_modules():
-        if name and not any(name.startswith(p + '.') for p in names):
-            if _is_attention(mod, probes):
-                names.append(name)
+        if name and not any(name.startswith(p + '.') for p in names) and _is_attention(mod, probes):
+            names.append(name)
     return names
 
 

@@ -359,11 +359,8 @@ class ViTProbe(AttentionProbe):
         h = mod.num_heads
         qkv = mod.qkv(x).reshape(b, n, 3, h, -1).permute(2, 0, 3, 1, 4)
         q, k = qkv[0], qkv[1]  # (B, h, N, d)
-        q_norm, k_norm = getattr(mod, 'q_norm', None), getattr(mod, 'k_norm', None)  # timm
-        if q_norm is not None and not isinstance(q_norm, nn.Identity):
-            q = q_norm(q)
-        if k_norm is not None and not isinstance(k_norm, nn.Identity):
-            k = k_norm(k)
+        q = (getattr(mod, 'q_norm', None) or nn.Identity())(q)  # timm's qk_norm
+        k = (getattr(mod, 'k_norm', None) or nn.Identity())(k)
         sdpa = getattr(mod, 'scaled_dot_product_attention', None)
         if isinstance(sdpa, functools.partial) and sdpa.keywords.get('scale'):
             scale = 1.0 / sdpa.keywords['scale']  # mmpretrain's qk_scale path divides by it

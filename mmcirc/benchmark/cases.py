@@ -56,16 +56,8 @@ class Case:
         hw = (hw, hw) if isinstance(hw, int) else tuple(hw)
         torch.manual_seed(0)
         model, call = self.builder(hw, depth, dim)
-        return model.to(device), call, self.make_input(hw, batch, device, dim)
-
-    def make_input(self, hw, batch: int = 1, device='cpu', dim=ATTENTION_DIM):
-        """The random input of this case at ``hw``: (B, 3, H, W) or (B, H*W, dim) tokens."""
-        import torch
-
-        hw = (hw, hw) if isinstance(hw, int) else tuple(hw)
-        if self.inputs == 'tokens':
-            return torch.randn(batch, hw[0] * hw[1], dim, device=device)
-        return torch.randn(batch, 3, *hw, device=device)
+        shape = (batch, hw[0] * hw[1], dim) if self.inputs == 'tokens' else (batch, 3, *hw)
+        return model.to(device), call, torch.randn(*shape, device=device)
 
 
 #: name -> :class:`Case`
@@ -145,8 +137,6 @@ def _backbone(cls_name, **kwargs):
 
     def builder(hw, depth, dim=None):
         if ':' in cls_name:
-            import importlib
-
             library, name = cls_name.split(':')
             cls = getattr(importlib.import_module(f'{library}.models.backbones'), name)
             return _plain(_init_weights(cls(**kwargs, init_cfg=None)))
@@ -237,35 +227,26 @@ def count_macs(name: str, hw, depth: Optional[int] = None, extrapolate: bool = F
     count the models with 1 and 2 blocks and return ``F(1) + (depth - 1) (F(2) -
     F(1))`` for the model's depth (``depth``, else its real one), exact and much cheaper
     than counting the whole model at large sizes."""
-    from mmcirc.analysis import count_flops
-
     c = case(name)
     if not extrapolate:
-        return count_flops(*_eval_input(c, hw, depth))
+        return _count(c, hw, depth)
     if depth is None:
         depth = len(c.builder(hw, None)[0].blocks)
-    f1 = count_flops(*_eval_input(c, hw, 1))
-    if depth == 1:
-        return f1
-    f2 = count_flops(*_eval_input(c, hw, 2))
-    return f1 + (depth - 1) * (f2 - f1)
+    f1 = _count(c, hw, 1)
+    return f1 if depth == 1 else f1 + (depth - 1) * (_count(c, hw, 2) - f1)
 
 
-def _eval_input(c, hw, depth):
-    """(module, input) for the counter: the case's ``call`` as a module's forward."""
+def _count(c, hw, depth):
+    """Counted multiply-adds of the case's ``call`` on its input (the model in eval mode); a
+    call that is not the model's forward is counted as the forward of a module holding it."""
     from torch import nn
+
+    from mmcirc.analysis import count_flops
 
     model, call, x = c.build(hw, depth=depth)
     model.eval()  # not chained: some train() overrides (mmdet's Swin) return None
     if call is model:
-        return model, x
-
-    class Call(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            return call(x)
-
-    return Call().eval(), x
+        return count_flops(model, x)
+    holder = nn.Module()
+    holder.model = model
+    return count_flops(holder, x, forward=call)

@@ -1,22 +1,7 @@
-"""The measurement core: threads, meters, the step of one model and the round-robin
-timing of the models a table compares.
-
-* :func:`pin_threads` sets torch's intra-op threads (when asked) and returns the count
-  that every result records;
-* :class:`PeakMeter`: peak memory of a block above the memory before it: CPU: the
-  kernel's RSS high-water mark (``mmcirc.utils.memory``; meaningful for the first large
-  computation of a fresh process, hence the memory children), CUDA: the allocator's
-  ``max_memory_allocated``;
-* :func:`make_step`: the callable that runs one forward (or forward + backward) of a
-  model under the axes of a measurement: precision (autocast; the plain-attention
-  baselines pinned to the flash kernel on CUDA under half precision), eager or
-  ``torch.compile``, synchronised;
-* :func:`round_robin`: warm-up of each step, then rounds in which every step runs once
-  in turn, so that a changing machine load hits all compared models alike; per step a
-  time budget (after ``min_runs``), and a first call slower than ``single_run_above``
-  seconds is the measurement (one run). Times are medians.
-
-Everything here needs torch only.
+"""The measurement core: threads (:func:`pin_threads`), peak-memory meters
+(:class:`PeakMeter`), the step of one model under the axes of a measurement
+(:func:`make_step`) and the round-robin timing of the models a table compares
+(:func:`round_robin`). Everything here needs torch only.
 """
 
 import contextlib
@@ -48,9 +33,11 @@ def pin_threads(threads: Optional[int] = None) -> int:
 
 class PeakMeter:
     """``with PeakMeter(device) as m: ...`` then ``m.peak_mb``: the peak memory of the
-    block above the memory before it, in MiB (see the module docstring). On the CPU,
-    ``m.reset`` says whether the kernel let the high-water mark be lowered (else the
-    peak includes what came before)."""
+    block above the memory before it, in MiB. CPU: the kernel's RSS high-water mark
+    (``mmcirc.utils.memory``; meaningful for the first large computation of a fresh
+    process, hence the memory children), ``m.reset`` saying whether the kernel let the
+    mark be lowered (else the peak includes what came before); CUDA: the allocator's
+    ``max_memory_allocated``."""
 
     def __init__(self, device='cpu'):
         import torch
@@ -196,7 +183,9 @@ def round_robin(
     on_first: Optional[Callable] = None,
     record_errors: bool = False,
 ) -> Dict[str, dict]:
-    """Time ``steps`` (name -> ``step()``) side by side; see the module docstring.
+    """Time ``steps`` (name -> ``step()``) side by side: warm-up of each step, then rounds
+    in which every step runs once in turn, so that a changing machine load hits all
+    compared models alike. Times are medians.
 
     Each step's first call is timed (``first_ms``; ``on_first(name, out)`` sees its
     output), then ``warmup - 1`` more untimed calls; then up to ``repeat`` rounds. A step

@@ -1,17 +1,6 @@
-"""The report writer: the environment of a run, an atomic JSON store that merges runs,
-and markdown tables with ratios against a named baseline.
-
-* :func:`environment`: date (UTC), CPU, its vector ISA as torch sees it and its native
-  bfloat16 flags (none: bf16 autocast runs emulated on the CPU, slower than float32),
-  cores and affinity, load, torch / timm / Python versions, the device's name,
-  threads, the command;
-* :class:`ResultStore`: ``results`` keyed by a measurement's key; :meth:`ResultStore.load`
-  reads an earlier run (the records it already has), :meth:`ResultStore.update` adds or
-  replaces records, :meth:`ResultStore.save` writes the whole file atomically (after
-  every measurement: a kill leaves the last complete file);
-* :func:`ratio` / :func:`speedup`: a baseline's figure over a model's, formatted, or
-  ``'-'`` where either is missing; :func:`figure`: one figure of a record or its status;
-  :func:`markdown_table`.
+"""The report writer: the environment of a run (:func:`environment`), the JSON store that
+merges runs (:class:`ResultStore`) and markdown tables with ratios against a named
+baseline (:func:`ratio`, :func:`speedup`, :func:`figure`, :func:`markdown_table`).
 """
 
 import contextlib
@@ -52,8 +41,10 @@ BF16_CPU_FLAGS = ('avx512_bf16', 'amx_bf16', 'bf16')
 
 
 def environment(command: Optional[str] = None, device: str = 'cpu', **extra) -> dict:
-    """Date, machine, load, versions and the command of a run (``command`` None: this
-    process's ``sys.argv``)."""
+    """Date (UTC), CPU, its vector ISA as torch sees it and its native bfloat16 flags
+    (none: bf16 autocast runs emulated on the CPU, slower than float32), cores and
+    affinity, load, torch / timm / Python versions, the device's name, threads and the
+    command of a run (``command`` None: this process's ``sys.argv``)."""
     import torch
 
     try:
@@ -81,7 +72,8 @@ def environment(command: Optional[str] = None, device: str = 'cpu', **extra) -> 
 
 class ResultStore:
     """The JSON file of a benchmark: ``{'environment': ..., 'results': {key: record},
-    **extra}`` written atomically."""
+    **extra}``, written whole and atomically by :meth:`save` (after every measurement: a
+    kill leaves the last complete file)."""
 
     def __init__(self, path: str):
         self.path = path

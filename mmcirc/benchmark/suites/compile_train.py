@@ -193,7 +193,7 @@ def run(options):
     the store written after each run (``options``: the flags, checked by :func:`check`)."""
     import torch
 
-    from ..runner import run_isolated
+    from ..runner import REPO, run_isolated
 
     root = ensure_toy_data(osp.abspath(options.data_root), options.jobs)
     settings = dict(iters=options.iters, warmup=options.warmup, backend=options.backend,
@@ -201,13 +201,12 @@ def run(options):
     device = 'cuda' if torch.cuda.is_available() else 'cpu'  # where mmengine's Runner trains
     env = environment(options.command, device=device, backend=options.backend)
     store = ResultStore(options.out).load(settings)
-    repo = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
     for job in options.jobs:
         _, config, _, size_range = JOBS[job]
         for step in STEPS:
             t = time.perf_counter()
             spec = dict(
-                config=osp.join(repo, config), step=step, backend=options.backend,
+                config=osp.join(REPO, config), step=step, backend=options.backend,
                 iters=options.iters, threads=options.threads, size_range=size_range,
                 work_dir=osp.join(root, 'work_dirs', f'{job}_{step}'),
             )  # fmt: skip

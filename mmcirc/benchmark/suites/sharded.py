@@ -230,20 +230,15 @@ def _sizes(p, shard_sizes):
 
 
 def run(args):
-    """Every config at every P (with ``shard_sizes``, every mesh of P: :func:`_sizes`);
-    write the results and the table after each.
-
-    ``args``: the suite's settings as attributes, those of its command's flags
-    (``python -m mmcirc.benchmark sharded``, which checks them).
-    """
+    """Every config at every P (with ``--train --shard-sizes``, every mesh of P:
+    :func:`_sizes`); the results and the tables written after each (``args``: the flags,
+    checked by :func:`check`)."""
     from mmcirc.distributed.launch import run_parallel
 
-    store = ResultStore(osp.join(args.out_dir, 'results.json'))
-    store.load(settings=dict(threads=args.threads))
-    train = getattr(args, 'train', False)
-    meshes = getattr(args, 'shard_sizes', None) or ()
+    store = ResultStore(osp.join(args.out_dir, 'results.json')).load(dict(threads=args.threads))
+    train, meshes = args.train, args.shard_sizes if args.train else ()
     for cfg in args.configs:
-        for p, s in [(p, s) for p in args.nprocs for s in _sizes(p, meshes if train else ())]:
+        for p, s in [(p, s) for p in args.nprocs for s in _sizes(p, meshes)]:
             ranks = run_parallel(
                 _train_worker if train else _worker,
                 p,
