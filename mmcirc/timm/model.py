@@ -8,13 +8,10 @@ names under ``backbone.``) followed by timm's head: global pooling, ``head_drop`
 (``'meta'``: no memory, no init; ``to_empty`` then :meth:`TimmModel.init_weights`
 makes them real), in ``dtype``.
 
-``torch.fx`` traces a model down to the backbone's stages and blocks; the leaves (timm's
-``register_notrace_module`` / ``register_notrace_function``, :meth:`TimmModel.fx_leaves`)
-are only the modules and functions whose forward branches on sizes or makes them ints
-(the attentions, patch embedding and merging, the size helpers). The ``feature_info``
-modules are thus nodes of the graph: ``features_only=True`` takes ``feature_cls='fx'``
-(:class:`FeatureGraph`, the maps of :meth:`TimmModel.forward_intermediates` out of
-that graph) besides the default ``'getter'``.
+``torch.fx`` traces a model down to the backbone's stages and blocks (the leaves:
+:meth:`TimmModel.fx_leaves`), so the ``feature_info`` modules are nodes of the graph:
+``features_only=True`` takes ``feature_cls='fx'`` (:class:`FeatureGraph`) besides the
+default ``'getter'``.
 """
 
 import contextlib
@@ -59,11 +56,9 @@ def init_backbone(backbone) -> None:
         backbone.init_weights()
 
 
-@contextlib.contextmanager
 def building_on(device):
     """Modules built inside are created on ``device`` (None: the default device)."""
-    with contextlib.nullcontext() if device is None else torch.device(device):
-        yield
+    return contextlib.nullcontext() if device is None else torch.device(device)
 
 
 def take_indices(indices, num: int, unit: str = 'blocks') -> List[int]:
@@ -92,11 +87,9 @@ class FeatureGetter(FeatureGetterNet):
 class FeatureGraph(FeatureGraphNet):
     """timm's ``FeatureGraphNet`` (``feature_cls='fx'``: the outputs of the
     ``feature_info`` modules, out of a ``torch.fx`` graph of the model) giving the maps
-    of :meth:`TimmModel.forward_intermediates`: a pyramid stage's output is its map
-    already, a block's tokens are made one (:meth:`TimmModel.feature_map_fn`); the
-    indices taken as the getter takes them (:func:`take_indices`: sorted, negative ones
-    from the end; as given with an ``out_map``). ``output_fmt`` (timm's builder passes
-    the model's) changes nothing: the maps are NCHW."""
+    of :meth:`TimmModel.forward_intermediates` (:meth:`TimmModel.feature_map_fn`), the
+    indices taken as the getter takes them (:func:`take_indices`; as given with an
+    ``out_map``). ``output_fmt`` changes nothing: the maps are NCHW."""
 
     def __init__(self, model, out_indices, out_map=None, output_fmt='NCHW', return_dict=False):
         if out_map is None:

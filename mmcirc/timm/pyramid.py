@@ -2,9 +2,8 @@
 
 The classifier is mmcirc's ImageNet one (``configs/*_in1k.py``: the backbone's last
 stage, global average pooling, a linear head), so an mmpretrain checkpoint of those
-configs loads as it is (``backbone.*``, ``head.fc.*`` -> ``head.*``); timm's other
-poolings (``'max'``, ``'avgmax'``, ``'catavgmax'``) are options. Every model gives the
-map of every stage (:meth:`PyramidTimm.forward_intermediates`): CA-Swin's through its
+configs loads as it is (``backbone.*``, ``head.fc.*`` -> ``head.*``). Every model gives
+the map of every stage (:meth:`PyramidTimm.forward_intermediates`): CA-Swin's through its
 output LN where it has one. A classifier has the last one (``norm3``); with
 ``features_only=True`` each stage asked for has its own, as in mmdet / mmseg (an
 ImageNet checkpoint holds only ``norm3``: the others start at their init, as they do

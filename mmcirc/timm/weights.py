@@ -28,6 +28,7 @@ import torch
 
 from mmcirc.models.backbones.contract import HAS_MMENGINE
 from mmcirc.models.convert import RELEASED, ConversionError, deit, strip_common_prefix, veca
+from mmcirc.models.convert.conversion import shape_mismatches
 
 __all__ = ['checkpoint_filter_fn', 'load_checkpoint_file', 'load_into']
 
@@ -117,11 +118,7 @@ def load_into(model, ckpt) -> None:
         from timm.models import adapt_input_conv  # timm's rule for other input channels
 
         sd[key] = adapt_input_conv(target[key].shape[1], sd[key])
-    mismatched = [
-        f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(target[k].shape)}'
-        for k, v in sd.items()
-        if k in target and v.shape != target[k].shape
-    ]
+    mismatched = shape_mismatches(sd, target)
     if mismatched:
         raise ValueError(
             f'the checkpoint does not fit {type(model).__name__}: ' + '; '.join(mismatched[:4])

@@ -97,10 +97,8 @@ def _create(variant: str, pretrained: bool, model_args: dict, **kwargs):
     feature_cls = kwargs.pop('feature_cls', 'getter')
     if features and isinstance(feature_cls, str) and feature_cls not in ('getter', 'fx'):
         raise ValueError(f"{variant}: feature_cls must be 'getter' or 'fx', got {feature_cls!r}")
-    if feature_cls == 'getter':  # timm's getter, with the model's gradient checkpointing
-        feature_cls = FeatureGetter
-    elif feature_cls == 'fx':  # timm's fx extractor, giving the getter's maps
-        feature_cls = FeatureGraph
+    if isinstance(feature_cls, str):  # timm's getter and fx extractor, mmcirc's versions
+        feature_cls = dict(getter=FeatureGetter, fx=FeatureGraph).get(feature_cls, feature_cls)
     if cls is PyramidTimm:
         default_out = (0, 1, 2, 3)
         if features:

@@ -1,10 +1,7 @@
-"""Circulant- and core-attention PVT and Swin pyramids (registered into the MODELS
-registries of mmdet, mmseg and mmpretrain).
-
-The isotropic models (:class:`CADeiT`, :class:`VECAViT`) need torch only; the pyramids
-reuse mmcv / mmdet layers and are imported only where mmengine is installed (a torch-only
-install gets the isotropic models, unregistered). All keep one backbone contract
-(:mod:`.contract`: arch, out_indices, frozen_stages, norm_eval, with_cp, elastic cores).
+"""mmcirc's backbones (registered into the MODELS registries of mmdet, mmseg and
+mmpretrain), all keeping one contract (:mod:`.contract`). The pyramids reuse mmcv / mmdet
+layers and are imported only where mmengine is installed; the isotropic models
+(:class:`CADeiT`, :class:`VECAViT`) need torch only (unregistered without mmengine).
 """
 
 import importlib.util

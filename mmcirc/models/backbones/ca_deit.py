@@ -22,11 +22,8 @@ Parameter names are the official (timm) ones without the classifier ``head``:
 ``patch_embed.proj``, ``blocks.{k}.{cpe, norm1, attn.{gate.0, qkv, proj}, norm2,
 mlp.fc1, mlp.fc2}``, ``norm``. The official checkpoint converts with
 ``tools/model_converters/cadeit_to_mmcirc.py --family deit``
-(:func:`mmcirc.models.convert.deit.convert_cadeit_official`).
-
-This file needs torch only; with mmengine installed, :class:`CADeiT` is an mmengine
-``BaseModule`` (``init_cfg``) registered in the MODELS registries of mmdet, mmseg and
-mmpretrain.
+(:func:`mmcirc.models.convert.deit.convert_cadeit_official`). Torch only (see
+:mod:`.contract`).
 """
 
 from typing import Optional, Sequence
@@ -42,7 +39,6 @@ from .contract import (
     check_circulant,
     call_block,
     check_images,
-    check_positive,
     check_positive_int,
     check_rate,
     pad_to_multiple,
@@ -271,13 +267,6 @@ class CADeiT(BackboneContract):
         self._freeze_stages()
 
     # ------------------------------------------------------------------ contract
-    @classmethod
-    def _check_arch(cls, arch: dict) -> dict:
-        for key in ('embed_dims', 'depth'):
-            check_positive_int(cls.__name__, f'arch {key}', arch[key])
-        check_positive(cls.__name__, 'arch mlp_ratio', arch['mlp_ratio'])
-        return arch
-
     def _frozen_parts(self):
         """``frozen_stages`` = k: the patch embedding, blocks 0..k-1 (all: and ``norm``)."""
         modules = [self.patch_embed] if self.frozen_stages >= 0 else []

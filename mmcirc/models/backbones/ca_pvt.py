@@ -8,19 +8,10 @@ then its blocks. ``'sra'`` stages use mmdet's ``PVTEncoderLayer`` unchanged
 ``'core'`` stages use :class:`CirculantBlock` / :class:`CoreBlock` with PVT's MLP
 (mmdet ``MixFFN`` without conv, MLP ratios 8-8-4-4): ``CAPVT.attention_blocks``.
 
-Parameter names follow mmdet's ``PyramidVisionTransformer``; a converter maps an
-mmdet-format state dict with these renames (``mmcirc.models.convert.pvt.MMDET_PVT_KEY_MAP``)::
-
-    mmdet                                ours
-    layers.{i}.0.*                       layers.{i}.patch_embed.*
-    layers.{i}.1.0.pos_embed             layers.{i}.pos_embed.pos_embed
-    layers.{i}.1.{j+1}.*                 layers.{i}.blocks.{j}.*      (same inner keys:
-                                         norm1, attn.attn.in_proj_*, attn.sr, attn.norm,
-                                         norm2, ffn.layers.{0,3})
-    layers.{i}.2.*  (norm_after_stage)   layers.{i}.norm.*
-
-Circulant blocks have ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2`` and
-``ffn.layers.{0,3}``; core stages also hold the bank ``layers.{i}.cores``.
+Parameter names follow mmdet's ``PyramidVisionTransformer`` up to the renames of
+:data:`mmcirc.models.convert.pvt.MMDET_PVT_KEY_MAP`. Circulant blocks have ``cpe``,
+``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2`` and ``ffn.layers.{0,3}``; core stages
+also hold the bank ``layers.{i}.cores``.
 """
 
 from numbers import Real

@@ -24,7 +24,7 @@ from torch import nn
 from mmcirc.registry import register_model
 from ..blocks import CirculantBlock, CoreBlock, WindowBlock
 from ..families import register_family
-from .contract import check_positive, is_int
+from .contract import check_positive, check_positive_int, is_int
 from .pyramid import PyramidBackbone
 
 __all__ = ['CASwin', 'CoreSwin']
@@ -48,7 +48,6 @@ class CASwin(PyramidBackbone):
             None: ``(attention, attention, 'window', 'window')``.
         block_cfgs (dict | Sequence[dict | None], optional): per-stage block configs,
             see :class:`PyramidBackbone`.
-        in_channels (int): image channels.
         strides (Sequence[int]): patch embedding stride (= kernel) then the patch
             merging strides.
         window_size (int): window of the ``'window'`` stages (7).
@@ -57,10 +56,9 @@ class CASwin(PyramidBackbone):
         patch_norm (bool): LN after patch embedding / merging.
         out_indices (int | Sequence[int]): stages to output (0-3, negative allowed);
             each gets an LN ``norm{i}``.
-        drop_rate, attn_drop_rate (float): dropouts.
-        drop_path_rate (float): stochastic depth, linear from 0 over all blocks.
-        circulant_heads, boundary, scale, num_cores, num_cores_max, core_chunk_size:
-            as in :class:`CAPVT`.
+        in_channels, drop_rate, attn_drop_rate, drop_path_rate, circulant_heads,
+            boundary, scale, num_cores, num_cores_max, core_chunk_size: as in
+            :class:`CAPVT`.
         core_cpe (bool): CPE in core blocks (on: Swin has no position embedding).
         act_cfg, norm_cfg (dict): activation and norm (LN).
         frozen_stages (int): -1 none; 0 the patch embedding; k >= 1 also stages 1..k
@@ -140,8 +138,7 @@ class CASwin(PyramidBackbone):
         )
         n = self.num_stages
         strides = self._per_stage('strides', strides, n, lambda v: is_int(v) and v >= 1)
-        if not is_int(window_size) or window_size < 1:
-            raise ValueError(f'CASwin: window_size must be a positive int, got {window_size!r}')
+        check_positive_int(type(self).__name__, 'window_size', window_size)
         check_positive(type(self).__name__, 'mlp_ratio', mlp_ratio)
         patch_norm_cfg = norm_cfg if patch_norm else None
         self.patch_embed = PatchEmbed(

@@ -13,10 +13,8 @@ mmdet, mmseg and mmpretrain expect of a backbone:
 * with a core bank: the active core count C' (``num_cores``, ``set_num_cores``),
   parsed by :func:`mmcirc.ops.core.parse_num_cores` against :data:`CORE_PRESETS`.
 
-:class:`BackboneContract` does the first five, :class:`ElasticCores` the last. A
-family says only what is its own: the keys and value checks of an arch dict
-(``arch_keys``, ``arch_defaults``, :meth:`BackboneContract._check_arch`) and which
-modules its first k stages are (:meth:`BackboneContract._frozen_parts`).
+:class:`BackboneContract` does the first five (a family gives its arch checks and
+frozen parts), :class:`ElasticCores` the last.
 
 Torch only (CA-DeiT and VECA need nothing else): with mmengine installed the base
 class is mmengine's ``BaseModule`` (``init_cfg``), else a stand-in that stores it.
@@ -226,7 +224,11 @@ class BackboneContract(BaseModule):
 
     @classmethod
     def _check_arch(cls, arch: dict) -> dict:
-        """Check (and normalise) the values of an arch dict with the right keys."""
+        """Check (and normalise) the values of an arch dict with the right keys: here
+        ``arch_keys`` positive ints, then a positive ``mlp_ratio``."""
+        for key in (k for k in cls.arch_keys if k != 'mlp_ratio'):
+            check_positive_int(cls.__name__, f'arch {key}', arch[key])
+        check_positive(cls.__name__, 'arch mlp_ratio', arch['mlp_ratio'])
         return arch
 
     # ------------------------------------------------------------------ contract

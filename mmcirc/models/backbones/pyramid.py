@@ -2,20 +2,11 @@
 
 METHOD.md, "CA in pyramids": circulant (or core) attention replaces the attention of
 the high-resolution stages of PVT and Swin; everything else of the pyramid stays as
-it was. Hence one skeleton with a per-stage choice of attention:
-
-* blocks: a family maps its attention kinds to block classes in a plain dict
-  (``attention_blocks``: ``CirculantBlock``, ``CoreBlock`` and, unchanged from mmdet,
-  its original block, ``SRABlock`` = ``PVTEncoderLayer`` / ``WindowBlock`` =
-  ``SwinBlock``) and gives each kind explicit keyword arguments.
-  A stage's blocks come from the short form ``attention`` / ``stage_attentions`` or a
-  block config (``block_cfgs``; one with a ``type`` is built by ``MODELS.build``);
-* :class:`PyramidStage`: ``[patch_embed] -> [pos_embed] -> blocks -> [norm] ->
-  [downsample]``, with a learnable core bank when its blocks carry cores;
-* :class:`PyramidBackbone`: argument checking (all of it when the model is built),
-  stochastic depth, the forward loop and ``init_weights``; ``arch``, ``out_indices``,
-  ``frozen_stages``, ``norm_eval``, ``with_cp`` and elastic core counts are the
-  contract every mmcirc backbone keeps (:mod:`.contract`).
+it was. Hence one skeleton, :class:`PyramidBackbone` (what it checks and builds:
+:mod:`.pyramid_build`), of :class:`PyramidStage` s whose blocks are chosen per stage
+(``attention_blocks``: the family's original block, unchanged from mmdet, or one of
+:mod:`mmcirc.models.blocks`), keeping the contract of every mmcirc backbone
+(:mod:`.contract`).
 """
 
 import math
@@ -67,11 +58,6 @@ class PyramidStage(BaseModule):
         patch_embed, pos_embed, norm, downsample (nn.Module, optional): see above.
         num_cores_max (int): bank size (core-carrying blocks only). num_cores (int): active C'.
         with_cp (bool): torch.utils.checkpoint each block (saves memory in training).
-
-    ``forward(x, hw_shape, out_norm=None, with_out=True) -> (x_next, hw_next, out)``:
-    the input of the next stage (tokens (B, N, C) and their grid) and this stage's
-    output (before ``downsample``, through ``out_norm`` when given) as a contiguous map
-    (B, C, H, W), computed last (None without ``with_out``).
     """
 
     def __init__(
@@ -124,8 +110,10 @@ class PyramidStage(BaseModule):
         with_out: bool = True,
     ):
         """x: tokens (B, N, C) with ``hw_shape``, or an image/map (B, C, H, W) with
-        ``hw_shape`` None when the stage starts with ``patch_embed``. Returns
-        (x_next, hw_next, out), ``out`` the map (B, C, H, W) of the stage's output."""
+        ``hw_shape`` None when the stage starts with ``patch_embed``. Returns the input
+        of the next stage (tokens and their grid) and this stage's output (before
+        ``downsample``, through ``out_norm`` when given) as a contiguous map (B, C, H, W),
+        computed last (None without ``with_out``)."""
         if self.patch_embed is not None:
             if hw_shape is not None:  # (B, N, C) -> (B, C, H, W) channels-last view, no copy
                 x = x.reshape(x.shape[0], hw_shape[0], hw_shape[1], -1).permute(0, 3, 1, 2)

@@ -207,9 +207,7 @@ class PyramidBuild:
         self.num_features = list(self.embed_dims)
         n = len(self.depths)
         blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, n)
-        self.block_types = tuple(b for b, _, _ in blocks)
-        self.block_cfg_types = tuple(t for _, t, _ in blocks)
-        self.block_options = tuple(o for _, _, o in blocks)
+        self.block_types, self.block_cfg_types, self.block_options = map(tuple, zip(*blocks))
         self.stage_attentions = tuple(b.kind for b in self.block_types)
         self._setup_contract(
             num_stages=n,
@@ -253,15 +251,10 @@ class PyramidBuild:
         self._mlp_args = dict(drop_rate=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg)
 
     def _build_blocks(self, i: int, mlp_ratio, own: dict) -> List[nn.Module]:
-        """The blocks of stage ``i``: its block class (or its block config's ``type``,
-        through ``MODELS.build``) with the explicit arguments of its kind, each block's
-        drop path rate and what its class gives the ``j``-th block (``block_args``), then
-        its block config's options on top.
-
-        Every kind takes the family's MLP (``embed_dims``, ``feedforward_channels`` =
-        ``mlp_ratio`` x width, ``drop_rate``, ``act_cfg``, ``norm_cfg``); the family's own
-        block also ``own``, the other kinds what their class takes of the backbone's
-        options (``stage_args``: e.g. circulant heads, ``boundary``, ``scale``)."""
+        """The blocks of stage ``i`` (see :class:`~.pyramid.PyramidBackbone`): every kind
+        takes the family's MLP (``feedforward_channels`` = ``mlp_ratio`` x width), the
+        family's own block also ``own``, the others their ``stage_args``; then each
+        block's drop path rate and ``block_args``, and the block config's options on top."""
         dims = self.embed_dims[i]
         args = dict(embed_dims=dims, feedforward_channels=int(mlp_ratio * dims), **self._mlp_args)
         original = self.stage_attentions[i] == self.original_attention

@@ -27,10 +27,8 @@ used; ``num_cores`` / :meth:`VECAViT.set_num_cores` choose C' without retraining
 Parameter names are the official ones except the core bank, which the official code
 keeps in chunks of 8 (``query_token_chunks.{i}``, ``qcoord_chunks.{i}``) and mmcirc
 as one tensor (``cores`` (C, D), ``core_coords`` (C, 2)); the converter
-(``tools/model_converters/veca_to_mmcirc.py``) concatenates the chunks.
-
-Needs torch only; with mmengine installed :class:`VECAViT` is an mmengine
-``BaseModule`` registered for mmdet, mmseg and mmpretrain.
+(``tools/model_converters/veca_to_mmcirc.py``) concatenates the chunks. Torch only
+(see :mod:`.contract`).
 """
 
 import math
@@ -47,7 +45,6 @@ from .contract import (
     ElasticCores,
     call_block,
     check_images,
-    check_positive,
     check_positive_int,
     check_rate,
     is_int,
@@ -91,11 +88,8 @@ class Rotary2D(nn.Module):
                 f"rope_zero_freqs_from must be 'low' or 'high', got {zero_freqs_from!r}"
             )
         self.head_dim, self.base = head_dim, float(base)
-        self.shift_coords, self.jitter_coords, self.rescale_coords = (
-            shift_coords,
-            jitter_coords,
-            rescale_coords,
-        )
+        self.shift_coords, self.jitter_coords = shift_coords, jitter_coords
+        self.rescale_coords = rescale_coords
         self.p_zero_freqs, self.zero_freqs_from = float(p_zero_freqs), zero_freqs_from
         self.register_buffer('periods', self._periods(), persistent=False)
 
@@ -170,10 +164,7 @@ class CorePeripheryAttention(nn.Module):
             return y.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
         q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
-        cos, sin = (
-            cos.to(q.dtype).unsqueeze(1),
-            sin.to(q.dtype).unsqueeze(1),
-        )  # (B, 1, T, d), autocast dtype
+        cos, sin = cos.to(q.dtype).unsqueeze(1), sin.to(q.dtype).unsqueeze(1)  # (B, 1, T, d)
         return Rotary2D.rotate(q, cos, sin), Rotary2D.rotate(k, cos, sin), v
 
     def forward(
@@ -306,7 +297,7 @@ class VECAViT(ElasticCores, BackboneContract):
             frozen_stages=frozen_stages,
             with_cp=with_cp,
         )
-        self.core_chunk = int(core_chunk)
+        self.core_chunk = self.num_cores_step = int(core_chunk)  # C' comes in chunks
         self.out_type = out_type
         self.out_norm = bool(out_norm)
         d = self.embed_dims
@@ -344,18 +335,6 @@ class VECAViT(ElasticCores, BackboneContract):
         self._freeze_stages()
 
     # ------------------------------------------------------------------ contract
-    @classmethod
-    def _check_arch(cls, arch: dict) -> dict:
-        for key in ('embed_dims', 'num_layers', 'num_heads', 'num_cores'):
-            check_positive_int(cls.__name__, f'arch {key}', arch[key])
-        check_positive(cls.__name__, 'arch mlp_ratio', arch['mlp_ratio'])
-        return arch
-
-    @property
-    def num_cores_step(self) -> int:
-        """C' comes in chunks of ``core_chunk`` cores (the official bank layout)."""
-        return self.core_chunk
-
     def _frozen_parts(self):
         """``frozen_stages`` = k: the patch embedding; k >= 1 also the core bank, its
         coordinates and their heads up to block k; all: everything (and the RoPE

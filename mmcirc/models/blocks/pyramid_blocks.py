@@ -2,32 +2,28 @@
 the parts the blocks share.
 
 A block is a module ``blk(x, hw_shape) -> x`` (tokens (B, N, C) of an H x W map) or,
-when it ``carries_cores``, ``blk(x, hw_shape, cores) -> (x, cores)``. A family
-(:class:`~mmcirc.models.backbones.CAPVT`, :class:`~mmcirc.models.backbones.CASwin`) maps
-its attention kinds to block classes in a plain dict and builds each with explicit
-keyword arguments. Every block declares, as class attributes (:class:`PyramidBlock`):
+when it ``carries_cores``, ``blk(x, hw_shape, cores) -> (x, cores)``; a family maps its
+attention kinds to block classes in a plain dict. Every block declares, as class
+attributes (:class:`PyramidBlock`):
 
-* ``kind``: the short name used in a backbone's ``attention`` / ``stage_attentions``;
+* ``kind``: its name in a backbone's ``attention`` / ``stage_attentions``;
 * ``carries_cores``: the stage owns a core bank whose cores go through the blocks;
 * ``added_keys``: state-dict key prefixes (relative to the block) that the family's
-  original block does not have, i.e. what a converted checkpoint leaves new;
-* ``options``: the backbone-level options it reads (e.g. ``boundary``), so a tool
-  can tell whether an option has any effect;
+  original block lacks, i.e. what a converted checkpoint leaves new;
+* ``options``: the backbone-level options it reads (e.g. ``boundary``);
 * ``quadratic``: its attention matrix grows with the square of the map area;
 * ``variant_prefix``: the name prefix of a pyramid whose replaced stages are of this
-  kind (``'ca'``: ``ca_pvt_s``, in config, checkpoint and timm names), if it has one;
-* ``fx_leaves``: the module classes inside it whose forward branches on sizes or makes
-  them ints, which ``torch.fx`` records whole instead of tracing (mmcirc.timm).
+  kind (``'ca'``: ``ca_pvt_s``, in config, checkpoint and timm names), if any;
+* ``fx_leaves``: its module classes whose forward branches on sizes or makes them ints,
+  which ``torch.fx`` records whole (mmcirc.timm);
 
-A block also says how it takes the backbone's options (:meth:`PyramidBlock.stage_args`
-of a :class:`StageOptions`), what varies along a stage (:meth:`PyramidBlock.block_args`)
-and the smallest map it takes (:meth:`PyramidBlock.min_grid`), so that the shared
-builder knows no kind by name.
+and how it takes the backbone's options (:meth:`PyramidBlock.stage_args`), what varies
+along a stage (:meth:`PyramidBlock.block_args`) and the smallest map it takes
+(:meth:`PyramidBlock.min_grid`), so that the shared builder knows no kind by name.
 
-The shared parts run on the tokens (B, N, C) as they come, with the parameter names of
-the families' own layers: :class:`TokenCPE` (the 3x3 depthwise positional conv),
-:class:`TokenFFN` (Swin's MLP, mmcv ``FFN``) and :class:`TokenMixFFN` (PVT's, mmdet's
-``MixFFN`` without its depthwise conv), made by :func:`build_ffn`.
+The shared parts run on the tokens as they come, with the families' parameter names:
+:class:`TokenCPE`, :class:`TokenFFN` (Swin's MLP) and :class:`TokenMixFFN` (PVT's),
+made by :func:`build_ffn`.
 """
 
 from dataclasses import dataclass
@@ -230,9 +226,7 @@ class CirculantBlock(PyramidBlock, BaseModule):
         kernel (str, optional): the attention's core, ``'torch'`` or ``'triton'`` (see
             :class:`~mmcirc.ops.circulant.CirculantAttention`; a block config's option).
 
-    Parameter names: ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2``, ``ffn.*``;
-    new relative to PVT's / Swin's block: ``cpe`` and ``attn``. In a backbone, the
-    options ``circulant_heads`` (as ``num_heads``), ``boundary`` and ``scale`` apply.
+    Parameter names: ``cpe``, ``norm1``, ``attn.{gate.0,qkv,proj}``, ``norm2``, ``ffn.*``.
     """
 
     kind = 'circulant'
@@ -308,10 +302,7 @@ class CoreBlock(PyramidBlock, BaseModule):
         ffn_type (str): ``'ffn'`` (Swin) or ``'mixffn'`` (PVT).
         act_cfg, norm_cfg (dict): MLP activation and norms.
 
-    Parameter names: ``[cpe]``, ``norm1``, ``attn.*`` (see CoreAttention), ``norm2``, ``ffn.*``;
-    new relative to PVT's / Swin's block: ``cpe`` and ``attn`` (and the stage's ``cores``).
-    In a backbone, the options ``num_cores``, ``num_cores_max``, ``core_cpe`` (as
-    ``use_cpe``) and ``core_chunk_size`` (as ``chunk_size``) apply.
+    Parameter names: ``[cpe]``, ``norm1``, ``attn.*`` (see CoreAttention), ``norm2``, ``ffn.*``.
     """
 
     kind = 'core'

@@ -45,9 +45,5 @@ class SRABlock(PyramidBlock, PVTEncoderLayer):
     def attention_matrix(self, hw: Sequence[int]) -> dict:
         """``nn.MultiheadAttention`` with ``need_weights``: every token queries the
         (h // sr) x (w // sr) reduced keys (all h x w keys when sr = 1)."""
-        h, w = hw
-        sr = int(getattr(self.attn, 'sr_ratio', 1))
-        n = h * w
-        return dict(
-            queries=n, keys=(h // sr) * (w // sr) if sr > 1 else n, heads=self.attn.attn.num_heads
-        )
+        (h, w), sr = hw, self.attn.sr_ratio
+        return dict(queries=h * w, keys=(h // sr) * (w // sr), heads=self.attn.attn.num_heads)

@@ -1,14 +1,11 @@
 """Checkpoint converters: released PVT, Swin, CA-DeiT and VECA weights to mmcirc models
 (their commands: :mod:`mmcirc.cli.convert`, ``tools/model_converters/*_to_mmcirc.py``).
 
-All converters are here, and they import the backbones where they build a target,
-never the reverse. The shared machinery is :mod:`.conversion` (safe loading,
-unwrapping, provenance, the one result type, report); each family's converter is its
-module (:mod:`.pvt` and :mod:`.swin`, their source layouts, with what the pyramids share
-in :mod:`.pyramid` and :mod:`.pyramid_target`; :mod:`.deit`; :mod:`.veca`), which enters
-it in the family table (:func:`mmcirc.models.families.register_converter`);
-:mod:`.files` converts a file for any family (:func:`convert_file`). This package needs
-torch alone.
+They import the backbones where they build a target, never the reverse. The shared
+machinery is :mod:`.conversion`; each family's converter is its module (:mod:`.pvt`,
+:mod:`.swin`, sharing :mod:`.pyramid`; :mod:`.deit`; :mod:`.veca`), entered in the
+family table (:func:`mmcirc.models.families.register_converter`); :func:`convert_file`
+converts a file for any family. Torch alone.
 """
 
 from .conversion import *  # noqa: F403

@@ -1,19 +1,10 @@
 """What every checkpoint converter shares: read a file through mmcirc's safe loader,
-unwrap its tensors, trace where each converted tensor came from, build the one
-:class:`ConversionResult` against the target model, report it (:func:`format_summary`)
-and write it atomically (:func:`save_checkpoint`). The family converters of this package
-import it; :func:`mmcirc.models.convert.files.convert_file` calls them, from file to
-file. The
-released whole-model files (CA-DeiT, VECA) are told apart here (:data:`RELEASED`), so
-that a file of one given to the other is named as such.
-
-Provenance (:func:`trace_provenance`): a key converter is run once more on index-valued
-stand-ins of the source tensors, so which source tensors every output was made from is
-read off the result, with nothing assumed about the mapping (e.g. mmdet's ``pvt_convert``
-concatenating ``q`` and ``kv`` into ``in_proj_weight``).
-
-Torch only at import: the safe loader and the libraries a family needs (mmdet,
-mmengine) are imported where they are used.
+unwrap its tensors, trace where each converted tensor came from
+(:func:`trace_provenance`), build the one :class:`ConversionResult` against the target
+model, report it (:func:`format_summary`) and write it atomically
+(:func:`save_checkpoint`). The released whole-model files (CA-DeiT, VECA) are told apart
+here (:data:`RELEASED`), so that a file of one given to the other is named as such.
+Torch only at import (the safe loader, mmdet and mmengine where they are used).
 """
 
 import os.path as osp
@@ -199,7 +190,8 @@ def expect_released(ckpt, family: str) -> None:
 def trace_provenance(convert, sd) -> Dict[str, List[str]]:
     """Run ``convert`` on stand-ins of the source tensors (each filled, without
     allocating, with its own index) and read which source tensors every output was
-    made from: {output key: [source keys]}."""
+    made from: {output key: [source keys]}, nothing assumed about the mapping (e.g.
+    mmdet's ``pvt_convert`` concatenating ``q`` and ``kv`` into ``in_proj_weight``)."""
     names = list(sd)
     tags = OrderedDict(
         (k, torch.tensor(i, dtype=torch.int64).expand(v.shape))

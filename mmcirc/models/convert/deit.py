@@ -8,12 +8,8 @@ embedding, for two targets (``tools/model_converters/cadeit_to_mmcirc.py``).
   ``tools/test.py configs/ca_deit_s_in1k.py FILE`` evaluates it and dense configs load
   the backbone with ``init_cfg=dict(type='Pretrained', checkpoint=FILE,
   prefix='backbone.')``. The arch is read from the tensors.
-* The circulant blocks of a CA/Core pyramid (:func:`convert_cadeit`): CA-DeiT is
-  isotropic (width 192 / 384 / 768), so its blocks ``blocks.{k}.{cpe, norm1, attn.qkv
-  (no bias), attn.gate.0, attn.proj, norm2, mlp.fc1, mlp.fc2}``
-  (:data:`CADEIT_BLOCK_KEY_MAP`) only fit the target's circulant blocks of that width;
-  they are assigned in order (stage by stage, block by block), tensor by tensor when
-  the shapes match.
+* The circulant blocks of its width (192 / 384 / 768) in a CA/Core pyramid
+  (:func:`convert_cadeit`, :data:`CADEIT_BLOCK_KEY_MAP`).
 
 Torch only at import (the pyramid targets need mmdet where they are built).
 """
@@ -190,23 +186,15 @@ def convert_cadeit(
     (default 0, 1, 2, ...); each tensor of :data:`CADEIT_BLOCK_KEY_MAP` whose shape
     fits is copied (the MLP is skipped, and reported unused, where the MLP ratio
     differs, e.g. PVT's 8). ``base`` (a checkpoint in mmcirc's layout, e.g. the output
-    of :func:`.pyramid.convert_pyramid`) supplies
-    everything else; CA-DeiT tensors replace its entries. Raises
-    :class:`ConversionError` if nothing fits.
+    of :func:`.pyramid.convert_pyramid`) supplies everything else; CA-DeiT tensors
+    replace its entries. Raises :class:`ConversionError` if nothing fits.
     """
     from ..blocks import CirculantBlock
     from .pyramid_target import describe, pyramid_result
 
     sd, outside = unwrap_state_dict(ckpt)
-    probe = [
-        k
-        for k in (
-            'blocks.0.attn.qkv.weight',
-            'blocks.0.attn.gate.0.weight',
-            'blocks.0.norm1.weight',
-        )
-        if k not in sd
-    ]
+    needed = ('blocks.0.attn.qkv.weight', 'blocks.0.attn.gate.0.weight', 'blocks.0.norm1.weight')
+    probe = [k for k in needed if k not in sd]
     if probe:
         raise ConversionError(
             f'not a CA-DeiT checkpoint: no {", ".join(probe)} (a plain DeiT has no '
@@ -250,25 +238,15 @@ def convert_cadeit(
                 out[k] = v
                 loaded_from[k] = [f'(base) {k}']
     for (i, j), b in zip(slots, source_blocks):
+        block = f'{attr}.{i}.blocks.{j}.'
         for src_key, candidates in CADEIT_BLOCK_KEY_MAP.items():
             src = f'blocks.{b}.{src_key}'
-            dst = next(
-                (
-                    f'{attr}.{i}.blocks.{j}.{c}'
-                    for c in candidates
-                    if f'{attr}.{i}.blocks.{j}.{c}' in target
-                ),
-                None,
-            )
+            dst = next((block + c for c in candidates if block + c in target), None)
             if src not in sd or dst is None:
                 continue
             value, want = sd[src], target[dst].shape
-            if (
-                value.shape != want
-                and value.numel() == math.prod(want)
-                and len(want) == 4
-                and tuple(want[2:]) == (1, 1)
-            ):  # Linear -> 1x1 conv (PVT MixFFN)
+            # Linear -> 1x1 conv (PVT MixFFN)
+            if len(want) == 4 and tuple(want[2:]) == (1, 1) and value.numel() == math.prod(want):
                 value = value.reshape(want)
             if value.shape == want:
                 out[dst] = value

@@ -36,16 +36,10 @@ def convert_file(
     to overwrite).
 
     ``trust`` allows full unpickling of the files read (:func:`load_source`);
-    ``options`` are the family's (its ``convert_source``): for ``'pvt'`` /
-    ``'swin'`` the target (``arch``, ``attention``, ``stage_attentions``,
-    ``backbone_options``, ``pos_embed_size``), ``src_layout``, or ``cadeit=True`` with
-    ``source_blocks`` and ``base`` (a CA-DeiT source, see
-    :func:`mmcirc.models.convert.deit.convert_cadeit`); for ``'deit'`` /
-    ``'veca'`` (the released files) ``arch``.
-
-    Returns ``(result, out, title)``: the :class:`ConversionResult`, the path written and
-    a one-line description for :func:`format_summary`. Raises :class:`ConversionError`
-    (a ``ValueError``) naming the parameter or tensor that does not fit.
+    ``options`` are the family's converter's (:func:`.pyramid.convert_source` for
+    ``'pvt'`` / ``'swin'``, ``arch`` for the released ``'deit'`` / ``'veca'`` files).
+    Returns ``(result, out, title)`` (a one-line description for :func:`format_summary`);
+    :class:`ConversionError` names the parameter or tensor that does not fit.
     """
     for name, path in (('src', src), ('base', options.get('base'))):
         if _same_file(out, path):

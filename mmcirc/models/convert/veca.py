@@ -96,7 +96,7 @@ def veca_settings_of(config: dict) -> tuple:
     if 'matryoshka_chunk_size' in config:  # the official loader's older name
         config['nested_chunk_size'] = config['matryoshka_chunk_size']
     kwargs = {arg: config[key] for key, arg in _VECA_CONFIG_ARGS.items() if key in config}
-    if kwargs.get('out_channels') is not None and family in VECA_FAMILIES:
+    if kwargs.get('out_channels') is not None:
         from ..backbones.veca import VECAViT
 
         if kwargs['out_channels'] == VECAViT.arch_zoo[family]['embed_dims']:
@@ -168,9 +168,7 @@ def convert_veca_official(ckpt, arch=None, meta: Optional[dict] = None):
         family='veca',
         model_family=family,
         backbone=backbone,
-        nested_budgets=list(ckpt['config'].get('nested_budgets', []))
-        if isinstance(ckpt.get('config'), dict)
-        else [],
+        nested_budgets=list(ckpt.get('config', {}).get('nested_budgets', [])),
     )
     return isotropic_result(model, out, sources, sd, m), model
 
