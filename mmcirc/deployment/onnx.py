@@ -20,6 +20,7 @@ pooling (PSP / UperNet pool scales) exports as masked-mean matrix products
 blocks are refused (:func:`check_exportable`).
 """
 
+import contextlib
 import os
 import os.path as osp
 import re
@@ -72,19 +73,14 @@ def output_names(out, prefix: str = 'output') -> List[str]:
     return [n for i, o in enumerate(out) for n in output_names(o, f'{prefix}.{i}')]
 
 
-def _is_two_stage(model) -> bool:
-    return (
-        getattr(model, 'rpn_head', None) is not None or getattr(model, 'roi_head', None) is not None
-    )
-
-
 class TensorModel(nn.Module):
     """``model(inputs, mode='tensor')`` (or ``model.extract_feat`` with ``features``),
     outputs flattened to a tuple of tensors."""
 
     def __init__(self, model: nn.Module, features: bool = False):
         super().__init__()
-        if not features and _is_two_stage(model):
+        two_stage = any(getattr(model, k, None) is not None for k in ('rpn_head', 'roi_head'))
+        if not features and two_stage:
             raise ExportError(
                 f"{type(model).__name__} is a two-stage detector: its mode='tensor' runs the "
                 "RPN's proposal NMS and needs image metas, which an ONNX graph of the network "
@@ -104,13 +100,6 @@ class TensorModel(nn.Module):
 
 
 # --------------------------------------------------------------------------- checks
-def min_input_size(model: nn.Module) -> int:
-    """The smallest H and W the model's backbone takes (1 if it does not say)."""
-    backbone = getattr(model, 'backbone', None)
-    size = getattr(backbone, 'min_input_size', None)
-    return int(size) if isinstance(size, int) else 1
-
-
 def check_exportable(model: nn.Module, dynamic: bool) -> None:
     """Raise :class:`ExportError` naming a layer that cannot be exported, and the option
     that avoids it."""
@@ -121,7 +110,7 @@ def check_exportable(model: nn.Module, dynamic: bool) -> None:
     except ImportError:  # no mmdet: no Swin blocks either
         SwinBlock = ()
     for name, module in model.named_modules():
-        if SwinBlock and isinstance(module, SwinBlock) and dynamic:
+        if isinstance(module, SwinBlock) and dynamic:
             match = re.search(r'(?:layers|stages)\.(\d+)\.', name)
             stage = f' in stage {int(match.group(1)) + 1}' if match else ''
             raise ExportError(
@@ -142,9 +131,11 @@ def check_exportable(model: nn.Module, dynamic: bool) -> None:
 
 
 def check_shape(model: nn.Module, shape: Sequence[int]) -> None:
-    """Raise :class:`ExportError` for an input size the model does not take."""
+    """Raise :class:`ExportError` for an input size below the backbone's
+    ``min_input_size`` (1 if it does not say)."""
     h, w = shape
-    minimum = min_input_size(model)
+    minimum = getattr(getattr(model, 'backbone', None), 'min_input_size', None)
+    minimum = int(minimum) if isinstance(minimum, int) else 1
     if min(h, w) < minimum:
         raise ExportError(
             f'shape {h}x{w} is below the minimum input size {minimum}x{minimum} of '
@@ -190,52 +181,39 @@ def adaptive_avg_pool2d_matmul(x: torch.Tensor, output_size) -> torch.Tensor:
     return x
 
 
-class _MatmulAdaptivePooling:
-    """Context: every ``nn.AdaptiveAvgPool2d`` of ``model`` runs
-    :func:`adaptive_avg_pool2d_matmul` (an instance ``forward``, removed on exit)."""
-
-    def __init__(self, model: nn.Module, enabled: bool = True):
-        self.modules = (
-            [m for m in model.modules() if isinstance(m, nn.AdaptiveAvgPool2d)] if enabled else []
-        )
-
-    def __enter__(self):
-        for m in self.modules:
-            m.forward = lambda x, size=m.output_size: adaptive_avg_pool2d_matmul(x, size)
-        return self
-
-    def __exit__(self, *exc):
-        for m in self.modules:
+@contextlib.contextmanager
+def _matmul_adaptive_pooling(model: nn.Module, enabled: bool = True):
+    """Every ``nn.AdaptiveAvgPool2d`` of ``model`` runs :func:`adaptive_avg_pool2d_matmul`
+    while active (an instance ``forward``, removed on exit)."""
+    pools = [m for m in model.modules() if isinstance(m, nn.AdaptiveAvgPool2d)] if enabled else []
+    for m in pools:
+        m.forward = lambda x, size=m.output_size: adaptive_avg_pool2d_matmul(x, size)
+    try:
+        yield
+    finally:
+        for m in pools:
             del m.forward
 
 
 # --------------------------------------------------------------------------- export
-class _LayerTracker:
-    """Forward hooks keeping the stack of modules being run, to name the innermost one
-    when tracing fails."""
+@contextlib.contextmanager
+def _running_layers(model: nn.Module):
+    """Yields the stack of the modules of ``model`` being run (innermost last), to name
+    the one where tracing failed."""
+    stack, handles = [], []
 
-    def __init__(self, model: nn.Module):
-        self.stack, self.failed = [], None
-        self.handles = []
-        for name, module in model.named_modules():
-            self.handles.append(module.register_forward_pre_hook(self._enter(name)))
-            self.handles.append(module.register_forward_hook(self._leave()))
+    def leave(module, args, out):
+        if stack:
+            stack.pop()
 
-    def _enter(self, name):
-        def hook(module, args):
-            self.stack.append(f'{name or "model"} ({type(module).__name__})')
-
-        return hook
-
-    def _leave(self):
-        def hook(module, args, out):
-            if self.stack:
-                self.stack.pop()
-
-        return hook
-
-    def remove(self):
-        for h in self.handles:
+    for name, module in model.named_modules():
+        label = f'{name or "model"} ({type(module).__name__})'
+        handles.append(module.register_forward_pre_hook(lambda m, a, x=label: stack.append(x)))
+        handles.append(module.register_forward_hook(leave))
+    try:
+        yield stack
+    finally:
+        for h in handles:
             h.remove()
 
 
@@ -272,26 +250,24 @@ def _export(tensor_model, example, names, dynamic, size_divisor, opset):
     """torch.export (non-strict) in export mode, then the ONNX translation."""
     from mmcirc.ops.settings import export_mode
 
-    tracker = _LayerTracker(tensor_model)
-    try:
-        with export_mode(), torch.no_grad(), _MatmulAdaptivePooling(tensor_model, dynamic):
-            program = torch.export.export(
-                tensor_model,
-                (example,),
-                dynamic_shapes=_dynamic_shapes(dynamic, size_divisor),
-                strict=False,
-            )
-    except torch._dynamo.exc.UserError as err:  # constraint violations: sizes specialised
-        raise ExportError(
-            'torch.export could not keep batch/H/W symbolic (a layer turns a size into a Python '
-            f'int or branches on it): {_constraint_summary(err)}; export without --dynamic, '
-            "or with --size-divisor matching the model's stride"
-        ) from err
-    except Exception as err:  # noqa: BLE001
-        where = f' in layer {tracker.stack[-1]}' if tracker.stack else ''
-        raise ExportError(f'torch.export failed{where}: {_first_line(err)}') from err
-    finally:
-        tracker.remove()
+    with _running_layers(tensor_model) as running:
+        try:
+            with export_mode(), torch.no_grad(), _matmul_adaptive_pooling(tensor_model, dynamic):
+                program = torch.export.export(
+                    tensor_model,
+                    (example,),
+                    dynamic_shapes=_dynamic_shapes(dynamic, size_divisor),
+                    strict=False,
+                )
+        except torch._dynamo.exc.UserError as err:  # constraint violations: sizes specialised
+            raise ExportError(
+                'torch.export could not keep batch/H/W symbolic (a layer turns a size into a '
+                f'Python int or branches on it): {_constraint_summary(err)}; export without '
+                "--dynamic, or with --size-divisor matching the model's stride"
+            ) from err
+        except Exception as err:  # noqa: BLE001
+            where = f' in layer {running[-1]}' if running else ''
+            raise ExportError(f'torch.export failed{where}: {_first_line(err)}') from err
     try:
         with export_mode(), torch.no_grad():
             return torch.onnx.export(

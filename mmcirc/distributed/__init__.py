@@ -6,15 +6,11 @@ Torch only, here: :mod:`.row_split` (the band rule), :mod:`.comm` (the row excha
 :mod:`.layers` (the row exchanges of convolutions, interpolation, pooling, GroupNorm),
 :mod:`.fft` (the distributed FFT), :mod:`.banded_map` (:class:`BandedMap` and its handler
 registry), :mod:`.launch` (:func:`run_parallel`: P local ranks, first-cause errors).
-Built on them: :mod:`.handlers` (every per-op handler and the sharded operators; the
-torch functions' register on import of this package, each operator's on import of its
-module) and :mod:`.segmentor` (mmseg segmentors sharded: inference and training)."""
-
-from .comm import Layout, exchange_rows, gather_rows
+Built on them: :mod:`.handlers` (every per-op handler and the sharded operators) and
+:mod:`.segmentor` (mmseg segmentors sharded: inference and training)."""
 
 from .row_split import band_bounds, check_world_size
-from .launch import free_port, init_from_env, leaving_group, run_parallel
-from .fft import sharded_irfft2, sharded_rfft2
+from .launch import free_port, leaving_group, run_parallel
 from .banded_map import BandedMap
 from .handlers import torch_functions  # noqa: F401  (registers the BandedMap handlers)
 
@@ -23,12 +19,6 @@ __all__ = [
     'band_bounds',
     'check_world_size',
     'free_port',
-    'init_from_env',
     'leaving_group',
     'run_parallel',
-    'sharded_rfft2',
-    'sharded_irfft2',
-    'exchange_rows',
-    'gather_rows',
-    'Layout',
 ]

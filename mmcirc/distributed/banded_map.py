@@ -15,12 +15,10 @@ makes it, ``x[:, :k]`` is the plain prefix and ``x[:, k:]`` the map without it; 
 the local set, slicing of other axes, ``torch.cat`` / ``chunk`` along other axes and
 the operators registered with ``prefix=True`` take such a map (anything else: refused).
 
-Why not DTensor: a row band of a token map (B, N, C) is a run of whole rows of
-tokens, ``h_r W`` tokens; DTensor's ``Shard(1)`` on N splits N as torch.chunk does,
-which does not fall on row boundaries, and DTensor refuses ``flatten`` of an unevenly
-sharded axis (tests/distributed/dtensor_probe.py). The split of the rows themselves is
-DTensor's (torch.chunk's), so :meth:`BandedMap.full_tensor` matches
-``DTensor.full_tensor`` on a ``Shard`` placement of the H axis.
+Why not DTensor (docs/sharded.md): its ``Shard(1)`` of a token map (B, N, C) splits N
+off the row boundaries, and it refuses ``flatten`` of an unevenly sharded axis; the rows
+themselves are split as its ``Shard`` splits them (:meth:`BandedMap.full_tensor` matches
+``DTensor.full_tensor`` on a ``Shard`` placement of the H axis).
 
 Every torch function that reaches a BandedMap goes through ``__torch_function__``:
 
@@ -33,12 +31,9 @@ Every torch function that reaches a BandedMap goes through ``__torch_function__`
   that spans every global row is cut to the band first;
 * anything else raises a one-line ValueError naming the function.
 
-Autograd: the wrapper itself records nothing (``requires_grad`` False); ``local`` is an
-ordinary tensor of the rank's autograd graph and every handler is differentiable (the
-collectives of :mod:`.comm` carry their adjoints), so ``backward`` on a rank's part of
-the loss gives that rank's part of every gradient (see :mod:`.comm`).
-
-This file depends on torch only.
+Autograd: the wrapper records nothing (``requires_grad`` False); ``local`` is an ordinary
+tensor of the rank's graph and every handler is differentiable, so ``backward`` on a
+rank's part of the loss gives its part of every gradient (see :mod:`.comm`).
 """
 
 import weakref
@@ -162,8 +157,7 @@ def operator_twin(module, cls: type, group):
 def func_name(func) -> str:
     """``torch.conv2d`` / ``Tensor.flatten`` / ``F.interpolate``: how errors name ``func``."""
     name = getattr(func, '__name__', repr(func))
-    owner = getattr(func, '__objclass__', None)
-    if owner is not None:
+    if getattr(func, '__objclass__', None) is not None:
         return f'Tensor.{name}'
     mod = getattr(func, '__module__', None) or 'torch'
     return f'{mod}.{name}'.replace('torch.nn.functional', 'F').replace('torch._C._nn', 'F')
@@ -193,8 +187,13 @@ _ELEMENTWISE = set(
         'alpha_dropout',
     )
 )  # fmt: skip
-#: Ops that act along the last axes only (their tensor arguments are parameters).
-_TRAILING = {F.linear: 1, F.layer_norm: None, F.normalize: None}  # normalize: its dim checked
+#: Ops that act along the last axes only (their tensor arguments are parameters) ->
+#: (args, kwargs, ndim) -> the axes they act along.
+_TRAILING = {
+    F.linear: lambda a, k, nd: [nd - 1],
+    F.layer_norm: lambda a, k, nd: range(nd - len(tuple(k.get('normalized_shape') or a[1])), nd),
+    F.normalize: lambda a, k, nd: [k.get('dim', a[2] if len(a) > 2 else 1) % nd],
+}
 #: The local set: everything that runs on the band unchanged.
 LOCAL_FUNCTIONS = frozenset(_ELEMENTWISE | set(_TRAILING))
 
@@ -260,18 +259,11 @@ class BandedMap(torch.Tensor):
         local = full.narrow(band_dim, a, b - a).contiguous()
         return cls.from_local(local, full.shape[band_dim], band_dim, 1, group)
 
-    def like(self, local, band_dim: Optional[int] = None, unit: Optional[int] = None,
-             height: Optional[int] = None):  # fmt: skip
-        """A BandedMap of ``local`` in this map's group (default: the same band layout
-        and prefix)."""
-        return BandedMap.from_local(
-            local,
-            self.height if height is None else height,
-            self.band_dim if band_dim is None else band_dim,
-            self.unit if unit is None else unit,
-            self.group,
-            self.prefix,
-        )
+    def like(self, local, height: Optional[int] = None):
+        """A BandedMap of ``local`` in this map's band layout, group and prefix (``height``:
+        a map of another height)."""
+        h = self.height if height is None else height
+        return BandedMap.from_local(local, h, self.band_dim, self.unit, self.group, self.prefix)
 
     @property
     def row_range(self):
@@ -358,17 +350,9 @@ def _run_local(func, args, kwargs):
     for m in bands[1:]:
         if not m.same_layout(ref):
             raise refuse(func, 'got row-banded maps of different layouts')
-    nd, bd = ref.dim(), ref.band_dim
     trailing = func in _TRAILING
-    if func is F.layer_norm:
-        shape = kwargs.get('normalized_shape', args[1] if len(args) > 1 else None)
-        if bd >= nd - len(tuple(shape)):
-            raise refuse(func, 'over the banded axis has no handler')
-    if func is F.linear and bd >= nd - 1:
+    if trailing and ref.band_dim in _TRAILING[func](args, kwargs, ref.dim()):
         raise refuse(func, 'over the banded axis has no handler')
-    if func is F.normalize and kwargs.get('dim', args[2] if len(args) > 2 else 1) % nd == bd:
-        raise refuse(func, 'over the banded axis has no handler')
-
     args = [_unwrap(a, ref, trailing, func) for a in args]
     kwargs = {k: _unwrap(v, ref, trailing, func) for k, v in kwargs.items()}
     return _wrap_like(ref, func(*args, **kwargs), func)

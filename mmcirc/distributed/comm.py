@@ -17,23 +17,17 @@ layer's geometry, so a layer needs no collective besides the exchange itself.
 Backward: every collective here is differentiable. The global loss is the sum of the
 ranks' local losses, L = sum_r L_r (a replicated output's term counted once in all), and
 each rank runs ``backward`` on its own L_r; the adjoint collectives make every rank's
-gradient of a band the gradient of L. :func:`exchange_rows` sends the gradients of the
-rows a rank received back to their owners, which add them to their band's gradient
-(halo gradients included; rows past the map are dropped). :func:`all_reduce_sum` (a
-replicated sum) is its own adjoint: the gradients of all ranks summed.
-:func:`all_to_all` (uneven splits) is adjoint to the same exchange with the splits
-swapped. Under grad mode each of them records its backward on every rank, also where
-the local operand holds no data or depends on no parameter (an empty band): the
-backward collectives pair up on all ranks. A parameter's ``.grad`` on rank r is then
-dL_r / dtheta, its part of dL / dtheta: summed over the group it is the gradient of L
-(None on a rank whose band never reached the parameter, e.g. an output band with no
-rows, which the models' row checks exclude: it counts as zero). A replicated output
-(a pooled map, VECA's cores) must enter every rank's L_r (as its share, e.g. 1/P of
-its term): a rank that leaves it out would not run the adjoint its peers wait for.
+gradient of a band the gradient of L (each function says its adjoint). Under grad mode
+each of them records its backward on every rank, also where the local operand holds no
+data or depends on no parameter (an empty band): the backward collectives pair up on
+all ranks. A parameter's ``.grad`` on rank r is then dL_r / dtheta, its part of
+dL / dtheta: summed over the group it is the gradient of L (None on a rank whose band
+never reached the parameter, e.g. an output band with no rows, which the models' row
+checks exclude: it counts as zero). A replicated output (a pooled map, VECA's cores)
+must enter every rank's L_r (as its share, e.g. 1/P of its term): a rank that leaves it
+out would not run the adjoint its peers wait for.
 
 :func:`count_bytes` counts what this rank hands to torch.distributed.
-
-This file depends on torch only.
 """
 
 import contextlib
@@ -73,12 +67,8 @@ def check_shard_size(shard_size: Optional[int], world_size: int) -> int:
     one-line ValueError naming the divisors of the world size it may be."""
     if shard_size is None:
         return world_size
-    if (
-        isinstance(shard_size, bool)
-        or not isinstance(shard_size, int)
-        or shard_size < 1
-        or world_size % shard_size
-    ):
+    positive = isinstance(shard_size, int) and not isinstance(shard_size, bool) and shard_size > 0
+    if not positive or world_size % shard_size:
         divisors = tuple(s for s in range(1, world_size + 1) if world_size % s == 0)
         raise ValueError(
             f'shard_size must divide the world size {world_size} (one of {divisors}), '
@@ -176,9 +166,6 @@ def empty_band(src: torch.Tensor, shape, dtype=None) -> torch.Tensor:
 
 
 class _RowExchange(torch.autograd.Function):
-    """:func:`exchange_rows`: the rows ``wants`` from the bands; backward the same move
-    back, from the requests to the bands, each band summing the gradients of its rows."""
-
     @staticmethod
     def forward(ctx, x, layout, wants, dim, group):
         bands = [layout.band(q) for q in range(layout.world_size)]
@@ -201,7 +188,7 @@ def exchange_rows(
     with lo <= hi; rows outside ``[0, H)`` are zeros.
     Returns this rank's rows ``[lo, hi)`` (``hi - lo`` rows along ``dim``), contiguous.
     Differentiable: backward returns each requested row's gradient to the rank that
-    owns the row (summed there over every rank that requested it).
+    owns the row (summed there over every rank that requested it; past the map: dropped).
     """
     dim = dim % x.dim()
     if x.shape[dim] != layout.stop - layout.start:

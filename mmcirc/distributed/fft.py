@@ -17,18 +17,15 @@ padded, as ``torch.fft.rfft2(x, s=grid)``) is sharded by columns: rank ``r`` hol
 Communication per call, with ``s`` bytes per real element (4 float32, 8 float64) and
 ``L = prod(leading dims)`` (e.g. B * C): every rank sends the part of its local block
 that other ranks own, ``2 s L sum_r sum_{q != r} rows_r * U_q`` bytes in all (complex
-values are two reals), about ``2 s L rows U (1 - 1/P)``, i.e. per rank about
-``2 s L (rows / P) U (P - 1) / P`` (:func:`transpose_bytes` gives the exact figure). The
+values are two reals), about ``2 s L rows U (1 - 1/P)`` (:func:`transpose_bytes`); the
 forward and the inverse of the same shapes move the same bytes.
 
-Both are differentiable (torch.fft's own backward around the transposes, whose adjoint
-is the same transpose back, :func:`~mmcirc.distributed.comm.all_to_all`): the gradient
-of :func:`sharded_rfft2` is the adjoint transform, inverse FFT along H on the column
-band, the transpose back to row bands, the adjoint of the real FFT along W.
+Both are differentiable: torch.fft's own backward around the transposes, whose adjoint
+is the same transpose back (:func:`~mmcirc.distributed.comm.all_to_all`).
 
 Everything goes through ``torch.distributed`` (any backend with ``all_to_all_single``:
 gloo, NCCL, MPI). Without an initialised process group (or with P = 1) the functions
-are the single-process FFTs. This file depends on torch only.
+are the single-process FFTs.
 """
 
 import math
@@ -49,8 +46,8 @@ def spectrum_columns(grid: Sequence[int], world_size: int):
 
 def transpose_bytes(lead: int, rows: int, grid: Sequence[int], world_size: int, real_bytes: int):
     """Bytes all ranks send in one transpose of :func:`sharded_rfft2` /
-    :func:`sharded_irfft2` (``lead`` = product of the leading dims, ``rows`` of the real
-    map): ``2 * real_bytes * lead * sum_r sum_{q != r} rows_r U_q``."""
+    :func:`sharded_irfft2` (``lead``: the product of the leading dims, ``rows``: the real
+    map's; the formula above)."""
     hb = [b - a for a, b in band_bounds(rows, world_size)]
     ub = [b - a for a, b in spectrum_columns(grid, world_size)]
     total = sum(hb) * sum(ub) - sum(h * u for h, u in zip(hb, ub))
@@ -74,24 +71,18 @@ def _exchange(pieces, recv_shapes, group):
     ]
 
 
-def _rows_to_cols(z, row_bounds, col_bounds, rank, group):
-    """(L, h_r, U) complex row band -> (L, rows, u_r) column band."""
-    if len(row_bounds) == 1:
+def _transpose(z, split, join, dim, rank, group):
+    """The complex band z (L, ., .) cut along ``dim`` by the bounds ``split``, part q to
+    rank q; the parts received joined along the other axis, whose bounds are ``join``:
+    (L, h_r, U) -> (L, rows, u_r) for ``dim`` 2, (L, rows, u_r) -> (L, h_r, U) for 1."""
+    if len(split) == 1:
         return z
-    lead, (c0, c1) = z.shape[0], col_bounds[rank]
-    pieces = [z[:, :, a:b] for a, b in col_bounds]  # (L, h_r, u_q) to rank q
-    got = _exchange(pieces, [(lead, b - a, c1 - c0) for a, b in row_bounds], group)
-    return torch.cat(got, dim=1)  # rows of ranks 0..P-1 in order: (L, rows, u_r)
-
-
-def _cols_to_rows(z, row_bounds, col_bounds, rank, group):
-    """(L, rows, u_r) complex column band -> (L, h_r, U) row band."""
-    if len(row_bounds) == 1:
-        return z
-    lead, (r0, r1) = z.shape[0], row_bounds[rank]
-    pieces = [z[:, a:b] for a, b in row_bounds]  # (L, h_q, u_r) to rank q
-    got = _exchange(pieces, [(lead, r1 - r0, b - a) for a, b in col_bounds], group)
-    return torch.cat(got, dim=2)  # columns of ranks 0..P-1 in order: (L, h_r, U)
+    other, (a, b) = 3 - dim, split[rank]
+    pieces = [z.narrow(dim, c, d - c) for c, d in split]  # to rank q
+    shapes = [list(z.shape) for _ in join]
+    for shape, (c, d) in zip(shapes, join):
+        shape[dim], shape[other] = b - a, d - c
+    return torch.cat(_exchange(pieces, shapes, group), dim=other)  # ranks 0..P-1 in order
 
 
 def _fft(fn, z, n, dim, norm='backward'):
@@ -134,7 +125,7 @@ def sharded_rfft2(
     if hr != rb[rank][1] - rb[rank][0]:
         raise ValueError(f'x has {hr} rows, rank {rank} of {size} owns {rb[rank]} of {rows}')
     z = _fft(torch.fft.rfft, x.reshape(math.prod(lead), hr, w), grid[1], -1, norm)  # (L, h_r, U)
-    z = _rows_to_cols(z, rb, cb, rank, group)  # (L, rows, u_r)
+    z = _transpose(z, cb, rb, 2, rank, group)  # (L, rows, u_r)
     z = _fft(torch.fft.fft, z, grid[0], -2, norm)  # zero rows rows..Ph-1: (L, Ph, u_r)
     return z.view(*lead, *z.shape[-2:])
 
@@ -172,6 +163,6 @@ def sharded_irfft2(
             f'{size} for grid {tuple(grid)}, got {tuple(z.shape)}'
         )
     z = _fft(torch.fft.ifft, z.reshape(math.prod(lead), ph, ur), ph, -2, norm)[:, :rows]
-    z = _cols_to_rows(z, rb, cb, rank, group)  # (L, h_r, U)
+    z = _transpose(z, rb, cb, 1, rank, group)  # (L, h_r, U)
     x = _fft(torch.fft.irfft, z, grid[1], -1, norm)[..., :width]  # (L, h_r, width)
     return x.reshape(*lead, *x.shape[-2:])

@@ -1,14 +1,12 @@
 """Run one function on P local processes joined in a torch.distributed process group.
 
 ``torchrun`` is the launcher for real runs (each rank calls :func:`init_from_env` and
-leaves through :func:`leaving_group`);
-:func:`run_parallel` is the in-Python equivalent for tests and ``--nproc P``: it starts
-P processes, each joins a gloo (CPU) or NCCL (GPU) group over TCP on the loopback
-address, runs ``fn(*args)`` and sends its return value back. A rank that raises makes
-the whole call raise one ``RuntimeError`` naming that rank and its error; the other
-ranks are ended (they may be blocked in a collective waiting for it).
-
-This file depends on torch only.
+leaves through :func:`leaving_group`); :func:`run_parallel` is the in-Python
+equivalent for tests and ``--nproc P``: it starts P processes, each joins a gloo (CPU)
+or NCCL (GPU) group over TCP on the loopback address, runs ``fn(*args)`` and sends its
+return value back. A rank that raises makes the whole call raise one ``RuntimeError``
+naming that rank and its error; the other ranks are ended (they may be blocked in a
+collective waiting for it).
 """
 
 import contextlib
@@ -23,6 +21,8 @@ from typing import Any, Callable, List, Sequence
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from mmcirc.ops.core import check_positive
 
 __all__ = ['free_port', 'init_from_env', 'is_secondary_error', 'leaving_group', 'run_parallel']
 
@@ -118,8 +118,7 @@ def run_parallel(
     'spawn' (a forked child that runs OpenMP regions after its parent did can deadlock:
     libgomp's thread pool does not survive a fork).
     Return values travel pickled by value through a multiprocessing queue."""
-    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-        raise ValueError(f'nprocs must be a positive int, got {nprocs!r}')
+    check_positive('nprocs', nprocs)
     if backend not in ('gloo', 'nccl'):
         raise ValueError(f"backend must be one of ('gloo', 'nccl'), got {backend!r}")
     if start_method not in START_METHODS:
@@ -213,19 +212,10 @@ def _get(queue, procs, deadline, poll_s=0.2):
     """The next message, or None once a process died without sending one or the
     deadline passed."""
     while time.monotonic() < deadline:
-        if _ready(queue, poll_s):
+        if queue._reader.poll(poll_s):  # SimpleQueue / Queue: a Connection
             return queue.get()
         # a child that died without a message (killed, out of memory)
         if any(not p.is_alive() and p.exitcode not in (0, None) for p in procs):
-            if _ready(queue, poll_s):
-                return queue.get()
-            return None
+            return queue.get() if queue._reader.poll(poll_s) else None
         time.sleep(0.01)
     return None
-
-
-def _ready(queue, timeout):
-    reader = getattr(queue, '_reader', None)
-    if reader is not None:  # SimpleQueue / Queue share a Connection
-        return reader.poll(timeout)
-    return not queue.empty()

@@ -2,11 +2,8 @@
 :func:`mmcirc.distributed.row_split.band_bounds` (``layout``: a
 :class:`~mmcirc.distributed.comm.Layout` from the bounds, no collective); each returns
 exactly this rank's band of the single-process output (bands of the output's own
-height). The :mod:`.handlers` of :class:`~mmcirc.distributed.banded_map.BandedMap` call them.
-Every function is differentiable (the exchanges and sums of
-:mod:`~mmcirc.distributed.comm` carry their adjoints).
-
-This file depends on torch only.
+height), differentiably. The :mod:`.handlers` of
+:class:`~mmcirc.distributed.banded_map.BandedMap` call them.
 """
 
 from typing import Optional, Sequence, Tuple
@@ -27,8 +24,8 @@ __all__ = [
 ]
 
 
-def _pair(v) -> Tuple[int, int]:
-    return (int(v[0]), int(v[1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
+def _pair(v, cast=int) -> Tuple:
+    return (cast(v[0]), cast(v[1])) if isinstance(v, (tuple, list)) else (cast(v), cast(v))
 
 
 def conv_out_size(n: int, k: int, s: int, p: int, d: int) -> int:
@@ -67,18 +64,9 @@ def conv2d_rows(x, layout: Layout, weight, bias=None, stride=1, padding=0, dilat
 
 
 # --------------------------------------------------------------------------- interpolation
-def _source_rows(
-    a: int,
-    b: int,
-    in_h: int,
-    out_h: int,
-    mode: str,
-    align_corners: bool,
-    scale_factor: Optional[float],
-    dtype,
-):
-    """torch's source rows and weights of the output rows [a, b):
-    nearest -> (i0,), bilinear -> (i0, i1, w0, w1); int64 / ``dtype`` tensors (b - a,)."""
+def _source_rows(a, b, in_h, out_h, mode, align_corners, scale_factor, dtype):
+    """torch's source rows and weights of the output rows [a, b) (``scale_factor``: float
+    or None): nearest -> (i0,), bilinear -> (i0, i1, w0, w1); int64 / ``dtype`` (b - a,)."""
     if mode == 'nearest':
         if out_h == in_h:
             return (torch.arange(a, b),)
@@ -90,8 +78,6 @@ def _source_rows(
             scale = torch.tensor(in_h, dtype=torch.float32) / out_h
         idx = (torch.arange(a, b, dtype=torch.float32) * scale).floor().long()
         return (idx.clamp(max=in_h - 1),)
-    if mode != 'bilinear':
-        raise ValueError(f"mode must be 'nearest' or 'bilinear', got {mode!r}")
     dst = torch.arange(a, b, dtype=dtype)
     if align_corners:
         scale = (in_h - 1) / (out_h - 1) if out_h > 1 else 0.0
@@ -143,18 +129,6 @@ def _needed(band, in_h, out_h, mode, align_corners, h_scale):
     return int(src[0].min()), int(last.max()) + 1
 
 
-def _out_size(n, size, scale):
-    return int(size) if size is not None else int(n * scale)
-
-
-def _check_mode(mode, align_corners):
-    if mode not in ('nearest', 'bilinear'):
-        raise ValueError(
-            f"sharded interpolation: mode must be 'nearest' or 'bilinear', got {mode!r}"
-        )
-    return bool(align_corners) if mode == 'bilinear' else False
-
-
 def interpolate(
     x: torch.Tensor,
     size: Optional[Sequence[int]] = None,
@@ -169,10 +143,14 @@ def interpolate(
     align_corners)`` from its band ``x`` (B, C, h_r, W) of the rows ``in_layout``.
     ``size``: the global (H', W'). The source rows the band needs come from the
     neighbours."""
-    align_corners = _check_mode(mode, align_corners)
-    hs, ws = (None, None) if scale_factor is None else _pair_f(scale_factor)
+    if mode not in ('nearest', 'bilinear'):
+        raise ValueError(
+            f"sharded interpolation: mode must be 'nearest' or 'bilinear', got {mode!r}"
+        )
+    align_corners = bool(align_corners) if mode == 'bilinear' else False
+    hs, ws = (None, None) if scale_factor is None else _pair(scale_factor, float)
     in_h = in_layout.height
-    out_h = _out_size(in_h, None if size is None else size[0], hs)
+    out_h = int(in_h * hs) if size is None else int(size[0])
     w_size = None if size is None else int(size[1])
     bands = band_bounds(out_h, in_layout.world_size)
     wants = [_needed(b, in_h, out_h, mode, align_corners, hs) for b in bands]
@@ -181,10 +159,6 @@ def interpolate(
         rows, wants[in_layout.rank][0], in_h, bands[in_layout.rank], out_h, mode,
         align_corners, hs, w_size, ws,
     )  # fmt: skip
-
-
-def _pair_f(v):
-    return (float(v[0]), float(v[1])) if isinstance(v, (tuple, list)) else (float(v), float(v))
 
 
 # --------------------------------------------------------------------------- pooling

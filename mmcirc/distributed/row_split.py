@@ -9,23 +9,20 @@ A layer that maps rows to rows (a strided convolution, an upsampling) fetches th
 rows its output band needs from the neighbours (halo exchange); nothing ties the bands
 of two stages together, so the split of a stage is a function of its own height and P
 only (and so, through the stage strides, of the image height).
-
-This file depends on torch only.
 """
 
 from typing import List, Sequence, Tuple
+
+from mmcirc.ops.core import check_positive
 
 __all__ = ['band_bounds', 'check_world_size']
 
 
 def band_bounds(size: int, world_size: int) -> List[Tuple[int, int]]:
-    """``[(start, stop)]`` of every rank's rows of a map ``size`` rows high: the split of
-    ``torch.chunk(rows, world_size)`` (chunks of ceil(size / world_size) rows), empty
-    bands ``(size, size)`` for the ranks past the last chunk."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f'size must be a positive int, got {size!r}')
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f'world_size must be a positive int, got {world_size!r}')
+    """``[(start, stop)]`` of every rank's rows of a map ``size`` rows high (the split
+    above; ``(size, size)`` for the ranks past the last chunk)."""
+    check_positive('size', size)
+    check_positive('world_size', world_size)
     c = -(-size // world_size)  # torch.chunk's chunk size
     return [(min(r * c, size), min((r + 1) * c, size)) for r in range(world_size)]
 

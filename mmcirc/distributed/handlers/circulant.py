@@ -19,25 +19,22 @@ shape) on the transforms of :class:`ShardedFFT`. Per block of heads:
    correlation with v = the map's indicator, whose spectrum is separable and computed
    locally, and one more inverse of its heads. Gate, proj local.
 
-Backward: autograd through the same steps (torch.fft's and the local products' own
-backward, the adjoint transposes of :mod:`mmcirc.distributed.fft`, the softmax's sum
-by a differentiable ``all_reduce``); every rank's parameter gradients are its part of
-the whole map's (:mod:`mmcirc.distributed.comm`), the same traffic as the forward again.
+Backward: autograd through the same steps (the adjoint transposes of
+:mod:`mmcirc.distributed.fft`, the softmax's sum by a differentiable ``all_reduce``),
+the same traffic as the forward again.
 
 Communication per forward, all ranks together (s bytes per real element of the compute
-dtype: 4 float32, 8 float64; U = Pw//2 + 1; T(L, R) = 2 s L sum_r sum_{q != r} R_r U_q,
-about 2 s L R U (1 - 1/P), is one transpose of :mod:`mmcirc.distributed.fft`)::
+dtype; T(L, R): one transpose of L maps of R rows, :mod:`mmcirc.distributed.fft`)::
 
     T(B C, H) + 2 T(B heads, R) + T(B C, H) + z T(B heads, H)   (all_to_all_single)
     + 2 P B heads s                                          (two all_reduce payloads)
 
 with R = H, z = 0 (``'circular'``) or R = Ph, z = 1 (``'zero'``). For d = 1
 (heads = C): circular (U ~ W/2) about 4 s B C H W (1 - 1/P) bytes, i.e. 4 (1 - 1/P)
-times the layer's input; zero (Ph ~ 2H, U ~ W) about 14 s B C H W (1 - 1/P).
-Per rank: divide by P. :func:`circulant_comm_bytes` gives the exact figure.
+times the layer's input; zero (Ph ~ 2H, U ~ W) about 14 s B C H W (1 - 1/P)
+(:func:`circulant_comm_bytes`: the exact figure).
 
-Importing this module registers the handler of CirculantAttention. This file depends
-on torch only.
+Importing this module registers the handler of CirculantAttention.
 """
 
 from functools import partial
@@ -107,12 +104,9 @@ def _indicator_spectrum(hw, grid, cols, dtype, device):
 
 class ShardedFFT(TorchFFT):
     """The transforms of :func:`~mmcirc.ops.circulant.attend` on a row-band-sharded map
-    (the one body of Eqs. 15-16 runs on them unchanged): real maps are the local row
-    bands, spectra the local column bands (:mod:`mmcirc.distributed.fft`); the softmax
-    takes its max and sum over all ranks; ``'zero'``'s mask is the local rows' part and
-    its row mass Z is the correlation of p' with the map's indicator (a separable spectrum
-    made locally). ``hw``: the global (H, W); ``dtype`` the compute dtype; the arguments
-    of :func:`~mmcirc.ops.circulant_transforms.transforms` (``cpu`` unused) and ``group``."""
+    (steps 1-3 above): real maps are the local row bands, spectra the local column bands.
+    ``hw``: the global (H, W); ``dtype`` the compute dtype; the arguments of
+    :func:`~mmcirc.ops.circulant_transforms.transforms` (``cpu`` unused) and ``group``."""
 
     def __init__(self, hw, boundary, dtype, device, cpu=False, group=None):
         super().__init__(hw, boundary)
@@ -146,15 +140,10 @@ class ShardedFFT(TorchFFT):
 
 
 class ShardedCirculantAttention(ShardedOperator, CirculantAttention):
-    """:class:`~mmcirc.ops.circulant.CirculantAttention` on the local row band of tokens.
-
-    Same arguments and parameters as the single-process layer, plus ``group`` (the
-    spatial process group; None: the default group). ``forward(x, hw_shape)``: x
-    (B, h_r W, C), the tokens (row-major) of rows ``band_bounds(H, P)[rank]``; ``hw_shape``
-    the GLOBAL (H, W). Returns the local band (B, h_r W, C). Equal to the single-process
-    layer on the assembled map up to float rounding. The torch.fft path only (no export
-    mode).
-    """
+    """:class:`~mmcirc.ops.circulant.CirculantAttention` on the local row band of tokens
+    (the arguments of :class:`~mmcirc.distributed.banded_map.ShardedOperator`): equal to
+    the single-process layer on the assembled map up to float rounding; the torch.fft
+    path only (no export mode)."""
 
     ARGS = ('dim', 'num_heads', 'boundary', 'scale')
 
@@ -182,7 +171,8 @@ class ShardedCirculantAttention(ShardedOperator, CirculantAttention):
         )
 
     def forward(self, x, hw_shape):
-        """x (B, h_r W, C) local band, hw_shape (H, W) global. Returns (B, h_r W, C)."""
+        """x (B, h_r W, C): the tokens (row-major) of rows ``band_bounds(H, P)[rank]``;
+        hw_shape: the global (H, W). Returns the local band (B, h_r W, C)."""
         plan = self._plan(x, hw_shape)
         (b, n, c), (h, w), tf, cdt = x.shape, plan.hw, plan.tf, plan.cdt
         x = x.transpose(1, 2)  # (B, C, n)

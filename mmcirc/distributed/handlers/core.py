@@ -15,10 +15,8 @@ shares its weights) whose patches are this rank's band x (B, n_r, C); the active
   values per core.
 * Broadcast: local (patches attend to the C' updated cores), chunked as there.
 * Backward: autograd through the same steps (the local chunks checkpointed as there),
-  the sum by a differentiable ``all_reduce`` (the max only shifts: no gradient). The
-  new cores are replicated: each rank's gradient of them is its part of the loss's, and
-  the backward sum adds the parts; a rank's parameter gradients are its part of the
-  whole map's (:mod:`mmcirc.distributed.comm`).
+  the sum by a differentiable ``all_reduce`` (the max only shifts: no gradient), which
+  adds the ranks' parts of the gradient of the replicated new cores.
 
 Communication per forward (s bytes per element of the compute dtype), payload of each
 rank in the two ``all_reduce`` calls::
@@ -29,8 +27,7 @@ rank in the two ``all_reduce`` calls::
 of the image size: elastic C' scales it linearly. A ring all-reduce moves about
 2 (P - 1) / P times the payload per rank. :func:`core_comm_bytes` gives the figure.
 
-Importing this module registers the handler of CoreAttention. This file depends on
-torch only.
+Importing this module registers the handler of CoreAttention.
 """
 
 import torch
@@ -51,13 +48,8 @@ def core_comm_bytes(batch, channels, num_heads, num_cores, real_bytes=4):
 
 
 class ShardedCoreAttention(ShardedOperator, CoreAttention):
-    """:class:`~mmcirc.ops.core.CoreAttention` on the local band of patches.
-
-    Same arguments as the single-process layer plus ``group`` (None: the default
-    group). ``forward(x, cores)``: x (B, n_r, C) this rank's patches (any split of the N
-    patches over the ranks, n_r >= 0), cores (B, C', C) identical on every rank. Returns
-    (y (B, n_r, C), new_cores (B, C', C)); new_cores is bitwise the same on every rank.
-    """
+    """:class:`~mmcirc.ops.core.CoreAttention` on the local band of patches (the
+    arguments of :class:`~mmcirc.distributed.banded_map.ShardedOperator`)."""
 
     ARGS = ('dim', 'num_heads', 'attn_drop', 'chunk_size', 'chunk_threshold', 'fold_projections')
 
@@ -96,7 +88,9 @@ class ShardedCoreAttention(ShardedOperator, CoreAttention):
         return out.transpose(1, 2).reshape(b, nc, c)  # (B, C', C)
 
     def forward(self, x, cores):
-        """x (B, n_r, C) local patches, cores (B, C', C). Returns (y, new_cores)."""
+        """x (B, n_r, C): this rank's patches (any split of the N patches over the ranks,
+        n_r >= 0), cores (B, C', C) identical on every rank. Returns (y (B, n_r, C),
+        new_cores (B, C', C)), new_cores bitwise the same on every rank."""
         if isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[1] == 0:
             g = self._gather(cores, x, 1, self._fold(cores.shape[1]))
             new_cores = cores + self.core_proj(g)

@@ -18,15 +18,10 @@ single-process result (or, for a pooled map, the small map whole on every rank).
 * ``torch.cat`` along any other axis (the levels of a neck / head at one size; a plain
   operand that spans every row, e.g. a pooled branch resized back, is cut to the band),
   ``chunk`` / ``split`` along any other axis;
-* the replicated prefix of a token map: ``torch.cat([plain (B, k, C), tokens], 1)``
-  makes it, ``x[:, :k]`` returns it (plain), ``x[:, k:]`` the map without it.
+* the replicated prefix of a token map (:mod:`~mmcirc.distributed.banded_map`).
 
-Every handler is differentiable: local torch ops around the differentiable exchanges
-and sums of :mod:`~mmcirc.distributed.comm` (a rank's gradients are those of its
-part of the loss; see there).
-
-Importing this module (:mod:`mmcirc.distributed` does) registers them. This file
-depends on torch only.
+Every handler is differentiable (local torch ops around the exchanges and sums of
+:mod:`~mmcirc.distributed.comm`). Importing this module (:mod:`mmcirc.distributed` does) registers them.
 """
 
 import math
@@ -56,13 +51,12 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x = _map(input, 'F.conv2d')
     if isinstance(padding, str) or isinstance(weight, BandedMap):
         raise refuse('F.conv2d', f'takes int padding and a plain weight, got padding={padding!r}')
-    k, s = weight.shape[-2], stride[0] if isinstance(stride, (tuple, list)) else stride
-    p = padding[0] if isinstance(padding, (tuple, list)) else padding
+    k = weight.shape[-2]
+    s, p, d = (v[0] if isinstance(v, (tuple, list)) else v for v in (stride, padding, dilation))
     if k == 1 and s == 1 and p == 0 and x.local.shape[-2]:  # rows map to rows
         return x.like(F.conv2d(x.local, weight, bias, stride, padding, dilation, groups))
     out = conv2d_rows(x.local, x.layout, weight, bias, stride, padding, dilation, groups,
                       group=x.group)  # fmt: skip
-    d = dilation[0] if isinstance(dilation, (tuple, list)) else dilation
     return x.like(out, height=conv_out_size(x.height, k, s, p, d))  # (B, C', h'_r, W')
 
 

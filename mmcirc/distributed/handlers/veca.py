@@ -15,15 +15,13 @@ and RoPE (:meth:`~mmcirc.models.backbones.veca.CorePeripheryAttention.project`):
   rank.
 
 Differentiable: the sum by a differentiable ``all_reduce`` (the max only shifts: no
-gradient); the cores are replicated, each rank's gradient of them its part of the
-loss's (:mod:`mmcirc.distributed.comm`).
+gradient), which adds the ranks' parts of the gradient of the replicated cores.
 
 Communication per layer (s bytes per element): s B heads C' (MAX) and
 s B heads C' (1 + head_dim) (SUM), independent of the image size.
 
 Importing this module registers the handler
-(:func:`mmcirc.distributed.segmentor.model.load_operators` does). Depends on torch and
-VECA's own module only.
+(:func:`mmcirc.distributed.segmentor.model.load_operators` does).
 """
 
 import torch

@@ -96,15 +96,12 @@ def _band_loss_by_feat(
          ((local.detach().argmax(1) == band) & valid).sum()],
         group,
     )  # fmt: skip
+    n_valid_all = n_valid
     if data_group is not None:  # the other data groups' counts: the global batch's accuracy
         n_valid_all, correct = all_sum([n_valid, correct], data_group)
-    else:
-        n_valid_all = n_valid
     eps = torch.finfo(torch.float32).eps
     losses = {}
     for module in _losses_of(head):
-        # mmseg's mean is sum / (avg_factor + eps), avg_factor the label count (or the
-        # non-ignored count): the band's sum over the whole image's count is its part
         kw = {}
         if module.reduction == 'mean':
             kw['avg_factor'] = float(n_valid if module.avg_non_ignore else n_all)

@@ -85,11 +85,11 @@ def trace_size(model, world_size: int) -> Tuple[int, int]:
 
 def trace(model, group, run, outside: str, label: str, batch: int = 1) -> None:
     """``run(model, x)`` once on a small random banded batch ``x`` of ``batch`` images
-    (:func:`trace_size`);
-    an error raised inside is re-raised as a one-line ValueError naming the innermost
-    module (dotted path) whose forward was running, else ``<decode head>.<outside>``
-    (its own code outside a forward); an error that is not a handler's refusal (a
-    ValueError starting with ``sharded``) is named by its type after ``label``."""
+    (:func:`trace_size`); an error raised inside is re-raised as a one-line ValueError
+    naming the innermost module (dotted path) whose forward was running, else
+    ``<decode head>.<outside>`` (its own code outside a forward); an error that is not a
+    handler's refusal (a ValueError starting with ``sharded``) is named by its type
+    after ``label``."""
     stack, hooks = [], []
     for path, m in model.named_modules():
         if path:

@@ -15,12 +15,17 @@ parallel); :func:`shard_config` makes a config use it (``tools/train.py --shard`
 
 import contextlib
 import inspect
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+import mmengine.dataset.sampler as samplers
+from mmengine.dataset.utils import worker_init_fn
+from mmengine.dist import all_reduce_params
+from mmengine.model import revert_sync_batchnorm
+from mmengine.registry import DATA_SAMPLERS, FUNCTIONS, MODEL_WRAPPERS
 
 from mmcirc.apis.decode import check_label_segmentor, predict_head
 
@@ -175,16 +180,15 @@ def check_trainable(model, group=None) -> None:
         model.train(was_training)
 
 
-def sum_gradients(params, group=None, bucket: int = 1 << 24, divisor: int = 1) -> None:
+def sum_gradients(params, group=None, divisor: int = 1) -> None:
     """Every parameter's ``.grad`` (this rank's part) summed over ``group`` in place, in
-    flat buckets of at most ``bucket`` elements per dtype, and divided by ``divisor``
-    (the number of data-parallel groups: their average, as DDP takes it); a parameter
-    some rank holds a gradient of and another does not (its band took no part) gets a
-    zero one there."""
+    flat buckets of 64 MB per dtype (mmengine's ``all_reduce_params``), and divided by
+    ``divisor`` (the number of data-parallel groups: their average, as DDP takes it); a
+    parameter some rank holds a gradient of and another does not (its band took no part)
+    gets a zero one there."""
     params = [p for p in params if p.requires_grad]
     if group_rank_size(group)[1] == 1:
         return
-    # a rank whose band took no part in a parameter holds no gradient of it: a zero one
     held = torch.tensor([p.grad is not None for p in params], dtype=torch.float64)
     if params and params[0].device.type == 'cuda':
         held = held.to(params[0].device)
@@ -193,23 +197,10 @@ def sum_gradients(params, group=None, bucket: int = 1 << 24, divisor: int = 1) -
         if h and p.grad is None:
             p.grad = torch.zeros_like(p)
     grads = [p.grad for p in params if p.grad is not None]
-    by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
-    for g in grads:
-        by_dtype.setdefault(g.dtype, []).append(g)
-    for same in by_dtype.values():
-        i = 0
-        while i < len(same):
-            j, size = i, 0
-            while j < len(same) and (j == i or size + same[j].numel() <= bucket):
-                size += same[j].numel()
-                j += 1
-            flat = torch.cat([g.reshape(-1) for g in same[i:j]])
-            dist.all_reduce(flat, group=group)
-            if divisor != 1:
-                flat /= divisor
-            for g, part in zip(same[i:j], flat.split([g.numel() for g in same[i:j]])):
-                g.copy_(part.view_as(g))
-            i = j
+    all_reduce_params(grads, bucket_size_mb=64, group=group)
+    if divisor != 1:
+        for g in grads:
+            g.div_(divisor)
 
 
 def _fingerprint(inputs: torch.Tensor, data_samples) -> torch.Tensor:
@@ -255,24 +246,12 @@ class SpatialParallel(nn.Module):
     (one process's BatchNorm on the whole image, as mmengine's one-process runner makes
     it), and with several data groups over the global batch (:class:`_GlobalBatchNorm`);
     :func:`check_trainable` refuses what cannot be computed exactly, every rank
-    together, before the first step.
-
-    ``train_step``: rank 0's weights to every rank before the first step, mmseg's data
-    preprocessor on the group's whole batch (every rank), a check that every map has a
-    row for every rank (:func:`~.model.check_size`) and that every rank of the spatial
-    group holds the same batch and random state, the band of the images,
-    mmseg's ``loss`` on it (:func:`band_losses`), the backward of this rank's part,
-    :func:`sum_gradients` over the world divided by the number of data groups (the sum
-    over space, the average over the data groups), the optimizer step (mmengine's
-    ``update_params``, the sum between its backward and step); the logged losses are
-    the global batch's (the data groups' whole-image losses averaged), the accuracy
-    the global batch's.
-    ``val_step`` / ``test_step``: the module's own on whole images."""
+    together, before the first step. ``train_step`` logs the global batch's losses (the
+    data groups' whole-image losses averaged) and accuracy; ``val_step`` /
+    ``test_step``: the module's own on whole images."""
 
     def __init__(self, module, shard_size: Optional[int] = None):
         super().__init__()
-        from mmengine.model import revert_sync_batchnorm
-
         self.mesh = data_space_mesh(shard_size)  # None: the world is one spatial group
         self.group = None if self.mesh is None else self.mesh.get_group('space')
         self.data_group = None if self.mesh is None else self.mesh.get_group('data')
@@ -322,15 +301,11 @@ class SpatialParallel(nn.Module):
 
 # --------------------------------------------------------------------------- data
 def data_rank_sampler(dataset, sampler: dict, seed=None, shard_size: Optional[int] = None):
-    """The ``sampler`` config built as the data-parallel rank's
-    (:func:`~mmcirc.distributed.comm.data_rank`): every
-    rank of a spatial group draws the indices that rank of a data-parallel run over the
-    data groups would (one process's, with one group). mmengine's samplers read the rank
-    from ``get_dist_info`` when they are built; it answers the data-parallel rank and
-    the number of data groups while this one is built."""
-    import mmengine.dataset.sampler as samplers
-    from mmengine.registry import DATA_SAMPLERS
-
+    """The ``sampler`` config built as the data-parallel rank's (:func:`~mmcirc.
+    distributed.comm.data_rank`): every rank of a spatial group draws the indices that
+    rank of a data-parallel run over the data groups would (one process's, with one
+    group). mmengine's samplers read the rank from ``get_dist_info`` when they are
+    built; it answers the data-parallel rank and the number of data groups meanwhile."""
     rank_size = data_rank(shard_size)
     before = samplers.get_dist_info
     samplers.get_dist_info = lambda group=None: rank_size
@@ -345,8 +320,6 @@ def data_rank_worker_init(
 ) -> None:
     """mmengine's data worker seeding of the data-parallel rank
     (:func:`~mmcirc.distributed.comm.data_rank`)."""
-    from mmengine.dataset.utils import worker_init_fn
-
     worker_init_fn(worker_id, num_workers, data_rank(shard_size)[0], seed)
 
 
@@ -395,14 +368,6 @@ def shard_config(cfg, shard_size: Optional[int] = None) -> None:
     )
 
 
-def _register() -> None:
-    from mmengine.registry import DATA_SAMPLERS, FUNCTIONS, MODEL_WRAPPERS
-
-    MODEL_WRAPPERS.register_module(name=WRAPPER, module=SpatialParallel, force=True)
-    DATA_SAMPLERS.register_module(name='DataRankSampler', module=data_rank_sampler, force=True)
-    FUNCTIONS.register_module(
-        name='data_rank_worker_init', module=data_rank_worker_init, force=True
-    )
-
-
-_register()
+MODEL_WRAPPERS.register_module(name=WRAPPER, module=SpatialParallel, force=True)
+DATA_SAMPLERS.register_module(name='DataRankSampler', module=data_rank_sampler, force=True)
+FUNCTIONS.register_module(name='data_rank_worker_init', module=data_rank_worker_init, force=True)
