@@ -217,11 +217,9 @@ def main(argv=None):
     plt = vis.pyplot()
     files = {osp.join(out, 'summary.png'): summary_figure(plt, results, random_results)}
     for name, entry in results.items():
-        rnd = (random_results or {}).get(name)
-        files[osp.join(out, f'layer_{vis.short_name(name)}.png')] = layer_figure(plt, entry, rnd)
-        files[osp.join(out, f'example_{vis.short_name(name)}.png')] = example_figure(
-            plt, entry, rnd
-        )
+        rnd, short = (random_results or {}).get(name), vis.short_name(name)
+        files[osp.join(out, f'layer_{short}.png')] = layer_figure(plt, entry, rnd)
+        files[osp.join(out, f'example_{short}.png')] = example_figure(plt, entry, rnd)
     record = dict(
         header,
         definition='||A - P(A)||_F / ||A||_F, P = average over the wrapped 2-D offset '

@@ -7,6 +7,7 @@ handles (docs/analysis.md). The flags mean what they mean to mmdet's ``get_flops
 
 import argparse
 import copy
+import itertools
 import json
 import os.path as osp
 import sys
@@ -203,17 +204,11 @@ def print_table(rows, summary, title):
     table = [cells(r) for r in rows + [dict(summary, part='**total**', attention='')]]
     print(f'\n{title}\n\n' + markdown_table(head, table, 'llrrrr'))
     ops = sorted(summary['by_operator'].items(), key=lambda kv: -kv[1])
-    print(
-        '\nby operator: '
-        + ', '.join(
-            f'{k} {fmt_flops(v)} ({100 * v / max(summary["flops"], 1):.1f} %)' for k, v in ops
-        )
-    )
+    shares = [f'{k} {fmt_flops(v)} ({100 * v / max(summary["flops"], 1):.1f} %)' for k, v in ops]
+    print('\nby operator: ' + ', '.join(shares))
     if summary['unsupported_ops']:
-        print(
-            'not counted (no handle): '
-            + ', '.join(f'{k} x{v}' for k, v in sorted(summary['unsupported_ops'].items()))
-        )
+        calls = ', '.join(f'{k} x{v}' for k, v in sorted(summary['unsupported_ops'].items()))
+        print(f'not counted (no handle): {calls}')
 
 
 def dataset_inputs(cfg, model, num_images, device):
@@ -228,10 +223,7 @@ def dataset_inputs(cfg, model, num_images, device):
     init_default_scope(cfg.default_scope)
     loader_cfg = copy.deepcopy(cfg.val_dataloader)
     loader_cfg.update(batch_size=1, num_workers=0, persistent_workers=False)
-    loader = Runner.build_dataloader(loader_cfg)
-    for index, batch in enumerate(loader):
-        if index == num_images:
-            return
+    for batch in itertools.islice(Runner.build_dataloader(loader_cfg), num_images):
         data = model.data_preprocessor(batch, False)
         yield data['inputs'].to(device), data.get('data_samples')
 
@@ -280,10 +272,9 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = load_model_config(args.config, args.cfg_options)
     scope = cfg.default_scope
-    # weights not initialised: FLOPs do not depend on them
-    model = build_model(cfg, overrides=args.overrides, init_weights=False)
     device = torch.device(args.device)
-    model = model.to(device)
+    # weights not initialised: FLOPs do not depend on them
+    model = build_model(cfg, overrides=args.overrides, init_weights=False).to(device)
     modes = ['full', 'backbone'] if args.mode == 'auto' else [args.mode]
     if args.num_images:
         reports, shapes, used = [], [], None
@@ -297,9 +288,8 @@ def main(argv=None):
             raise CLIError('--num-images: the val_dataloader gave no image')
         rows, summary = mean_report(reports)
         sizes = sorted(set(shapes))
-        where = f'mean over {len(shapes)} images of val_dataloader, inputs ' + ', '.join(
-            f'1x3x{h}x{w}' for h, w in sizes
-        )
+        listed = ', '.join(f'1x3x{h}x{w}' for h, w in sizes)
+        where = f'mean over {len(shapes)} images of val_dataloader, inputs {listed}'
         shape = list(shapes[0]) if len(sizes) == 1 else [list(s) for s in shapes]
     else:
         shape = tuple(args.shape) if args.shape else DEFAULT_SHAPES[scope]
@@ -308,9 +298,8 @@ def main(argv=None):
         rows, summary = report(model, fc)
         where = f'input 1x3x{shape[0]}x{shape[1]}'
     what = 'tensor-mode forward' if used == 'full' else 'backbone + neck (extract_feat)'
-    print_table(
-        rows, summary, f'{osp.basename(args.config)}: {where}, {what}; FLOPs = multiply-adds'
-    )
+    title = f'{osp.basename(args.config)}: {where}, {what}; FLOPs = multiply-adds'
+    print_table(rows, summary, title)
     if args.out_json:
         record = dict(config=args.config, shape=shape, mode=used, rows=rows, **summary)
         if args.num_images:

@@ -3,14 +3,12 @@ its peak memory measured (mmseg's whole inference, never sliding windows:
 :mod:`mmcirc.apis.highres`). Without CHECKPOINT the weights are random: only the time and
 memory figures mean anything.
 
-Per image, under --out-dir (atomically, the JSON last): ``<name>_<H>x<W>_<config>[_<overrides>]``
-``_{labels,mask,overlay}.png`` and ``.json`` (:mod:`.infer_highres_record`);
-``--dense-baseline`` also runs the dense-attention equivalent in a memory-capped child
-(:mod:`.infer_highres_dense`). ``--shard`` (this process is one torchrun rank) and
-``--nproc P`` (P local gloo ranks) run sharded inference
-(:mod:`mmcirc.distributed.segmentor`): every rank holds a band of rows, rank 0 writes the
-same files; a failing rank stops all with one line and no file. ``--shard-size S``: groups
-of S ranks, each predicting its share of the images (the first rank of each writes them).
+Per image, under --out-dir: label, mask and overlay PNGs and a JSON record
+(:mod:`.infer_highres_record`); ``--dense-baseline`` also runs the dense-attention
+equivalent in a memory-capped child (:mod:`.infer_highres_dense`). ``--shard`` (this
+process is one torchrun rank) and ``--nproc P`` (P local gloo ranks) run sharded inference
+(:mod:`mmcirc.distributed.segmentor`, :func:`main_sharded`): the same files, a failing rank
+stops all with one line and no file.
 """
 
 import argparse
@@ -82,7 +80,6 @@ def parse_args(argv=None):
     bar = parser.add_mutually_exclusive_group()
     bar.add_argument(
         '--progress',
-        dest='progress',
         action='store_true',
         default=None,
         help='progress bar on stderr (a step per backbone stage or block, the neck, the '

@@ -17,6 +17,7 @@ leave the other core free.
 
 import argparse
 import glob
+import itertools
 import json
 import os
 import os.path as osp
@@ -86,15 +87,12 @@ def run_one(job, attention, seed, out_dir):
 
 def table(records):
     rows = []
-    for job in JOBS:
-        for att in ATTENTIONS:
-            vals = [r['value'] for r in records if r['job'] == job and r['attention'] == att]
-            if vals:
-                std = statistics.stdev(vals) if len(vals) > 1 else float('nan')
-                stats = (statistics.mean(vals), std, min(vals), max(vals))
-                rows.append(
-                    [JOBS[job][2], ATTENTIONS[att], len(vals), *(f'{v:.3f}' for v in stats)]
-                )
+    for job, att in itertools.product(JOBS, ATTENTIONS):
+        vals = [r['value'] for r in records if r['job'] == job and r['attention'] == att]
+        if vals:
+            std = statistics.stdev(vals) if len(vals) > 1 else float('nan')
+            stats = (statistics.mean(vals), std, min(vals), max(vals))
+            rows.append([JOBS[job][2], ATTENTIONS[att], len(vals), *(f'{v:.3f}' for v in stats)])
     return markdown_table(['job', 'model', 'seeds', 'mean', 'std', 'min', 'max'], rows) + '\n'
 
 
@@ -108,21 +106,16 @@ def main(argv=None):
     results_file = osp.join(out_dir, 'results.json')
     records = json.load(open(results_file)) if osp.isfile(results_file) else []
     # seeds outermost: a sweep stopped early still has every model at the same seeds
-    for seed in args.seeds:
-        for attention in args.attentions:
-            for job in args.jobs:
-                if any(
-                    r['job'] == job and r['attention'] == attention and r['seed'] == seed
-                    for r in records
-                ):
-                    continue
-                rec = run_one(job, attention, seed, out_dir)
-                records.append(rec)
-                print(
-                    f'{job} {attention} seed {seed}: {rec["metric"]} = {rec["value"]:.4f} '
-                    f'({rec["minutes"]:.1f} min)',
-                    flush=True,
-                )
-                atomic_write(results_file, json.dumps(records, indent=1))
-                atomic_write(osp.join(out_dir, 'table.md'), table(records))
+    for seed, attention, job in itertools.product(args.seeds, args.attentions, args.jobs):
+        if any((r['seed'], r['attention'], r['job']) == (seed, attention, job) for r in records):
+            continue
+        rec = run_one(job, attention, seed, out_dir)
+        records.append(rec)
+        print(
+            f'{job} {attention} seed {seed}: {rec["metric"]} = {rec["value"]:.4f} '
+            f'({rec["minutes"]:.1f} min)',
+            flush=True,
+        )
+        atomic_write(results_file, json.dumps(records, indent=1))
+        atomic_write(osp.join(out_dir, 'table.md'), table(records))
     print(table(records))

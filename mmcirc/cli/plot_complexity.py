@@ -101,7 +101,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def _plot(series, xlabel, title, out_dir, name):
+def _plot(series, xlabel, title, out_dir, file_name):
     plt = vis.pyplot()
     fig, ax = plt.subplots(figsize=(7, 5))
     for i, (name, pts) in enumerate(series.items()):
@@ -116,7 +116,7 @@ def _plot(series, xlabel, title, out_dir, name):
     ax.grid(True, which='both', alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(osp.join(out_dir, name), dpi=120)
+    fig.savefig(osp.join(out_dir, file_name), dpi=120)
     plt.close(fig)
 
 

@@ -11,11 +11,9 @@ from mmcirc.cli.common import CLIError, add_cfg_options, check_output_dir
 
 
 def load_config(path, cfg_options=None, work_dir=None, launcher='none'):
-    """The run's config: :func:`mmcirc.apis.builder.load_model_config` (``cfg_options``
-    merged; ``FileNotFoundError`` / ``ValueError`` for a missing file or a
-    ``default_scope`` outside mmdet, mmseg, mmpretrain), with the ``launcher`` and the
-    ``work_dir`` (given, the config's, else ``./work_dirs/<config name>``) settled: a
-    folder it can write (:func:`~mmcirc.cli.common.check_output_dir`)."""
+    """The run's config (:func:`mmcirc.apis.builder.load_model_config`, ``cfg_options``
+    merged) with the ``launcher`` and the ``work_dir`` (given, the config's, else
+    ``./work_dirs/<config name>``, checked writable) settled."""
     cfg = load_model_config(path, cfg_options)
     cfg.launcher = launcher
     if work_dir is not None:
@@ -67,20 +65,15 @@ def check_slurm_env():
 
 def slurm_env_to_torch(port=None):
     """torch.distributed's variables from Slurm's, as mmengine's ``_init_dist_slurm``
-    sets them before it joins NCCL: ``RANK`` = ``SLURM_PROCID``, ``WORLD_SIZE`` =
-    ``SLURM_NTASKS``, ``LOCAL_RANK`` = ``SLURM_LOCALID``, ``MASTER_ADDR`` (unless set) the
-    first host of ``SLURM_NODELIST`` (``scontrol show hostnames``), ``MASTER_PORT`` the
-    config's ``env_cfg.dist_cfg.port`` if given, else as set, else 29500."""
+    sets them before it joins NCCL (``MASTER_PORT``: ``port``, the config's
+    ``env_cfg.dist_cfg.port``, if given, else as set, else 29500)."""
     import subprocess
 
     nodes = os.environ['SLURM_NODELIST']
     if 'MASTER_ADDR' not in os.environ:
         try:
             hosts = subprocess.run(
-                ['scontrol', 'show', 'hostnames', nodes],
-                capture_output=True,
-                text=True,
-                check=False,
+                ['scontrol', 'show', 'hostnames', nodes], capture_output=True, text=True
             )
         except OSError as err:
             raise CLIError(f'--launcher slurm: scontrol: {err.strerror}') from None
