@@ -52,25 +52,21 @@ class ExportError(ValueError):
 
 
 # --------------------------------------------------------------------------- model
-def _flatten(out) -> List[torch.Tensor]:
+def _leaves(out, prefix: str) -> List[Tuple[str, torch.Tensor]]:
+    """(``prefix.<i>[.<j>...]``, tensor) of the tensors of a nested output, depth-first."""
     if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):
-        out = list(out.values())
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _flatten(o)]
-    raise ExportError(
-        f'model output of type {type(out).__name__} is not a tensor or a nest of tensors'
-    )
+        return [(prefix, out)]
+    if not isinstance(out, (dict, list, tuple)):
+        raise ExportError(
+            f'model output of type {type(out).__name__} is not a tensor or a nest of tensors'
+        )
+    items = out.items() if isinstance(out, dict) else enumerate(out)
+    return [leaf for k, o in items for leaf in _leaves(o, f'{prefix}.{k}')]
 
 
 def output_names(out, prefix: str = 'output') -> List[str]:
     """``output.<i>[.<j>...]`` for the tensors of a nested output, depth-first."""
-    if isinstance(out, torch.Tensor):
-        return [prefix]
-    if isinstance(out, dict):
-        return [n for k, o in out.items() for n in output_names(o, f'{prefix}.{k}')]
-    return [n for i, o in enumerate(out) for n in output_names(o, f'{prefix}.{i}')]
+    return [name for name, _ in _leaves(out, prefix)]
 
 
 class TensorModel(nn.Module):
@@ -96,7 +92,7 @@ class TensorModel(nn.Module):
         return self.model(inputs, mode='tensor')
 
     def forward(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        return tuple(_flatten(self.raw(inputs)))
+        return tuple(t for _, t in _leaves(self.raw(inputs), 'output'))
 
 
 # --------------------------------------------------------------------------- checks

@@ -87,14 +87,12 @@ def _transpose(z, split, join, dim, rank, group):
 
 def _fft(fn, z, n, dim, norm='backward'):
     """``fn(z, n=n, dim=dim, norm=norm)``, also for an empty band (a rank without rows or
-    columns, which MKL refuses): the empty output's shape and dtype (:func:`empty_band`)."""
+    columns, which MKL refuses): the empty output's shape and dtype, from a meta tensor
+    (:func:`empty_band`)."""
     if z.numel():
         return fn(z, n=n, dim=dim, norm=norm)
-    real = torch.empty(0, dtype=z.real.dtype)
-    shape = list(z.shape)
-    shape[dim] = n // 2 + 1 if fn is torch.fft.rfft else n
-    dtype = real.dtype if fn is torch.fft.irfft else torch.complex(real, real).dtype
-    return empty_band(z, shape, dtype)
+    out = fn(torch.empty(z.shape, dtype=z.dtype, device='meta'), n=n, dim=dim, norm=norm)
+    return empty_band(z, out.shape, out.dtype)
 
 
 def _check_grid(rows, width, grid):

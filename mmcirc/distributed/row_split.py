@@ -39,8 +39,7 @@ def check_world_size(heights: Sequence[int], world_size: int, what: str = 'image
             f'number of processes is {smallest}'
         )
     for h in heights:
-        start, stop = band_bounds(int(h), world_size)[-1]
-        if stop <= start:
+        if not _all_own_rows([h], world_size):
             fewer = max(p for p in range(1, world_size) if _all_own_rows(heights, p))
             raise ValueError(
                 f'world_size={world_size} leaves the last rank no rows of the {h}-row feature '

@@ -1,9 +1,7 @@
 """Circulant attention of a row-band-sharded map (METHOD.md section 4).
 
 :class:`ShardedCirculantAttention` is :class:`~mmcirc.ops.circulant.CirculantAttention`
-(same parameters, same state dict; :meth:`~ShardedCirculantAttention.from_module` wraps an
-existing layer and shares its weights) whose input and output are the local band of
-tokens, rows ``band_bounds(H, P)[rank]`` of the H x W map.
+(same state dict) on the local band of tokens, rows ``band_bounds(H, P)[rank]``.
 
 The equations are the single-process layer's own body, :func:`~mmcirc.ops.circulant.
 attend`, set up by its :func:`~mmcirc.ops.circulant.circulant_plan` (once per input

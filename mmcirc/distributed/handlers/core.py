@@ -1,9 +1,7 @@
 """Core attention of row-band-sharded patches (METHOD.md section 4, 'Core gather').
 
-:class:`ShardedCoreAttention` is :class:`~mmcirc.ops.core.CoreAttention` (same
-parameters and state dict; :meth:`~ShardedCoreAttention.from_module` wraps a layer and
-shares its weights) whose patches are this rank's band x (B, n_r, C); the active cores
-(B, C', C) are the same on every rank and so is the returned core stream.
+:class:`ShardedCoreAttention` is :class:`~mmcirc.ops.core.CoreAttention` (same state
+dict) on this rank's band of patches; the cores are the same on every rank.
 
 * Gather: the streaming (online-softmax) gather of the single-process layer runs over
   the local patches (in chunks as there: ``chunk_size`` / ``chunk_threshold`` apply to

@@ -21,7 +21,8 @@ single-process result (or, for a pooled map, the small map whole on every rank).
 * the replicated prefix of a token map (:mod:`~mmcirc.distributed.banded_map`).
 
 Every handler is differentiable (local torch ops around the exchanges and sums of
-:mod:`~mmcirc.distributed.comm`). Importing this module (:mod:`mmcirc.distributed` does) registers them.
+:mod:`~mmcirc.distributed.comm`). Importing this module (:mod:`mmcirc.distributed`
+does) registers them.
 """
 
 import math

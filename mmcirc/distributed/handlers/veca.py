@@ -1,11 +1,8 @@
 """VECA's core-periphery attention on a row-banded token map (METHOD.md 3.2).
 
 The :class:`~mmcirc.distributed.banded_map.BandedMap` handler of
-:class:`~mmcirc.models.backbones.veca.CorePeripheryAttention`: x is the map
-[cores (C'); patches (N)] with the C' cores as its replicated prefix and this rank's
-band of patches after it (local (B, C' + n_r, D)); cos / sin (B, C' + N, d) span every
-token (plain) and are cut to the cores and the band. With the module's own projections
-and RoPE (:meth:`~mmcirc.models.backbones.veca.CorePeripheryAttention.project`):
+:class:`~mmcirc.models.backbones.veca.CorePeripheryAttention` (:func:`core_periphery_banded`),
+with the module's own projections and RoPE (its ``project``):
 
 * patches see the cores only: local;
 * cores see the C' cores and all N patches: per rank the scores s_r over its keys (the
@@ -40,8 +37,9 @@ _NAME = 'CorePeripheryAttention'
 
 @register_operator(CorePeripheryAttention, prefix=True)
 def core_periphery_banded(module: CorePeripheryAttention, x, cos, sin, num_cores: int):
-    """x: BandedMap (B, C' + N, D), the C' cores its replicated prefix; cos / sin plain
-    (B, C' + N, head_dim) -> this rank's band of the module's output, same layout."""
+    """x: BandedMap (B, C' + N, D), the C' cores its replicated prefix, then this rank's
+    band of patches (local (B, C' + n_r, D)); cos / sin plain (B, C' + N, head_dim), cut
+    to the cores and the band -> this rank's band of the module's output, same layout."""
     if not isinstance(x, BandedMap) or x.band_dim != 1 or x.prefix != num_cores:
         raise refuse(
             _NAME, f'takes tokens banded along dim 1 after the {num_cores} cores as prefix'

@@ -237,8 +237,7 @@ def _check_same(inputs, data_samples, group) -> None:
 
 # --------------------------------------------------------------------------- wrapper
 class SpatialParallel(nn.Module):
-    """mmengine model wrapper: the segmentor ``module`` trained spatially sharded, every
-    rank of a spatial group one band of rows of every sample of its group's batch;
+    """mmengine model wrapper of the segmentor ``module`` trained spatially sharded:
     ``shard_size`` S ranks per spatial group, W / S data-parallel groups
     (:func:`~mmcirc.distributed.comm.data_space_mesh`; None: one group, the whole
     world; ValueError, one line, for an S that does not divide W). SyncBatchNorm is made
