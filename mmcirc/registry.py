@@ -1,11 +1,6 @@
-"""One registration helper for the three OpenMMLab libraries mmcirc plugs into.
-
-A backbone written here is used from mmdet configs (detection), mmseg configs
-(segmentation) and mmpretrain configs (ImageNet pretraining). Each library has its own
-``MODELS`` registry, so :func:`register_model` puts a class into all of them that are
-installed (mmdet is required, mmseg and mmpretrain are optional extras) at once,
-under one name, and refuses a name that any of them (or mmengine's root registry,
-which they inherit from) already holds.
+"""One registration helper for the three OpenMMLab libraries mmcirc plugs into: each has
+its own ``MODELS`` registry, and :func:`register_model` puts a class into all of them that
+are installed (mmdet is required, mmseg and mmpretrain optional) under one name.
 """
 
 from __future__ import annotations
@@ -39,11 +34,8 @@ def _library_models(library: str) -> Optional[Registry]:
 
 
 def registries_by_library() -> Dict[str, Registry]:
-    """``{library: MODELS}`` for mmdet and whichever of mmseg / mmpretrain are installed.
-
-    A detection user needs neither mmseg nor mmpretrain: their registries are only
-    imported (and filled) where the library is present.
-    """
+    """``{library: MODELS}`` for mmdet and whichever of mmseg / mmpretrain are installed
+    (only those are imported)."""
     found = {lib: _library_models(lib) for lib in LIBRARIES}
     return {lib: reg for lib, reg in found.items() if reg is not None}
 

@@ -2,15 +2,10 @@
 inference paths that do the last resize and argmax themselves (a library).
 
 mmseg's whole inference is ``encode_decode(inputs, metas)``: the backbone (and neck),
-then the decode head's ``predict(feats, metas, test_cfg)`` (a cascade: every head's
-``forward`` in turn, the last one's ``predict``), which takes what it needs of its own
-``forward`` (``DAHead``: the first of three maps; ``PointHead``: its refined points)
-and hands the logits to ``predict_by_feat``, whose bilinear resize to the input size
-is the one step at full resolution. :func:`encode_logits` runs that same
-``encode_decode`` and takes the logits where ``predict_by_feat`` would resize them,
-without resizing them, for every head that keeps mmseg's ``BaseDecodeHead.predict_by_feat``;
-a head with its own (``SideAdapterCLIPHead``) or that makes its logits without it
-(``MaskFormerHead``) gives them at the input size, as mmseg does. :func:`predict_head`,
+then the decode head's ``predict`` (a cascade: the last head's), which hands its logits
+to ``predict_by_feat``, whose bilinear resize to the input size is the one step at full
+resolution. :func:`encode_logits` runs that same ``encode_decode`` and takes the logits
+where ``predict_by_feat`` would resize them; :func:`predict_head`,
 :func:`check_label_segmentor` and :func:`lean_segmentor` say which segmentors it serves.
 """
 

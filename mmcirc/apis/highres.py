@@ -49,7 +49,6 @@ _SLIDE_KEYS = ('mode', 'crop_size', 'stride')
 Progress = Callable[[str, int, int], None]
 
 
-# --------------------------------------------------------------------------- config
 def load_highres_config(
     config: str, cfg_options: Optional[dict] = None, overrides: Optional[dict] = None
 ):
@@ -93,7 +92,6 @@ def min_input_size(cfg) -> int:
     return int(backbone_on_meta(backbone).min_input_size)
 
 
-# --------------------------------------------------------------------------- inference
 def upsample_argmax(
     logits,
     size: Sequence[int],

@@ -209,7 +209,6 @@ def backbone_on_meta(backbone_cfg):
         return cls(**kwargs)
 
 
-# --------------------------------------------------------------------------- summary
 def backbone_summary(backbone) -> dict:
     """Type, per-stage attention and the circulant/core settings of a built backbone.
 

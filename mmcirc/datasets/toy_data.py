@@ -1,16 +1,13 @@
 """Deterministic toy datasets for fast smoke-training of mmcirc backbones: three tiny
-datasets of the scenes of :mod:`.toy_scenes`, written in the exact on-disk layouts the
-OpenMMLab dataset classes expect (each maker's docstring gives its layout):
-``toy_coco`` for mmdet's ``CocoDataset`` (``metainfo=dict(classes=TOY_DET_CLASSES)``,
-:func:`make_toy_coco`), ``toy_ade/ADEChallengeData2016`` for mmseg's ADE20K
-(:func:`make_toy_ade`) and ``toy_imagenet`` for mmpretrain's ``CustomDataset``
-(:func:`make_toy_imagenet`; ``TOY_CLS_CLASSES`` is the alphabetical folder order).
+datasets of the scenes of :mod:`.toy_scenes`, in the on-disk layouts of mmdet's
+``CocoDataset`` (:func:`make_toy_coco`), mmseg's ADE20K (:func:`make_toy_ade`) and
+mmpretrain's ``CustomDataset`` (:func:`make_toy_imagenet`).
 
 Every image is drawn from its own ``numpy.random.Generator`` seeded by
-``(seed, dataset, split, index)``, so the same seed gives byte-identical files
-and changing ``num_train`` does not change the validation split. Each dataset is
-written into a temporary sibling directory and moved into place only when complete.
-numpy and Pillow only (no mmengine / mmdet imports).
+``(seed, dataset, split, index)``, so the same seed gives byte-identical files and
+changing ``num_train`` does not change the validation split. Each dataset is written
+into a temporary sibling directory and moved into place only when complete. numpy and
+Pillow only (no mmengine / mmdet imports).
 """
 
 import json
@@ -61,7 +58,6 @@ _DATASET_KEYS = {'coco': 1, 'ade': 2, 'imagenet': 3}
 _SPLIT_KEYS = {'train': 0, 'val': 1}
 
 
-# ------------------------------------------------------------------------------- argument checking
 def _check_int(name, value, least=1, wording='an integer >= 1'):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
         raise ValueError(f'{name} must be {wording}, got {value!r}')
@@ -111,19 +107,14 @@ def _resolve_datasets(datasets):
         raise ValueError('datasets must name at least one dataset')
     out = []
     for d in datasets:
-        if d == 'all':
-            names = DATASETS
-        elif d in DATASETS:
-            names = (d,)
-        else:
+        if d != 'all' and d not in DATASETS:
             raise ValueError(
                 f'unknown dataset {d!r}: datasets must be one of {DATASETS + ("all",)}'
             )
-        out.extend(n for n in names if n not in out)
+        out.extend(n for n in (DATASETS if d == 'all' else (d,)) if n not in out)
     return out
 
 
-# --------------------------------------------------------------------------------------- rendering
 def _rng(seed, dataset, split, index):
     return np.random.default_rng([seed, _DATASET_KEYS[dataset], _SPLIT_KEYS[split], index])
 
@@ -173,7 +164,6 @@ def _prepare(out_dir, num_train, num_val, img_size, seed, dataset):
     return Path(out_dir), num_train, num_val, size, seed
 
 
-# ---------------------------------------------------------------------------------------- datasets
 def make_toy_coco(
     out_dir='data', num_train=DEFAULT_NUM_TRAIN, num_val=DEFAULT_NUM_VAL, img_size=None, seed=0
 ):

@@ -55,12 +55,7 @@ def _smooth_field(rng, width, height, cells=4):
     x0 = np.minimum(gx.astype(np.int64), cells - 1)
     fy = (gy - y0)[:, None]
     fx = (gx - x0)[None, :]
-    g00 = grid[y0][:, x0]
-    g01 = grid[y0][:, x0 + 1]
-    g10 = grid[y0 + 1][:, x0]
-    g11 = grid[y0 + 1][:, x0 + 1]
-    top = g00 * (1 - fx) + g01 * fx
-    bottom = g10 * (1 - fx) + g11 * fx
+    top, bottom = (g[:, x0] * (1 - fx) + g[:, x0 + 1] * fx for g in (grid[y0], grid[y0 + 1]))
     return top * (1 - fy) + bottom * fy
 
 

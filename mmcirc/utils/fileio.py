@@ -97,11 +97,10 @@ def atomic_open(path: Union[str, os.PathLike], mode: str = 'wb', encoding=None):
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         os.replace(tmp, path)
-    except OSError as err:
+    except BaseException as err:
         discard(tmp)
-        raise _write_error(err, path) from err
-    except BaseException:
-        discard(tmp)
+        if isinstance(err, OSError):
+            raise _write_error(err, path) from err
         raise
     _fsync_dir(folder)
 
@@ -139,13 +138,11 @@ def atomic_write_many(files: Dict[str, Union[bytes, str]]) -> None:
             os.chmod(tmp, 0o666 & ~_umask())
         for tmp, path in staged:
             os.replace(tmp, path)
-    except OSError as err:
+    except BaseException as err:
         for tmp, _ in staged:
             discard(tmp)
-        raise _write_error(err, path) from err
-    except BaseException:
-        for tmp, _ in staged:
-            discard(tmp)
+        if isinstance(err, OSError):
+            raise _write_error(err, path) from err
         raise
     for folder in {osp.dirname(path) for _, path in staged}:
         _fsync_dir(folder)

@@ -13,9 +13,8 @@ def first_argmax(scores: torch.Tensor, offset: int = 0) -> Tuple[torch.Tensor, t
 
     The same result as ``torch.argmax`` (first maximum; a NaN counts as the maximum),
     without its reduction over the outer axis, which torch's CPU kernel runs element by
-    element (1.7 s for (16, 4096, 4096) on two threads): the vectorised ``amax`` over
-    that axis, then each class, last to first, writes its index where it equals the
-    maximum, so the first one is left. Columns holding a NaN take ``torch.argmax``.
+    element: the vectorised ``amax``, then each class, last to first, writes its index
+    where it equals the maximum. Columns holding a NaN take ``torch.argmax``.
     """
     best = scores.amax(dim=0)  # (H, W)
     last = scores.shape[0] - 1  # the fill value: the one class left where no other is

@@ -1,10 +1,6 @@
-"""Quiet weight initialisation: the one helper mmcirc's tools and APIs use to keep
-mmengine's logger from printing every parameter.
-
-``BaseModule.init_weights`` and ``load_checkpoint`` log each initialised or loaded
-tensor at INFO through mmengine's current logger; a tool that builds a model with
-random weights (or loads a checkpoint) runs them inside :func:`quiet_logger`.
-"""
+"""Quiet weight initialisation: ``BaseModule.init_weights`` and ``load_checkpoint`` log
+every tensor at INFO through mmengine's current logger; mmcirc's tools and APIs run them
+inside :func:`quiet_logger`."""
 
 import contextlib
 import logging
