@@ -1,9 +1,6 @@
-"""Backbones (and necks) registered into mmdet, mmseg and mmpretrain.
-
-Without mmengine (a torch-only install, e.g. the GPU benchmark machine) nothing is
-registered and only the torch-only model files import: ``mmcirc.models.backbones.ca_deit``
-and ``.veca`` (see :mod:`mmcirc.models.backbones`). With mmengine, mmdet is required:
-``import mmcirc.models`` without it is one error naming the package to install.
+"""Backbones (and necks) registered into mmdet, mmseg and mmpretrain; without mmengine
+(a torch-only install) nothing is registered (see :mod:`mmcirc.models.backbones`). With
+mmengine, mmdet is required.
 """
 
 import importlib.util

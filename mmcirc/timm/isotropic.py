@@ -113,13 +113,6 @@ class _Isotropic(TimmModel):
             inter = [block_map(t, x, self.patch_size, 0) for t in inter]  # (B, C, H', W')
         return self._final(outs), inter
 
-    def _keep_blocks(self, keep: int) -> None:
-        bb = self.backbone
-        del bb.blocks[keep:]
-        bb.num_stages = keep
-        bb.out_indices = tuple(range(keep))
-        bb.frozen_stages = min(bb.frozen_stages, keep)
-
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict:
         """Parameter groups for timm's layer-wise learning-rate decay."""
@@ -188,7 +181,7 @@ class CADeiTTimm(_Isotropic):
         return x.mean(dim=1) if self.global_pool == 'avg' else x  # (B, C) | (B, N, C)
 
     def _prune(self, keep: int, prune_norm: bool) -> int:
-        self._keep_blocks(keep)
+        del self.backbone.blocks[keep:]
         self.backbone.depth = keep
         if prune_norm:
             self.backbone.norm = nn.Identity()
@@ -246,13 +239,11 @@ class VECATimm(_Isotropic):
 
     @property
     def num_prefix_tokens(self) -> int:
-        """The cores C' ahead of the patches in :meth:`forward_features`' sequence."""
+        """The cores C' ahead of the patches in :meth:`forward_features`' sequence and in
+        a block's output (``block_prefix``)."""
         return self.backbone.num_cores
 
-    @property
-    def block_prefix(self) -> int:
-        """The cores C' ahead of the patches in a block's output."""
-        return self.backbone.num_cores
+    block_prefix = num_prefix_tokens
 
     def set_num_cores(self, num_cores) -> None:
         """The active core count C' (:meth:`VECAViT.set_num_cores`)."""
@@ -276,8 +267,8 @@ class VECATimm(_Isotropic):
         return x
 
     def _prune(self, keep: int, prune_norm: bool) -> int:
-        self._keep_blocks(keep)
         bb = self.backbone
+        del bb.blocks[keep:]
         bb.num_layers = keep
         del bb.pos_linears[keep - 1 :]  # block i > 0 moves the cores with pos_linears[i - 1]
         alpha = bb.pos_alpha

@@ -1,12 +1,9 @@
 """timm's model interface around mmcirc's backbones: :class:`TimmModel`, what every
 family shares (the isotropic families: :mod:`.isotropic`; the pyramids: :mod:`.pyramid`).
 
-A model is ``backbone`` (the mmcirc backbone, unchanged: its parameters keep their
-names under ``backbone.``) followed by timm's head: global pooling, ``head_drop``
-(``drop_rate``) and ``head`` (a linear classifier, ``nn.Identity`` for
-``num_classes=0``). Models are built on the default device, or on ``device``
-(``'meta'``: no memory, no init; ``to_empty`` then :meth:`TimmModel.init_weights`
-makes them real), in ``dtype``.
+A model is ``backbone`` (the mmcirc backbone, unchanged, under ``backbone.``) and
+timm's head (pooling, ``head_drop``, ``head``), built on ``device`` (``'meta'``: no
+memory, no init; ``to_empty`` then :meth:`TimmModel.init_weights` makes it real).
 
 ``torch.fx`` traces a model down to the backbone's stages and blocks (the leaves:
 :meth:`TimmModel.fx_leaves`), so the ``feature_info`` modules are nodes of the graph:
@@ -158,7 +155,6 @@ class TimmModel(nn.Module):
         self.global_pool = None
         self.reset_classifier(num_classes, global_pool)
 
-    # ------------------------------------------------------------------ head
     @torch.jit.ignore
     def get_classifier(self) -> nn.Module:
         return self.head
@@ -190,22 +186,15 @@ class TimmModel(nn.Module):
             head = nn.Identity()
         self.head = head.train(self.training)
 
-    def _pool(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Features of :meth:`forward_features` -> pooled (``pre_logits``) or logits."""
         x = self.head_drop(self._pool(x))
         return x if pre_logits else self.head(x)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, C_in, H, W) -> logits (B, num_classes)."""
         return self.forward_head(self.forward_features(x))
 
-    # ------------------------------------------------------------------ training
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Every block under ``torch.utils.checkpoint`` (the backbone's ``with_cp``)."""
@@ -248,7 +237,6 @@ class TimmModel(nn.Module):
     def _init_buffers(self) -> None:
         """Recompute the family's persistent buffers that are functions of the shapes."""
 
-    # ------------------------------------------------------------------ features
     @staticmethod
     def fx_leaves() -> tuple:
         """(module classes, functions) of the family that ``torch.fx`` does not trace
@@ -288,7 +276,10 @@ class TimmModel(nn.Module):
         pooling with ``prune_head``; returns the indices :meth:`forward_intermediates`
         takes."""
         take = self._check_indices(indices)
-        width = self._prune(max(take) + 1, prune_norm)
+        bb, keep = self.backbone, max(take) + 1
+        width = self._prune(keep, prune_norm)
+        bb.num_stages, bb.out_indices = keep, tuple(range(keep))
+        bb.frozen_stages = min(bb.frozen_stages, keep)
         if width != self.num_features or prune_head:
             self.num_features = width
             if prune_head:
@@ -302,7 +293,6 @@ class TimmModel(nn.Module):
         ``prune_norm``); returns the width of the final features."""
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ weights
     def load_pretrained(self, path: str) -> None:
         """Load a checkpoint file (timm's ``custom_load``): read safely, converted by
         :func:`~mmcirc.timm.weights.checkpoint_filter_fn`, the classifier dropped

@@ -141,7 +141,6 @@ class PyramidTimm(TimmModel):
         blocks = tuple(leaf for cls in attention_blocks().values() for leaf in cls.fx_leaves)
         return stages + blocks, (nlc_to_nchw, nchw_to_nlc, grid_size, select_cores)
 
-    # ------------------------------------------------------------------ forward
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, C_in, H, W) -> the last stage's map (B, C_4, H/32, W/32)."""
         return self.backbone(x)[-1]
@@ -175,9 +174,6 @@ class PyramidTimm(TimmModel):
         for i in range(keep, bb.num_stages):
             if hasattr(bb, f'norm{i}'):
                 delattr(bb, f'norm{i}')
-        bb.num_stages = keep
-        bb.out_indices = tuple(range(keep))
-        bb.frozen_stages = min(bb.frozen_stages, keep)
         return bb.embed_dims[keep - 1]
 
     def _init_buffers(self) -> None:
@@ -191,7 +187,6 @@ class PyramidTimm(TimmModel):
                 index = (coords + coords.T).flip(1).contiguous()
                 m.relative_position_index.copy_(index.to(m.relative_position_index.device))
 
-    # ------------------------------------------------------------------ training
     def _set_with_cp(self, enable: bool) -> None:
         self.backbone.with_cp = enable
         for stage in self.backbone.stages:
@@ -208,19 +203,15 @@ class PyramidTimm(TimmModel):
             else r'^backbone\.(?:patch_embed|drop_after_pos)'
         )
         if coarse:
-            return dict(
-                stem=stem,
-                blocks=[(rf'^backbone\.{a}\.(\d+)', None), (r'^backbone\.norm', (99999,))],
-            )
-        return dict(
-            stem=stem,
-            blocks=[
+            blocks = [(rf'^backbone\.{a}\.(\d+)', None), (r'^backbone\.norm', (99999,))]
+        else:
+            blocks = [
                 (rf'^backbone\.{a}\.(\d+)\.blocks\.(\d+)', None),
                 (rf'^backbone\.{a}\.(\d+)\.(?:patch_embed|pos_embed|cores)', (0,)),
                 (rf'^backbone\.{a}\.(\d+)\.(?:norm|downsample)', (99999,)),
                 (r'^backbone\.norm(\d+)', (99999,)),
-            ],
-        )
+            ]
+        return dict(stem=stem, blocks=blocks)
 
     def allowed_new_keys(self):
         """CA-Swin's output LNs of the stages other than the last (see the module)."""

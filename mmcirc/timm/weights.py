@@ -3,12 +3,10 @@
 :func:`checkpoint_filter_fn` (timm's ``pretrained_filter_fn``; also for
 ``timm.models.load_checkpoint(model, path, filter_fn=checkpoint_filter_fn)``) takes
 
-* the released CA-DeiT file (``{'model': state_dict}``, timm's ViT layout without a
-  position embedding): :func:`~mmcirc.models.convert.deit.convert_cadeit_official`;
-* the released VECA file (``{'student': ..., 'config': ...}``):
-  :func:`~mmcirc.models.convert.veca.convert_veca_official`; the config's
-  settings that change the model (RoPE, patch size, output projection, ...) must be
-  those the timm model was created with (ValueError naming them otherwise);
+* the released CA-DeiT file: :func:`~mmcirc.models.convert.deit.convert_cadeit_official`;
+* the released VECA file: :func:`~mmcirc.models.convert.veca.convert_veca_official`;
+  the config's settings that change the model (RoPE, patch size, ...) must be those the
+  timm model was created with (ValueError naming them otherwise);
 * mmcirc's own checkpoints (an mmpretrain classifier of ``configs/*_in1k.py``:
   ``backbone.*`` and ``head.fc.*``, possibly under ``state_dict`` with mmengine's
   ``meta`` / ``message_hub``; the converters' files, a converted VECA file with its
@@ -16,8 +14,7 @@
   dicts (``backbone.*``, ``head.*``);
 
 and returns the model's keys. :func:`load_checkpoint_file` reads a file with mmcirc's
-safe loader (:func:`mmcirc.models.convert.load_source`: tensors, containers and the
-types mmengine writes; nothing else is unpickled); on a torch-only install (no
+safe loader (:func:`mmcirc.models.convert.load_source`); on a torch-only install (no
 mmengine) with torch's own ``weights_only`` loader.
 """
 
@@ -89,9 +86,8 @@ def checkpoint_filter_fn(state_dict, model):
             raise ConversionError(f'a CA-DeiT checkpoint does not fit {type(model).__name__}')
         result, _ = deit.convert_cadeit_official({'model': sd}, arch=model.arch)
         return _from_mmcirc(result.state_dict)
-    backbone = (
-        (ckpt.get('meta') or {}).get('backbone') if isinstance(ckpt.get('meta'), dict) else None
-    )
+    meta = ckpt.get('meta')
+    backbone = meta.get('backbone') if isinstance(meta, dict) else None
     if kind == 'veca' and isinstance(backbone, dict):  # a converted VECA file
         _check_veca_settings(backbone, model)
     if not any(k.startswith('backbone.') for k in sd):

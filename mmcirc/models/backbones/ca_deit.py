@@ -51,7 +51,6 @@ __all__ = ['CADeiT', 'CADeiTBlock', 'Mlp', 'DropPath', 'OUT_TYPES']
 OUT_TYPES = ('featmap', 'avg_featmap', 'raw')
 
 
-# --------------------------------------------------------------------------- layers
 class DropPath(nn.Module):
     """Stochastic depth: drop the whole residual branch per sample (training only)."""
 
@@ -99,18 +98,10 @@ class PatchEmbed(nn.Module):
         return x.flatten(2).transpose(1, 2), hw
 
 
-# --------------------------------------------------------------------------- block
 class CADeiTBlock(nn.Module):
     """The official CA-DeiT block: CPE, circulant attention, MLP (pre-LN residuals).
-
-    Args:
-        dim (int): width C. mlp_ratio (float): MLP hidden = int(C * mlp_ratio).
-        drop_rate (float): dropout after the attention projection and in the MLP.
-        drop_path_rate (float): stochastic depth of both residual branches.
-        num_heads (int, optional): circulant heads (None: d = 1, the official).
-        boundary (str), scale (str | float), kernel (str, optional): see
-            :class:`CirculantAttention`.
-        norm_eps (float): LayerNorm eps.
+    Arguments as :class:`CADeiT`'s (``dim`` the width, ``num_heads`` its
+    ``circulant_heads``, ``drop_path_rate`` this block's; MLP hidden int(dim * mlp_ratio)).
     """
 
     def __init__(
@@ -149,7 +140,6 @@ class CADeiTBlock(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
-# --------------------------------------------------------------------------- model
 class CADeiT(BackboneContract):
     """CA-DeiT backbone (official layout) for mmpretrain, mmseg and mmdet.
 
@@ -220,10 +210,8 @@ class CADeiT(BackboneContract):
     ):
         super().__init__(init_cfg=init_cfg)
         name = type(self).__name__
-        settings = self._parse_arch(arch)
-        self.embed_dims = settings['embed_dims']
-        self.depth = settings['depth']
-        self.mlp_ratio = settings['mlp_ratio']
+        s = self._parse_arch(arch)
+        self.embed_dims, self.depth, self.mlp_ratio = s['embed_dims'], s['depth'], s['mlp_ratio']
         self.num_features = self.embed_dims
         self.patch_size = check_positive_int(name, 'patch_size', patch_size)
         check_positive_int(name, 'in_channels', in_channels)
@@ -266,7 +254,6 @@ class CADeiT(BackboneContract):
         self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps)
         self._freeze_stages()
 
-    # ------------------------------------------------------------------ contract
     def _frozen_parts(self):
         """``frozen_stages`` = k: the patch embedding, blocks 0..k-1 (all: and ``norm``)."""
         modules = [self.patch_embed] if self.frozen_stages >= 0 else []
@@ -290,7 +277,6 @@ class CADeiT(BackboneContract):
                     nn.init.zeros_(m.bias)
         super().init_weights()
 
-    # ------------------------------------------------------------------ forward
     def _format(self, x: torch.Tensor, hw) -> torch.Tensor:
         if self.out_type == 'raw':
             return x  # (B, N, C)

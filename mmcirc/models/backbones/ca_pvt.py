@@ -38,10 +38,9 @@ class CAPVT(PyramidBackbone):
     Args:
         arch (str | dict): ``'tiny'``, ``'small'``, ``'medium'``, ``'large'`` or a dict
             with ``embed_dims`` (one width per stage), ``depths``, ``num_heads``.
-        attention (str, optional): attention of the replaced stages 1-2 in the paper's layout (None:
-            the class's ``default_attention``):
-            ``'circulant'`` (default here) or ``'core'`` (or ``'sra'``: plain PVT): a
-            kind of ``attention_blocks``.
+        attention (str, optional): attention of the replaced stages 1-2 in the paper's
+            layout, a kind of ``attention_blocks`` (``'circulant'``, ``'core'``; ``'sra'``:
+            plain PVT); None: the class's ``default_attention``.
         stage_attentions (str | Sequence[str], optional): per-stage attention, each a
             kind as above; a str applies to all stages. None:
             ``(attention, attention, 'sra', 'sra')``.
@@ -65,9 +64,8 @@ class CAPVT(PyramidBackbone):
         boundary (str): circulant boundary, ``'circular'`` or ``'zero'``.
         scale (str | float): circulant scale, ``'sqrt_n'`` (official), ``'n'`` (paper
             Eq. 15, resolution invariant) or a positive float.
-        num_cores (int | str, optional): active cores C' of core stages, int in
-            [1, num_cores_max] or ``'mobile'`` (8), ``'edge'`` (32), ``'server'`` (64);
-            None: num_cores_max. Change later with :meth:`set_num_cores`.
+        num_cores (int | str, optional): active cores C' of core stages (an int or a
+            preset, see :class:`ElasticCores`); None: num_cores_max.
         num_cores_max (int): size of the learnable core bank of each core stage.
         core_chunk_size (int, optional): patches per chunk of the core gather.
         core_cpe (bool): 3x3 depthwise CPE in core blocks (off: PVT has position

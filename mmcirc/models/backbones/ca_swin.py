@@ -39,13 +39,9 @@ class CASwin(PyramidBackbone):
         arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` or a dict with
             ``embed_dims`` (an int C, giving C-2C-4C-8C, or one width per stage),
             ``depths`` and ``num_heads``.
-        attention (str, optional): attention of stages 1-2 in the paper's layout (None: the
-            class's ``default_attention``):
-            ``'circulant'`` (default here) or ``'core'`` (or ``'window'``: plain Swin),
-            a kind of ``attention_blocks``.
-        stage_attentions (str | Sequence[str], optional): per-stage attention, each a
-            kind as above; a str applies to all stages.
-            None: ``(attention, attention, 'window', 'window')``.
+        attention (str, optional): as in :class:`CAPVT` (``'window'``: plain Swin).
+        stage_attentions (str | Sequence[str], optional): as in :class:`CAPVT`; None:
+            ``(attention, attention, 'window', 'window')``.
         block_cfgs (dict | Sequence[dict | None], optional): per-stage block configs,
             see :class:`PyramidBackbone`.
         strides (Sequence[int]): patch embedding stride (= kernel) then the patch

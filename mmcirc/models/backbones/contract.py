@@ -73,7 +73,6 @@ __all__ = [
 NORM_TYPES = (_BatchNorm, _InstanceNorm, nn.GroupNorm, nn.LayerNorm)
 
 
-# --------------------------------------------------------------------------- checks
 def is_int(value) -> bool:
     """An int that is not a bool."""
     return isinstance(value, Integral) and not isinstance(value, bool)
@@ -172,7 +171,6 @@ def call_block(block: nn.Module, *args):
     return block(*args)
 
 
-# --------------------------------------------------------------------------- contract
 class BackboneContract(BaseModule):
     """arch, out_indices, frozen_stages + train(), norm_eval and with_cp (abstract).
 
@@ -184,10 +182,8 @@ class BackboneContract(BaseModule):
         stage_unit (str): what ``out_indices`` / ``frozen_stages`` count (``'stages'``
             or ``'blocks'``).
 
-    A family's ``__init__`` calls :meth:`_setup_contract` (sets ``num_stages``,
-    ``out_indices``, ``frozen_stages``, ``norm_eval``, ``with_cp``), builds its
-    modules, then calls :meth:`_freeze_stages`; it runs its blocks with
-    :func:`call_block` under ``with_cp``.
+    A family's ``__init__`` calls :meth:`_setup_contract`, builds its modules, then
+    calls :meth:`_freeze_stages`; it runs its blocks with :func:`call_block`.
     """
 
     arch_zoo: Dict[str, dict] = {}
@@ -199,7 +195,6 @@ class BackboneContract(BaseModule):
     with_cp: bool = False
     frozen_stages: int = -1
 
-    # ------------------------------------------------------------------ arch
     @classmethod
     def _parse_arch(cls, arch) -> dict:
         """``arch`` (a name in ``arch_zoo``, any case, or a dict) -> the checked settings."""
@@ -231,7 +226,6 @@ class BackboneContract(BaseModule):
         check_positive(cls.__name__, 'arch mlp_ratio', arch['mlp_ratio'])
         return arch
 
-    # ------------------------------------------------------------------ contract
     def _setup_contract(
         self, *, num_stages: int, out_indices, frozen_stages, norm_eval=False, with_cp=False
     ) -> None:

@@ -83,12 +83,9 @@ class PyramidStage(BaseModule):
         self.blocks = ModuleList(blocks)
         self.norm = norm
         self.downsample = downsample
-        if any(getattr(b, 'carries_cores', False) for b in blocks):  # a core bank
-            self.cores = nn.Parameter(torch.zeros(num_cores_max, embed_dims))
-            self.num_cores = num_cores
-        else:
-            self.cores = None
-            self.num_cores = None
+        bank = any(getattr(b, 'carries_cores', False) for b in blocks)
+        self.cores = nn.Parameter(torch.zeros(num_cores_max, embed_dims)) if bank else None
+        self.num_cores = num_cores if bank else None
 
     def extra_repr(self) -> str:
         s = f'attention={self.attention!r}'
@@ -142,7 +139,6 @@ class PyramidStage(BaseModule):
         return x, hw_shape, nlc_to_nchw(out, out_hw).contiguous()
 
 
-# --------------------------------------------------------------------------- backbone
 class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     """Family-independent part of the CA/Core pyramids (abstract; see CAPVT, CASwin).
 
@@ -153,8 +149,6 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
     Class attributes:
         family (str): the family name (``'pvt'``, ``'swin'``).
         attention_blocks (dict): ``{kind: block class}`` of the kinds the family takes.
-        arch_zoo (dict): named variants, each a dict of ``embed_dims``, ``depths`` and
-            ``num_heads``.
         original_attention (str): the kind of the family's own block (``'sra'``/``'window'``).
         default_attention (str): ``attention`` when none is given.
         stages_attr (str): attribute holding the stage ModuleList (mmdet's name).
@@ -210,7 +204,6 @@ class PyramidBackbone(PyramidBuild, ElasticCores, BackboneContract):
         norm = self._modules.get(self.out_norm.format(i)) if self.out_norm else None
         return [self.stages[i]] if norm is None else [self.stages[i], norm]
 
-    # ------------------------------------------------------------------ contract
     def _apply_num_cores(self, num_cores: int) -> None:
         for stage in self.stages:
             if stage.cores is not None:

@@ -72,8 +72,9 @@ class PyramidBuild:
         return tuple(embed_dims)
 
     @staticmethod
-    def _per_stage(name: str, value, num_stages: int, check=None) -> tuple:
-        """Broadcast a scalar to all stages, or check a sequence has one per stage."""
+    def _per_stage(name: str, value, num_stages: int, check) -> tuple:
+        """Broadcast a scalar to all stages, or check a sequence has one per stage; then
+        ``check`` each value."""
         if isinstance(value, (list, tuple)):
             if len(value) != num_stages:
                 raise ValueError(
@@ -83,10 +84,9 @@ class PyramidBuild:
             values = tuple(value)
         else:
             values = (value,) * num_stages
-        if check is not None:
-            for i, v in enumerate(values):
-                if not check(v):
-                    raise ValueError(f'{name}[{i}] is invalid: {v!r}')
+        for i, v in enumerate(values):
+            if not check(v):
+                raise ValueError(f'{name}[{i}] is invalid: {v!r}')
         return values
 
     @classmethod
@@ -200,10 +200,8 @@ class PyramidBuild:
         """Parse and check the arguments every pyramid takes (ValueError names the
         parameter); each stage's block class takes its part of them (``stage_args``)."""
         cls_name = type(self).__name__
-        self.arch_settings = self._parse_arch(arch)
-        self.embed_dims = self.arch_settings['embed_dims']
-        self.depths = self.arch_settings['depths']
-        self.num_heads = self.arch_settings['num_heads']
+        s = self.arch_settings = self._parse_arch(arch)
+        self.embed_dims, self.depths, self.num_heads = s['embed_dims'], s['depths'], s['num_heads']
         self.num_features = list(self.embed_dims)
         n = len(self.depths)
         blocks = self._parse_blocks(attention, stage_attentions, block_cfgs, n)

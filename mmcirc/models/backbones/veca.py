@@ -19,10 +19,8 @@ lowest ``rope_p_zero_freqs`` of the frequencies switched off). Patch coordinates
 the grid centres in [-1, 1] (x then y); core coordinates are ``tanh`` of learned raw
 coordinates, moved after every block by ``alpha_l * Linear_l(core tokens)``. During
 training the patch coordinates are randomly shifted and rescaled (the official
-augmentation, off in eval).
-
-Elastic inference: the first C' cores of the bank (a multiple of the chunk, 8) are
-used; ``num_cores`` / :meth:`VECAViT.set_num_cores` choose C' without retraining.
+augmentation, off in eval). Elastic inference: the first C' cores of the bank
+(``num_cores`` / :meth:`VECAViT.set_num_cores`, a multiple of the chunk, 8).
 
 Parameter names are the official ones except the core bank, which the official code
 keeps in chunks of 8 (``query_token_chunks.{i}``, ``qcoord_chunks.{i}``) and mmcirc
@@ -59,7 +57,6 @@ __all__ = ['VECAViT', 'VECABlock', 'Rotary2D', 'VECA_OUT_TYPES']
 VECA_OUT_TYPES = ('featmap', 'global_token', 'featmap_and_token', 'raw')
 
 
-# --------------------------------------------------------------------------- position
 class Rotary2D(nn.Module):
     """2-D rotary position embedding of the official VECA (per head of width ``head_dim``).
 
@@ -138,7 +135,6 @@ class Rotary2D(nn.Module):
         return x * cos + rot * sin
 
 
-# --------------------------------------------------------------------------- block
 class CorePeripheryAttention(nn.Module):
     """Block-sparse attention over ``[cores; patches]``: cores see everything,
     patches see the cores only. Parameters ``{q,k,v,out}_proj`` (with biases)."""
@@ -201,15 +197,12 @@ class VECABlock(nn.Module):
         return x + self.drop(self.fc2(self.drop(F.silu(u) * v)))
 
 
-# --------------------------------------------------------------------------- model
 class VECAViT(ElasticCores, BackboneContract):
     """VECA backbone (official architecture) for mmpretrain, mmseg and mmdet.
 
     Args:
-        arch (str | dict): ``'small'`` (384 wide, 6 heads, 12 layers, MLP ratio 8/3),
-            ``'splus'`` (same, ratio 4), ``'base'`` (768, 12, 12, 8/3), ``'large'``
-            (1024, 16, 24, 8/3), all with 64 cores; or a dict with ``embed_dims``,
-            ``num_layers``, ``num_heads``, ``mlp_ratio``, ``num_cores``.
+        arch (str | dict): an official family of ``arch_zoo`` (``'small'``, ``'splus'``,
+            ``'base'``, ``'large'``) or a dict of its keys.
         patch_size (int): 16. in_channels (int): 3.
         patch_norm (bool): LN after the patch embedding (official default off).
         out_channels (int, optional): output projection width (the official
@@ -217,9 +210,7 @@ class VECAViT(ElasticCores, BackboneContract):
         num_cores (int | str, optional): active C' (multiple of ``core_chunk``, or a
             preset in :data:`~mmcirc.ops.core.CORE_PRESETS`); None: all cores.
         core_chunk (int): the granularity of C' (official 8).
-        out_indices (int | Sequence[int]): blocks whose patch outputs are returned;
-            the last block's output goes through the final LN and projection
-            (``out_norm``).
+        out_indices (int | Sequence[int]): blocks whose patch outputs are returned.
         out_type (str): one of :data:`VECA_OUT_TYPES`.
         out_norm (bool): the last block's output through the final LN and output
             projection (the official output); False: raw, as the other blocks.
@@ -334,7 +325,6 @@ class VECAViT(ElasticCores, BackboneContract):
         self._setup_cores(num_cores, self.num_cores_max)
         self._freeze_stages()
 
-    # ------------------------------------------------------------------ contract
     def _frozen_parts(self):
         """``frozen_stages`` = k: the patch embedding; k >= 1 also the core bank, its
         coordinates and their heads up to block k; all: everything (and the RoPE
@@ -369,7 +359,6 @@ class VECAViT(ElasticCores, BackboneContract):
                 self.pos_alpha.fill_(0.01)
         super().init_weights()
 
-    # ------------------------------------------------------------------ forward
     @staticmethod
     def patch_coords(hw: Sequence[int], device) -> torch.Tensor:
         """Grid centres of an H x W patch map in [-1, 1], (H*W, 2) as (x, y), row-major."""

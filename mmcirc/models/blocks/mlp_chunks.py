@@ -8,8 +8,6 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
-from mmcv.cnn.bricks.drop import DropPath
-from mmcv.cnn.bricks.transformer import FFN
 from mmdet.models.backbones.pvt import MixFFN
 
 from mmcirc.ops.settings import autocast_dtype, cpu_layout, graph_capture
@@ -26,62 +24,31 @@ def chunkable(ffn: nn.Module, x: torch.Tensor) -> bool:
     compiled or exported: graphs keep one symbolic-size product), a plain tensor (a
     row-banded map of :mod:`mmcirc.distributed` is no run of whole rows once cut into
     chunks) in the CPU layout (:mod:`mmcirc.ops.settings`: on a GPU chunks only multiply
-    the kernels launched) and more tokens than one chunk."""
-    n = x.shape[1]
+    the kernels launched); the caller has seen more tokens than one chunk."""
     return (
         type(x) is torch.Tensor
-        and isinstance(n, int)
-        and n > FFN_CHUNK_TOKENS
         and not (torch.is_grad_enabled() or ffn.training)
         and not graph_capture()
         and cpu_layout(x)
     )
 
 
-def _pointwise_conv(m: nn.Module) -> bool:
-    """Whether ``m`` is a 1x1 convolution that is a linear map of each pixel's channels."""
-    return (
-        isinstance(m, nn.Conv2d)
-        and m.kernel_size == (1, 1)
-        and m.stride == (1, 1)
-        and m.padding == (0, 0)
-        and m.dilation == (1, 1)
-        and m.groups == 1
-        and m.padding_mode == 'zeros'
-    )
-
-
 def _mlp_steps(ffn: nn.Module) -> Optional[list]:
-    """The per-token MLP of an eval-mode ``ffn`` (mmdet's ``MixFFN`` without its 3x3 conv,
-    or mmcv's ``FFN`` adding its identity, no layer scale) as a list of steps for
-    :func:`_mlp_into`: ``(weight (out, in), bias)`` for each linear / 1x1 conv, the
-    module for each GELU / ReLU; dropouts (identities in eval) left out. None when it
-    holds anything else or does not start with a GEMM."""
-    if isinstance(ffn, MixFFN):
-        mods = list(ffn.layers)
-    elif (
-        isinstance(ffn, FFN)
-        and ffn.add_identity
-        and isinstance(getattr(ffn, 'gamma2', nn.Identity()), nn.Identity)
-    ):
-        mods = [
-            m
-            for layer in ffn.layers
-            for m in (layer if isinstance(layer, nn.Sequential) else [layer])
-        ]
-    else:
-        return None
-    if not isinstance(ffn.dropout_layer, (nn.Identity, nn.Dropout, DropPath)):
-        return None
+    """The per-token MLP of an eval-mode :class:`~.pyramid_blocks.TokenMixFFN` (1x1 convs)
+    or :class:`~.pyramid_blocks.TokenFFN` (as :func:`~.pyramid_blocks.build_ffn` makes
+    them) as a list of steps for :func:`_mlp_into`: ``(weight (out, in), bias)`` for each
+    linear / conv, the module for each GELU / ReLU; dropouts (identities in eval) left
+    out. None for another activation."""
+    layers = ffn.layers if isinstance(ffn, MixFFN) else [*ffn.layers[0], *ffn.layers[1:]]
     steps = []
-    for m in mods:
-        if isinstance(m, nn.Linear) or _pointwise_conv(m):
+    for m in layers:
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
             steps.append((m.weight.flatten(1), m.bias))
-        elif isinstance(m, (nn.GELU, nn.ReLU)) and steps:
+        elif isinstance(m, (nn.GELU, nn.ReLU)):
             steps.append(m)
-        elif not isinstance(m, (nn.Dropout, nn.Identity)):
+        elif not isinstance(m, nn.Dropout):
             return None
-    return steps if steps and isinstance(steps[0], tuple) else None
+    return steps
 
 
 def _mlp_into(steps, x: torch.Tensor, identity: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

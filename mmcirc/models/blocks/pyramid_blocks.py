@@ -126,7 +126,6 @@ class PyramidBlock:
         return None
 
 
-# --------------------------------------------------------------------------- parts
 class TokenCPE(nn.Conv2d):
     """Depthwise 3x3 conv with bias (conditional positional encoding) of tokens
     (B, N, C) of an ``hw_shape`` map, run on their channels-last view: no layout copy
@@ -205,7 +204,6 @@ def build_ffn(
     raise ValueError(f'ffn_type must be one of {FFN_TYPES}, got {ffn_type!r}')
 
 
-# --------------------------------------------------------------------------- blocks
 @register_model()
 class CirculantBlock(PyramidBlock, BaseModule):
     """The official circulant-attention block (CA-DeiT), for any H x W map.

@@ -64,7 +64,6 @@ class WindowBlock(PyramidBlock, SwinBlock):
     def attention_matrix(self, hw: Sequence[int]) -> dict:
         """Each query of the padded map attends to the window**2 keys of its window."""
         h, w = hw
-        ws = self.attn.w_msa.window_size
-        ws = ws[0] if isinstance(ws, (tuple, list)) else ws
+        ws = self.attn.w_msa.window_size[0]  # (Wh, Ww), square
         n = math.ceil(h / ws) * ws * math.ceil(w / ws) * ws
         return dict(queries=n, keys=ws * ws, heads=self.attn.w_msa.num_heads)

@@ -55,7 +55,6 @@ class CheckpointKindError(ConversionError):
         self.found = found
 
 
-# --------------------------------------------------------------------------- source
 def load_source(path: str, trust: bool = False):
     """Load a checkpoint file with mmcirc's safe loader (tensors, containers and the
     types mmengine writes; ``trust=True`` allows full unpickling of this one file)."""
@@ -139,12 +138,10 @@ class ReleasedKind:
 
 
 def _is_cadeit(ckpt) -> bool:
-    if isinstance(ckpt, dict):
-        sd = ckpt.get('model', ckpt.get('state_dict', ckpt))
-        return isinstance(sd, dict) and any(
-            re.match(r'^(module\.)?blocks\.\d+\.attn\.gate\.0\.weight$', str(k)) for k in sd
-        )
-    return False
+    sd = ckpt.get('model', ckpt.get('state_dict', ckpt)) if isinstance(ckpt, dict) else None
+    return isinstance(sd, dict) and any(
+        re.match(r'^(module\.)?blocks\.\d+\.attn\.gate\.0\.weight$', str(k)) for k in sd
+    )
 
 
 #: The released whole-model files by family, in the order they are recognised: VECA's
@@ -209,7 +206,6 @@ def trace_provenance(convert, sd) -> Dict[str, List[str]]:
     return prov
 
 
-# --------------------------------------------------------------------------- result
 @dataclass
 class ConversionResult:
     """A converted checkpoint and what happened to every tensor.
@@ -358,7 +354,6 @@ def isotropic_result(model, tensors, sources, source_keys, meta, extra=None):
     )
 
 
-# --------------------------------------------------------------------------- report
 def _group(keys: Sequence[str]) -> List[str]:
     """Compact key list: stage and block indices become ``*``, with counts."""
     counts = OrderedDict()
@@ -419,7 +414,6 @@ def format_summary(
     return '\n'.join(lines)
 
 
-# --------------------------------------------------------------------------- output
 def save_checkpoint(result: ConversionResult, path: str) -> str:
     """Write ``{'state_dict': ..., 'meta': ...}`` to ``path`` atomically
     (:func:`mmcirc.utils.fileio.atomic_open`); returns ``path``."""

@@ -84,7 +84,6 @@ def _depth(sd) -> int:
     return 1 + max(int(m.group(1)) for m in (re.match(r'^blocks\.(\d+)\.', k) for k in sd) if m)
 
 
-# --------------------------------------------------------------------------- CA-DeiT itself
 def cadeit_arch_of(sd) -> dict:
     """Sizes of a CA-DeiT state dict: embed_dims, depth, mlp_ratio, patch_size,
     in_channels, num_classes (None without a head) and the arch name if standard."""
@@ -171,7 +170,6 @@ def convert_source(src, load, meta, *, arch=None):
     return result, osp.join(OUTPUT_ROOT, f'{variant}_official.pth'), title
 
 
-# --------------------------------------------------------------------------- into a pyramid
 def convert_cadeit(
     ckpt,
     model,

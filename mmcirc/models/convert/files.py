@@ -3,6 +3,7 @@ dispatcher above the family converters, which it finds in the family table (thei
 ``convert`` column, :func:`mmcirc.models.families.converters`)."""
 
 import os.path as osp
+from functools import partial
 from typing import Optional
 
 from ..families import converters
@@ -49,10 +50,7 @@ def convert_file(
     convert = converters()
     if family not in convert:
         raise ConversionError(f'family must be one of {tuple(convert)}, got {family!r}')
-
-    def load(path):
-        return load_source(path, trust=trust)
-
+    load = partial(load_source, trust=trust)
     result, default_out, title = convert[family](
         src, load, dict(source=osp.basename(src)), **options
     )

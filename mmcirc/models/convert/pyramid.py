@@ -107,7 +107,6 @@ def _arch_hint(model, depths, widths) -> str:
     )
 
 
-# --------------------------------------------------------------------------- convert
 def convert_pyramid(
     ckpt,
     model,
@@ -198,7 +197,6 @@ def convert_pyramid(
     return pyramid_result(model, out, loaded_from, list(sd) + outside, layout, resized, meta)
 
 
-# --------------------------------------------------------------------------- file to file
 def default_output_path(
     model, arch, suffix: str = 'in1k', root: str = OUTPUT_ROOT, options: Optional[dict] = None
 ) -> str:
