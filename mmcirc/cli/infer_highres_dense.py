@@ -5,7 +5,6 @@ whether it ran or ran out of memory, and when."""
 
 import os.path as osp
 import re
-import shutil
 import tempfile
 import time
 from typing import Optional
@@ -48,8 +47,7 @@ def run_dense_baseline(
     peak_rss_mb, mem_cap_gb, stage_attentions, attention estimates, input_size."""
     import numpy as np
 
-    tmpdir = tempfile.mkdtemp(prefix='mmcirc_dense_')
-    try:
+    with tempfile.TemporaryDirectory(prefix='mmcirc_dense_', ignore_cleanup_errors=True) as tmpdir:
         image = osp.join(tmpdir, 'img.npy')
         np.save(image, img)
         spec = dict(
@@ -64,8 +62,6 @@ def run_dense_baseline(
         result = run_isolated(
             'mmcirc.cli.infer_highres_dense:child', spec, timeout=timeout, mem_cap_gb=mem_cap_gb
         )
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
     result.pop('log_tail', None)
     result.update(mem_cap_gb=mem_cap_gb, input_size=list(img.shape[:2]))
     result.setdefault('time_s', None)
