@@ -34,10 +34,6 @@
 # Options: --steps a,b,c,d (a subset), --budget-s S (default 540: no step starts after it,
 # each step's limit shrinks to what is left), --wheels DIR, PYTHON=python3; the steps'
 # limits (s): LIMIT_A=90 LIMIT_B=170 LIMIT_C=150 LIMIT_E=150 (d: what is left, at least 150).
-# Budget on the H200 (estimated, not yet run): (a)+(b)+(c) ~7 min while mmcv compiles on
-# 12 cores (CPU ops ~2 min, then CUDA ops ~6.5 min: 136 units, 71 min on 2 shared cores
-# with MAX_JOBS=1 here, 39 min with MAX_JOBS=2 in shared/docs/ENVIRONMENT.md), so
-# (d) may find the CUDA build unfinished: then call again with --steps d (~3 min).
 # Results: OUT/summary.md (one row per step: status, seconds, what), OUT/<step>.log, and the
 # tools' results_*.json / table_*.md under OUT/<step>/. Exit status: failed steps.
 set -u
