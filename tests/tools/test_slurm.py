@@ -2,7 +2,8 @@
 (tools/misc/local_slurm.sh: Debian's slurm-wlm and munge) with a partition without GPUs:
 ``GPUS=2 GPUS_PER_NODE=0`` runs two srun tasks that join a gloo group from Slurm's
 variables (``--launcher slurm``). The toy detector's losses are torchrun's
-(tools/dist_train.sh with 2 processes) and the trained checkpoint evaluates.
+(tools/dist_train.sh with 2 processes), the trained checkpoint evaluates, and a batch job
+requeued mid-run resumes to the weights of the uninterrupted run.
 The tests skip only where the cluster cannot be set up (not root, no apt-get packages).
 """
 
@@ -12,13 +13,16 @@ import os
 import os.path as osp
 import socket
 import subprocess
+import sys
+import time
 
 import pytest
-
-from helpers import REPO, assert_metric, evaluated_metrics, run_tool, train_scalars
+import torch
+from helpers import REPO, assert_metric, evaluated_metrics, run_dirs, run_tool, train_scalars
 
 CONFIG = osp.join(REPO, 'configs', 'toy', 'ca_pvt_t_retinanet_toy.py')
 SCRIPT = osp.join(REPO, 'tools', 'misc', 'local_slurm.sh')
+HOOKS_DIR = osp.join(REPO, 'tests', 'fixtures', 'hooks')
 #: where the ports of the cluster (slurmctld's, slurmd's) and of the gloo groups are sought
 PORTS = range(31000, 31100)
 ITERS = 4
@@ -45,6 +49,8 @@ TEST_OPTIONS = [
 ]
 #: one intra-op thread per rank under both launchers (torchrun's default with 2 processes)
 THREADS = {'OMP_NUM_THREADS': '1'}
+#: srun's tasks on the partition without GPUs
+TASKS = {'GPUS': '2', 'GPUS_PER_NODE': '0', 'CPUS_PER_TASK': '1'}
 
 
 def _free_ports(count):
@@ -99,13 +105,7 @@ def slurm_run(slurm, toy_root, tmp_path_factory):
         ['tools/slurm_train.sh', 'local', 'toy', CONFIG, str(work), *TRAIN_OPTIONS],
         cwd=toy_root,
         timeout=600,
-        env={
-            **slurm,
-            **THREADS,
-            'GPUS': '2',
-            'GPUS_PER_NODE': '0',
-            'CPUS_PER_TASK': '1',
-        },
+        env={**slurm, **THREADS, **TASKS},
     )
     return work, proc.stdout + proc.stderr
 
@@ -149,19 +149,86 @@ def test_slurm_test_evaluates_the_checkpoint(slurm, slurm_run, toy_root, tmp_pat
         ],
         cwd=toy_root,
         timeout=600,
-        env={
-            **slurm,
-            **THREADS,
-            'GPUS': '2',
-            'GPUS_PER_NODE': '0',
-            'CPUS_PER_TASK': '1',
-        },
+        env={**slurm, **THREADS, **TASKS},
     )
     log = proc.stdout + proc.stderr
     assert 'Distributed launcher: slurm' in log
     assert 'process rank 0 of world size 2 (gloo)' in log
     assert 'process rank 1 of world size 2 (gloo)' in log
     assert_metric(evaluated_metrics(tmp_path / 'test'), 'coco/bbox_mAP', 1)
+
+
+def _scontrol_job(slurm, job):
+    """{field: value} of ``scontrol show job`` (the fields this test reads)."""
+    proc = subprocess.run(
+        ['scontrol', 'show', 'job', job],
+        env={**os.environ, **slurm},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(f.split('=', 1) for f in proc.stdout.split() if '=' in f)
+
+
+def _wait(what, done, timeout):
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f'{what}: not within {timeout} s'
+        time.sleep(0.5)
+
+
+def test_sbatch_requeue_resumes_to_the_uninterrupted_weights(slurm, toy_root, tmp_path):
+    """A batch job (``sbatch --requeue``) running ``slurm_train.sh ... --resume``, requeued
+    after iteration 3 (``scontrol requeue``, as a preemption does): Slurm starts its script
+    again, which resumes from ``iter_2.pth`` and ends with the weights of the same job run
+    uninterrupted (rtol 1e-6: see test_multinode.py's restart test for why that is the
+    bound). Drop path is off: mmengine's checkpoints do not hold the random generators, so
+    a resumed run draws other masks (docs/training.md, 'Restarts'). Slurm holds a requeued
+    job two minutes before it is eligible; the test moves its start to now."""
+    marker, work, reference = tmp_path / 'requeued', tmp_path / 'work', tmp_path / 'reference'
+    cfg = tmp_path / 'requeue.py'
+    cfg.write_text(
+        f"_base_ = '{CONFIG}'\n"
+        "custom_imports = dict(imports=['mmcirc', 'requeue_hook'], allow_failed_imports=False)\n"
+        f"custom_hooks = [dict(type='RequeueJobHook', after_iter=3, marker='{marker}')]\n"
+    )
+    options = [
+        *TRAIN_OPTIONS, 'default_hooks.checkpoint.interval=2', 'model.backbone.drop_path_rate=0.0'
+    ]  # fmt: skip
+    train = ['tools/slurm_train.sh', 'local', 'toy-requeue']
+    run_tool(
+        [*train, CONFIG, str(reference), *options], toy_root, 600, {**slurm, **THREADS, **TASKS}
+    )
+    script = tmp_path / 'job.sh'
+    command = ['bash', osp.join(REPO, train[0]), *train[1:], str(cfg), str(work), '--resume']
+    script.write_text('#!/bin/bash\n' + ' '.join([*command, *options]) + '\n')
+    env = {
+        **os.environ, **slurm, **THREADS, **TASKS, 'PYTHON': sys.executable,
+        'PYTHONPATH': os.pathsep.join([REPO, HOOKS_DIR, os.environ.get('PYTHONPATH', '')]),
+    }  # fmt: skip
+    log = tmp_path / 'job.log'
+    submit = ['sbatch', '--parsable', '--requeue', '--open-mode=append', '-p', 'local']
+    submit += ['-n', '2', '-c', '1', '-o', str(log), str(script)]
+    proc = subprocess.run(
+        submit, check=False, cwd=toy_root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().split(';')[0]
+    _wait('the requeue', lambda: _scontrol_job(slurm, job)['JobState'] == 'PENDING'
+          and marker.exists(), 300)  # fmt: skip
+    subprocess.run(['scontrol', 'update', f'JobId={job}', 'StartTime=now'], env=env, check=True)
+    finished = ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL')
+    _wait('the job', lambda: _scontrol_job(slurm, job)['JobState'] in finished, 600)
+    state, text = _scontrol_job(slurm, job), log.read_text()
+    assert state['JobState'] == 'COMPLETED' and state['Restarts'] == '1', (state, text[-3000:])
+    assert len(run_dirs(work)) == 2 and 'resumed epoch: 0, iter: 2' in text, text[-3000:]
+    final, expected = (
+        torch.load(w / f'iter_{ITERS}.pth', map_location='cpu', weights_only=True)['state_dict']
+        for w in (work, reference)
+    )
+    assert final.keys() == expected.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(final[name], value, rtol=1e-6, atol=0, msg=name)
 
 
 @pytest.mark.parametrize('script', ['tools/slurm_train.sh', 'tools/slurm_test.sh'])
