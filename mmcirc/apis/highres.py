@@ -109,11 +109,9 @@ def upsample_argmax(
     CPU kernel for small outputs (H + W <= 128) vectorises over channels, with a scalar
     tail whose rounding can differ by one ulp, so bands start at multiples of the
     widest SIMD width (``band`` must be a multiple of 16) and channel c takes the same
-    path as in the full tensor.
-
-    mmseg's ``resize`` is ``F.interpolate``; each band is written by the same bilinear
-    kernel (``aten.upsample_bilinear2d``) into one buffer made once: a fresh 1 GB band
-    (16 classes at 4096^2) costs 262 144 page faults, each time.
+    path as in the full tensor. Each band is written by the bilinear kernel of mmseg's
+    resize (``aten.upsample_bilinear2d``) into one buffer made once (a fresh band would
+    fault in its pages each time).
     """
     import torch
 

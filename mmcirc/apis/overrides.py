@@ -221,17 +221,13 @@ def backbone_summary(backbone) -> dict:
         out['stage_attentions'] = list(kinds)
         blocks = getattr(backbone, 'block_types', ())
         if any('boundary' in b.options for b in blocks):
-            out['boundary'] = backbone.boundary
-            out['scale'] = backbone.scale
+            out.update(boundary=backbone.boundary, scale=backbone.scale)
         if any(b.carries_cores for b in blocks):
-            out['num_cores'] = backbone.num_cores
-            out['num_cores_max'] = backbone.num_cores_max
+            out.update(num_cores=backbone.num_cores, num_cores_max=backbone.num_cores_max)
         return out
     circ = next((m for m in backbone.modules() if isinstance(m, CirculantAttention)), None)
     if circ is not None:
-        out['boundary'] = circ.boundary
-        out['scale'] = circ.scale
+        out.update(boundary=circ.boundary, scale=circ.scale)
     if getattr(backbone, 'num_cores', None) is not None and hasattr(backbone, 'num_cores_max'):
-        out['num_cores'] = backbone.num_cores
-        out['num_cores_max'] = backbone.num_cores_max
+        out.update(num_cores=backbone.num_cores, num_cores_max=backbone.num_cores_max)
     return out

@@ -253,11 +253,9 @@ class WeightsFitHook(Hook):
       ``allow_partial``; a partial load warns once (:class:`RandomWeightsWarning`).
     - ``'train'`` (``load_from``, and ``init_cfg`` loads into the backbone, recorded
       from ``before_run``): fine-tuning loads what fits (heads of other shapes start
-      new, in mmengine's one-line report), but a checkpoint whose backbone does not
-      fit the config's (:func:`another_model`: a tensor shaped otherwise, or none
-      loaded) is refused.
-    - ``'resume'``: the checkpoint must fit the model in full (a config that changed
-      the model's shapes is refused naming the first keys) and leave iterations or
+      new), but a checkpoint of another model's backbone (:func:`another_model`) is
+      refused.
+    - ``'resume'``: the checkpoint must fit the model in full and leave iterations or
       epochs to train (``train_cfg.max_iters`` / ``max_epochs`` above the
       checkpoint's), else a one-line ``ValueError``.
 

@@ -70,11 +70,10 @@ def parse_img_size(value, name='img_size'):
     ``name`` for anything else or a side outside [:data:`MIN_IMG_SIZE`, 4096]."""
     size = None
     if isinstance(value, str):
-        parts = value.lower().replace('*', 'x').split('x')
         try:
-            size = tuple(int(p) for p in parts)
+            size = tuple(int(p) for p in value.lower().replace('*', 'x').split('x'))
         except ValueError:
-            size = None
+            pass
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         size = (int(value),)
     elif isinstance(value, (tuple, list)) and all(
@@ -85,8 +84,7 @@ def parse_img_size(value, name='img_size'):
         raise ValueError(
             f"{name} must be an int, 'HxW' string or (height, width) pair, got {value!r}"
         )
-    if len(size) == 1:
-        size = (size[0], size[0])
+    size = size * 2 if len(size) == 1 else size
     if min(size) < MIN_IMG_SIZE or max(size) > _MAX_IMG_SIZE:
         raise ValueError(
             f'{name} sides must be in [{MIN_IMG_SIZE}, {_MAX_IMG_SIZE}] pixels, got {value!r}'

@@ -1,25 +1,16 @@
 """Safe checkpoint loading for mmengine on torch >= 2.6, and atomic checkpoint saving.
 
-torch >= 2.6 unpickles with ``weights_only=True`` by default and mmengine 0.10 calls
-``torch.load`` without saying which types its own checkpoints contain, so resuming a
-Runner checkpoint fails. Switching ``weights_only`` off would let any downloaded
-checkpoint run code. Instead :func:`install_safe_loader` replaces mmengine's local-file
-loader with one that keeps torch's safe unpickler and allows exactly the extra types
-mmengine writes (:data:`MMENGINE_CHECKPOINT_GLOBALS`). A file outside that set is refused,
-unless the user marked that very file as trusted with :func:`trust_checkpoint`.
-
-:func:`install_atomic_saving` makes saving atomic: mmengine writes ``iter_N.pth`` in place
-and then ``last_checkpoint`` with a plain ``open``, so a kill or a full disk during either
-leaves a truncated file that ``--resume`` picks up. It makes mmengine's local file backend
-write through :func:`mmcirc.utils.fileio.atomic_open` (temporary file, fsync, rename) and
-routes the checkpoint hook's ``last_checkpoint`` write through it too, so the pointer
-moves only after the checkpoint is complete; the temporary files of a save that a kill
-interrupted are removed when training next starts (:func:`remove_interrupted_saves`).
-
-Importing mmcirc installs none of this: a Runner's config opts in with
-:class:`SafeCheckpointIOHook` (every config mmcirc ships does), other code calls the two
-functions (idempotent). :func:`find_resumable_checkpoint` picks the newest checkpoint that
-actually loads.
+torch >= 2.6 unpickles with ``weights_only=True`` and mmengine 0.10 does not say which
+types its checkpoints hold, so resuming fails; switching ``weights_only`` off would let
+any downloaded checkpoint run code. :func:`install_safe_loader` keeps torch's safe
+unpickler and allows exactly the types mmengine writes
+(:data:`MMENGINE_CHECKPOINT_GLOBALS`), or a file the user trusts (:func:`trust_checkpoint`).
+mmengine writes ``iter_N.pth`` and ``last_checkpoint`` in place, so a kill leaves a
+truncated file that ``--resume`` picks up: :func:`install_atomic_saving` writes both
+through :func:`mmcirc.utils.fileio.atomic_open`, the pointer after the checkpoint.
+Importing mmcirc installs neither: a Runner opts in with :class:`SafeCheckpointIOHook`
+(every config mmcirc ships does), other code calls the two functions (idempotent).
+:func:`find_resumable_checkpoint` picks the newest checkpoint that loads.
 """
 
 import builtins
@@ -62,11 +53,7 @@ def _history_buffer_getattr(obj, name):
     ``getattr(HistoryBuffer, 'mean')``; a general getattr would open the way from any
     allowed class to arbitrary code, so only that lookup is served.
     """
-    if (
-        obj is HistoryBuffer
-        and not name.startswith('_')
-        and callable(vars(HistoryBuffer).get(name))
-    ):
+    if obj is HistoryBuffer and not name.startswith('_') and callable(vars(obj).get(name)):
         return getattr(obj, name)
     raise pickle.UnpicklingError(
         f'checkpoint asks for getattr({obj!r}, {name!r}); only HistoryBuffer statistics '
@@ -122,15 +109,10 @@ class CheckpointReadError(pickle.UnpicklingError, ValueError):
         return type(self), (self.path, self.reason)
 
 
-#: What torch.load raises for a file that is no checkpoint, besides UnpicklingError:
-#: an empty legacy file (EOFError), a zip cut short (RuntimeError: central directory, or
-#: OSError: Invalid argument), a text file read as a pickle (KeyError / IndexError /
-#: ValueError of an opcode).
+#: What torch.load raises for a file that is no checkpoint (empty, cut short, text),
+#: besides UnpicklingError; but not what the system says of the file itself.
 _UNREADABLE = (RuntimeError, EOFError, IndexError, KeyError, ValueError, AttributeError, OSError)
-#: ... but not what the system says of the file itself (raised as they are).
 _NOT_THE_CONTENT = (PermissionError, FileNotFoundError, IsADirectoryError, MemoryError)
-
-
 #: What torch and pickle say of a legacy checkpoint or pickle cut short.
 _ENDS_EARLY = re.compile(r'Ran out of input|unexpected EOF|pickle data was truncated')
 
@@ -163,10 +145,7 @@ def unreadable_reason(filename, err: BaseException) -> str:
         return f'truncated ({size} bytes: the pickle ends early)'
     if _looks_like_text(head):
         return 'not a checkpoint: text'
-    if isinstance(err, pickle.UnpicklingError):
-        why = _unpickler_reason(err)
-    else:
-        why = _first_line(err)
+    why = _unpickler_reason(err) if isinstance(err, pickle.UnpicklingError) else _first_line(err)
     return f'not a torch checkpoint or damaged ({why[:200]})'
 
 
@@ -176,16 +155,11 @@ def trust_checkpoint(path):
 
 
 def load_from_local(filename, map_location):
-    """Load a local checkpoint with torch's safe unpickler plus mmengine's types.
-
-    Replaces mmengine's ``load_from_local`` under its own name and signature (mmengine's
-    ``CheckpointLoader`` and its tests look the loader up by name); ``map_location`` is
-    :func:`torch.load`'s (``None`` keeps the saved devices).
-
-    Raises :class:`UnsafeCheckpointError` naming the offending globals if the file needs
-    anything else; a file passed to :func:`trust_checkpoint` is unpickled in full, with
-    a warning.
-    """
+    """Load a local checkpoint with torch's safe unpickler plus mmengine's types
+    (mmengine's ``load_from_local``, under its name and signature: ``CheckpointLoader``
+    looks the loader up by name); :class:`UnsafeCheckpointError` naming the globals of a
+    file that needs more, unless it was passed to :func:`trust_checkpoint` (then unpickled
+    in full, with a warning)."""
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
@@ -233,12 +207,8 @@ def _refused_globals(filename, err):
     match = re.search(r'checkpoint asks for (getattr\(.*?\))', str(err))
     if match:
         return [match.group(1)]
-    return [g for g in _pickle_globals(filename) if g not in allowed and not _library_global(g)]
-
-
-def _library_global(name):
-    """torch's and the standard containers' own globals, which torch's loader reads."""
-    return name.split('.')[0] in ('torch', 'collections') or name.startswith('numpy.')
+    library = ('torch.', 'collections.', 'numpy.')  # their own globals, torch's loader reads
+    return [g for g in _pickle_globals(filename) if g not in allowed and not g.startswith(library)]
 
 
 def _pickle_globals(filename):
@@ -280,7 +250,6 @@ def install_safe_loader():
     CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
 
 
-# --------------------------------------------------------------------------- saving
 class AtomicLocalBackend(LocalBackend):
     """mmengine's local file backend whose writes are atomic (:mod:`mmcirc.utils.fileio`)."""
 
@@ -316,17 +285,13 @@ class SafeCheckpointIOHook(Hook):
     """A Runner's checkpoints, safe and complete. In a config:
     ``default_hooks = dict(safe_checkpoint_io=dict(type='SafeCheckpointIOHook'))``.
 
-    - ``before_run`` (a Runner's ``train``, ``val`` and ``test`` call it before
-      initialising weights, loading ``load_from`` or resuming): :func:`install_safe_loader`
-      and :func:`install_atomic_saving`.
-    - ``before_train``: removes the temporary files of saves that a kill interrupted
-      (:func:`remove_interrupted_saves`) from the folders checkpoints are written to.
-    - ``before_save_checkpoint``: writes what torch's ``weights_only`` loader refuses
-      (the message hub's HistoryBuffers, numpy values) in plain types
-      (:func:`mmcirc.engine.plain_state.to_plain`), so plain ``torch.load``,
-      ``init_detector``, the Inferencers and mmdet's / mmseg's tools load the file.
-    - ``after_load_checkpoint``: turns them back (``from_plain``) before the Runner
-      resumes, so the message hub, optimizer and schedulers are restored exactly.
+    - ``before_run`` (before weights are initialised, loaded or resumed):
+      :func:`install_safe_loader` and :func:`install_atomic_saving`.
+    - ``before_train``: :func:`remove_interrupted_saves` in the checkpoint folders.
+    - ``before_save_checkpoint`` / ``after_load_checkpoint``: the checkpoint in plain
+      types and back (:mod:`mmcirc.engine.plain_state`), so that plain ``torch.load``,
+      ``init_detector`` and the Inferencers load the file and resuming restores the
+      message hub exactly.
     """
 
     priority = 'VERY_HIGH'
@@ -390,7 +355,6 @@ def _checkpoint_folders(runner) -> List[str]:
     return list(dict.fromkeys(folders))
 
 
-# --------------------------------------------------------------------------- resuming
 _STEP_FILE = re.compile(r'^(epoch|iter)_(\d+)\.pth$')
 
 
@@ -405,48 +369,33 @@ def _step_checkpoints(folder: str) -> List[str]:
     """``epoch_N.pth`` / ``iter_N.pth`` in ``folder``, newest (largest N) first."""
     if not osp.isdir(folder):
         return []
-    found = [
-        (m.group(1), int(m.group(2)), name)
-        for name in os.listdir(folder)
-        for m in [_STEP_FILE.match(name)]
-        if m
-    ]
-    return [
-        osp.join(folder, name)
-        for _, _, name in sorted(found, key=lambda t: (t[1], t[0]), reverse=True)
-    ]
+    matches = (_STEP_FILE.match(name) for name in os.listdir(folder))
+    found = sorted(((int(m[2]), m[1], m[0]) for m in matches if m), reverse=True)
+    return [osp.join(folder, name) for _, _, name in found]
 
 
 def _pointer_target(work_dir: str) -> Optional[str]:
-    pointer = osp.join(work_dir, 'last_checkpoint')
     try:
-        with open(pointer) as f:
+        with open(osp.join(work_dir, 'last_checkpoint')) as f:
             target = f.read().strip()
     except OSError:
         return None
-    if not target:
-        return None
-    return target if osp.isabs(target) else osp.join(work_dir, target)
+    return osp.join(work_dir, target) if target else None  # an absolute target as it is
 
 
 def find_resumable_checkpoint(
     work_dir: str, checkpoint: Optional[str] = None
 ) -> Tuple[Optional[str], List[Tuple[str, str]]]:
-    """The checkpoint to resume from, and the newer ones that did not load.
+    """The checkpoint to resume from and the newer ones that did not load: ``(path or
+    None, [(skipped path, one-line reason), ...])``; ``(None, [])`` when there is nothing
+    to resume from (mmengine then starts from scratch).
 
     Candidates, first to last: ``checkpoint`` if given, else the file ``last_checkpoint``
     in ``work_dir`` points to; then every ``epoch_N.pth``/``iter_N.pth`` beside it, largest
-    N first. Each is loaded (safely, :func:`load_from_local`) until one works.
-
-    Returns:
-        (path or None, [(skipped path, one-line reason), ...]). ``(None, [])`` when there
-        is nothing to resume from (mmengine then starts from scratch).
-
-    Raises:
-        FileNotFoundError: candidates exist but none loads (the message names each and
-            why).
-        UnsafeCheckpointError: a candidate holds foreign pickled objects (not a broken
-            file: the user decides whether to trust it).
+    N first, each loaded (safely, :func:`load_from_local`) until one works. Raises
+    ``FileNotFoundError`` when none loads (naming each and why), and
+    :class:`UnsafeCheckpointError` for a candidate holding foreign pickled objects (not a
+    broken file: the user decides whether to trust it).
     """
     first = osp.abspath(checkpoint) if checkpoint else _pointer_target(work_dir)
     folder = osp.dirname(first) if first else work_dir

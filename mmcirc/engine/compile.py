@@ -1,17 +1,10 @@
-"""``torch.compile`` of what compiles whole: the image backbone and its neck, each as one
-graph (``fullgraph=True``), the heads eager.
-
-Every mmcirc backbone compiles to one graph with no break; mmdet's and mmseg's heads,
-assigners and samplers do not: they break graphs (``multi_apply``, mmengine's batch
-stacking) and recompile on the number of boxes of each image. mmengine's own
-``compile=dict(...)`` compiles the whole ``train_step``, heads included; mmcirc's switch
-(:func:`compile_backbone`, :class:`CompileBackboneHook` in a config's ``custom_hooks``,
-:func:`add_compile_hook` for ``--compile``) compiles the backbone (``backbone`` or
-``image_encoder``) and the neck only, in place: their ``forward``; state dicts and module
-hooks are unchanged, the hooks run eagerly around the compiled forward.
-
-How sizes compile (``dynamic``, the marked sizes, the CPU layout's head blocks, the
-recompile limit) is said once, in docs/deployment.md ("Sizes").
+"""``torch.compile`` of what compiles whole: the image backbone (``backbone`` or
+``image_encoder``) and its neck, each as one graph (``fullgraph=True``); the heads stay
+eager (mmdet's and mmseg's heads, assigners and samplers break graphs and recompile on
+each image's box count, as in mmengine's ``compile=dict(...)`` of the whole
+``train_step``). :func:`compile_backbone`, :class:`CompileBackboneHook` (``custom_hooks``)
+and :func:`add_compile_hook` (``--compile``) replace their ``forward`` in place: state
+dicts and module hooks are unchanged. How sizes compile: docs/deployment.md ("Sizes").
 """
 
 import functools
@@ -187,13 +180,11 @@ def compile_backbone(
 ) -> List[str]:
     """Compile the forward of ``model``'s image backbone and, with ``neck``, of its neck
     (a model wrapper's module), each with ``torch.compile(fullgraph=fullgraph)`` and
-    ``backend``, ``mode``, ``dynamic``; the rest of the model stays eager. The input's
-    height and width are marked dynamic on the CUDA layout unless ``dynamic=False``; a
-    size past the recompile limit runs the part eagerly, with one warning line through
-    ``logger`` (mmengine's ``print_log``: ``'current'``, a logger, None: print). A part
-    already compiled is left as it is; each part's options follow the device of its
-    parameters (:func:`_backend_args`), so move the model first. Returns the names of the
-    parts compiled (``'backbone'``, ``'neck'``)."""
+    ``backend``, ``mode``, ``dynamic`` (sizes marked dynamic unless ``dynamic=False``, past
+    the recompile limit eager: :func:`_guarded_forward`; ``logger``: ``print_log``'s); the
+    rest of the model stays eager. A part already compiled is left as it is; each part's
+    options follow the device of its parameters (:func:`_backend_args`), so move the
+    model first. Returns the names of the parts compiled (``'backbone'``, ``'neck'``)."""
     import torch
 
     check_compile_options(backend, mode, dynamic)
@@ -263,16 +254,14 @@ class CompileBackboneHook(Hook):
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
         new = compiled_graphs() - self._before
-        if not self._first_done:  # the first iteration compiles
-            self._first_done = True
-            return
-        if new:
+        if new and self._first_done:  # the first iteration compiles
             self.recompiles += new
             runner.logger.warning(
                 f'CompileBackboneHook: iteration {runner.iter + 1} compiled {new} new '
                 f'graph(s) ({self.recompiles} after the first iteration): a new input size, '
                 'batch size or mode'
             )
+        self._first_done = True
 
 
 def add_compile_hook(cfg, backend='inductor') -> None:

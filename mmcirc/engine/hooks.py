@@ -10,11 +10,7 @@ from mmengine.registry import HOOKS
 
 def core_count_choices(max_cores):
     """{1, 2, 4, ...} up to ``max_cores``, plus ``max_cores`` itself."""
-    choices, n = [], 1
-    while n < max_cores:
-        choices.append(n)
-        n *= 2
-    return choices + [max_cores]
+    return [1 << i for i in range(max_cores.bit_length()) if 1 << i < max_cores] + [max_cores]
 
 
 def official_budgets(max_cores, chunk=8, weights=None):
@@ -29,9 +25,7 @@ def official_budgets(max_cores, chunk=8, weights=None):
             f'chunk={chunk} (budgets {chunk}, {2 * chunk}, ...), got {max_cores!r}'
         )
     budgets = list(range(chunk, max_cores + 1, chunk))
-    if weights is None:
-        weights = [(i + 2) // 2 for i in range(len(budgets))]
-    weights = list(weights)
+    weights = [(i + 2) // 2 for i in range(len(budgets))] if weights is None else list(weights)
     if len(weights) != len(budgets) or not all(
         isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weights
     ):
@@ -54,17 +48,14 @@ class NestedCoreHook(Hook):
     ``num_cores`` argument, so ``--cfg-options model.backbone.num_cores=8`` picks the
     test-time C' without retraining).
 
-    With ``schedule='official'`` (the released VECA models, METHOD.md 3.2) C' is
-    drawn instead from :func:`official_budgets` (8, 16, ..., 64 with weights
-    ``budget_weights``); ``p_max`` is not used.
-
     Args:
         max_cores (int): C_max, the size of the core banks.
         p_max (float): probability of using all cores. Defaults to 0.5.
         eval_num_cores (int, optional): C' for validation/test; None keeps the
             model's configured count.
         seed (int, optional): seed of the sampler (rank 0).
-        schedule (str): ``'pow2'`` (default, above) or ``'official'`` (VECA).
+        schedule (str): ``'pow2'`` (default, above) or ``'official'`` (the released VECA
+            models, METHOD.md 3.2: C' drawn from :func:`official_budgets`, no ``p_max``).
         chunk (int): budget granularity of the official schedule (8).
         budget_weights (Sequence[float], optional): one positive weight per budget
             of the official schedule.

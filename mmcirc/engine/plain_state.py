@@ -1,15 +1,11 @@
 """A Runner checkpoint in the types torch's ``weights_only`` loader reads, and back.
 
-mmengine puts its message hub into every checkpoint: metric histories as
-:class:`~mmengine.logging.HistoryBuffer` objects holding numpy arrays, and numpy scalars
-among the runtime information. ``torch.load`` (``weights_only=True`` by default since
-torch 2.6), and with it ``mmdet.apis.init_detector``, the Inferencers and every other
-library that loads a checkpoint, refuses those types. :func:`to_plain` writes each such
-object as a small dict of tensors and Python values, tagged with :data:`TAG`;
-:func:`from_plain` turns the tags back into the very objects (same class, dtypes, values
-and shapes), so ``--resume`` restores the message hub exactly.
-:class:`~mmcirc.engine.SafeCheckpointIOHook` calls the first when the Runner saves and
-the second when it loads. Anything else is left as it is; a checkpoint without tags
+mmengine's message hub puts :class:`~mmengine.logging.HistoryBuffer` objects holding
+numpy arrays, and numpy scalars, into every checkpoint, which ``torch.load`` with
+``weights_only=True`` (and with it ``init_detector`` and the Inferencers) refuses.
+:func:`to_plain` writes each such object as a small dict of tensors and Python values
+tagged with :data:`TAG`; :func:`from_plain` turns the tags back into the very objects
+(:class:`~mmcirc.engine.SafeCheckpointIOHook` calls them). A checkpoint without tags
 (stock mmdet, mmseg) passes :func:`from_plain` unchanged.
 """
 

@@ -110,7 +110,7 @@ class WorkDirLock:
             holder,
         )
 
-    def _record(self) -> bytes:
+    def _write(self, fd: int) -> None:
         record = dict(
             pid=os.getpid(),
             host=socket.gethostname(),
@@ -118,12 +118,8 @@ class WorkDirLock:
             since=time.strftime('%Y-%m-%d %H:%M:%S'),
             command=' '.join(sys.argv)[:1000],
         )
-        return json.dumps(record).encode()
-
-    def _write(self, fd: int) -> None:
-        data = self._record()
         os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
         os.fsync(fd)
 
     def acquire(self) -> 'WorkDirLock':

@@ -54,24 +54,18 @@ def _umask() -> int:
 
 
 def _fsync_dir(folder: str) -> None:
-    try:
+    with contextlib.suppress(OSError):  # folders that cannot be opened (some FUSE mounts)
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - folders that cannot be opened (some FUSE mounts)
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def discard(tmp: str) -> None:
     """Remove the file ``tmp`` if it can be (a temporary file given up)."""
-    try:
+    with contextlib.suppress(OSError):
         os.remove(tmp)
-    except OSError:
-        pass
 
 
 @contextlib.contextmanager
