@@ -19,8 +19,7 @@ __all__ = ['CADeiTTimm', 'VECATimm']
 
 def block_map(tokens: torch.Tensor, x: torch.Tensor, patch_size: int, prefix: int) -> torch.Tensor:
     """A block's output ``tokens`` (B, prefix + N, C) for an image x (B, C_in, H, W) ->
-    the (B, C, H', W') map of its N patch tokens (H' = ceil(H / patch_size), padding
-    included), as :meth:`_Isotropic.forward_intermediates` makes it."""
+    the (B, C, H', W') map of its N patch tokens (H' = ceil(H / patch_size))."""
     b, _, c = tokens.shape
     hw = -(-x.shape[-2] // patch_size), -(-x.shape[-1] // patch_size)
     return tokens[:, prefix:].transpose(1, 2).reshape(b, c, *hw)

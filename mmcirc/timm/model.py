@@ -73,9 +73,8 @@ def take_indices(indices, num: int, unit: str = 'blocks') -> List[int]:
 
 
 class FeatureGetter(FeatureGetterNet):
-    """timm's ``FeatureGetterNet`` (``features_only=True``: the maps of
-    ``forward_intermediates``) that also switches the wrapped model's gradient
-    checkpointing, as detection and segmentation trainers do on a features-only backbone."""
+    """timm's ``FeatureGetterNet`` (``features_only=True``) that also switches the wrapped
+    model's gradient checkpointing, as dense trainers do on a features-only backbone."""
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.model.set_grad_checkpointing(enable)
@@ -271,10 +270,9 @@ class TimmModel(nn.Module):
         return take_indices(indices, self.backbone.num_stages, self.backbone.stage_unit)
 
     def prune_intermediate_layers(self, indices=None, prune_norm=False, prune_head=True):
-        """timm's ``features_only`` hook: the blocks (stages) after the last of
-        ``indices`` are removed, the final norm with ``prune_norm``, the classifier and
-        pooling with ``prune_head``; returns the indices :meth:`forward_intermediates`
-        takes."""
+        """timm's ``features_only`` hook: the blocks (stages) after the last of ``indices``
+        removed, the final norm with ``prune_norm``, the classifier and pooling with
+        ``prune_head``; returns the indices :meth:`forward_intermediates` takes."""
         take = self._check_indices(indices)
         bb, keep = self.backbone, max(take) + 1
         width = self._prune(keep, prune_norm)

@@ -155,9 +155,8 @@ class PyramidTimm(TimmModel):
 
     def _intermediates(self, x, indices, norm, output_fmt):
         """The maps (B, C_i, H_i, W_i) of the stages as the backbone gives them (CA-Swin:
-        through the output LN of the stage where the model has one, :mod:`.pyramid`); the
-        last stage's map the final features. ``norm`` changes nothing (the output LNs
-        belong to their stages)."""
+        through the stage's output LN where it has one); the last the final features.
+        ``norm`` changes nothing (the output LNs belong to their stages)."""
         if output_fmt != 'NCHW':
             raise ValueError(f"output_fmt must be 'NCHW' for the pyramids, got {output_fmt!r}")
         take = self._check_indices(indices)
@@ -166,8 +165,7 @@ class PyramidTimm(TimmModel):
 
     def _prune(self, keep: int, prune_norm: bool) -> int:
         """Stages ``keep`` on (and the patch merging ending stage ``keep - 1``) removed,
-        with their output LNs; ``prune_norm`` changes nothing (see
-        :meth:`forward_intermediates`)."""
+        with their output LNs; ``prune_norm`` changes nothing (as ``norm`` above)."""
         bb = self.backbone
         del bb.stages[keep:]
         bb.stages[keep - 1].downsample = None

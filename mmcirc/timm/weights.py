@@ -19,6 +19,7 @@ mmengine) with torch's own ``weights_only`` loader.
 """
 
 import logging
+import re
 from collections import OrderedDict
 
 import torch
@@ -56,10 +57,7 @@ def _check_veca_settings(trained: dict, model) -> None:
 
 def _from_mmcirc(sd) -> 'OrderedDict[str, torch.Tensor]':
     """mmcirc (mmpretrain) keys -> the timm model's: ``head.fc.*`` -> ``head.*``."""
-    out = OrderedDict()
-    for k, v in sd.items():
-        out['head.' + k[len('head.fc.') :] if k.startswith('head.fc.') else k] = v
-    return out
+    return OrderedDict((re.sub(r'^head\.fc\.', 'head.', k), v) for k, v in sd.items())
 
 
 def checkpoint_filter_fn(state_dict, model):

@@ -87,8 +87,7 @@ def _create(variant: str, pretrained: bool, model_args: dict, **kwargs):
     """Build ``variant`` with timm's builder (``model_args`` of the entry point, then the
     caller's keyword arguments; an arch given overrides the variant's)."""
     kwargs = dict(model_args, **kwargs)
-    family = kwargs.get('family')
-    cls = PyramidTimm if family else _CLASSES[variant.rsplit('_', 1)[0]]
+    cls = PyramidTimm if kwargs.get('family') else _CLASSES[variant.rsplit('_', 1)[0]]
     overlay = dict(kwargs.pop('pretrained_cfg_overlay', None) or {})
     overlay.setdefault('custom_load', True)  # mmcirc's safe loader and converters
     features = bool(kwargs.get('features_only', False))

@@ -264,8 +264,7 @@ class CADeiT(BackboneContract):
 
     def init_weights(self):
         """The official init (truncated normal std 0.02 linears with zero bias, unit
-        LayerNorms, PyTorch's default for the convs), then mmengine's ``init_cfg``
-        (e.g. ``Pretrained``) on top."""
+        LayerNorms, PyTorch's default convs), then ``init_cfg`` (e.g. ``Pretrained``)."""
         if not getattr(self, 'is_init', False):
             for m in self.modules():
                 if isinstance(m, nn.Linear):

@@ -160,11 +160,9 @@ def pad_to_multiple(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def call_block(block: nn.Module, *args):
-    """``block(*args)`` of a backbone with ``with_cp``, the one way every backbone runs
-    a block (``call_block(block, *args) if self.with_cp else block(*args)``): under
-    ``torch.utils.checkpoint`` when autograd records (activations recomputed in
-    backward, not stored; RNG state preserved); a ``torch.fx`` trace records the block
-    itself (no checkpoint in the graph)."""
+    """``block(*args)`` of a backbone with ``with_cp``: under ``torch.utils.checkpoint``
+    when autograd records (activations recomputed in backward, not stored; RNG state
+    preserved); a ``torch.fx`` trace records the block itself (no checkpoint)."""
     x = args[0]
     if isinstance(x, torch.Tensor) and torch.is_grad_enabled() and x.requires_grad:
         return checkpoint(block, *args, use_reentrant=False)

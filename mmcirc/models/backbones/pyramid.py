@@ -31,9 +31,8 @@ __all__ = [
 
 def grid_size(hw_shape) -> tuple:
     """(H, W) of ``hw_shape`` as ints, except symbolic sizes (``torch.export`` with
-    dynamic shapes), which stay symbolic so that one exported graph serves every input
-    size (a ``torch.fx`` leaf function in mmcirc.timm: a traced graph makes them ints
-    when it runs). Indexed, not iterated: a ``torch.fx`` proxy of a pair takes an index."""
+    dynamic shapes: one exported graph serves every input size; a ``torch.fx`` leaf
+    function in mmcirc.timm). Indexed, not iterated: a ``torch.fx`` proxy takes an index."""
     h, w = hw_shape[0], hw_shape[1]
     return (
         h if isinstance(h, torch.SymInt) else int(h),

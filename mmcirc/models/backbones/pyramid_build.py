@@ -281,18 +281,16 @@ class PyramidBuild:
         self._freeze_stages()
 
     def stage_grids(self, hw: Sequence[int]) -> List[Tuple[int, int]]:
-        """The token grid (h, w) each stage's blocks see for an H x W input, stage order.
-
-        Patch embeddings and merges pad the bottom/right, so a stage at total stride s
-        (the stem's, its own patch embedding's and every earlier merge's, multiplied)
-        sees a ceil(H / s) x ceil(W / s) map (nested ceilings of integer strides are
-        the ceiling of their product).
-        """
+        """The token grid (h, w) each stage's blocks see for an H x W input, stage order:
+        patch embeddings and merges pad the bottom/right, so a stage at total stride s
+        (:meth:`stage_strides`) sees a ceil(H / s) x ceil(W / s) map (nested ceilings of
+        integer strides are the ceiling of their product)."""
         h, w = (int(v) for v in hw)
         return [(-(-h // s), -(-w // s)) for s in self.stage_strides()]
 
     def stage_strides(self) -> List[int]:
-        """Total stride of the map each stage's blocks see."""
+        """Total stride of the map each stage's blocks see (the stem's, its own patch
+        embedding's and every earlier merge's, multiplied)."""
         stride, strides = stride_of(self._modules[self.stem[0]] if self.stem else None), []
         for stage in self.stages:
             stride *= stride_of(stage.patch_embed)
@@ -301,12 +299,10 @@ class PyramidBuild:
         return strides
 
     def _min_input_size(self) -> int:
-        """The smallest H (and W) this backbone accepts (``min_input_size``).
-
-        A block takes an r x r map at least (its ``min_grid``: 1 but where it reduces
-        its keys by a stride-r convolution); a stage at total stride s sees ceil(H / s) rows
-        (:meth:`stage_grids`), so H >= s * (r - 1) + 1.
-        """
+        """The smallest H (and W) this backbone accepts (``min_input_size``): a block
+        takes an r x r map at least (its ``min_grid``: 1 but where it reduces its keys by
+        a stride-r convolution); a stage at total stride s sees ceil(H / s) rows
+        (:meth:`stage_grids`), so H >= s * (r - 1) + 1."""
         size = 1
         for stage, stride in zip(self.stages, self.stage_strides()):
             grid = max((b.min_grid() for b in stage.blocks), default=1)

@@ -292,8 +292,7 @@ class VECAViT(ElasticCores, BackboneContract):
         self.out_type = out_type
         self.out_norm = bool(out_norm)
         d = self.embed_dims
-        self.out_channels = int(out_channels or d)
-        self.num_features = self.out_channels
+        self.out_channels = self.num_features = int(out_channels or d)
 
         self.patch_embed = nn.Module()
         self.patch_embed.proj = nn.Conv2d(in_channels, d, patch_size, stride=patch_size)
@@ -378,10 +377,9 @@ class VECAViT(ElasticCores, BackboneContract):
         return fmap if self.out_type == 'featmap' else (fmap, token)
 
     def forward(self, x: torch.Tensor) -> tuple:
-        """x (B, in_channels, H, W), H and W multiples of the patch size (any other size
-        is zero padded at the bottom / right). Returns one output per ``out_indices``
-        entry, shaped by ``out_type``; the last block's through the final LN (and
-        output projection) with ``out_norm``, the others raw."""
+        """x (B, in_channels, H, W), zero padded at the bottom / right to multiples of the
+        patch size. Returns one output per ``out_indices`` entry, shaped by ``out_type``
+        (the last block's through ``out_norm``)."""
         check_images(type(self).__name__, x)
         x = self.patch_embed.proj(pad_to_multiple(x, self.patch_size))  # (B, D, H, W)
         b, hw = x.shape[0], spatial_size(x)  # ints eagerly, symbolic under torch.export

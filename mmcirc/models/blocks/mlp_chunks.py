@@ -66,17 +66,10 @@ def _mlp_into(steps, x: torch.Tensor, identity: torch.Tensor, out: torch.Tensor)
             for s, buf in zip(steps, bufs):
                 if isinstance(s, nn.GELU):  # activations in place on the last GEMM's buffer
                     torch.ops.aten.gelu_(h, approximate=s.approximate)
-                    continue
-                if isinstance(s, nn.ReLU):
+                elif isinstance(s, nn.ReLU):
                     h.relu_()
-                    continue
-                w, bias = s  # (C_out, C_in), (C_out,)
-                o = buf[: h.shape[0]]  # (n, C_out)
-                h = (
-                    torch.mm(h, w.t(), out=o)
-                    if bias is None
-                    else torch.addmm(bias, h, w.t(), out=o)
-                )
+                else:  # weight (C_out, C_in), bias (C_out,) into the buffer's (n, C_out)
+                    h = torch.addmm(s[1], h, s[0].t(), out=buf[: h.shape[0]])
             torch.add(identity[b, a : a + k], h, out=out[b, a : a + k])  # (n, C)
     return out
 

@@ -144,9 +144,7 @@ def _is_cadeit(ckpt) -> bool:
     )
 
 
-#: The released whole-model files by family, in the order they are recognised: VECA's
-#: (the student's weights and the training config), CA-DeiT's (circulant attention: the
-#: gates tell it from a plain DeiT).
+#: The released whole-model files by family, in the order they are recognised.
 RELEASED = {
     'veca': ReleasedKind(
         kind='veca',
@@ -168,8 +166,7 @@ RELEASED = {
 def expect_released(ckpt, family: str) -> None:
     """Raise unless ``ckpt`` is the released checkpoint of ``family``: a
     :class:`CheckpointKindError` when it is another family's released file (the first
-    of them that recognises it), else a :class:`ConversionError` saying what was
-    expected."""
+    that recognises it), else a :class:`ConversionError` saying what was expected."""
     if family not in RELEASED:
         raise ConversionError(f'family must be one of {tuple(RELEASED)}, got {family!r}')
     want = RELEASED[family]

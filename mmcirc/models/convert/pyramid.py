@@ -66,9 +66,8 @@ def detect_layout(family: str, state_dict) -> str:
 
 
 def to_mmcirc_keys(family: str, state_dict, layout: str = 'auto') -> tuple:
-    """``(mapped, provenance, layout)``: the source state dict in mmcirc's key space
-    (values produced by the family's key converter for the layout), for every mapped
-    key the source keys it came from, and the layout used."""
+    """``(mapped, provenance, layout)``: the source state dict in mmcirc's key space (by
+    the layout's key converter), each mapped key's source keys, and the layout used."""
     module = _module(family)
     if layout == 'auto':
         layout = detect_layout(family, state_dict)
