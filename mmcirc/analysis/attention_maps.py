@@ -18,24 +18,14 @@ from torch import nn
 
 from .probes import FORMS, attention_probes, probe_of
 
-__all__ = [
-    'FORMS',
-    'AttentionRecord',
-    'AttentionCapture',
-    'attention_kinds_in',
-    'find_attention_layers',
-]
+__all__ = ['AttentionRecord', 'AttentionCapture', 'attention_kinds_in', 'find_attention_layers']
 
 
 def _layers(model: nn.Module):
     """``[(name, probe, module)]`` of every attention layer (own declaration or probe)."""
     probes = attention_probes()
-    out = []
-    for name, m in model.named_modules():
-        probe = probe_of(m, probes)
-        if probe is not None:
-            out.append((name, probe, m))
-    return out
+    found = ((name, probe_of(m, probes), m) for name, m in model.named_modules())
+    return [entry for entry in found if entry[1] is not None]
 
 
 def attention_kinds_in(model: Optional[nn.Module] = None) -> Tuple[str, ...]:

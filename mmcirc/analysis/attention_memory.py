@@ -8,6 +8,7 @@ in one line when that would not fit in the memory this process can still use
 (:func:`memory_budget`), before anything runs.
 """
 
+import contextlib
 import resource
 from typing import List, Optional, Tuple
 
@@ -50,13 +51,10 @@ def memory_budget() -> Tuple[int, str]:
     """Bytes this process can still use: MemAvailable, or the RLIMIT_AS headroom when
     smaller. Returns (bytes, description)."""
     avail, what = None, 'unknown'
-    try:
-        with open('/proc/meminfo') as f:
-            for line in f:
-                if line.startswith('MemAvailable:'):
-                    avail, what = int(line.split()[1]) * 1024, 'available RAM'
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open('/proc/meminfo') as f:
+        for line in f:
+            if line.startswith('MemAvailable:'):
+                avail, what = int(line.split()[1]) * 1024, 'available RAM'
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         left = soft - address_space_bytes()
@@ -68,11 +66,8 @@ def memory_budget() -> Tuple[int, str]:
 def quadratic_warning(backbone, hw: Tuple[int, int]) -> Optional[str]:
     """One-line warning when a quadratic (``'sra'``) or windowed stage's attention
     would not fit in :func:`memory_budget` at size ``hw``; None otherwise."""
-    est = quadratic_attention_estimates(backbone, hw)
-    if not est:
-        return None
     budget, what = memory_budget()
-    bad = [e for e in est if e['bytes'] > budget]
+    bad = [e for e in quadratic_attention_estimates(backbone, hw) if e['bytes'] > budget]
     if not bad:
         return None
     parts = ', '.join(

@@ -9,16 +9,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-__all__ = [
-    'FFT_COMPLEX_MACS',
-    'FFT_REAL_MACS',
-    'COMPLEX_MUL_MACS',
-    'REAL_COMPLEX_MUL_MACS',
-    'SOFTMAX_MACS',
-    'fft_macs',
-    'FLOP_HANDLES',
-    'FREE_OPS',
-]
+__all__ = ['FLOP_HANDLES', 'FREE_OPS', 'fft_macs']
 
 #: MACs per n*log2(n) of a complex FFT of n points (5 n log2 n flops / 2).
 FFT_COMPLEX_MACS = 2.5
@@ -77,14 +68,9 @@ _UNKNOWN = object()
 _FFT_OPS = {
     **{
         f'fft_{name}{suffix}': (kind, arity)
-        for name, kind in (
-            ('fft', 'c2c'),
-            ('ifft', 'c2c'),
-            ('rfft', 'r2c'),
-            ('irfft', 'c2r'),
-            ('ihfft', 'r2c'),
-            ('hfft', 'c2r'),
-        )
+        for name, kind in dict(
+            fft='c2c', ifft='c2c', rfft='r2c', irfft='c2r', ihfft='r2c', hfft='c2r'
+        ).items()
         for suffix, arity in (('', 1), ('2', 2), ('n', 'n'))
     },
     **{f'_fft_{kind}': (kind, 'prim') for kind in ('c2c', 'r2c', 'c2r')},
@@ -195,13 +181,11 @@ FLOP_HANDLES: Dict[str, Any] = {
     **{f'aten::{op}': _fft_handle(*spec) for op, spec in _FFT_OPS.items()},
     'aten::mul': _complex_mul_handle,
     'aten::mul_': _complex_mul_handle,
-    'aten::softmax': _elementwise_handle('softmax', SOFTMAX_MACS),
-    'aten::_softmax': _elementwise_handle('softmax', SOFTMAX_MACS),
-    'aten::log_softmax': _elementwise_handle('softmax', SOFTMAX_MACS),
-    'aten::_log_softmax': _elementwise_handle('softmax', SOFTMAX_MACS),
-    'aten::special_softmax': _elementwise_handle('softmax', SOFTMAX_MACS),
-    'aten::exp': _elementwise_handle('exp', SOFTMAX_MACS),
-    'aten::exp_': _elementwise_handle('exp', SOFTMAX_MACS),
+    **{
+        f'aten::{op}': _elementwise_handle('softmax', SOFTMAX_MACS)
+        for op in ('softmax', '_softmax', 'log_softmax', '_log_softmax', 'special_softmax')
+    },
+    **{f'aten::{op}': _elementwise_handle('exp', SOFTMAX_MACS) for op in ('exp', 'exp_')},
     'aten::scaled_dot_product_attention': _sdpa_handle,
     'aten::_native_multi_head_attention': _native_mha_handle,
     'aten::matmul': _matmul_handle,
@@ -211,79 +195,15 @@ FLOP_HANDLES: Dict[str, Any] = {
 
 #: elementwise / bookkeeping ops our models trace that are deliberately free
 #: (registered as ignored so that "unsupported operator" warnings stay useful).
-FREE_OPS = (
-    'aten::_conj',
-    'aten::conj',
-    'aten::resolve_conj',
-    'aten::view_as_real',
-    'aten::view_as_complex',
-    'aten::add',
-    'aten::add_',
-    'aten::sub',
-    'aten::sub_',
-    'aten::rsub',
-    'aten::div',
-    'aten::div_',
-    'aten::neg',
-    'aten::silu',
-    'aten::silu_',
-    'aten::gelu',
-    'aten::gelu_',
-    'aten::sigmoid',
-    'aten::sum',
-    'aten::mean',
-    'aten::amax',
-    'aten::maximum',
-    'aten::cumsum',
-    'aten::flip',
-    'aten::pad',
-    'aten::expand_as',
-    'aten::clone',
-    'aten::masked_fill_',
-    'aten::new_ones',
-    'aten::repeat',
-    'aten::sqrt',
-    'aten::rsqrt',
-    'aten::pow',
-    'aten::abs',
-    'aten::sign',
-    'aten::tanh',
-    'aten::ne',
-    'aten::lt',
-    'aten::le',
-    'aten::logical_or',
-    'aten::logical_and',
-    'aten::bitwise_or',
-    'aten::__or__',
-    'aten::__iand__',
-    'aten::__ior__',
-    'aten::mul_scalar',
-    'aten::numel',
-    'aten::unflatten',
-    'aten::lift_fresh',
-    'aten::alias',
-    'aten::rand',
-    'aten::randn',
-    'aten::bernoulli_',
-    'aten::floor_divide_',
-    'aten::meshgrid',
-    'aten::linspace',
-    'aten::embedding',
-    'aten::view_as',
-    'aten::feature_dropout',
-    'aten::fill_',
-    'aten::zero_',
-    'aten::im2col',
-    'aten::col2im',
-    'aten::unfold',
-    'aten::tril',
-    'aten::triu',
-    'aten::index_select',
-    'aten::where',
-    'aten::softplus',
-    'aten::erf',
-    'aten::log',
-    'aten::reciprocal',
-    'aten::square',
-    'aten::argmax',
+FREE_OPS = tuple(
+    f'aten::{op}'
+    for op in """
+_conj conj resolve_conj view_as_real view_as_complex
+add add_ sub sub_ rsub div div_ neg mul_scalar floor_divide_ sqrt rsqrt pow abs sign square
+reciprocal log erf tanh sigmoid silu silu_ gelu gelu_ softplus
+sum mean amax maximum cumsum argmax ne lt le logical_or logical_and bitwise_or __or__
+__iand__ __ior__ flip pad expand_as clone masked_fill_ new_ones repeat numel unflatten
+lift_fresh alias view_as rand randn bernoulli_ feature_dropout fill_ zero_ meshgrid
+linspace embedding im2col col2im unfold tril triu index_select where
+""".split()
 )

@@ -120,8 +120,7 @@ def register_flop_handles():
     from mmengine.analysis import complexity_analysis as ca
 
     saved = dict(ca._DEFAULT_SUPPORTED_FLOP_OPS)
-    ca._DEFAULT_SUPPORTED_FLOP_OPS.update(FLOP_HANDLES)
-    ca._DEFAULT_SUPPORTED_FLOP_OPS.update(declared_flop_handles())
+    ca._DEFAULT_SUPPORTED_FLOP_OPS.update(FLOP_HANDLES, **declared_flop_handles())
     try:
         yield
     finally:
@@ -163,9 +162,7 @@ def meta_compat():
     is_enabled, autocast = torch.is_autocast_enabled, torch.autocast
 
     def meta_is_enabled(*args, **kwargs):
-        if args and str(args[0]) == 'meta':
-            return False
-        return is_enabled(*args, **kwargs)
+        return False if args and str(args[0]) == 'meta' else is_enabled(*args, **kwargs)
 
     def meta_autocast(device_type, *args, **kwargs):
         if str(device_type) == 'meta':

@@ -94,9 +94,7 @@ def lazy_classes(path: str, names: Sequence[str]) -> tuple:
 
 def call_arg(args, kwargs, index: int, name: str, default=None):
     """Argument ``name`` (position ``index``) of a forward call."""
-    if len(args) > index:
-        return args[index]
-    return kwargs.get(name, default)
+    return args[index] if len(args) > index else kwargs.get(name, default)
 
 
 class AttentionProbe:
@@ -191,9 +189,8 @@ def probe_of(
 
 class CirculantProbe(AttentionProbe):
     """:class:`~mmcirc.ops.circulant.CirculantAttention` (any block): the per-head kernel
-    ``p = softmax(a)`` over the offsets, ``a[m] = s sum_i q_i . k_{i (+) m}``, form
-    ``'kernel'`` (B, heads, H, W) by wrapped offset (``'zero'``: (B, heads, 2H-1, 2W-1)
-    ordered by offset, ``m + (H-1, W-1)``), with its ``boundary``."""
+    ``p = softmax(a)`` over the offsets, ``a[m] = s sum_i q_i . k_{i (+) m}``, with its
+    ``boundary``."""
 
     kind = 'circulant'
     form = 'kernel'
@@ -210,8 +207,7 @@ class CirculantProbe(AttentionProbe):
 
 class CoreProbe(AttentionProbe):
     """:class:`~mmcirc.ops.core.CoreAttention`: the gather weights of each core over the
-    patches ``softmax((c W_qc)_h (x W_kp)_h^T / sqrt(d))``, form ``'gather'``
-    (B, heads, C', N); the patch grid is the enclosing block's ``hw_shape``."""
+    patches ``softmax((c W_qc)_h (x W_kp)_h^T / sqrt(d))``, on the enclosing block's grid."""
 
     kind = 'core'
     form = 'gather'
@@ -247,8 +243,7 @@ def mha_weights(mha: nn.MultiheadAttention, query, key) -> torch.Tensor:
 class SRAProbe(AttentionProbe):
     """Spatial-reduction attention: mmdet's ``SpatialReductionAttention`` (PVT v1/v2,
     the ``'sra'`` stages) and any module with an ``sr_ratio`` and an
-    ``nn.MultiheadAttention`` ``attn`` (mmseg's SegFormer attention). Form
-    ``'matrix'`` (B, heads, Nq, Nk): query grid = ``hw_shape``, key grid = the
+    ``nn.MultiheadAttention`` ``attn`` (mmseg's SegFormer attention); the key grid is the
     spatial-reduction conv's output."""
 
     kind = 'sra'
@@ -273,8 +268,7 @@ class SRAProbe(AttentionProbe):
 
 class WindowProbe(AttentionProbe):
     """Swin's ``WindowMSA`` (mmdet, mmseg, mmpretrain; the ``'window'`` stages) with its
-    relative position bias and shift mask. Form ``'matrix'`` (B*windows, heads, N, N)
-    on the window grid."""
+    relative position bias and shift mask, (B*windows, heads, N, N) on the window grid."""
 
     kind = 'window'
     form = 'matrix'
@@ -317,12 +311,9 @@ def _patch_embed_classes() -> tuple:
 
 def patch_grid(m: nn.Module, inputs, output) -> Optional[Tuple[int, int]]:
     """Token grid produced by a patch embedding (mmcv/mmpretrain: (x, hw); timm: x)."""
-    if (
-        isinstance(output, (tuple, list))
-        and len(output) == 2
-        and isinstance(output[1], (tuple, list))
-    ):
-        return tuple(int(v) for v in output[1])
+    if isinstance(output, (tuple, list)) and len(output) == 2:
+        if isinstance(output[1], (tuple, list)):
+            return tuple(int(v) for v in output[1])
     if isinstance(output, torch.Tensor) and output.dim() == 4:  # timm NHWC output
         return int(output.shape[1]), int(output.shape[2])
     x = inputs[0] if inputs else None

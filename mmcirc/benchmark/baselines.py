@@ -1,13 +1,5 @@
 """Baseline attention operators the benchmarks and the complexity plot compare
-circulant and core attention against.
-
-Each takes a token sequence x (B, N, C) and returns what its operator returns:
-
-* :class:`SDPASelfAttention`: qkv linear, ``F.scaled_dot_product_attention``, output
-  projection (PVT stage 1 with one head is this, without the spatial reduction);
-* :class:`MHASelfAttention`: ``nn.MultiheadAttention`` self-attention (unfused);
-* :class:`CoreAttentionWithBank`: :class:`~mmcirc.ops.CoreAttention` fed with the
-  first C' cores of its own bank (what a core block does), returning ``(y, cores)``.
+circulant and core attention against, each on a token sequence x (B, N, C).
 
 This file needs torch only; with mmengine installed, the three are also registered in
 the MODELS registries (``dict(type='SDPASelfAttention', dim=64)``).
@@ -32,7 +24,8 @@ def _heads(dim, num_heads):
 
 
 class SDPASelfAttention(nn.Module):
-    """Global softmax self-attention: qkv projection, torch's SDPA, output projection.
+    """Global softmax self-attention: qkv projection, torch's SDPA, output projection
+    (PVT stage 1 with one head is this, without the spatial reduction).
 
     Args:
         dim (int): channels C.
@@ -77,7 +70,7 @@ class MHASelfAttention(nn.Module):
 
 class CoreAttentionWithBank(nn.Module):
     """:class:`~mmcirc.ops.CoreAttention` with a learnable bank of ``bank_size`` cores,
-    of which the first ``num_cores`` take part (elastic C').
+    of which the first ``num_cores`` take part (elastic C', what a core block does).
 
     Args:
         dim (int): channels C.

@@ -122,8 +122,7 @@ def _attention(kind):
     return builder
 
 
-#: the layers of one attention call on a token map; ``fft`` / ``kernel-*``: the FFT path
-#: and the Triton kernel of the core (tl.dot in float32 or TF32), same weights
+#: the layers of one attention call on a token map (and ``fft`` / ``kernel-*``, same weights)
 LAYERS = ('sdpa', 'circ-circ', 'circ-zero', 'circ-linears', *(f'core-{k}' for k in CORE_COUNTS))
 for _kind in LAYERS + ('fft', 'kernel-ieee', 'kernel-tf32'):
     register_case(

@@ -125,8 +125,7 @@ def make_step(
     if precision not in PRECISIONS:
         raise ValueError(f'precision must be one of {tuple(PRECISIONS)}, got {precision!r}')
     sync = torch.cuda.synchronize if torch.device(device).type == 'cuda' else lambda: None
-    fn = call
-    cudagraphs = False
+    fn, cudagraphs = call, False
     if compile is not None:
         mode = compile.get('mode')
         if mode is not None and mode not in COMPILE_MODES:

@@ -90,19 +90,16 @@ def run_isolated(
     limit = None if cap is None else lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     cmd = [sys.executable, osp.abspath(__file__), paths['spec.json']]
-    t0 = time.perf_counter()
-    timed_out = False
+    t0, timed_out = time.perf_counter(), False
     try:
         with open(paths['child.log'], 'wb') as log:
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, cwd=cwd, preexec_fn=limit
-            )
             try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                rc = proc.wait()
-                timed_out = True
+                rc = subprocess.run(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, cwd=cwd,
+                    preexec_fn=limit, timeout=timeout,
+                ).returncode  # fmt: skip
+            except subprocess.TimeoutExpired:  # run() has killed it
+                rc, timed_out = -signal.SIGKILL, True
         wall = time.perf_counter() - t0
         with open(paths['child.log'], 'rb') as f:
             f.seek(max(osp.getsize(paths['child.log']) - 4000, 0))

@@ -16,7 +16,7 @@ import time
 from typing import Dict, List, Optional
 
 from .cases import case, count_macs
-from .measurement import PeakMeter, finite, make_step, pin_threads, round_robin
+from .measurement import PeakMeter, failure, finite, make_step, pin_threads, round_robin
 
 __all__ = ['measure', 'measure_group', 'measure_memory']
 
@@ -160,13 +160,10 @@ def measure(
         try:
             return measure_group(dict(spec, cases=list(names)))['results']
         except Exception as err:  # noqa: BLE001  (a cell that fails to build is its result)
-            from .measurement import failure
-
             return {name: failure(err) for name in names}
 
-    device = spec.get('device', 'cpu')
     if memory_children is None:
-        memory_children = device == 'cpu'
+        memory_children = spec.get('device', 'cpu') == 'cpu'
     out, timed, slow = {}, list(names), spec.get('single_run_above')
     for name in names if memory_children else ():
         out[name] = m = run_isolated(

@@ -1,13 +1,3 @@
-"""The benchmark suites, one module each (how a suite declares itself:
-:mod:`mmcirc.benchmark.command`; adding a suite is adding a module here):
-
-=================  ==========================================
-suite              what
-=================  ==========================================
-``layer``          one attention layer vs N (+ CPU targets)
-``model``          whole models vs their peers, eager / compile
-``compile_train``  toy training, eager vs compiled backbone
-``sharded``        sharded whole-image inference vs P = 1
-``launches``       ops per eager forward, host time vs peers
-=================  ==========================================
-"""
+"""The benchmark suites, one module each: ``python -m mmcirc.benchmark --help`` lists them
+with the first paragraph of each module's docstring (how a suite declares itself:
+:mod:`mmcirc.benchmark.command`; adding a suite is adding a module here)."""

@@ -86,10 +86,8 @@ def train_run(spec: dict) -> dict:
     if spec['step'] == 'compiled':
         add_compile_hook(cfg, spec['backend'])
     runner = Runner.from_cfg(cfg)  # one process, as tools/train.py builds it
-    model = runner.model
-    sizes = []
+    model, sizes, iterations = runner.model, [], []
     model.backbone.register_forward_pre_hook(lambda m, args: sizes.append(list(args[0].shape)))
-    iterations = []
     train_step = model.train_step
 
     def timed(*args, **kwargs):
@@ -169,9 +167,8 @@ def table(store: dict) -> str:
 
 
 def add_arguments(p):
-    jobs = list(JOBS)
     p.add_argument('--jobs', nargs='+', default=['det', 'seg'], metavar='JOB',
-                   help=f'from {jobs} (default: det seg)')  # fmt: skip
+                   help=f'from {list(JOBS)} (default: det seg)')  # fmt: skip
     p.add_argument('--iters', type=int, default=20, help='training iterations per run (20)')
     p.add_argument('--warmup', type=int, default=2, help='iterations left out of the median (2)')
     p.add_argument('--backend', default='inductor', choices=COMPILE_BACKENDS)

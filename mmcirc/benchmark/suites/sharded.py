@@ -77,19 +77,25 @@ def _measure(fn):
     return out, dict(time_s=round(dt, 3), peak_increase_mb=round(meter.peak_mb, 1))
 
 
+def _setup(cfg, size):
+    """A rank's ``(rank, segmentor of random weights (seed 0), image)``."""
+    from mmcirc.apis.builder import build_model
+    from mmcirc.apis.highres import load_highres_config
+    from mmcirc.distributed.comm import group_rank_size
+
+    return group_rank_size()[0], build_model(load_highres_config(cfg), seed=0), astronaut(size)
+
+
 def _worker(cfg, size, sharded):
     import torch
     import torch.distributed as dist
 
     from mmcirc.apis import highres as hr
-    from mmcirc.apis.builder import build_model
-    from mmcirc.distributed.comm import count_bytes, group_rank_size
+    from mmcirc.distributed.comm import count_bytes
     from mmcirc.distributed.segmentor.infer import sync_weights
     from mmcirc.distributed.segmentor.model import predict_sharded, scatter_image, shard_model
 
-    rank = group_rank_size()[0]
-    model = build_model(hr.load_highres_config(cfg), seed=0)
-    img = astronaut(size)
+    rank, model, img = _setup(cfg, size)
     out = dict(rank=rank)
     with torch.no_grad():
         if not sharded:
@@ -123,15 +129,11 @@ def _train_worker(cfg, size, sharded, shard_size=None):
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
 
-    from mmcirc.apis import highres as hr
-    from mmcirc.apis.builder import build_model
-    from mmcirc.distributed.comm import group_rank_size
     from mmcirc.distributed.segmentor.infer import sync_weights
     from mmcirc.distributed.segmentor.train import SpatialParallel
 
-    rank = group_rank_size()[0]
-    model = revert_sync_batchnorm(build_model(hr.load_highres_config(cfg), seed=0)).train()
-    img = astronaut(size)
+    rank, model, img = _setup(cfg, size)
+    model = revert_sync_batchnorm(model).train()
     g = torch.Generator().manual_seed(0)
     sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size)))
     k = int(model.decode_head.out_channels)
