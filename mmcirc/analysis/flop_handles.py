@@ -3,6 +3,7 @@ for the convention): FFTs, complex products, softmax / exp, SDPA, the fused
 ``nn.MultiheadAttention`` op and a broadcasting ``matmul``, and the ops counted free.
 This file needs torch only (the handles read mmengine's traced ``torch._C.Value``s)."""
 
+import contextlib
 import math
 from collections import Counter
 from typing import Any, Dict, List, Optional
@@ -31,20 +32,16 @@ def fft_macs(n: int, real: bool = False, batch: int = 1) -> float:
 
 # --------------------------------------------------------------- jit helpers
 def _shape(val) -> Optional[List[int]]:
-    try:
+    with contextlib.suppress(RuntimeError):
         if val.isCompleteTensor():
             return list(val.type().sizes())
-    except RuntimeError:
-        pass
     return None
 
 
 def _is_complex(val) -> bool:
-    try:
+    with contextlib.suppress(RuntimeError):
         if val.isCompleteTensor():
             return str(val.type().scalarType()).startswith('Complex')
-    except RuntimeError:
-        pass
     return False
 
 
@@ -147,11 +144,9 @@ def _native_mha_handle(inputs: List[Any], outputs: List[Any]) -> Counter:
     b, lq, e = q
     lk = k[-2]
     return Counter(
-        {
-            'linear': b * (2 * lq + 2 * lk) * e * e,
-            'sdpa': 2 * b * lq * lk * e,
-            'softmax': SOFTMAX_MACS * b * heads * lq * lk,
-        }
+        linear=b * (2 * lq + 2 * lk) * e * e,
+        sdpa=2 * b * lq * lk * e,
+        softmax=SOFTMAX_MACS * b * heads * lq * lk,
     )
 
 
