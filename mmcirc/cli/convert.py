@@ -1,9 +1,7 @@
-"""The converter command lines (``tools/model_converters/*_to_mmcirc.py`` are entry points
-of :func:`pyramid_main` (``pvt_main``, ``swin_main``), :func:`cadeit_main`, :func:`veca_main`):
-the options, reading them into the arguments of :func:`mmcirc.models.convert.convert_file`,
-a check that the inputs exist and that the output is none of them before the slow
-imports, and failures as one ``error:`` line (exit 1, :func:`mmcirc.cli.common.main_guard`).
-An existing default output is overwritten only with ``--force``.
+"""The converter command lines: ``tools/model_converters/*_to_mmcirc.py`` run
+:func:`pyramid_main` (``pvt_main``, ``swin_main``), :func:`cadeit_main` and :func:`veca_main`,
+which read their options into the arguments of :func:`mmcirc.models.convert.convert_file`
+(:func:`_convert`). An existing default output is overwritten only with ``--force``.
 """
 
 import argparse
