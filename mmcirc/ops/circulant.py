@@ -69,7 +69,6 @@ __all__ = [
 SCALES = ('sqrt_n', 'n')
 
 
-# ----------------------------------------------------------------- helpers
 def check_num_heads(channels, num_heads):
     """Validate ``num_heads`` of ``channels`` (None = one head per channel); return it."""
     if num_heads is None:
@@ -150,8 +149,7 @@ def transpose_tokens(x, dtype=None, cpu=False):
 
 BLOCK_BYTES = 1 << 23  # CPU: spectra of one block of heads ~8 MiB (cache)
 #: at most this many blocks: each block's qkv product reads the spectrum of all C
-#: input channels, so n blocks read it n times (512^2, C = 96: 48 cache-sized blocks
-#: of 2 heads made that product ~36 % of the layer, re-reading 101 MB per block)
+#: input channels, so n blocks read it n times
 MAX_HEAD_BLOCKS = 8
 
 
@@ -160,12 +158,9 @@ def head_blocks(channels, num_heads, grid, batch=1, cpu=True):
     layout of :mod:`mmcirc.ops.settings`), where each block's q/k/v spectra are about
     BLOCK_BYTES and there are at most MAX_HEAD_BLOCKS blocks.
 
-    Heads are independent. On the CPU, blocks keep every FFT and product in cache (one
-    large batch of FFTs runs several times slower); on a GPU, blocks only multiply the
-    kernels launched, so all heads go in one batched transform. On maps whose heads do
-    not fit the budget (a 512 x 512 map's spectra are 1 MiB per channel) the CPU blocks
-    grow instead to a MAX_HEAD_BLOCKS-th of the heads: nothing fits the cache there, and
-    every block re-reads the whole input spectrum for its qkv product.
+    Heads are independent. On the CPU, blocks keep every FFT and product in cache; on a
+    GPU, blocks only multiply the kernels launched. On maps whose heads do not fit the
+    budget the CPU blocks grow instead to a MAX_HEAD_BLOCKS-th of the heads.
     """
     if not cpu:
         return [slice(0, channels)]
@@ -284,12 +279,9 @@ def attend(plan, q, k, v):
     return o
 
 
-# ----------------------------------------------------------------- module
 def linear_cf(layer, x, channels_last=False):
-    """nn.Linear ``layer`` on channels-first x (B, C_in, N), without copies.
-
-    Returns (B, C_out, N), or (B, N, C_out) with ``channels_last``.
-    """
+    """nn.Linear ``layer`` on channels-first x (B, C_in, N), without copies: (B, C_out, N),
+    or (B, N, C_out) with ``channels_last``."""
     b = x.shape[0]
     w = layer.weight.expand(b, -1, -1)  # (B, C_out, C_in)
     if channels_last:  # (B, N, C_in) @ (B, C_in, C_out)
@@ -313,10 +305,7 @@ class CirculantAttention(nn.Module):
 
     Args:
         dim (int): channels C.
-        num_heads (int, optional): see :func:`circulant_attention`
-            (None: d = 1, the paper's setting).
-        boundary (str): ``'circular'`` or ``'zero'``.
-        scale (str | float): ``'sqrt_n'``, ``'n'`` or a positive float.
+        num_heads, boundary, scale: see :func:`circulant_attention`.
         proj_drop (float): dropout after the output projection.
         kernel (str, optional): ``'torch'`` (the FFT path) or ``'triton'`` (the core as one
             Triton kernel where it applies, :mod:`mmcirc.ops.circulant_kernel`; where it

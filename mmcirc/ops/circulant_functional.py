@@ -52,8 +52,7 @@ def _check_maps(q, k, v):
     if not q.shape == k.shape == v.shape:
         raise ValueError(
             f'q, k, v must have the same shape (B, H, W, C), '
-            f'got {tuple(q.shape)}, {tuple(k.shape)}, '
-            f'{tuple(v.shape)}'
+            f'got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}'
         )
     if min(q.shape[1:]) < 1:
         raise ValueError(f'q, k, v need H, W, C >= 1, got {tuple(q.shape)}')

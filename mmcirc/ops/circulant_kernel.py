@@ -3,18 +3,15 @@ custom operator ``mmcirc::circulant_core`` (Eq. 15, the softmax, Eq. 16 and the 
 SiLU product in one Triton program per (batch, head) map, :mod:`mmcirc.ops.circulant_triton`),
 its fake (meta) implementation and its autograd, and when a layer takes it.
 
-``CirculantAttention(kernel='triton')`` (or ``MMCIRC_KERNEL=triton`` in the environment, for
-every layer built without ``kernel``: :mod:`mmcirc.ops.settings`) runs its core
-through the operator where it applies (:func:`kernel_refusal`): a CUDA tensor, or a CPU
-tensor with Triton's interpreter on (``TRITON_INTERPRET=1`` before the kernels are first
-used: how the suite tests it); float32, bfloat16 or float16 tokens; a DFT grid of at most
-:data:`MAX_GRID` cells a side (``'circular'``: maps up to 64 x 64; ``'zero'``: its
-(2H-1) x (2W-1) grid, maps up to 32 x 32); the torch.fft backend (not
-:func:`~mmcirc.ops.settings.export_mode`). Elsewhere the layer takes its
-torch path, which stays the reference, and says so in one warning per layer shape and
-reason (:func:`report_torch_path`). The operator itself refuses what it cannot compute
-(another dtype, a larger grid, a device it cannot run on) with a one-line
-``TypeError`` / ``ValueError`` naming the argument.
+``CirculantAttention(kernel='triton')`` (or ``MMCIRC_KERNEL=triton``:
+:mod:`mmcirc.ops.settings`) runs its core through the operator where it applies
+(:func:`kernel_refusal`): CUDA tensors, or CPU ones in Triton's interpreter
+(``TRITON_INTERPRET=1`` before the kernels are first used: how the suite tests it);
+float32, bfloat16 or float16 tokens; a DFT grid of at most :data:`MAX_GRID` cells a side
+(maps up to 64 x 64; ``'zero'``: 32 x 32); the torch.fft backend. Elsewhere the layer
+takes its torch path, the reference, with one warning per layer shape and reason
+(:func:`report_torch_path`). The operator refuses what it cannot compute in one line
+naming the argument (:func:`check_core_args`).
 
 This file depends on torch only; triton is imported on the operator's first call.
 """
@@ -53,16 +50,11 @@ class CoreArgs(NamedTuple):
     scale: float  #: Eq. 15's s
 
 
-def _interpreted():
-    """Whether the kernels run in Triton's interpreter (imports them: ``TRITON_INTERPRET``
-    is read when they are defined)."""
-    from . import circulant_triton
-
-    return circulant_triton.interpreted()
-
-
 def _dtype_name(dtype) -> str:
     return str(dtype).replace('torch.', '')
+
+
+_DTYPE_NAMES = ', '.join(_dtype_name(d) for d in DTYPES)
 
 
 def _grid_refusal(hw, zero: bool) -> Optional[str]:
@@ -78,23 +70,16 @@ def _grid_refusal(hw, zero: bool) -> Optional[str]:
     )
 
 
-def _dtype_refusal(dtype) -> Optional[str]:
-    if dtype in DTYPES:
-        return None
-    return (
-        f'dtype: {_dtype_name(dtype)} tokens; it takes {", ".join(_dtype_name(d) for d in DTYPES)}'
-    )
-
-
 def _device_refusal(device) -> Optional[str]:
     if device.type == 'cuda':
         return None
     if device.type == 'cpu':
-        try:
-            if _interpreted():
-                return None
+        try:  # imports the kernels: TRITON_INTERPRET is read when they are defined
+            from . import circulant_triton
         except ImportError:
             return 'device: cpu tensors; triton is not installed'
+        if circulant_triton.interpreted():
+            return None
     return (
         f"device: {device.type} tensors; it takes cuda tensors, or cpu ones in Triton's "
         'interpreter (TRITON_INTERPRET=1 before its first use)'
@@ -109,11 +94,9 @@ def kernel_refusal(x, hw, boundary) -> Optional[str]:
     impl = current().fft_impl
     if impl != 'torch':
         return f'backend: the DFTs are {impl!r} (export), not torch.fft'
-    return (
-        _dtype_refusal(x.dtype)
-        or _grid_refusal(hw, boundary != 'circular')
-        or _device_refusal(x.device)
-    )
+    if x.dtype not in DTYPES:
+        return f'dtype: {_dtype_name(x.dtype)} tokens; it takes {_DTYPE_NAMES}'
+    return _grid_refusal(hw, boundary != 'circular') or _device_refusal(x.device)
 
 
 #: (layer shape, reason) pairs :func:`report_torch_path` has reported in this process
@@ -145,11 +128,12 @@ def check_core_args(q, k, v, gate, h, w, heads, zero, precision, device=True) ->
     :data:`DTYPES` and one shape (B, h w, C), C a multiple of ``heads``; a DFT grid of at
     most :data:`MAX_GRID` cells a side; ``precision`` of :data:`PRECISIONS`; with
     ``device``, a device it runs on (cuda; cpu in Triton's interpreter)."""
-    names = ', '.join(_dtype_name(d) for d in DTYPES)
     tensors = dict(q=q, k=k, v=v) if gate is None else dict(q=q, k=k, v=v, gate=gate)
     for name, t in tensors.items():
         if t.dtype not in DTYPES:
-            raise TypeError(f'circulant_core: {name} must be {names}, got {_dtype_name(t.dtype)}')
+            raise TypeError(
+                f'circulant_core: {name} must be {_DTYPE_NAMES}, got {_dtype_name(t.dtype)}'
+            )
         if (t.dtype, t.shape, t.device) != (q.dtype, q.shape, q.device):
             raise ValueError(
                 f"circulant_core: {name} must have q's dtype, shape and device "

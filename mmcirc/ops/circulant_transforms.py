@@ -4,24 +4,16 @@ The operator body (:mod:`mmcirc.ops.circulant`) is written once against a transf
 object ``T`` (:func:`transforms`, one per input shape: the layer's plan):
 
 * ``T.grid``: the (Ph, Pw) grid of every transform (``T.circular``: the map itself);
-  ``T.padded``: the grid is larger
-  than the (2H-1) x (2W-1) offsets of ``boundary='zero'`` (its padding cells are masked);
-  ``T.block_grid``: the grid the blocks of heads are sized on (``head_blocks``);
+  ``T.padded``: the grid is larger than the (2H-1) x (2W-1) offsets of
+  ``boundary='zero'`` (its padding cells are masked); ``T.block_grid``: the grid the
+  blocks of heads are sized on (``head_blocks``);
 * ``T.rfft2(x, norm)``: the half spectrum (..., Ph, U) of real x (..., H, W) zero padded
-  to the grid, U = Pw//2 + 1, scaled by ``norm`` as torch.fft's (``'backward'``: 1,
-  ``'ortho'``: 1/sqrt(Ph Pw));
-* ``T.irfft2(y, hw, norm)``: its real inverse (``'backward'``: 1/(Ph Pw), ``'ortho'``:
-  1/sqrt(Ph Pw), ``'forward'``: 1), cropped to ``hw`` (the rows are cropped between the
-  two 1-D passes, so the second pass runs on H rows only; large maps in the CPU layout
-  one map at a time, :data:`MAP_BY_MAP_BYTES`, decided when the transforms are made);
-* ``T.linear(weight, T.operand(y), dtype)``: a real weight (C_out, C) on the channels
-  (dim 1) of a spectrum (FFT(x W) = FFT(x) W), its operand made (and cast) once;
-* ``T.corr(q, k, d)``: Eq. 15's spectral product summed over the d channels of a head,
-  sum_c Q_c conj(K_c), (B, C, ...) -> (B, C/d, ...): the spectrum of the scores at the
-  negated offsets, a'[m] = a[-m] (the conj of Eq. 15's sum_c conj(Q_c) K_c);
-* ``T.apply(p, v, d)``: Eq. 16's conj(P) V for every channel of a head, given the
-  spectrum P' = FFT(p') = conj(P) of the flipped p'[m] = p[-m] (real p): the plain
-  product P' V, no conjugate to materialise.
+  to the grid, U = Pw//2 + 1, ``norm`` as torch.fft's;
+* ``T.irfft2(y, hw, norm)``: its real inverse cropped to ``hw`` (the rows are cropped
+  between the two 1-D passes; large maps in the CPU layout one map at a time,
+  :data:`MAP_BY_MAP_BYTES`);
+* the spectral algebra of Eqs. 15-16 (:class:`_Transforms`): ``T.linear``, ``T.corr``,
+  ``T.apply``, ``T.mask``, ``T.softmax``, ``T.row_mass``.
 
 Backends (the ``fft_impl`` of :mod:`mmcirc.ops.settings`, e.g. by its ``export_mode``):
 
@@ -210,7 +202,7 @@ class TorchFFT(_Transforms):
     def irfft2(self, y, hw, norm='backward'):
         if self.maps and type(y) is torch.Tensor and y.numel():
             return self.irfft2_maps(y, hw, norm)
-        if tuple(hw) == self.grid:  # one 2-D call: ~15 % faster than the two passes
+        if tuple(hw) == self.grid:  # one 2-D call
             return torch.fft.irfft2(y, s=self.grid, norm=norm)  # (..., Ph, Pw)
         # cropped: the H pass first (complex, all U columns), cropped to H rows, then
         # the W pass on those rows only (a 2-D norm is the product of the 1-D ones)

@@ -29,15 +29,11 @@ Two exact evaluation orders (``fold_projections``):
 Auto choice: fold when ``heads * C' < C + C'`` (fewer multiply-adds).
 
 With one head and no autograd the folded broadcast ``softmax(x k_t^T + beta) v_t`` is
-one fused ``scaled_dot_product_attention`` of the patches over the folded cores (``beta``
-its additive mask): no (B, N, C') scores or weights are stored, so a call allocates
-little more than its output (a large transient would have the allocator hand pages back
-to the kernel and fault them in again on the next call). Otherwise (more heads; autograd,
-where the fused kernel's gradient of the mask falls back to a slower unfused form) it is
-two GEMMs around a softmax per head. How both run fast over few cores on the CPU, and
-that traced graphs keep the plain GEMMs: :mod:`.core_softmax`. Under bf16 / fp16
-autocast the scores' softmax (also inside the fused call) and the online gather's running
-sums are float32; the projections and products follow autocast.
+one fused ``scaled_dot_product_attention`` (``beta`` its additive mask): no (B, N, C')
+scores are stored, so a call allocates little more than its output. Otherwise (more
+heads; autograd, where the fused kernel's mask gradient is slower) it is two GEMMs around
+a softmax per head (:mod:`.core_softmax`). Under bf16 / fp16 autocast the softmaxes and
+the online gather's running sums are float32; the projections and products follow autocast.
 
 Unchunked, the gather is one fused ``scaled_dot_product_attention`` call (no (heads, C',
 N) score map is stored). Bounded memory: for N > ``chunk_threshold`` (or any N when
@@ -111,16 +107,8 @@ def parse_num_cores(value, maximum=None, step=1, name='num_cores'):
 
 
 def select_cores(bank, num_cores, batch_size=None):
-    """Active prefix of a core bank (elastic inference: the first C' cores).
-
-    Args:
-        bank (Tensor): (C_max, C) learnable bank.
-        num_cores (int): C', 1 <= C' <= C_max.
-        batch_size (int, optional): expand to (B, C', C); None returns (C', C).
-
-    Returns:
-        Tensor: ``bank[:num_cores]`` (a view, expanded over the batch).
-    """
+    """Active prefix of a (C_max, C) core bank (elastic inference): ``bank[:num_cores]``,
+    1 <= C' <= C_max, a view (C', C), or expanded to (B, C', C) with ``batch_size``."""
     if not isinstance(bank, torch.Tensor) or bank.dim() != 2:
         raise ValueError(
             f'bank must be a 2-D tensor (C_max, C), got {getattr(bank, "shape", type(bank))}'
@@ -212,7 +200,6 @@ class CoreAttention(nn.Module):
             f'chunk_threshold={self.chunk_threshold}'
         )
 
-    # ------------------------------------------------------------ helpers
     def _chunk_len(self, n):
         if self.chunk_size is not None:
             return min(self.chunk_size, n)
@@ -241,7 +228,6 @@ class CoreAttention(nn.Module):
             return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
 
-    # ------------------------------------------------------------ gather
     def _patch_kv(self, xc, fold):
         """Keys and values of the patches xc (B, n, C) for the gather."""
         if fold:  # the raw patches serve every head: (B, n, C)
@@ -307,7 +293,6 @@ class CoreAttention(nn.Module):
                 out = out + (bias if mass is None else bias * (mass / den).view(b, h, nc, 1))
         return out.transpose(1, 2).reshape(b, nc, c)  # (B, C', C)
 
-    # ------------------------------------------------------------ broadcast
     def _broadcast_folded(self, xc, k_t, beta, v_t, bias):
         """proj(MHA) of chunk xc (B, n, C) against folded cores: (B, n, C)."""
         b, n, _ = xc.shape

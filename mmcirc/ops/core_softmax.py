@@ -4,13 +4,10 @@ docs/benchmarks.md).
 
 * :func:`core_softmax`: over C' < ``SOFTMAX_WIDTH`` cores the softmax runs over scores
   padded with -inf to one vector of floats of torch's CPU kernels (the padded weights
-  are exactly 0 and are dropped before the value product, whose cost stays
-  proportional to C'): a softmax over a last axis shorter than one vector costs several
-  times more per element.
-* :func:`pad_keys`: the fused ``scaled_dot_product_attention`` of one head without
-  autograd runs over keys padded to a multiple of ``SOFTMAX_WIDTH`` under a -inf mask.
-* :class:`Scores`: the scores' GEMM whose key gradient is ``ds^T x``, a GEMM that MKL
-  runs well for any C'.
+  are exactly 0 and dropped before the value product): a softmax over a last axis
+  shorter than one vector costs more per element.
+* :func:`pad_keys`: the keys of the fused attention of one head, padded likewise.
+* :class:`Scores`: the scores' GEMM with a key gradient that MKL runs well for any C'.
 
 Traced, compiled and exported graphs (the FLOP count, torch.compile, ONNX) keep the
 plain softmax and GEMMs: the padding is a CPU kernel's speed, not part of the method.

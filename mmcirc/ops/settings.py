@@ -143,17 +143,9 @@ def graph_capture():
 def autocast_dtype(device_type):
     """The autocast dtype active for ``device_type``, or None (also for a device
     without autocast, e.g. ``meta``)."""
-    if device_type == 'meta':
-        return None  # shapes only: torch has no autocast state for it
-    try:
-        if torch.is_autocast_enabled(device_type):
-            return torch.get_autocast_dtype(device_type)
-    except TypeError:  # torch < 2.4: per-device functions
-        if device_type == 'cuda' and torch.is_autocast_enabled():
-            return torch.get_autocast_gpu_dtype()
-        if device_type == 'cpu' and torch.is_autocast_cpu_enabled():
-            return torch.get_autocast_cpu_dtype()
-    return None
+    if device_type == 'meta' or not torch.is_autocast_enabled(device_type):
+        return None  # meta: shapes only, torch has no autocast state for it
+    return torch.get_autocast_dtype(device_type)
 
 
 def cached_plan(plans: dict, key: tuple, make):
