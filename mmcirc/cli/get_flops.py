@@ -95,9 +95,7 @@ def forward_fn(model, scope, mode, shape, data_samples=None):
             meta = dict(img_shape=hw, ori_shape=hw, pad_shape=hw, batch_input_shape=hw)
             data_samples = [DetDataSample(metainfo=dict(img_id=0, scale_factor=(1.0, 1.0), **meta))]
         return partial(model.forward, data_samples=data_samples, mode='tensor')
-    if scope in ('mmseg', 'mmpretrain'):
-        return partial(model.forward, mode='tensor')
-    return model.forward
+    return partial(model.forward, mode='tensor')  # mmseg, mmpretrain
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -122,9 +120,7 @@ def attention_kind(stage):
     if isinstance(kind, str):
         return kind
     names = attention_modules(stage)
-    if not names:
-        return '-'
-    return type(stage.get_submodule(names[0])).__name__
+    return type(stage.get_submodule(names[0])).__name__ if names else '-'
 
 
 def report(model, fc):
