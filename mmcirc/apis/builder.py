@@ -19,6 +19,7 @@ from typing import List, Optional
 
 __all__ = [
     'CONFIG_EXTENSIONS',
+    'check_config_path',
     'build_model',
     'dataset_meta',
     'has_random_weights',
@@ -109,6 +110,17 @@ def check_cfg_options(cfg, cfg_options: dict) -> None:
 CONFIG_EXTENSIONS = ('.py', '.json', '.yaml', '.yml')
 
 
+def check_config_path(path: str) -> None:
+    """``FileNotFoundError`` unless ``path`` is a file, ``ValueError`` unless mmengine reads
+    it as a config (:data:`CONFIG_EXTENSIONS`)."""
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'config file not found: {path}')
+    if osp.splitext(path)[1].lower() not in CONFIG_EXTENSIONS:
+        raise ValueError(
+            f'config {path}: a config must be one of {", ".join(CONFIG_EXTENSIONS)} files'
+        )
+
+
 def load_model_config(cfg, cfg_options: Optional[dict] = None):
     """A copy of ``cfg`` (a config file path, an mmengine ``Config`` or a dict with
     ``model`` and ``default_scope``) with ``cfg_options`` merged. ``FileNotFoundError``
@@ -122,12 +134,7 @@ def load_model_config(cfg, cfg_options: Optional[dict] = None):
 
     where = ''  # a file's errors start with its path
     if isinstance(cfg, str):
-        if not osp.isfile(cfg):
-            raise FileNotFoundError(f'config file not found: {cfg}')
-        if osp.splitext(cfg)[1].lower() not in CONFIG_EXTENSIONS:
-            raise ValueError(
-                f'config {cfg}: a config must be one of {", ".join(CONFIG_EXTENSIONS)} files'
-            )
+        check_config_path(cfg)
         where = f'{cfg}: '
         cfg = Config.fromfile(cfg)
     elif isinstance(cfg, Config):

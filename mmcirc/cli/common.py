@@ -64,16 +64,12 @@ def add_cfg_options(parser, example: str = ''):
 
 
 def check_config_file(path: str, checkpoint: Optional[str] = None) -> None:
-    """A config file that exists and that mmengine reads (:data:`CONFIG_EXTENSIONS`) and
-    the ``checkpoint`` file, when given, exists; else a one-line ``CLIError``."""
-    from mmcirc.apis.builder import CONFIG_EXTENSIONS
+    """A config file that exists and that mmengine reads
+    (:func:`~mmcirc.apis.builder.check_config_path`) and the ``checkpoint`` file, when
+    given, exists; else the error the commands print as one line."""
+    from mmcirc.apis.builder import check_config_path
 
-    if not osp.isfile(path):
-        raise CLIError(f'config file not found: {path}')
-    if osp.splitext(path)[1].lower() not in CONFIG_EXTENSIONS:
-        raise CLIError(
-            f'config {path}: a config must be one of {", ".join(CONFIG_EXTENSIONS)} files'
-        )
+    check_config_path(path)
     if checkpoint is not None and not osp.isfile(checkpoint):
         raise CLIError(f'checkpoint file not found: {checkpoint}')
 
