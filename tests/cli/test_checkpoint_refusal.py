@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mmcirc.cli.common import CLIError, check_config_file, refusal_line, refused_checkpoints
+from mmcirc.cli_errors import error_line
 from mmcirc.engine import load_from_local
 
 
@@ -61,5 +62,9 @@ def test_a_tool_without_the_flag_names_the_python_way(tmp_path):
 def test_a_config_of_another_kind_is_one_line(tmp_path, name):
     path = tmp_path / name
     path.write_text("model = dict(type='X')\n")
-    with pytest.raises(CLIError, match=r'a config must be one of \.py, \.json, \.yaml, \.yml'):
+    with pytest.raises(ValueError) as info:  # the commands' main_guard: one error line
         check_config_file(str(path))
+    assert (
+        error_line(info.value)
+        == f'config {path}: a config must be one of .py, .json, .yaml, .yml files'
+    )
