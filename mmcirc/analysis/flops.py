@@ -179,8 +179,11 @@ def meta_compat():
 @contextlib.contextmanager
 def _forward_as(model: nn.Module, forward):
     """``model.forward`` replaced by ``forward`` within the block (None: kept)."""
+    if forward is None:
+        yield
+        return
     saved = model.__dict__.get('forward')
-    model.forward = model.forward if forward is None else forward
+    model.forward = forward
     try:
         yield
     finally:

@@ -199,8 +199,7 @@ def sum_gradients(params, group=None, divisor: int = 1) -> None:
     grads = [p.grad for p in params if p.grad is not None]
     all_reduce_params(grads, bucket_size_mb=64, group=group)
     if divisor != 1:
-        for g in grads:
-            g.div_(divisor)
+        torch._foreach_div_(grads, divisor)  # one fused op, not one per parameter
 
 
 def _fingerprint(inputs: torch.Tensor, data_samples) -> torch.Tensor:
@@ -300,10 +299,10 @@ class SpatialParallel(nn.Module):
 
 # --------------------------------------------------------------------------- data
 def data_rank_sampler(dataset, sampler: dict, seed=None, shard_size: Optional[int] = None):
-    """The ``sampler`` config built as the data-parallel rank's (:func:`~mmcirc.
-    distributed.comm.data_rank`): every rank of a spatial group draws the indices that
-    rank of a data-parallel run over the data groups would (one process's, with one
-    group). mmengine's samplers read the rank from ``get_dist_info`` when they are
+    """The ``sampler`` config built as the data-parallel rank's
+    (:func:`~mmcirc.distributed.comm.data_rank`): every rank of a spatial group draws the
+    indices that rank of a data-parallel run over the data groups would (one process's,
+    with one group). mmengine's samplers read the rank from ``get_dist_info`` when they are
     built; it answers the data-parallel rank and the number of data groups meanwhile."""
     rank_size = data_rank(shard_size)
     before = samplers.get_dist_info
