@@ -140,7 +140,7 @@ def show_or_warn(show: bool, saves: str) -> bool:
         return False
     import matplotlib
 
-    backend = matplotlib.get_backend()
+    backend = matplotlib.get_backend().lower()  # 'Agg' after matplotlib.use('Agg')
     try:  # matplotlib >= 3.9
         from matplotlib.backends import BackendFilter, backend_registry
 
@@ -149,7 +149,7 @@ def show_or_warn(show: bool, saves: str) -> bool:
         from matplotlib import rcsetup
 
         windows = rcsetup.interactive_bk
-    if backend.lower() in {b.lower() for b in windows}:
+    if backend in {b.lower() for b in windows}:
         return True
     print(
         f"WARNING: --show: matplotlib's backend {backend} opens no window (no display?); "
