@@ -19,7 +19,7 @@ __all__ = [
     'prepare_inputs',
     'display_image',
     'short_name',
-    'pyplot',
+    'subplots',
     'figure_png',
     'thumbnail',
     'overlay_map',
@@ -111,23 +111,19 @@ def short_name(name):
     return re.sub(r'[^A-Za-z0-9._-]', '-', name) or 'model'
 
 
-def pyplot():
-    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
-    import matplotlib
+def subplots(*args, figsize=None, dpi=None, **kwargs):
+    """``(figure, axes)`` as ``plt.subplots`` gives them, on a ``matplotlib.figure.Figure``
+    of its own: no pyplot, no backend chosen, nothing global changed (saving renders Agg)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize, dpi=dpi)
+    return fig, fig.subplots(*args, **kwargs)
 
 
 def figure_png(fig):
-    """PNG bytes of a matplotlib figure (closed afterwards)."""
-    import matplotlib.pyplot as plt
-
+    """PNG bytes of a matplotlib figure."""
     buf = io.BytesIO()
     fig.savefig(buf, format='png', dpi=fig.dpi, bbox_inches='tight')
-    plt.close(fig)
     return buf.getvalue()
 
 

@@ -98,7 +98,7 @@ def _mean(v):
     return float(sum(v) / len(v)) if v else float('nan')
 
 
-def layer_figure(plt, entry, random_entry):
+def layer_figure(entry, random_entry):
     import numpy as np
 
     series = [('model', entry['distance'], '#1f77b4')]
@@ -106,7 +106,7 @@ def layer_figure(plt, entry, random_entry):
         series.append(('random weights', random_entry['distance'], '#ff7f0e'))
     series.append(('shuffled tokens', entry['shuffled'], '#7f7f7f'))
     heads = entry['heads']
-    fig, ax = plt.subplots(figsize=(max(3.5, 0.6 * heads + 2), 2.8), dpi=100)
+    fig, ax = vis.subplots(figsize=(max(3.5, 0.6 * heads + 2), 2.8), dpi=100)
     width = 0.8 / len(series)
     x = np.arange(heads)
     for k, (label, vals, colour) in enumerate(series):
@@ -130,7 +130,7 @@ def layer_figure(plt, entry, random_entry):
     return vis.figure_png(fig)
 
 
-def summary_figure(plt, layers, random_layers):
+def summary_figure(layers, random_layers):
     import numpy as np
 
     names = list(layers)
@@ -140,7 +140,7 @@ def summary_figure(plt, layers, random_layers):
         rand = {n: random_layers[n]['distance'] for n in names if n in random_layers}
         panels.append(('random weights', rand))
     panels.append(('shuffled tokens', {n: layers[n]['shuffled'] for n in names}))
-    fig, axes = plt.subplots(
+    fig, axes = vis.subplots(
         1,
         len(panels),
         figsize=(2.2 + 1.6 * len(panels) + 0.25 * width * len(panels), 1.2 + 0.3 * len(names)),
@@ -165,9 +165,9 @@ def summary_figure(plt, layers, random_layers):
     return vis.figure_png(fig)
 
 
-def example_figure(plt, entry, random_entry):
+def example_figure(entry, random_entry):
     rows = [('model', entry)] + ([('random', random_entry)] if random_entry is not None else [])
-    fig, axes = plt.subplots(len(rows), 4, figsize=(11, 2.8 * len(rows)), dpi=100, squeeze=False)
+    fig, axes = vis.subplots(len(rows), 4, figsize=(11, 2.8 * len(rows)), dpi=100, squeeze=False)
     for r, (label, e) in enumerate(rows):
         ex = e['example']
         win = '' if ex['window'] is None else f', window {ex["window"]}'
@@ -214,12 +214,11 @@ def main(argv=None):
         del rand
     print('', flush=True)
 
-    plt = vis.pyplot()
-    files = {osp.join(out, 'summary.png'): summary_figure(plt, results, random_results)}
+    files = {osp.join(out, 'summary.png'): summary_figure(results, random_results)}
     for name, entry in results.items():
         rnd, short = (random_results or {}).get(name), vis.short_name(name)
-        files[osp.join(out, f'layer_{short}.png')] = layer_figure(plt, entry, rnd)
-        files[osp.join(out, f'example_{short}.png')] = example_figure(plt, entry, rnd)
+        files[osp.join(out, f'layer_{short}.png')] = layer_figure(entry, rnd)
+        files[osp.join(out, f'example_{short}.png')] = example_figure(entry, rnd)
     record = dict(
         header,
         definition='||A - P(A)||_F / ||A||_F, P = average over the wrapped 2-D offset '

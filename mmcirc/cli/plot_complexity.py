@@ -102,8 +102,7 @@ def parse_args(argv=None):
 
 
 def _plot(series, xlabel, title, out_dir, file_name):
-    plt = vis.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = vis.subplots(figsize=(7, 5))
     for i, (name, pts) in enumerate(series.items()):
         pts = [(x, y) for x, y in pts if y]
         if pts:  # alternate styles: equal curves (SDPA vs MHA) stay visible
@@ -117,7 +116,6 @@ def _plot(series, xlabel, title, out_dir, file_name):
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(osp.join(out_dir, file_name), dpi=120)
-    plt.close(fig)
 
 
 def _md(series, xs, xname):

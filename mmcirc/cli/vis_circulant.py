@@ -108,7 +108,7 @@ def _pick(heads, n):
     return sorted({round(k * (heads - 1) / (n - 1)) for k in range(n)}) if n > 1 else [0]
 
 
-def kernel_figure(plt, name, entry, image, n_show, overlay):
+def kernel_figure(name, entry, image, n_show, overlay):
     kernel, grid, boundary = entry['kernel'], entry['grid'], entry['boundary']
     heads = kernel.shape[0]
     chosen = _pick(heads, n_show)
@@ -117,7 +117,7 @@ def kernel_figure(plt, name, entry, image, n_show, overlay):
         maps = [(t, central_attention(m, grid, boundary)) for t, m in maps]
     cols = min(6, len(maps))
     rows = math.ceil(len(maps) / cols)
-    fig, axes = plt.subplots(
+    fig, axes = vis.subplots(
         rows, cols, figsize=(1.9 * cols, 1.9 * rows + 0.3), dpi=100, squeeze=False
     )
     for ax in axes.flat:
@@ -183,10 +183,10 @@ def erf_radii(grad, fractions=(0.5, 0.9)):
     }
 
 
-def erf_figure(plt, erfs, image):
+def erf_figure(erfs, image):
     import numpy as np
 
-    fig, axes = plt.subplots(1, len(erfs), figsize=(3.0 * len(erfs), 3.2), dpi=100, squeeze=False)
+    fig, axes = vis.subplots(1, len(erfs), figsize=(3.0 * len(erfs), 3.2), dpi=100, squeeze=False)
     for ax, (s, hw, g) in zip(axes[0], erfs):
         # log scale over ERF_DECADES decades below the peak: a global floor stays visible
         decades = np.log10(np.maximum(g, 1e-30) / max(g.max(), 1e-30))
@@ -222,14 +222,13 @@ def main(argv=None):
     erfs = effective_receptive_field(model, inputs, stages, bar) if stages else []
     print('', flush=True)
 
-    plt = vis.pyplot()
     files = {}
     for name, entry in kernels.items():
         files[osp.join(out, f'kernels_{vis.short_name(name)}.png')] = kernel_figure(
-            plt, name, entry, image, args.channels, args.overlay
+            name, entry, image, args.channels, args.overlay
         )
     if erfs:
-        files[osp.join(out, 'erf.png')] = erf_figure(plt, erfs, image)
+        files[osp.join(out, 'erf.png')] = erf_figure(erfs, image)
     record = dict(
         vc.record_header(args, run),
         layers=[

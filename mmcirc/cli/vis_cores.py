@@ -94,10 +94,10 @@ def core_panel(ax, image, mean_map, c, grid):
     )
 
 
-def compare_figure(plt, name, per_count, image, show):
+def compare_figure(name, per_count, image, show):
     counts = sorted(per_count)
     cols = 1 + min(show, max(counts))
-    fig, axes = plt.subplots(
+    fig, axes = vis.subplots(
         len(counts), cols, figsize=(1.7 * cols, 1.8 * len(counts) + 0.3), dpi=100, squeeze=False
     )
     for ax in axes.flat:
@@ -131,12 +131,12 @@ def compare_figure(plt, name, per_count, image, show):
     return vis.figure_png(fig)
 
 
-def cores_figure(plt, name, k, gather, grid, image):
+def cores_figure(name, k, gather, grid, image):
     mean_map = gather.mean(0)
     n = min(k, MAX_GRID)
     cols = min(8, n)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(
+    fig, axes = vis.subplots(
         rows, cols, figsize=(1.5 * cols, 1.5 * rows + 0.3), dpi=100, squeeze=False
     )
     for ax in axes.flat:
@@ -152,8 +152,8 @@ def cores_figure(plt, name, k, gather, grid, image):
     return vis.figure_png(fig)
 
 
-def entropy_figure(plt, stats, counts):
-    fig, ax = plt.subplots(figsize=(4.5, 3.0), dpi=100)
+def entropy_figure(stats, counts):
+    fig, ax = vis.subplots(figsize=(4.5, 3.0), dpi=100)
     for name, per in stats.items():
         xs = [k for k in counts if k in per]
         mean = [per[k]['mean_normalised_entropy'] for k in xs]
@@ -196,18 +196,17 @@ def main(argv=None):
         backbone.set_num_cores(original)
     print('', flush=True)
 
-    plt = vis.pyplot()
     files, stats = {}, {}
     for name, per in gathers.items():
         files[osp.join(out, f'compare_{vis.short_name(name)}.png')] = compare_figure(
-            plt, name, per, run.image, args.show
+            name, per, run.image, args.show
         )
         for k, (gather, grid) in per.items():
             files[osp.join(out, f'cores_{vis.short_name(name)}_C{k}.png')] = cores_figure(
-                plt, name, k, gather, grid, run.image
+                name, k, gather, grid, run.image
             )
         stats[name] = {k: gather_stats(g, grid) for k, (g, grid) in per.items()}
-    files[osp.join(out, 'entropy.png')] = entropy_figure(plt, stats, counts)
+    files[osp.join(out, 'entropy.png')] = entropy_figure(stats, counts)
     record = dict(
         vc.record_header(args, run),
         num_cores=counts,
