@@ -158,10 +158,10 @@ def test_slurm_test_evaluates_the_checkpoint(slurm, slurm_run, toy_root, tmp_pat
     assert_metric(evaluated_metrics(tmp_path / 'test'), 'coco/bbox_mAP', 1)
 
 
-def _scontrol_job(slurm, job):
-    """{field: value} of ``scontrol show job`` (the fields this test reads)."""
+def _scontrol_show(slurm, *entity):
+    """{field: value} of ``scontrol show job JOBID`` or ``scontrol show node``."""
     proc = subprocess.run(
-        ['scontrol', 'show', 'job', job],
+        ['scontrol', 'show', *entity],
         env={**os.environ, **slurm},
         capture_output=True,
         text=True,
@@ -214,13 +214,21 @@ def test_sbatch_requeue_resumes_to_the_uninterrupted_weights(slurm, toy_root, tm
     )
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip().split(';')[0]
-    _wait('the requeue', lambda: _scontrol_job(slurm, job)['JobState'] == 'PENDING'
+    _wait('the requeue', lambda: _scontrol_show(slurm, 'job', job)['JobState'] == 'PENDING'
           and marker.exists(), 300)  # fmt: skip
+    # slurmd revokes the killed job's credential stamped in whole seconds and refuses a start
+    # stamped in the same second; slurmctld then ends the job FAILED unrun (a "termination
+    # race"). The start moves to now once the node is idle, two seconds later.
+    _wait('the idle node', lambda: _scontrol_show(slurm, 'node')['State'] == 'IDLE', 60)
+    time.sleep(2)
     subprocess.run(['scontrol', 'update', f'JobId={job}', 'StartTime=now'], env=env, check=True)
     finished = ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL')
-    _wait('the job', lambda: _scontrol_job(slurm, job)['JobState'] in finished, 600)
-    state, text = _scontrol_job(slurm, job), log.read_text()
-    assert state['JobState'] == 'COMPLETED' and state['Restarts'] == '1', (state, text[-3000:])
+    _wait('the job', lambda: _scontrol_show(slurm, 'job', job)['JobState'] in finished, 600)
+    state, text = _scontrol_show(slurm, 'job', job), log.read_text()
+    with open(osp.join(osp.dirname(slurm['SLURM_CONF']), 'slurmctld.log')) as f:
+        said = [ln for ln in f if f'JobId={job} ' in ln + ' ']  # what slurmctld did with it
+    restarted = state['JobState'] == 'COMPLETED' and state['Restarts'] == '1'
+    assert restarted, (state, said, text[-2000:])
     assert len(run_dirs(work)) == 2 and 'resumed epoch: 0, iter: 2' in text, text[-3000:]
     final, expected = (
         torch.load(w / f'iter_{ITERS}.pth', map_location='cpu', weights_only=True)['state_dict']
