@@ -269,3 +269,19 @@ def test_partial_weights_are_named_in_one_warning_line(tmp_path, capsys):
     warned = [ln for ln in err if 'loaded in part' in ln]
     assert len(warned) == 1 and warned[0].startswith(f'WARNING: checkpoint {ckpt} loaded in part')
     assert 'bbox_head.retina_cls.weight' in warned[0]
+
+
+def test_the_plots_leave_the_users_matplotlib_backend(tmp_path):
+    """The figures are drawn on canvases of their own: the process's backend stays the
+    one the user chose (svg here: it needs no display)."""
+    import matplotlib
+
+    before = matplotlib.get_backend()
+    matplotlib.use('svg')
+    try:
+        argv = [CA_SWIN, '--demo', 'astronaut', '--size', '64x64', '--out-dir', str(tmp_path)]
+        assert _tool('bccb_score').main(argv) == 0
+        assert matplotlib.get_backend() == 'svg'
+    finally:
+        matplotlib.use(before)
+    assert (_only_dir(tmp_path) / 'summary.png').read_bytes()[:4] == b'\x89PNG'
